@@ -1,0 +1,26 @@
+"""Rules that change with new models and captures, kept as YAML and loaded at run time.
+
+Python holds the mechanisms that apply these rules; the rules themselves live in the YAML files
+beside this module (package data), read with ``yaml.safe_load`` only.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict[str, Any]:
+    """Load ``knowledge/<name>.yaml`` (cached; callers must not mutate the result)."""
+    resource = resources.files(__name__).joinpath(f"{name}.yaml")
+    try:
+        text = resource.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"knowledge file {name}.yaml is not installed with npuprof") from exc
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"knowledge file {name}.yaml must hold a mapping at top level")
+    return data

@@ -1,0 +1,81 @@
+"""Atomic writes: every artifact is written to a temp path beside its target, then renamed.
+
+A reader therefore sees either the old complete file or the new complete file, never a half one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _tmp_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.tmp")
+
+
+def write_with(target: Path, writer: Callable[[Path], None]) -> Path:
+    """Run ``writer(tmp)`` and rename tmp onto ``target``; the temp file is removed on failure."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_path(target)
+    try:
+        writer(tmp)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return target
+
+
+def write_json(target: Path, payload: Any) -> Path:
+    """Write ``payload`` as indented UTF-8 JSON, atomically."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False, default=_json_default)
+
+    def _write(tmp: Path) -> None:
+        tmp.write_text(text + "\n", encoding="utf-8")
+
+    return write_with(target, _write)
+
+
+def write_text(target: Path, text: str) -> Path:
+    """Write UTF-8 text atomically."""
+    return write_with(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_parquet(target: Path, table: pa.Table) -> Path:
+    """Write an Arrow table as one Parquet file, atomically."""
+    return write_with(target, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+
+def replace_dir(target: Path, build: Callable[[Path], None]) -> Path:
+    """Build a whole directory in a temp sibling, then swap it in place of ``target``."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        build(tmp)
+        if target.exists():
+            old = target.with_name(f".{target.name}.{os.getpid()}.old")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,135 @@
+"""Typed errors raised deep in the pipeline and turned into one line + exit code at the edge.
+
+Each error knows its exit code and renders itself as a single line that says what and where.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+# Exit codes are part of the CLI contract (README "Exit codes").
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_BAD_INPUT = 3
+EXIT_MANIFEST_NOT_OK = 4
+EXIT_MISSING_PREREQUISITES = 5
+
+
+class NpuprofError(Exception):
+    """Base class of every error npuprof reports to users."""
+
+    exit_code = EXIT_INTERNAL
+    kind = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def one_line(self) -> str:
+        """The error as one line for people (no newlines, no traceback)."""
+        return " ".join(self.message.split())
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "error": self.one_line()}
+
+
+class UsageError(NpuprofError):
+    """The command line asks for something impossible (bad flag, refused output dir)."""
+
+    exit_code = EXIT_USAGE
+    kind = "usage_error"
+
+
+class BadInput(NpuprofError):
+    """Input profiling data that cannot be read: says which file and, where known, where in it.
+
+    ``line`` is a 1-based line of a text file (the header is line 1); ``row`` a row key of a db.
+    """
+
+    exit_code = EXIT_BAD_INPUT
+    kind = "bad_input"
+
+    def __init__(
+        self,
+        path: str | Path,
+        reason: str,
+        *,
+        line: int | None = None,
+        row: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.line = line
+        self.row = row
+        self.column = column
+        self.reason = reason
+        where = self.path
+        if line is not None:
+            where += f" line {line}"
+        if row is not None:
+            where += f" row {row}"
+        if column is not None:
+            where += f" column {column!r}"
+        super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self):  # errors cross process boundaries (pool workers, Celery)
+        return (_rebuild_bad_input, (self.path, self.reason, self.line, self.row, self.column))
+
+    def as_dict(self) -> dict:
+        out = super().as_dict()
+        out.update({"path": self.path, "line": self.line, "row": self.row, "column": self.column})
+        return out
+
+
+class ManifestNotOk(NpuprofError):
+    """A collection manifest.json whose analysis_status is not ``ok``."""
+
+    exit_code = EXIT_MANIFEST_NOT_OK
+    kind = "manifest_not_ok"
+
+    def __init__(self, path: str | Path, status: object) -> None:
+        self.path = str(path)
+        self.status = status
+        super().__init__(f"{path}: collection analysis_status is {status!r}, not 'ok'; refusing to analyze")
+
+    def __reduce__(self):
+        return (ManifestNotOk, (self.path, self.status))
+
+
+class MissingPrerequisites(NpuprofError):
+    """A stage window was asked for, but artifacts of earlier stages are missing."""
+
+    exit_code = EXIT_MISSING_PREREQUISITES
+    kind = "missing_prerequisites"
+
+    def __init__(self, stage: str, missing: list[str]) -> None:
+        self.stage = stage
+        self.missing = missing
+        super().__init__(
+            f"stage {stage!r} needs artifacts that are missing: {', '.join(missing)} "
+            f"(run the earlier stages first)"
+        )
+
+    def __reduce__(self):
+        return (MissingPrerequisites, (self.stage, self.missing))
+
+
+class StageFailed(NpuprofError):
+    """Wraps an error with the phase (stage, rank) in which it happened."""
+
+    def __init__(self, phase: str, cause: NpuprofError) -> None:
+        self.phase = phase
+        self.cause = cause
+        self.exit_code = cause.exit_code
+        self.kind = cause.kind
+        super().__init__(cause.message)
+
+    def __reduce__(self):
+        return (StageFailed, (self.phase, self.cause))
+
+    def as_dict(self) -> dict:
+        return self.cause.as_dict()
+
+
+def _rebuild_bad_input(path: str, reason: str, line: int | None, row: int | None, column: str | None) -> BadInput:
+    return BadInput(path, reason, line=line, row=row, column=column)

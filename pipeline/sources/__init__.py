@@ -1,0 +1,1 @@
+"""Readers of raw profiling files and discovery of the ranks of a root."""

@@ -1,0 +1,90 @@
+"""Facts about how each rank was captured: profiler level, PMU metric set, versions, parallelism.
+
+Read from profiler_info_<N>.json, profiler_metadata.json and, for db captures, the db's META_DATA
+and NPU_INFO. Missing facts stay null: nothing here is guessed.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from npuprof.pipeline.sources.discovery import RankInput, RootInputs, read_json
+from npuprof.pipeline.sources.profiler_db import connect_readonly
+
+
+def _from_profiler_info(info: dict) -> dict:
+    experimental = info.get("config", {}).get("experimental_config", {}) if isinstance(info.get("config"), dict) else {}
+    common = info.get("config", {}).get("common_config", {}) if isinstance(info.get("config"), dict) else {}
+    return {
+        "profiler_level": experimental.get("_profiler_level"),
+        "aic_metrics": experimental.get("_aic_metrics"),
+        "export_type": experimental.get("_export_type"),
+        "activities": common.get("activities"),
+        "schedule": common.get("schedule"),
+        "record_shapes": common.get("record_shapes"),
+        "with_stack": common.get("with_stack"),
+        "cann_version": info.get("cann_version"),
+        "torch_npu_version": info.get("torch_npu_version"),
+        "rank_id_in_file": info.get("rank_id"),
+    }
+
+
+def _from_db(path: Path) -> dict:
+    facts: dict = {}
+    try:
+        with connect_readonly(path) as con:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "META_DATA" in tables:
+                meta = dict(con.execute("SELECT name, value FROM META_DATA").fetchall())
+                facts["db_schema_version"] = meta.get("SCHEMA_VERSION")
+                for key in ("distributed_args", "parallel_group_info"):
+                    if key in meta:
+                        try:
+                            facts[key] = json.loads(meta[key])
+                        except (TypeError, json.JSONDecodeError):
+                            facts[key] = None
+            if "NPU_INFO" in tables:
+                facts["npu_names"] = sorted({r[0] for r in con.execute("SELECT name FROM NPU_INFO") if r[0]})
+    except sqlite3.Error:
+        pass  # the probe in normalize reports unreadable dbs; capture facts are best effort by design
+    return facts
+
+
+def rank_capture_info(rank: RankInput) -> dict:
+    """Capture facts of one rank (null where the capture does not say)."""
+    facts: dict = {
+        "rank_id": rank.rank_id,
+        "rank_dir": rank.rank_dir,
+        "rank_id_from": rank.rank_id_from,
+        "profiler_level": None,
+        "aic_metrics": None,
+        "cann_version": None,
+        "torch_npu_version": None,
+        "distributed_args": None,
+        "parallel_group_info": None,
+    }
+    if rank.profiler_info:
+        info = read_json(Path(rank.profiler_info))
+        if isinstance(info, dict):
+            facts.update(_from_profiler_info(info))
+    if rank.profiler_metadata:
+        metadata = read_json(Path(rank.profiler_metadata))
+        if isinstance(metadata, dict):
+            facts["distributed_args"] = metadata.get("distributed_args")
+            facts["parallel_group_info"] = metadata.get("parallel_group_info")
+    for db in rank.profiler_dbs[:1]:
+        for key, value in _from_db(Path(db)).items():
+            if facts.get(key) is None:
+                facts[key] = value
+    return facts
+
+
+def capture_info(inputs: RootInputs) -> dict:
+    """capture_info.json: per-rank facts plus the values all ranks agree on."""
+    ranks = [rank_capture_info(r) for r in inputs.ranks]
+    common = {}
+    for key in ("profiler_level", "aic_metrics", "cann_version", "torch_npu_version", "distributed_args"):
+        values = {json.dumps(r.get(key), sort_keys=True) for r in ranks if r.get(key) is not None}
+        common[key] = json.loads(values.pop()) if len(values) == 1 else None
+    return {"root": inputs.root, "rank_count": len(ranks), "common": common, "ranks": ranks}

@@ -1,0 +1,310 @@
+"""Find the ranks of a profiling root and the files each rank holds.
+
+Accepted inputs: a cluster root (one dir per rank, at any depth), one rank dir, an
+``ASCEND_PROFILER_OUTPUT`` dir, or a collection ``manifest.json`` whose ``analysis_status`` must be
+``ok``. Rank ids come from, in order: the ``profiler_info_<N>.json`` file name, that file's
+``rank_id``, the ``ascend_pytorch_profiler_<N>.db`` file name, the dir name (``rank_N``, ``rankN``,
+``…_rankN``, ``dpX_ppY_tpZ`` with the parallel sizes from profiler_metadata.json), then the ordinal
+of the dir. Two dirs with one rank id are an error that names both.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from npuprof.pipeline.errors import BadInput, ManifestNotOk
+
+PROFILER_OUTPUT = "ASCEND_PROFILER_OUTPUT"
+KERNEL_DETAILS = "kernel_details.csv"
+MAX_DEPTH = 10
+
+_PROFILER_INFO = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
+_PROFILER_DB = re.compile(r"^(?:ascend_pytorch_profiler(?:_(\d+))?|msprof(?:_\d+)*)\.db$")
+_OP_SUMMARY = re.compile(r"^op_summary(?:_[0-9A-Za-z]+)*\.csv$")
+_RANK_IN_NAME = (
+    re.compile(r"(?:^|[_-])rank[_-]?(\d+)(?:$|[_-])", re.IGNORECASE),
+    re.compile(r"rank[_-]?(\d+)", re.IGNORECASE),
+)
+_DP_PP_TP = re.compile(r"dp(\d+)_pp(\d+)_tp(\d+)", re.IGNORECASE)
+_SKIP_DIR_NAMES = {"__pycache__", "cluster_analysis_output", "FRAMEWORK", "logs", "mindstudio_profiler_log"}
+
+# Registered per rank for later stages (paths only; normalize does not parse them).
+SUPPLEMENTAL = {
+    "trace_view_json": "trace_view.json",
+    "communication_json": "communication.json",
+    "communication_matrix_json": "communication_matrix.json",
+    "step_trace_time_csv": "step_trace_time.csv",
+    "analysis_db": "analysis.db",
+}
+
+
+@dataclass
+class RankInput:
+    """Everything discovery knows about one rank: its id, why, and its files."""
+
+    rank_id: int
+    rank_dir: str
+    rank_id_from: str
+    kernel_csv: str | None = None
+    op_summary_csvs: list[str] = field(default_factory=list)
+    profiler_dbs: list[str] = field(default_factory=list)
+    profiler_info: str | None = None
+    profiler_metadata: str | None = None
+    supplemental: dict[str, str] = field(default_factory=dict)
+
+    def input_files(self) -> list[str]:
+        """Every file of this rank that npuprof reads or registers."""
+        files = [self.kernel_csv, *self.op_summary_csvs, *self.profiler_dbs, self.profiler_info, self.profiler_metadata]
+        return [f for f in files if f] + list(self.supplemental.values())
+
+    def has_kernel_source(self) -> bool:
+        return bool(self.kernel_csv or self.op_summary_csvs or self.profiler_dbs)
+
+
+@dataclass
+class RootInputs:
+    """The discovered layout of one profiling root."""
+
+    requested_path: str
+    root: str
+    ranks: list[RankInput]
+    collection_manifest: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RootInputs":
+        ranks = [RankInput(**r) for r in data["ranks"]]
+        return cls(data["requested_path"], data["root"], ranks, data.get("collection_manifest"))
+
+
+def read_json(path: Path) -> object:
+    """Parse a small JSON file; BadInput with line and column when it is broken."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadInput(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(path, f"broken JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
+
+
+def _resolve_collection_manifest(path: Path) -> tuple[Path, Path]:
+    """(profile root, manifest path) of a collection manifest whose analysis_status is ok."""
+    data = read_json(path)
+    if not isinstance(data, dict) or "analysis_status" not in data:
+        raise BadInput(path, "not a collection manifest (no analysis_status)")
+    if data["analysis_status"] != "ok":
+        raise ManifestNotOk(path, data["analysis_status"])
+    for key in ("profile_root", "remote_profile_root"):
+        value = data.get(key)
+        if isinstance(value, str) and value:
+            candidate = Path(value)
+            if not candidate.is_absolute():
+                candidate = path.parent / candidate
+            if candidate.exists():
+                return candidate, path
+    raise BadInput(path, "neither profile_root nor remote_profile_root names an existing directory")
+
+
+def _is_collection_manifest(path: Path) -> bool:
+    if path.name != "manifest.json" or not path.is_file():
+        return False
+    try:
+        data = read_json(path)
+    except BadInput:
+        return False
+    return isinstance(data, dict) and "analysis_status" in data
+
+
+def _is_npuprof_output(path: Path) -> bool:
+    return (path / "normalize_manifest.json").exists() or (path / "normalized_events").is_dir() or (
+        (path / "manifest.json").is_file() and (path / "capture_info.json").exists()
+    )
+
+
+def _direct_kernel_files(path: Path) -> bool:
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(n == KERNEL_DETAILS or _PROFILER_DB.match(n) or _OP_SUMMARY.match(n) for n in names)
+
+
+def is_rank_dir(path: Path) -> bool:
+    """A rank dir holds ASCEND_PROFILER_OUTPUT/, a profiler_info json, or kernel files directly."""
+    if (path / PROFILER_OUTPUT).is_dir():
+        return True
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    if any(_PROFILER_INFO.match(n) for n in names):
+        return True
+    return _direct_kernel_files(path)
+
+
+def _skip_dir(name: str) -> bool:
+    lowered = name.lower()
+    return (
+        name in _SKIP_DIR_NAMES
+        or name.startswith(".")
+        or lowered.endswith(".bak")
+        or lowered.startswith("bak_")
+        or name.startswith("PROF_")
+    )
+
+
+def find_rank_dirs(root: Path) -> list[Path]:
+    """Rank dirs under ``root`` (depth ≤ 10), sorted by path; never descends into a rank dir."""
+    if is_rank_dir(root):
+        return [root]
+    found: list[Path] = []
+    base_depth = len(root.parts)
+    for current, dirnames, _files in os.walk(root, followlinks=False):
+        here = Path(current)
+        dirnames[:] = sorted(d for d in dirnames if not _skip_dir(d))
+        keep = []
+        for name in dirnames:
+            child = here / name
+            if _is_npuprof_output(child):
+                continue
+            if is_rank_dir(child):
+                found.append(child)
+            elif len(child.parts) - base_depth < MAX_DEPTH:
+                keep.append(name)
+        dirnames[:] = keep
+    return sorted(found)
+
+
+def _files_of_rank(rank_dir: Path) -> dict:
+    """Locate a rank's files: ASCEND_PROFILER_OUTPUT first, then the rank dir, then PROF_*/ exports."""
+    out_dir = rank_dir / PROFILER_OUTPUT
+    search = [d for d in (out_dir, rank_dir) if d.is_dir()]
+    found: dict = {"kernel_csv": None, "profiler_dbs": [], "op_summary_csvs": [], "supplemental": {}}
+    for directory in search:
+        names = sorted(os.listdir(directory))
+        if found["kernel_csv"] is None and KERNEL_DETAILS in names:
+            found["kernel_csv"] = str(directory / KERNEL_DETAILS)
+        if not found["profiler_dbs"]:
+            found["profiler_dbs"] = [str(directory / n) for n in names if _PROFILER_DB.match(n)]
+        if not found["op_summary_csvs"]:
+            found["op_summary_csvs"] = [str(directory / n) for n in names if _OP_SUMMARY.match(n)]
+        for kind, filename in SUPPLEMENTAL.items():
+            if kind not in found["supplemental"] and filename in names:
+                found["supplemental"][kind] = str(directory / filename)
+    if not found["op_summary_csvs"]:
+        exports = sorted(rank_dir.glob("PROF_*/mindstudio_profiler_output/op_summary*.csv"))
+        found["op_summary_csvs"] = [str(p) for p in exports if _OP_SUMMARY.match(p.name)]
+    return found
+
+
+def _profiler_info_file(rank_dir: Path) -> tuple[Path | None, int | None]:
+    """The rank's profiler_info json and the rank number in its file name, if any."""
+    candidates = sorted(p for p in rank_dir.glob("profiler_info*.json") if _PROFILER_INFO.match(p.name))
+    for path in candidates:
+        number = _PROFILER_INFO.match(path.name).group(1)
+        if number is not None:
+            return path, int(number)
+    return (candidates[0], None) if candidates else (None, None)
+
+
+def _metadata_file(rank_dir: Path) -> Path | None:
+    for candidate in (rank_dir / "profiler_metadata.json", rank_dir / "FRAMEWORK" / "profiler_metadata.json"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _rank_from_dir_name(name: str, metadata_path: Path | None) -> int | None:
+    for pattern in _RANK_IN_NAME:
+        match = pattern.search(name)
+        if match:
+            return int(match.group(1))
+    match = _DP_PP_TP.search(name)
+    if match and metadata_path is not None:
+        args = read_json(metadata_path)
+        sizes = args.get("distributed_args", {}) if isinstance(args, dict) else {}
+        tp_size, dp_size = sizes.get("tensor_model_parallel_size"), sizes.get("data_parallel_size")
+        if isinstance(tp_size, int) and isinstance(dp_size, int):
+            dp, pp, tp = (int(g) for g in match.groups())
+            # Megatron order: tp varies fastest, then dp, then pp.
+            return pp * dp_size * tp_size + dp * tp_size + tp
+    return None
+
+
+def _rank_identity(rank_dir: Path, ordinal: int, files: dict) -> tuple[int, str, Path | None, Path | None]:
+    info_path, info_number = _profiler_info_file(rank_dir)
+    metadata_path = _metadata_file(rank_dir)
+    if info_number is not None:
+        return info_number, "profiler_info_filename", info_path, metadata_path
+    if info_path is not None:
+        info = read_json(info_path)
+        rank = info.get("rank_id") if isinstance(info, dict) else None
+        if isinstance(rank, int) or (isinstance(rank, str) and rank.strip().lstrip("-").isdigit()):
+            return int(rank), "profiler_info_rank_id", info_path, metadata_path
+    for db in files["profiler_dbs"]:
+        match = _PROFILER_DB.match(Path(db).name)
+        if match and match.group(1) is not None:
+            return int(match.group(1)), "profiler_db_filename", info_path, metadata_path
+    from_name = _rank_from_dir_name(rank_dir.name, metadata_path)
+    if from_name is not None:
+        return from_name, "dir_name", info_path, metadata_path
+    return ordinal, "ordinal", info_path, metadata_path
+
+
+def discover(path: str | Path) -> RootInputs:
+    """Discover the ranks and files of the profiling root at ``path``."""
+    requested = Path(path)
+    if not requested.exists():
+        raise BadInput(requested, "no such file or directory")
+    manifest_path: Path | None = None
+    root = requested
+    if requested.is_file():
+        if not _is_collection_manifest(requested):
+            raise BadInput(requested, "expected a profiling directory or a collection manifest.json")
+        root, manifest_path = _resolve_collection_manifest(requested)
+    elif (requested / "manifest.json").is_file() and _is_collection_manifest(requested / "manifest.json"):
+        root, manifest_path = _resolve_collection_manifest(requested / "manifest.json")
+    if root.name == PROFILER_OUTPUT:
+        root = root.parent
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise BadInput(root, "directory is not readable")
+
+    rank_dirs = find_rank_dirs(root)
+    if not rank_dirs:
+        raise BadInput(root, "no profiling data found (no ASCEND_PROFILER_OUTPUT, kernel_details.csv, profiler db or profiler_info json)")
+    ranks: list[RankInput] = []
+    seen: dict[int, Path] = {}
+    for ordinal, rank_dir in enumerate(rank_dirs):
+        files = _files_of_rank(rank_dir)
+        rank_id, rank_from, info_path, metadata_path = _rank_identity(rank_dir, ordinal, files)
+        if rank_id in seen:
+            raise BadInput(root, f"rank {rank_id} appears twice: {seen[rank_id]} and {rank_dir}")
+        seen[rank_id] = rank_dir
+        ranks.append(
+            RankInput(
+                rank_id=rank_id,
+                rank_dir=str(rank_dir),
+                rank_id_from=rank_from,
+                kernel_csv=files["kernel_csv"],
+                op_summary_csvs=files["op_summary_csvs"],
+                profiler_dbs=files["profiler_dbs"],
+                profiler_info=str(info_path) if info_path else None,
+                profiler_metadata=str(metadata_path) if metadata_path else None,
+                supplemental=files["supplemental"],
+            )
+        )
+    if not any(r.has_kernel_source() for r in ranks):
+        raise BadInput(root, f"none of the {len(ranks)} rank dirs holds kernel data (kernel_details.csv, op_summary csv or profiler db)")
+    ranks.sort(key=lambda r: r.rank_id)
+    return RootInputs(str(requested), str(root), ranks, str(manifest_path) if manifest_path else None)

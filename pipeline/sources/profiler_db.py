@@ -1,0 +1,227 @@
+"""Reader of profiler sqlite exports: ``ascend_pytorch_profiler_<rank>.db`` and ``msprof_<n>.db``.
+
+The db is opened read-only **and** immutable (``?mode=ro&immutable=1``): some real dbs are in WAL
+mode, and without ``immutable`` sqlite creates ``-shm``/``-wal`` files beside them, i.e. it writes
+into the user's archive. Column names differ between schema versions (1.0.0 in the public samples,
+1.2.0 in newer CANN); ``knowledge/db_source_mapping.yaml`` says which db column feeds which
+normalized column. Rows are rebuilt as kernel_details.csv would list them: one per
+COMPUTE_TASK_INFO ⋈ TASK row plus one per COMMUNICATION_OP, ordered by start time.
+"""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.request import pathname2url
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from npuprof import knowledge
+from npuprof.pipeline.errors import BadInput
+
+
+@dataclass
+class DbProbe:
+    """Whether a db can be read, and why not when it cannot."""
+
+    path: Path
+    ok: bool
+    reason: str = ""
+    schema_version: str | None = None
+    tables: dict[str, list[str]] = field(default_factory=dict)
+
+
+def connect_readonly(path: Path) -> sqlite3.Connection:
+    """Open ``path`` read-only and immutable, so nothing is ever written beside it."""
+    uri = f"file:{pathname2url(str(Path(path).resolve()))}?mode=ro&immutable=1"
+    return sqlite3.connect(uri, uri=True)
+
+
+def _table_columns(con: sqlite3.Connection) -> dict[str, list[str]]:
+    names = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {name: [col[1] for col in con.execute(f'PRAGMA table_info("{name}")')] for name in names}
+
+
+def probe(path: Path) -> DbProbe:
+    """Check that ``path`` is a profiler db of a schema we read; never raises for a bad db."""
+    mapping = knowledge.load("db_source_mapping")
+    path = Path(path)
+    try:
+        with connect_readonly(path) as con:
+            tables = _table_columns(con)
+            version = None
+            if "META_DATA" in tables:
+                row = con.execute("SELECT value FROM META_DATA WHERE name = 'SCHEMA_VERSION'").fetchone()
+                version = row[0] if row else None
+    except sqlite3.Error as exc:
+        return DbProbe(path, False, f"not a readable sqlite db ({exc})")
+    for table, required in mapping["required_columns"].items():
+        if table not in tables:
+            return DbProbe(path, False, f"table {table} is missing (not a profiler db of a known schema)", version, tables)
+        missing = [c for c in required if c not in tables[table]]
+        if missing:
+            return DbProbe(path, False, f"table {table} lacks columns {', '.join(missing)}", version, tables)
+    if version is not None:
+        major = str(version).split(".")[0]
+        if not major.isdigit() or int(major) not in mapping["supported_schema_majors"]:
+            return DbProbe(path, False, f"SCHEMA_VERSION {version} is not supported", version, tables)
+    return DbProbe(path, True, "", version, tables)
+
+
+def _first_present(candidates: list[str], columns: list[str]) -> str | None:
+    return next((c for c in candidates if c in columns), None)
+
+
+def _select_list(alias: str, wanted: dict[str, list[str]], columns: list[str], string_ids: set[str], joins: list[str]) -> list[str]:
+    """SELECT items for the wanted normalized fields; STRING_IDS columns resolved with a LEFT JOIN."""
+    items = []
+    for out_name, candidates in wanted.items():
+        src = _first_present(candidates, columns)
+        if src is None:
+            continue
+        if src in string_ids:
+            join_alias = f"s_{alias}_{out_name}"
+            joins.append(f"LEFT JOIN STRING_IDS {join_alias} ON {join_alias}.id = {alias}.{src}")
+            items.append(f"{join_alias}.value AS {out_name}")
+        else:
+            items.append(f"{alias}.{src} AS {out_name}")
+    return items
+
+
+def _read_compute(con: sqlite3.Connection, tables: dict[str, list[str]], mapping: dict) -> pd.DataFrame:
+    string_ids = set(mapping["string_id_columns"])
+    joins: list[str] = []
+    compute = {"name": ["name"], "accelerator_core": ["taskType"], **mapping["compute_columns"]}
+    items = ["c.rowid AS pmu_key", "c.globalTaskId AS source_row_key", "t.startNs AS start_ns", "t.endNs AS end_ns"]
+    items += _select_list("c", compute, tables["COMPUTE_TASK_INFO"], string_ids, joins)
+    items += _select_list("t", mapping["task_columns"], tables["TASK"], set(), joins)
+    sql = (
+        f"SELECT {', '.join(items)} FROM COMPUTE_TASK_INFO c "
+        f"JOIN TASK t ON t.globalTaskId = c.globalTaskId {' '.join(joins)}"
+    )
+    return pd.read_sql_query(sql, con)
+
+
+def _read_communication(con: sqlite3.Connection, tables: dict[str, list[str]], mapping: dict) -> pd.DataFrame:
+    columns = tables.get("COMMUNICATION_OP", [])
+    if not {"opName", "startNs", "endNs"} <= set(columns):
+        return pd.DataFrame()
+    joins: list[str] = []
+    wanted = {"name": ["opName"], **mapping["communication_columns"]}
+    items = ["o.startNs AS start_ns", "o.endNs AS end_ns"]
+    if "opId" in columns:
+        items.append("o.opId AS source_row_key")
+    items += _select_list("o", wanted, columns, set(mapping["string_id_columns"]), joins)
+    frame = pd.read_sql_query(f"SELECT {', '.join(items)} FROM COMMUNICATION_OP o {' '.join(joins)}", con)
+    frame["accelerator_core"] = mapping["communication_core"]
+    return frame
+
+
+def _read_pmu(con: sqlite3.Connection, tables: dict[str, list[str]], mapping: dict) -> pd.DataFrame:
+    if "TASK_PMU_INFO" not in tables:
+        return pd.DataFrame()
+    metrics = mapping["pmu_metrics"]
+    ids = dict(con.execute(
+        f"SELECT value, id FROM STRING_IDS WHERE value IN ({', '.join('?' * len(metrics))})", list(metrics)
+    ).fetchall())
+    present = {name: spec for name, spec in metrics.items() if name in ids}
+    if not present:
+        return pd.DataFrame()
+    # Pivot the long (task, metric, value) table inside sqlite: one row per task, one column per metric.
+    cases = ", ".join(
+        f"MAX(CASE WHEN name = {int(ids[name])} THEN value END) * {float(spec['scale'])} AS {spec['column']}"
+        for name, spec in present.items()
+    )
+    return pd.read_sql_query(f"SELECT globalTaskId AS pmu_key, {cases} FROM TASK_PMU_INFO GROUP BY globalTaskId", con)
+
+
+def _step_ids(con: sqlite3.Connection, tables: dict[str, list[str]], start_ns: np.ndarray) -> np.ndarray | None:
+    """Step of each row from STEP_TIME (the ProfilerStep#n spans); null outside every step."""
+    if "STEP_TIME" not in tables:
+        return None
+    steps = pd.read_sql_query("SELECT id, startNs, endNs FROM STEP_TIME ORDER BY startNs", con)
+    if steps.empty:
+        return None
+    starts = steps["startNs"].to_numpy(dtype=np.int64)
+    ends = steps["endNs"].to_numpy(dtype=np.int64)
+    pos = np.searchsorted(starts, start_ns, side="right") - 1
+    inside = (pos >= 0) & (start_ns <= ends[np.clip(pos, 0, None)])
+    result = np.full(len(start_ns), np.nan)
+    result[inside] = steps["id"].to_numpy(dtype=np.float64)[pos[inside]]
+    return result
+
+
+def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
+    """Read one profiler db into normalized event columns (no categories / op_type yet)."""
+    path = Path(path)
+    checked = probe(path)
+    if not checked.ok:
+        raise BadInput(path, f"cannot read profiler db: {checked.reason}")
+    mapping = knowledge.load("db_source_mapping")
+    notes: list[str] = []
+    try:
+        with connect_readonly(path) as con:
+            compute = _read_compute(con, checked.tables, mapping)
+            pmu = _read_pmu(con, checked.tables, mapping)
+            communication = _read_communication(con, checked.tables, mapping)
+            if not pmu.empty:
+                compute = compute.merge(pmu, on="pmu_key", how="left")
+            else:
+                notes.append("no TASK_PMU_INFO: pipeline fields are null")
+            compute = compute.drop(columns="pmu_key")
+            compute["kind_order"] = 0
+            if not communication.empty:
+                communication["kind_order"] = 1
+            events = pd.concat([compute, communication], ignore_index=True) if not communication.empty else compute
+            if events.empty:
+                raise BadInput(path, "no compute or communication rows (the rank captured no kernels)")
+            events = events.sort_values(
+                ["start_ns", "kind_order"] + [c for c in ("task_id", "source_row_key") if c in events],
+                kind="stable",
+            ).reset_index(drop=True)
+            steps = _step_ids(con, checked.tables, events["start_ns"].to_numpy(dtype=np.int64))
+    except sqlite3.Error as exc:
+        raise BadInput(path, f"sqlite error while reading: {exc}") from None
+
+    events["duration_ns"] = events["end_ns"] - events["start_ns"]
+    if steps is not None:
+        events["step_id"] = pd.array(steps, dtype="Int64")
+    derived_wait = _derived_wait_ns(events)
+    if "wait_ns" in events:
+        missing = events["wait_ns"].isna()
+        if missing.any():
+            notes.append(f"wait_ns derived from the gap to the previous task for {int(missing.sum())} rows")
+        events["wait_ns"] = events["wait_ns"].fillna(pd.Series(derived_wait, index=events.index))
+    else:
+        events["wait_ns"] = derived_wait
+        notes.append("db stores no wait time: wait_ns is the gap to the previous task's end")
+    for text_col in ("input_shapes", "output_shapes"):
+        if text_col in events:
+            events[text_col] = events[text_col].str.replace('"', "", regex=False)
+    for text_col in ("type", "accelerator_core", "op_state", "hf32_eligible", "input_dtypes", "input_formats", "output_dtypes", "output_formats"):
+        if text_col in events:
+            events[text_col] = events[text_col].where(events[text_col] != "N/A")
+    for id_col in ("context_id", "model_id", "task_id", "stream_id"):
+        if id_col in events:
+            events[id_col] = events[id_col].where(events[id_col] != 4294967295)
+    events["row_idx"] = np.arange(len(events), dtype=np.int64)
+    events = events.drop(columns="kind_order")
+    facts = {
+        "schema_version": checked.schema_version,
+        "compute_rows": int((events["accelerator_core"] != mapping["communication_core"]).sum()) if len(events) else 0,
+        "communication_rows": int(len(communication)),
+        "notes": notes,
+    }
+    return pa.Table.from_pandas(events, preserve_index=False), facts
+
+
+def _derived_wait_ns(events: pd.DataFrame) -> np.ndarray:
+    """Idle gap before each task: its start minus the latest end of any earlier task (≥ 0)."""
+    ends = events["end_ns"].to_numpy(dtype=np.int64)
+    starts = events["start_ns"].to_numpy(dtype=np.int64)
+    previous_end = np.maximum.accumulate(ends)
+    gap = np.zeros(len(starts), dtype=np.int64)
+    gap[1:] = starts[1:] - previous_end[:-1]
+    return np.clip(gap, 0, None)

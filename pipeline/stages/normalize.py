@@ -1,0 +1,189 @@
+"""normalize: any profiling root → one columnar event table, every event traceable to its source row.
+
+Map (per rank): pick the kernel source (profiler db or kernel_details.csv / op_summary csv), read
+it, add op_type, categories and roles, and return the rank's ``normalized_events`` partition.
+Reduce (per root): ``source_index.json`` and ``normalize_manifest.json``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.signatures import categorize, op_types
+from npuprof.pipeline.sources.capture_info import capture_info
+from npuprof.pipeline.sources.discovery import RankInput
+from npuprof.pipeline.sources.kernel_csv import read_kernel_csv
+from npuprof.pipeline.sources.profiler_db import probe, read_profiler_db
+from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+
+_AIV_STAGES = ("aiv_vec_time_us", "aiv_mte2_time_us", "aiv_mte3_time_us", "aiv_scalar_time_us")
+
+
+def _pick_source(rank: RankInput, source: str) -> tuple[str, list[Path], str]:
+    """(kind, paths, reason) of the kernel source to read for ``rank`` under ``--source``."""
+    csvs = [Path(rank.kernel_csv)] if rank.kernel_csv else [Path(p) for p in rank.op_summary_csvs]
+    csv_kind = "kernel_details_csv" if rank.kernel_csv else "op_summary_csv"
+    if len(rank.profiler_dbs) > 1 and source != "csv":
+        raise BadInput(rank.rank_dir, f"several profiler dbs in one rank dir, cannot tell which to read: {', '.join(Path(d).name for d in rank.profiler_dbs)}")
+    db = Path(rank.profiler_dbs[0]) if rank.profiler_dbs else None
+    if source == "csv":
+        if not csvs:
+            raise BadInput(rank.rank_dir, "--source csv: no kernel_details.csv or op_summary csv in this rank dir")
+        return csv_kind, csvs, "--source csv"
+    if source == "db":
+        if db is None:
+            raise BadInput(rank.rank_dir, "--source db: no profiler db in this rank dir")
+        checked = probe(db)
+        if not checked.ok:
+            raise BadInput(db, f"cannot read profiler db: {checked.reason}")
+        return "profiler_db", [db], "--source db"
+    if db is not None:
+        checked = probe(db)
+        if checked.ok:
+            return "profiler_db", [db], f"profiler db passed the schema probe (SCHEMA_VERSION {checked.schema_version or 'none, columns probed'})"
+        if csvs:
+            return csv_kind, csvs, f"profiler db {db.name} failed the schema probe ({checked.reason}); fell back to CSV"
+        raise BadInput(db, f"cannot read profiler db: {checked.reason}")
+    return csv_kind, csvs, "no profiler db; CSV"
+
+
+def _empty_events() -> pa.Table:
+    return schema.EVENT_SCHEMA.empty_table()
+
+
+def _finish_events(table: pa.Table, source_id: pa.Array) -> pa.Table:
+    """Add op_type, categories, roles; conform to EVENT_SCHEMA (missing columns become null)."""
+    frame = table.select([c for c in ("name", "type", "accelerator_core") if c in table.column_names]).to_pandas()
+    for column in ("type", "accelerator_core"):
+        if column not in frame:
+            frame[column] = None
+    categories, roles, primary = categorize(frame)
+    n = table.num_rows
+
+    def column_or_null(name: str):
+        return table.column(name).to_pandas() if name in table.column_names else None
+
+    aiv_time = column_or_null("aiv_time_us")
+    aiv_sum = None
+    for stage in _AIV_STAGES:
+        values = column_or_null(stage)
+        if values is not None:
+            aiv_sum = values.fillna(0) if aiv_sum is None else aiv_sum + values.fillna(0)
+    null_float = pd.Series(np.full(n, np.nan))
+    op_type = op_types(frame["accelerator_core"], aiv_time if aiv_time is not None else null_float, aiv_sum if aiv_sum is not None else null_float)
+
+    columns = {}
+    for field in schema.EVENT_SCHEMA:
+        if field.name in table.column_names:
+            columns[field.name] = table.column(field.name).cast(field.type)
+        else:
+            columns[field.name] = pa.nulls(n, field.type)
+    columns["source_id"] = source_id
+    columns["op_type"] = pa.array(op_type, type=pa.string())
+    columns["categories"] = pa.array(categories, type=pa.list_(pa.string()))
+    columns["roles"] = pa.array(roles, type=pa.list_(pa.string()))
+    columns["primary_category"] = pa.array(primary, type=pa.string())
+    if "end_ns" not in table.column_names:
+        columns["end_ns"] = pc.add(columns["start_ns"], columns["duration_ns"])
+    return pa.table(columns, schema=schema.EVENT_SCHEMA)
+
+
+def _rank_summary(rank: RankInput, events: pa.Table, kind: str, paths: list[Path], reason: str, notes: list[str], facts: dict) -> dict:
+    op_type = events.column("op_type")
+    compute = pc.invert(pc.is_in(op_type, pa.array(["communication"])))
+    has_pipeline = None
+    for field in schema.PIPELINE_FIELDS:
+        valid = pc.is_valid(events.column(field))
+        has_pipeline = valid if has_pipeline is None else pc.or_(has_pipeline, valid)
+    compute_count = pc.sum(compute).as_py() or 0
+    covered = pc.sum(pc.and_(compute, has_pipeline)).as_py() or 0 if events.num_rows else 0
+    start = pc.min(events.column("start_ns")).as_py() if events.num_rows else None
+    end = pc.max(events.column("end_ns")).as_py() if events.num_rows else None
+    counts = {row["values"]: row["counts"] for row in pc.value_counts(op_type).to_pylist()} if events.num_rows else {}
+    steps = pc.unique(events.column("step_id")).drop_null().to_pylist() if events.num_rows else []
+    return {
+        "rank_id": rank.rank_id,
+        "rank_dir": rank.rank_dir,
+        "source_kind": kind,
+        "source_paths": [str(p) for p in paths],
+        "source_choice": reason,
+        "event_count": events.num_rows,
+        "compute_event_count": int(compute_count),
+        "communication_event_count": int(events.num_rows - compute_count),
+        "op_type_counts": {k: int(v) for k, v in sorted(counts.items())},
+        "step_ids": sorted(int(s) for s in steps),
+        "start_ns": start,
+        "end_ns": end,
+        "span_us": (end - start) / 1000 if start is not None else None,
+        "pipeline_event_count": int(covered),
+        "pipeline_coverage": (covered / compute_count) if compute_count else None,
+        "quarantined_rows": facts.get("quarantined_rows", []),
+        "header_columns": facts.get("header_columns"),
+        "db_schema_version": facts.get("schema_version"),
+        "notes": notes,
+    }
+
+
+def map_rank(ctx: RankContext) -> StageResult:
+    """Normalize one rank's kernel source into its ``normalized_events`` partition."""
+    rank = ctx.rank
+    if not rank.has_kernel_source():
+        events = _empty_events()
+        note = "no kernel_details.csv, op_summary csv or profiler db: this rank has no device events (communication files only)"
+        summary = _rank_summary(rank, events, "none", [], "no kernel source", [note], {})
+        return StageResult(tables={schema.NORMALIZED_EVENTS: events}, manifest=summary)
+    kind, paths, reason = _pick_source(rank, ctx.options.source)
+    notes: list[str] = []
+    tables = []
+    facts: dict = {"quarantined_rows": []}
+    sources = []
+    for index, path in enumerate(paths):
+        source_id = f"r{rank.rank_id}:{kind}" + (f":{index}" if len(paths) > 1 else "")
+        if kind == "profiler_db":
+            table, file_facts = read_profiler_db(path)
+            notes.extend(file_facts.get("notes", []))
+            facts["schema_version"] = file_facts.get("schema_version")
+        else:
+            table, file_facts = read_kernel_csv(path)
+            facts["header_columns"] = file_facts["header_columns"]
+            for q in file_facts["quarantined_rows"]:
+                facts["quarantined_rows"].append({**q, "path": str(path)})
+                notes.append(f"{path.name} line {q['line']}: {q['fields']} fields instead of {q['expected_fields']}; row quarantined (not an event)")
+        tables.append(_finish_events(table, pa.repeat(pa.scalar(source_id, pa.string()), table.num_rows)))
+        sources.append({"source_id": source_id, "kind": kind, "path": str(path), "rank_id": rank.rank_id, "row_start": 0, "row_end": table.num_rows})
+    events = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    summary = _rank_summary(rank, events, kind, paths, reason, notes, facts)
+    summary["sources"] = sources
+    return StageResult(tables={schema.NORMALIZED_EVENTS: events}, manifest=summary)
+
+
+def reduce_root(ctx: RootContext) -> StageResult:
+    """source_index.json and normalize_manifest.json from the per-rank results."""
+    ranks = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
+    sources = [s for m in ranks for s in m.pop("sources", [])]
+    for rank in ctx.inputs.ranks:
+        for kind, path in sorted(rank.supplemental.items()):
+            sources.append({"source_id": f"r{rank.rank_id}:{kind}", "kind": kind, "path": path, "rank_id": rank.rank_id})
+    event_count = sum(m["event_count"] for m in ranks)
+    pipeline_events = sum(m["pipeline_event_count"] for m in ranks)
+    compute_events = sum(m["compute_event_count"] for m in ranks)
+    manifest = {
+        "profile_root": ctx.inputs.root,
+        "rank_count": len(ranks),
+        "ranks_with_events": sum(1 for m in ranks if m["event_count"]),
+        "event_count": event_count,
+        "pipeline_event_count": pipeline_events,
+        "pipeline_coverage": (pipeline_events / compute_events) if compute_events else None,
+        "time_unit": "int64 ns (start_ns, end_ns, duration_ns, wait_ns); pipeline fields float64 us",
+        "rank_summaries": ranks,
+        "notes": [f"rank {m['rank_id']}: {n}" for m in ranks for n in m["notes"]],
+    }
+    source_index = {"profile_root": ctx.inputs.root, "inputs": ctx.inputs.to_dict(), "sources": sources}
+    json_files = {schema.SOURCE_INDEX: source_index, schema.CAPTURE_INFO: capture_info(ctx.inputs)}
+    return StageResult(json_files=json_files, manifest=manifest)
