@@ -80,11 +80,18 @@ def rank_capture_info(rank: RankInput) -> dict:
     return facts
 
 
+def _shared_part(value: object) -> object:
+    """distributed_args without its per-rank ``rank`` entry, so ranks of one job agree."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "rank"}
+    return value
+
+
 def capture_info(inputs: RootInputs) -> dict:
     """capture_info.json: per-rank facts plus the values all ranks agree on."""
     ranks = [rank_capture_info(r) for r in inputs.ranks]
     common = {}
     for key in ("profiler_level", "aic_metrics", "cann_version", "torch_npu_version", "distributed_args"):
-        values = {json.dumps(r.get(key), sort_keys=True) for r in ranks if r.get(key) is not None}
+        values = {json.dumps(_shared_part(r.get(key)), sort_keys=True) for r in ranks if r.get(key) is not None}
         common[key] = json.loads(values.pop()) if len(values) == 1 else None
     return {"root": inputs.root, "rank_count": len(ranks), "common": common, "ranks": ranks}

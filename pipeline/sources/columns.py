@@ -33,8 +33,7 @@ def _first_bad(raw: pa.ChunkedArray | pa.Array, converted: pa.ChunkedArray | pa.
 
 
 def _raise_bad(path: Path, column: str, raw, index: int, line_of: LineOf, what: str) -> None:
-    value = raw[index].as_py() if hasattr(raw, "__getitem__") else None
-    raise BadInput(path, f"{what}: {value!r}", line=index + line_of, column=column)
+    raise BadInput(path, f"{what}: {raw[index].as_py()!r}", line=line_of(index), column=column)
 
 
 def decimal_us_to_ns(raw, *, path: Path, column: str, line_of: LineOf) -> pa.ChunkedArray:

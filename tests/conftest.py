@@ -1,0 +1,77 @@
+"""Shared fixtures: the real samples, and running the real ``npuprof`` CLI."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = Path(os.environ.get("NPUPROF_SAMPLES", REPO.parent / "shared" / "samples")).resolve()
+
+MSINSIGHT = SAMPLES / "msinsight"
+PYTORCH_DATA = MSINSIGHT / "test" / "data" / "pytorch"
+QWEN_TRAINING = MSINSIGHT / "test" / "st" / "level2"
+SERVER_DATA = MSINSIGHT / "server" / "src" / "test" / "test_data"
+MSTT = SAMPLES / "mstt" / "profiler" / "msprof_analyze" / "test"
+
+# Every sample root that holds kernel data, with how many ranks it has.
+SAMPLE_ROOTS: dict[str, tuple[Path, int]] = {
+    "text_level0": (PYTORCH_DATA / "text" / "level0", 2),
+    "text_level1": (PYTORCH_DATA / "text" / "level1", 2),
+    "text_level2": (PYTORCH_DATA / "text" / "level2", 2),
+    "db_level0": (PYTORCH_DATA / "db" / "level0", 2),
+    "db_level1": (PYTORCH_DATA / "db" / "level1", 2),
+    "db_level2": (PYTORCH_DATA / "db" / "level2", 2),
+    "qwen3_training": (QWEN_TRAINING, 4),
+    "server_rank0": (SERVER_DATA / "test_rank_0", 1),
+    "server_rank1": (SERVER_DATA / "test_rank_1", 1),
+    "msprof_db": (SERVER_DATA / "full_db", 1),
+    "op_summary": (SERVER_DATA / "test_kernel_parse", 1),
+    "mstt_advisor_33col": (MSTT / "ut" / "advisor" / "advisor_backend" / "compute_advice", 1),
+    "mstt_advisor_46col": (MSTT / "ut" / "advisor" / "compute_advice" / "data", 1),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not SAMPLES.is_dir():
+        raise pytest.UsageError(f"real samples not found at {SAMPLES} (set NPUPROF_SAMPLES)")
+
+
+@dataclass
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def result(self) -> dict:
+        """The one JSON object on stdout (fails the test if there is not exactly one)."""
+        lines = [line for line in self.stdout.splitlines() if line.strip()]
+        assert len(lines) == 1, f"stdout must hold exactly one JSON object, got: {self.stdout!r}"
+        return json.loads(lines[0])
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> CliRun:
+    """Run the installed ``npuprof`` console script as a user would."""
+    exe = shutil.which("npuprof") or str(Path(sys.executable).with_name("npuprof"))
+    proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return CliRun(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def copy_sample(src: Path, dst: Path) -> Path:
+    """Copy a sample tree (the samples are read-only; tests modify copies)."""
+    shutil.copytree(src, dst)
+    for path in [dst, *dst.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    return dst

@@ -1,0 +1,246 @@
+"""The CLI contract: one JSON object on stdout, one error line on stderr, documented exit codes."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample
+from npuprof.pipeline.errors import MissingPrerequisites
+from npuprof.pipeline.runner import check_prerequisites
+from npuprof.pipeline.stages import stage
+
+RANK0 = "rank_0_ascend_pt"
+
+
+@pytest.fixture
+def qwen_copy(tmp_path) -> Path:
+    return copy_sample(QWEN_TRAINING, tmp_path / "root")
+
+
+def kernel_csv(root: Path, rank_dir: str = RANK0) -> Path:
+    return root / rank_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+
+
+def assert_clean_failure(run, out: Path, exit_code: int, *must_mention: str) -> dict:
+    """The failure contract: exit code, one stderr line naming what and where, failure JSON, no manifest."""
+    assert run.returncode == exit_code, (run.returncode, run.stderr)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    for text in must_mention:
+        assert text in lines[0], (text, lines[0])
+    failure = run.result
+    assert failure["status"] == "failed" and failure["phase"] and failure["error"]
+    assert not (out / "normalize_manifest.json").exists()
+    assert not list(out.rglob("*.parquet")), "a failed stage must not leave partitions behind"
+    assert not list(out.rglob("*.tmp"))
+    if out.exists():
+        assert json.loads((out / "failure.json").read_text())["phase"] == failure["phase"]
+    return failure
+
+
+def test_truncated_csv_fails_with_line(cli, qwen_copy, tmp_path):
+    path = kernel_csv(qwen_copy)
+    data = path.read_bytes()
+    truncated = data[: len(data) - 300]  # cut inside a row near the end
+    path.write_bytes(truncated)
+    last_line = truncated.count(b"\n") + 1
+    out = tmp_path / "out"
+    run = cli("analyze", str(qwen_copy), "-o", str(out), "--progress", "none")
+    failure = assert_clean_failure(run, out, 3, str(path), "truncated", f"line {last_line}:")
+    assert failure["phase"] == "normalize (rank 0)"
+
+
+@pytest.mark.parametrize("column", ["Name", "Start Time(us)", "Duration(us)"])
+def test_missing_required_column_fails_naming_it(cli, qwen_copy, tmp_path, column):
+    path = kernel_csv(qwen_copy)
+    text = path.read_text(encoding="utf-8")
+    header, rest = text.split("\n", 1)
+    path.write_text(header.replace(column, "Something Else", 1) + "\n" + rest, encoding="utf-8")
+    out = tmp_path / "out"
+    run = cli("analyze", str(qwen_copy), "-o", str(out), "--progress", "none")
+    assert_clean_failure(run, out, 3, str(path), repr(column), "missing")
+
+
+def test_non_utf8_byte_fails_with_line(cli, qwen_copy, tmp_path):
+    path = kernel_csv(qwen_copy)
+    lines = path.read_bytes().split(b"\n")
+    lines[10] = lines[10].replace(b"aclnn", b"acl\xffnn", 1)
+    path.write_bytes(b"\n".join(lines))
+    out = tmp_path / "out"
+    run = cli("analyze", str(qwen_copy), "-o", str(out), "--progress", "none")
+    assert_clean_failure(run, out, 3, str(path), "line 11", "UTF-8")
+
+
+def test_bad_number_fails_with_line_and_column(cli, qwen_copy, tmp_path):
+    path = kernel_csv(qwen_copy)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    cells = lines[5].split(",")
+    cells[10] = "12abc"  # Duration(us)
+    lines[5] = ",".join(cells)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    out = tmp_path / "out"
+    run = cli("analyze", str(qwen_copy), "-o", str(out), "--progress", "none")
+    assert_clean_failure(run, out, 3, str(path), "line 6", "'Duration(us)'", "12abc")
+
+
+def test_empty_file_fails(cli, qwen_copy, tmp_path):
+    kernel_csv(qwen_copy).write_bytes(b"")
+    out = tmp_path / "out"
+    run = cli("analyze", str(qwen_copy), "-o", str(out), "--progress", "none")
+    assert_clean_failure(run, out, 3, str(kernel_csv(qwen_copy)), "empty file")
+
+
+def test_header_only_file_is_an_empty_rank(cli, qwen_copy, tmp_path):
+    path = kernel_csv(qwen_copy, "rank_2_ascend_pt")
+    path.write_text(path.read_text(encoding="utf-8").split("\n", 1)[0] + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    run = cli("analyze", str(qwen_copy), "-o", str(out), "--progress", "none")
+    failure = assert_clean_failure(run, out, 3, str(path), "no data rows")
+    assert failure["phase"] == "normalize (rank 2)"
+
+
+def test_db_of_another_schema_fails(cli, tmp_path):
+    rank_dir = tmp_path / "root" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    rank_dir.mkdir(parents=True)
+    db = rank_dir / "ascend_pytorch_profiler_0.db"
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE META_DATA (name TEXT, value TEXT); INSERT INTO META_DATA VALUES ('SCHEMA_VERSION', '1.0.0'); CREATE TABLE EVENTS (x INTEGER);")
+    con.commit()
+    con.close()
+    out = tmp_path / "out"
+    run = cli("analyze", str(tmp_path / "root"), "-o", str(out), "--progress", "none")
+    assert_clean_failure(run, out, 3, str(db), "not a profiler db")
+
+
+def test_unsupported_schema_major_fails(cli, tmp_path):
+    root = copy_sample(PYTORCH_DATA / "db" / "level1" / "rank0_ascend_pt", tmp_path / "rank0_ascend_pt")
+    db = root / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA journal_mode=DELETE")
+    con.execute("UPDATE META_DATA SET value = '2.0.0' WHERE name = 'SCHEMA_VERSION'")
+    con.commit()
+    con.close()
+    out = tmp_path / "out"
+    run = cli("analyze", str(root), "-o", str(out), "--progress", "none")
+    assert_clean_failure(run, out, 3, str(db), "SCHEMA_VERSION 2.0.0")
+
+
+def test_collection_manifest_not_ok_exits_4(cli, tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"analysis_status": "partial", "profile_root": str(QWEN_TRAINING)}))
+    out = tmp_path / "out"
+    run = cli("analyze", str(manifest), "-o", str(out), "--progress", "none")
+    failure = assert_clean_failure(run, out, 4, str(manifest), "'partial'")
+    assert failure["phase"] == "discover"
+
+
+def test_unreadable_file_fails(cli, qwen_copy, tmp_path):
+    path = kernel_csv(qwen_copy)
+    path.unlink()
+    path.symlink_to(tmp_path / "gone.csv")  # dangling: root can read any mode bits, but not this
+    out = tmp_path / "out"
+    run = cli("analyze", str(qwen_copy), "-o", str(out), "--progress", "none")
+    assert_clean_failure(run, out, 3, str(path), "cannot read file")
+
+
+def test_broken_profiler_info_json_fails_with_line(cli, tmp_path):
+    root = copy_sample(PYTORCH_DATA / "text" / "level1", tmp_path / "root")
+    info = root / "rank1_ascend_pt" / "profiler_info_1.json"
+    info.write_text('{\n  "config": {\n    "common_config": [1, 2,\n')
+    out = tmp_path / "out"
+    run = cli("analyze", str(root), "-o", str(out), "--progress", "none")
+    assert_clean_failure(run, out, 3, str(info), "broken JSON")
+
+
+def test_a_bad_rank_removes_the_partitions_of_the_good_ranks(cli, tmp_path):
+    root = copy_sample(PYTORCH_DATA / "text" / "level2", tmp_path / "root")
+    kernel_csv(root, "rank1_ascend_pt").write_bytes(b"Name,Type\nx,y\n")
+    out = tmp_path / "out"
+    run = cli("analyze", str(root), "-o", str(out), "--progress", "none", "--jobs", "2")
+    assert_clean_failure(run, out, 3, "rank1_ascend_pt", "'Start Time(us)'")
+
+
+def test_nonexistent_root_is_bad_input(cli, tmp_path):
+    run = cli("analyze", str(tmp_path / "nope"), "-o", str(tmp_path / "out"), "--progress", "none")
+    assert run.returncode == 3 and "no such file" in run.result["error"]
+
+
+def test_non_empty_output_is_refused_without_overwrite(cli, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "something.txt").write_text("keep me")
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none")
+    assert run.returncode == 2 and "--overwrite" in run.result["error"]
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none", "--overwrite")
+    assert run.returncode == 0, run.stderr
+    assert (out / "something.txt").read_text() == "keep me"  # overwrite replaces our artifacts only
+
+
+def test_stage_that_is_not_built_is_refused_clearly(cli, tmp_path):
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out"), "--to-stage", "segment")
+    assert run.returncode == 2
+    assert "'segment' is not built yet" in run.result["error"]
+
+
+def test_missing_prerequisites_are_named(tmp_path):
+    with pytest.raises(MissingPrerequisites) as raised:
+        check_prerequisites(tmp_path, [stage("segment")])
+    assert raised.value.exit_code == 5
+    assert "normalize_manifest.json" in raised.value.one_line() and "normalized_events" in raised.value.one_line()
+
+
+def test_only_stage_reruns_on_an_existing_output(cli, tmp_path):
+    out = tmp_path / "out"
+    assert cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none").returncode == 0
+    first = json.loads((out / "manifest.json").read_text())
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--only-stage", "normalize", "--progress", "none")
+    assert run.returncode == 0, run.stderr
+    assert run.result["stages_executed"] == ["normalize"]
+    assert json.loads((out / "manifest.json").read_text())["created_at"] == first["created_at"]
+
+
+def test_usage_errors_are_one_json_object_with_exit_2(cli, tmp_path):
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "o"), "--mode", "turbo")
+    assert run.returncode == 2 and run.result["status"] == "failed" and run.result["kind"] == "usage_error"
+    run = cli()
+    assert run.returncode == 2 and run.result["status"] == "failed"
+
+
+def test_help_documents_commands_flags_and_exit_codes(cli):
+    run = cli("analyze", "--help")
+    assert run.returncode == 0
+    for text in ("--from-stage", "--to-stage", "--only-stage", "--source", "--progress", "--overwrite", "--jobs", "exit codes", "bad input data"):
+        assert text in run.stdout
+
+
+def test_json_progress_lines_on_stderr(cli, tmp_path):
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out"), "--progress", "json")
+    assert run.returncode == 0
+    events = [json.loads(line) for line in run.stderr.splitlines()]
+    assert {"discover", "normalize"} <= {e["stage"] for e in events}
+    final = [e for e in events if e["stage"] == "normalize"][-1]
+    assert final["done"] == final["total"] == 4
+
+
+def test_manifest_records_version_timings_and_input_facts_with_optional_sha256(cli, tmp_path):
+    out = tmp_path / "out"
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--hash-sources", "--progress", "none")
+    assert run.returncode == 0, run.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["npuprof_version"]
+    assert manifest["stage_timings"]["normalize"] > 0
+    source = str(QWEN_TRAINING / RANK0 / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    entry = next(i for i in manifest["inputs"] if i["path"] == source)
+    assert entry["size"] == os.path.getsize(source)
+    assert entry["sha256"] == hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*.tmp"))
+    # The stage manifest is the completion marker: it is written after the stage's artifacts.
+    stage_manifest = (out / "normalize_manifest.json").stat().st_mtime_ns
+    assert all(p.stat().st_mtime_ns <= stage_manifest for p in (out / "normalized_events").rglob("*.parquet"))

@@ -1,0 +1,44 @@
+"""The YAML knowledge and the code agree: every enum value emitted is declared, and vice versa."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from npuprof import knowledge
+from npuprof.pipeline import signatures
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_rule_categories_and_roles_are_exactly_the_declared_ones():
+    conventions = knowledge.load("semantic_conventions")
+    rules = knowledge.load("kernel_signatures")["rules"]
+    used_categories = {c for r in rules for c in r.get("categories", [])}
+    used_roles = {r_ for r in rules for r_ in r.get("roles", [])}
+    assert used_categories == set(conventions["categories"])
+    # dummy_or_reduced_work is set by later stages, not by the name rules.
+    assert used_roles | {"dummy_or_reduced_work"} == set(conventions["roles"])
+
+
+def test_op_types_emitted_are_exactly_the_declared_ones():
+    declared = set(knowledge.load("semantic_conventions")["op_type"])
+    source = (REPO / "pipeline" / "signatures.py").read_text()
+    emitted = set(re.findall(r'"(aic|aiv|mix_cv|mix_comm_aiv|communication|aicpu|dsa|unknown)"', source))
+    assert emitted == declared
+    for core in ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "COMMUNICATION", "AI_CPU", "DSA_SQE", None):
+        assert signatures.op_type_of_core(core) in declared
+
+
+def test_source_kinds_written_are_declared():
+    declared = set(knowledge.load("semantic_conventions")["source_kind"])
+    from npuprof.pipeline.sources.discovery import SUPPLEMENTAL
+
+    assert set(SUPPLEMENTAL) <= declared
+    assert {"kernel_details_csv", "op_summary_csv", "profiler_db"} <= declared
+
+
+def test_every_rule_has_an_id_and_a_clause():
+    clauses = {"any_of", "all_of", "none_of", "starts_with_any"}
+    for rule in knowledge.load("kernel_signatures")["rules"]:
+        assert rule.get("id")
+        assert clauses & set(rule), rule["id"]
