@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 import traceback
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -165,9 +165,13 @@ def _map_ranks(current: Stage, out_dir: Path, inputs: RootInputs, options: Analy
             results.append(_guard(current.name, rank.rank_id, run_rank_stage, current.name, str(out_dir), vars(rank), options.to_dict()))
             progress(current.name, done, total, f"rank {rank.rank_id}")
         return results
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["npuprof.pipeline.runner"])
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    if current.map_in_threads:
+        pool_cm = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"npuprof-{current.name}")
+    else:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["npuprof.pipeline.runner"])
+        pool_cm = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    with pool_cm as pool:
         futures = {pool.submit(run_rank_stage, current.name, str(out_dir), vars(rank), options.to_dict()): rank.rank_id for rank in ranks}
         pending = set(futures)
         while pending:

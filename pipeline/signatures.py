@@ -2,7 +2,7 @@
 
 Both work on the *unique* (name, type, core) keys of a table, never per event: a 1 M-event rank
 has a few thousand distinct kernels, so the Python loop here runs over those and the result is
-joined back by a vectorised ``pandas.factorize``.
+joined back with a vectorised Arrow ``take``.
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from npuprof import knowledge
 
@@ -92,27 +93,33 @@ def classify_kernel(name: object, kernel_type: object = "", core: object = "") -
     return categories, roles
 
 
-def categorize(frame: pd.DataFrame) -> tuple[list, list, list]:
-    """Per-row categories, roles and primary category for a frame with name/type/accelerator_core.
+def _codes(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """Dictionary codes (nulls → code of None) and the distinct values of a string column."""
+    encoded = pc.dictionary_encode(pa.chunked_array([values]) if isinstance(values, pa.Array) else values, null_encoding="encode")
+    combined = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
+    return combined.indices.to_numpy(zero_copy_only=False).astype(np.int64), combined.dictionary.to_pylist()
 
-    Returns three lists aligned with ``frame`` (Arrow-friendly: lists of lists / strings).
+
+def categorize(name: pa.ChunkedArray, kernel_type: pa.ChunkedArray, core: pa.ChunkedArray) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Per-event categories (list), roles (list) and primary category, computed once per distinct kernel.
+
+    The kernel identity is ``Type`` when present, else ``Name`` (see ``classify_kernel``).
     """
-    keys = frame["name"].astype("string").fillna("") + "\x1f" + frame["type"].astype("string").fillna("") + "\x1f" + frame["accelerator_core"].astype("string").fillna("")
-    codes, uniques = pd.factorize(keys)
-    unique_cats: list[list[str]] = []
-    unique_roles: list[list[str]] = []
-    for key in uniques:
-        name, kernel_type, core = str(key).split("\x1f")
-        cats, roles = classify_kernel(name, kernel_type, core)
+    identity = pc.coalesce(kernel_type, name)
+    id_codes, id_values = _codes(identity)
+    core_codes, core_values = _codes(core)
+    combined = id_codes * max(len(core_values), 1) + core_codes
+    keys, inverse = np.unique(combined, return_inverse=True)
+    unique_cats, unique_roles = [], []
+    for key in keys.tolist():  # a loop over distinct kernels, not over events
+        cats, roles = classify_kernel(id_values[key // max(len(core_values), 1)], "", core_values[key % max(len(core_values), 1)])
         unique_cats.append(cats)
         unique_roles.append(roles)
-    primary = [c[0] if c else None for c in unique_cats]
-    codes_list = codes.tolist()
-    return (
-        [unique_cats[c] for c in codes_list],
-        [unique_roles[c] for c in codes_list],
-        [primary[c] for c in codes_list],
-    )
+    take = pa.array(inverse.astype(np.int64).ravel())
+    categories = pa.array(unique_cats, type=pa.list_(pa.string())).take(take)
+    roles = pa.array(unique_roles, type=pa.list_(pa.string())).take(take)
+    primary = pa.array([c[0] if c else None for c in unique_cats], type=pa.string()).take(take)
+    return categories, roles, primary
 
 
 # --- op_type from Accelerator Core (reference-analyzer §3.2) ----------------------------------
@@ -153,11 +160,11 @@ def op_type_of_core(core: object) -> str:
     return "unknown"
 
 
-def op_types(core: pd.Series, aiv_time_us: pd.Series, aiv_stage_sum_us: pd.Series) -> np.ndarray:
-    """Vectorised op_type: core mapping, then communication with AIV work becomes mix_comm_aiv."""
-    codes, uniques = pd.factorize(core.astype("string").fillna(""), use_na_sentinel=False)
-    mapped = np.array([op_type_of_core(u if u != "" else None) for u in uniques], dtype=object)
-    result = mapped[codes] if len(uniques) else np.array([], dtype=object)
-    aiv_work = (aiv_time_us.fillna(0).to_numpy() > 0) | (aiv_stage_sum_us.fillna(0).to_numpy() > 0)
+def op_types(core: pa.ChunkedArray, aiv_work: np.ndarray) -> pa.Array:
+    """Vectorised op_type: the core mapping per distinct core, then communication with AIV work
+    (``aiv_work`` true: aiv_time or any AIV pipeline stage > 0) becomes ``mix_comm_aiv``."""
+    codes, values = _codes(core)
+    mapped = np.array([op_type_of_core(v) for v in values] or ["unknown"], dtype=object)
+    result = mapped[codes]
     result = np.where((result == "communication") & aiv_work, "mix_comm_aiv", result)
-    return result.astype(object)
+    return pa.array(result, type=pa.string())

@@ -17,7 +17,8 @@ from npuprof.pipeline.errors import BadInput
 # Maps a row index of the column to the line (or row key) a person can find in the source.
 LineOf = Callable[[int], int]
 
-_DECIMAL = r"^(?P<int>[+-]?\d+)(?:\.(?P<frac>\d*))?$"
+# Leading/trailing blanks allowed: the exporter appends a TAB to Start Time (an Excel guard).
+_DECIMAL = r"^\s*(?P<int>[+-]?\d+)(?:\.(?P<frac>\d*))?\s*$"
 
 
 def trimmed(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
@@ -38,11 +39,10 @@ def _raise_bad(path: Path, column: str, raw, index: int, line_of: LineOf, what: 
 
 def decimal_us_to_ns(raw, *, path: Path, column: str, line_of: LineOf) -> pa.ChunkedArray:
     """Exact µs decimal strings (``"1736408883704643.212\\t"``) → int64 ns, no float rounding."""
-    text = trimmed(raw)
-    parts = pc.extract_regex(text, _DECIMAL)
-    bad = _first_bad(text, parts)
+    parts = pc.extract_regex(raw, _DECIMAL)
+    bad = _first_bad(raw, parts)
     if bad is not None:
-        _raise_bad(path, column, text, bad, line_of, "not a decimal number")
+        _raise_bad(path, column, raw, bad, line_of, "not a decimal number")
     integer = pc.cast(pc.struct_field(parts, "int"), pa.int64())
     frac = pc.struct_field(parts, "frac")
     frac3 = pc.utf8_slice_codeunits(pc.utf8_rpad(pc.fill_null(frac, ""), width=3, padding="0"), 0, 3)
@@ -61,6 +61,10 @@ def float_us_to_ns(raw, *, path: Path, column: str, line_of: LineOf) -> pa.Chunk
 
 def to_float(raw, *, path: Path, column: str, line_of: LineOf) -> pa.ChunkedArray:
     """Text → float64; null stays null; anything else that is not a number is a BadInput."""
+    try:
+        return pc.cast(raw, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass  # blanks around the number, or a bad cell: the slow path below finds out which
     text = trimmed(raw)
     try:
         return pc.cast(text, pa.float64())
@@ -75,6 +79,10 @@ def to_float(raw, *, path: Path, column: str, line_of: LineOf) -> pa.ChunkedArra
 
 def to_int(raw, *, path: Path, column: str, line_of: LineOf) -> pa.ChunkedArray:
     """Text → int64 (ids, block dims); ``"1.0"``-style integral floats are accepted."""
+    try:
+        return pc.cast(raw, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass  # blanks, integral floats or a bad cell: the slow path below finds out which
     text = trimmed(raw)
     try:
         return pc.cast(text, pa.int64())
@@ -90,4 +98,4 @@ def to_int(raw, *, path: Path, column: str, line_of: LineOf) -> pa.ChunkedArray:
 
 def unquoted(raw) -> pa.ChunkedArray:
     """Shape cells decode to ``"32,3,224,224"`` with literal quotes: drop them."""
-    return trimmed(pc.replace_substring(raw, '"', ""))
+    return pc.replace_substring(raw, '"', "")

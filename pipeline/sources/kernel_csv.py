@@ -66,7 +66,6 @@ REQUIRED_FIELDS = ("name", "start_ns", "duration_ns")
 _INVALID_ID = 4294967295
 _ID_FIELDS = ("model_id", "context_id", "task_id", "stream_id")
 
-_BLOCK_SIZE = 16 << 20
 
 # A few malformed interior rows (real MindStudio samples have one) are quarantined and reported;
 # more than this share of the rows means the file is broken, not the row.
@@ -164,6 +163,48 @@ def _quarantine(path: Path, header_len: int, kept_rows: int) -> list[dict]:
     return [{"line": line, "fields": fields, "expected_fields": header_len} for line, fields in malformed]
 
 
+_ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "duration": pa.float64()}
+
+
+def _typed_columns(header: list[str], mapping: dict[str, str]) -> dict[str, pa.DataType]:
+    types = {h: pa.string() for h in header}
+    for field, column in mapping.items():
+        types[column] = _ARROW_TYPES.get(CSV_FIELDS[field][1], pa.string())
+    return types
+
+
+def _read_raw(path: Path, header: list[str], wanted: list[str], column_types: dict[str, pa.DataType]) -> tuple[pa.Table, list]:
+    """Arrow's multi-threaded CSV read; rows with a wrong field count are collected, not fatal (yet)."""
+    skipped: list[object] = []
+
+    def _skip_invalid(row: object) -> str:
+        skipped.append(row)
+        return "skip"
+
+    try:
+        raw = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1),
+            parse_options=pacsv.ParseOptions(newlines_in_values=False, invalid_row_handler=_skip_invalid),
+            convert_options=pacsv.ConvertOptions(
+                column_types=column_types,
+                include_columns=wanted,
+                null_values=["N/A", "", "NA"],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
+        )
+    except UnicodeDecodeError as exc:
+        raise _locate_read_error(path, len(header), exc) from None
+    except pa.ArrowInvalid as exc:
+        if "conversion error" in str(exc) and "UTF8" not in str(exc) and any(t != pa.string() for t in column_types.values()):
+            raise  # the caller retries as text to find the bad cell
+        raise _locate_read_error(path, len(header), exc) from None
+    except OSError as exc:
+        raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
+    return raw, skipped
+
+
 def read_kernel_csv(path: Path) -> tuple[pa.Table, dict]:
     """Read one kernel_details.csv / op_summary csv into normalized event columns.
 
@@ -174,29 +215,12 @@ def read_kernel_csv(path: Path) -> tuple[pa.Table, dict]:
     header = read_header(path)
     mapping = map_header(path, header)
     wanted = list(dict.fromkeys(mapping.values()))
-    skipped: list[object] = []
-
-    def _skip_invalid(row: object) -> str:
-        skipped.append(row)
-        return "skip"
-
     try:
-        raw = pacsv.read_csv(
-            path,
-            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1, block_size=_BLOCK_SIZE),
-            parse_options=pacsv.ParseOptions(newlines_in_values=False, invalid_row_handler=_skip_invalid),
-            convert_options=pacsv.ConvertOptions(
-                column_types={h: pa.string() for h in header},
-                include_columns=wanted,
-                null_values=["N/A", "", "NA"],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=True,
-            ),
-        )
-    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise _locate_read_error(path, len(header), exc) from None
-    except OSError as exc:
-        raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
+        # Fast path: Arrow parses the numeric columns itself. A cell it cannot parse makes the
+        # whole read fail; the slow path then reads text and reports which cell it was.
+        raw, skipped = _read_raw(path, header, wanted, _typed_columns(header, mapping))
+    except pa.ArrowInvalid:
+        raw, skipped = _read_raw(path, header, wanted, {h: pa.string() for h in header})
     quarantined = _quarantine(path, len(header), raw.num_rows) if skipped else []
     if raw.num_rows == 0:
         raise BadInput(path, "no data rows (the rank captured no kernels)")
@@ -215,7 +239,7 @@ def read_kernel_csv(path: Path) -> tuple[pa.Table, dict]:
         values = raw.column(column)
         args = {"path": path, "column": column, "line_of": line_of}
         if kind == "text":
-            out[field] = conv.trimmed(values)
+            out[field] = values
         elif kind == "shape":
             out[field] = conv.unquoted(values)
         elif kind == "int":

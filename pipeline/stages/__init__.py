@@ -16,6 +16,7 @@ STAGES: tuple[Stage, ...] = (
         produces=(schema.NORMALIZED_EVENTS, schema.SOURCE_INDEX, schema.CAPTURE_INFO),
         map_rank=normalize.map_rank,
         reduce_root=normalize.reduce_root,
+        map_in_threads=True,
     ),
     Stage(name="segment", requires=(schema.stage_manifest_name("normalize"), schema.NORMALIZED_EVENTS)),
     Stage(name="classify", requires=(schema.stage_manifest_name("segment"),)),

@@ -87,6 +87,10 @@ class Stage:
     produces: tuple[str, ...] = ()  # artifacts it owns (removed before a re-run)
     map_rank: Callable[[RankContext], StageResult] | None = None
     reduce_root: Callable[[RootContext], StageResult] | None = None
+    # Arrow-bound map steps (CSV parsing, casts, Parquet writes) release the GIL, so threads
+    # parallelise them without a second copy of pandas/pyarrow per process; Python-bound
+    # stages use a process pool.
+    map_in_threads: bool = False
 
     @property
     def built(self) -> bool:

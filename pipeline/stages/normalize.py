@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -57,38 +56,38 @@ def _empty_events() -> pa.Table:
     return schema.EVENT_SCHEMA.empty_table()
 
 
-def _finish_events(table: pa.Table, source_id: pa.Array) -> pa.Table:
+def _null_strings(n: int) -> pa.Array:
+    return pa.nulls(n, pa.string())
+
+
+def _aiv_work(table: pa.Table) -> np.ndarray:
+    """True where the task did AIV work: aiv_time or any AIV pipeline stage above zero."""
+    work = np.zeros(table.num_rows, dtype=bool)
+    for field in ("aiv_time_us", *_AIV_STAGES):
+        if field in table.column_names:
+            work |= pc.fill_null(pc.greater(table.column(field), 0.0), False).to_numpy(zero_copy_only=False)
+    return work
+
+
+def _finish_events(table: pa.Table, source_id: str) -> pa.Table:
     """Add op_type, categories, roles; conform to EVENT_SCHEMA (missing columns become null)."""
-    frame = table.select([c for c in ("name", "type", "accelerator_core") if c in table.column_names]).to_pandas()
-    for column in ("type", "accelerator_core"):
-        if column not in frame:
-            frame[column] = None
-    categories, roles, primary = categorize(frame)
     n = table.num_rows
 
-    def column_or_null(name: str):
-        return table.column(name).to_pandas() if name in table.column_names else None
+    def column(name: str) -> pa.ChunkedArray | pa.Array:
+        return table.column(name) if name in table.column_names else _null_strings(n)
 
-    aiv_time = column_or_null("aiv_time_us")
-    aiv_sum = None
-    for stage in _AIV_STAGES:
-        values = column_or_null(stage)
-        if values is not None:
-            aiv_sum = values.fillna(0) if aiv_sum is None else aiv_sum + values.fillna(0)
-    null_float = pd.Series(np.full(n, np.nan))
-    op_type = op_types(frame["accelerator_core"], aiv_time if aiv_time is not None else null_float, aiv_sum if aiv_sum is not None else null_float)
-
+    categories, roles, primary = categorize(column("name"), column("type"), column("accelerator_core"))
     columns = {}
     for field in schema.EVENT_SCHEMA:
         if field.name in table.column_names:
             columns[field.name] = table.column(field.name).cast(field.type)
         else:
             columns[field.name] = pa.nulls(n, field.type)
-    columns["source_id"] = source_id
-    columns["op_type"] = pa.array(op_type, type=pa.string())
-    columns["categories"] = pa.array(categories, type=pa.list_(pa.string()))
-    columns["roles"] = pa.array(roles, type=pa.list_(pa.string()))
-    columns["primary_category"] = pa.array(primary, type=pa.string())
+    columns["source_id"] = pa.repeat(pa.scalar(source_id, pa.string()), n)
+    columns["op_type"] = op_types(column("accelerator_core"), _aiv_work(table))
+    columns["categories"] = categories
+    columns["roles"] = roles
+    columns["primary_category"] = primary
     if "end_ns" not in table.column_names:
         columns["end_ns"] = pc.add(columns["start_ns"], columns["duration_ns"])
     return pa.table(columns, schema=schema.EVENT_SCHEMA)
@@ -155,7 +154,7 @@ def map_rank(ctx: RankContext) -> StageResult:
             for q in file_facts["quarantined_rows"]:
                 facts["quarantined_rows"].append({**q, "path": str(path)})
                 notes.append(f"{path.name} line {q['line']}: {q['fields']} fields instead of {q['expected_fields']}; row quarantined (not an event)")
-        tables.append(_finish_events(table, pa.repeat(pa.scalar(source_id, pa.string()), table.num_rows)))
+        tables.append(_finish_events(table, source_id))
         sources.append({"source_id": source_id, "kind": kind, "path": str(path), "rank_id": rank.rank_id, "row_start": 0, "row_end": table.num_rows})
     events = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     summary = _rank_summary(rank, events, kind, paths, reason, notes, facts)
