@@ -117,3 +117,10 @@ def test_op_summary_column_names_map_like_kernel_details():
     kernel, _ = read_kernel_csv(SERVER_DATA / "test_rank_0" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
     for column in ("name", "type", "accelerator_core", "start_ns", "duration_ns", "wait_ns"):
         assert op_summary.column(column).equals(kernel.column(column)), column
+
+
+def test_seven_column_kernel_list_without_step_id_reads():
+    table, facts = read_kernel_csv(MSTT / "resource" / "test.csv")
+    assert facts["header_columns"] == 7 and table.num_rows == 8
+    assert "step_id" not in table.column_names
+    assert table.column("wait_ns")[1].as_py() == 199251950
