@@ -155,3 +155,32 @@ def test_source_auto_prefers_db_and_csv_forces_csv(tmp_path, cli):
     assert all("schema probe" in r["source_choice"] for r in manifest["rank_summaries"])
     run = cli("analyze", str(PYTORCH_DATA / "db" / "level1"), "-o", str(tmp_path / "csv"), "--source", "csv", "--progress", "none")
     assert run.returncode == 3 and "--source csv" in run.result["error"]
+
+
+def test_process_pool_map_matches_threads_and_carries_errors_across_processes(tmp_path):
+    """Python-bound stages will map in processes: the same rank units, and typed errors survive pickling."""
+    import dataclasses
+
+    from conftest import copy_sample
+    from npuprof.pipeline.errors import StageFailed
+    from npuprof.pipeline.progress import no_progress
+    from npuprof.pipeline.runner import _map_ranks
+    from npuprof.pipeline.sources.discovery import discover
+    from npuprof.pipeline.stages import stage
+    from npuprof.pipeline.stages.base import AnalyzeOptions
+
+    in_processes = dataclasses.replace(stage("normalize"), map_in_threads=False)
+    inputs = discover(QWEN_TRAINING)
+    manifests = _map_ranks(in_processes, tmp_path / "p", inputs, AnalyzeOptions(), 2, no_progress)
+    assert sorted(m["event_count"] for m in manifests) == [0, 0, 2463, 2587]
+    by_process = pd.read_parquet(tmp_path / "p" / schema.NORMALIZED_EVENTS).sort_values(["rank_id", "row_idx"]).reset_index(drop=True)
+    _map_ranks(stage("normalize"), tmp_path / "t", inputs, AnalyzeOptions(), 2, no_progress)
+    by_thread = pd.read_parquet(tmp_path / "t" / schema.NORMALIZED_EVENTS).sort_values(["rank_id", "row_idx"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(by_process, by_thread)
+
+    broken = copy_sample(QWEN_TRAINING, tmp_path / "broken")
+    (broken / "rank_2_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").write_bytes(b"")
+    with pytest.raises(StageFailed) as raised:
+        _map_ranks(in_processes, tmp_path / "b", discover(broken), AnalyzeOptions(), 2, no_progress)
+    assert raised.value.phase == "normalize (rank 2)" and raised.value.exit_code == 3
+    assert "empty file" in raised.value.one_line()
