@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from npuprof.pipeline import __version__
@@ -25,6 +26,7 @@ from npuprof.pipeline.progress import make_progress
 from npuprof.pipeline.runner import StageWindow, analyze, failure_object
 from npuprof.pipeline.stages import STAGE_NAMES
 from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.synth import SCENARIOS, generate
 
 EXIT_CODES_HELP = f"""exit codes:
   0   success
@@ -74,7 +76,75 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=int, default=None, help="processes for rank-local stages (default: CPU cores)")
     run.add_argument("--hash-sources", action="store_true", help="record each input file's sha256 in manifest.json (reads every byte)")
     run.add_argument("--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir")
+
+    synth = commands.add_parser(
+        "synth",
+        help="generate a synthetic profiling root with planted faults",
+        description="Generate a realistic synthetic profiling root (torch_npu text export) with planted faults "
+        "and OUT/ground_truth.json. Deterministic for a seed. Scenarios: " + ", ".join(f"{n} ({s.description})" for n, s in SCENARIOS.items()),
+    )
+    synth.add_argument("out", help="directory to create (refused if non-empty, unless --overwrite)")
+    synth.add_argument("--scenario", default="clean", choices=sorted(SCENARIOS), metavar="NAME", help="scenario name (default: clean)")
+    synth.add_argument("--ranks", type=int, help="number of ranks (default: the scenario's)")
+    synth.add_argument("--steps", type=int, help="steps captured per rank")
+    synth.add_argument("--layers", type=int, help="decoder layers")
+    synth.add_argument("--scale", type=float, default=1.0, help="multiply tokens per step (and so kernel durations)")
+    synth.add_argument("--export", choices=("text", "db", "both"), default="text", help="text export (db export is not built yet)")
+    synth.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
+    synth.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+
+    demo = commands.add_parser(
+        "demo",
+        help="generate a small 4-rank root with two planted faults and analyze it",
+        description="Generate the 'demo' scenario (4 ranks, a slow rank and a host bubble planted) and run "
+        "npuprof analyze on it with every stage that is built; prints where the outputs are.",
+    )
+    demo.add_argument("--dir", default="npuprof-demo", help="working directory (default: ./npuprof-demo)")
+    demo.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto")
     return parser
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    if args.export != "text":
+        raise UsageError(f"--export {args.export}: the db export of npuprof synth is not built yet; use --export text")
+    for flag in ("ranks", "steps", "layers"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag} must be at least 1")
+    if args.scale <= 0:
+        raise UsageError("--scale must be positive")
+    try:
+        result = generate(args.out, args.scenario, ranks=args.ranks, steps=args.steps, layers=args.layers,
+                          scale=args.scale, seed=args.seed, export=args.export, overwrite=args.overwrite)
+    except (ValueError, FileExistsError) as exc:
+        raise UsageError(f"npuprof synth: {exc}") from None
+    _print_json(result)
+    return 0
+
+
+DEMO_MARKER = ".npuprof-demo"
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    work = Path(args.dir)
+    if work.exists() and any(work.iterdir()) and not (work / DEMO_MARKER).exists():
+        raise UsageError(f"npuprof demo: {work} exists and is not an earlier demo dir; pass another --dir")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / DEMO_MARKER).write_text("written by npuprof demo; safe to delete\n")
+    root, out = work / "root", work / "analysis"
+    progress = make_progress(args.progress)
+    progress("synth", 0, 1, "demo scenario")
+    generated = generate(root, "demo", overwrite=True)
+    progress("synth", 1, 1, f"{generated['rows']} rows")
+    result = analyze(root, out, overwrite=True, progress=progress)
+    result["demo"] = {
+        "root": str(root),
+        "ground_truth": str(root / "ground_truth.json"),
+        "planted": SCENARIOS["demo"].description,
+        "events_parquet": str(out / "normalized_events"),
+    }
+    _print_json(result)
+    return 0
 
 
 def _print_json(payload: dict) -> None:
@@ -111,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("npuprof: a COMMAND is required (see npuprof --help)")
         if args.command == "analyze":
             return _cmd_analyze(args)
+        if args.command == "synth":
+            return _cmd_synth(args)
+        if args.command == "demo":
+            return _cmd_demo(args)
         raise UsageError(f"npuprof: unknown command {args.command!r}")
     except NpuprofError as exc:
         failure = failure_object(exc)

@@ -244,3 +244,32 @@ def test_manifest_records_version_timings_and_input_facts_with_optional_sha256(c
     # The stage manifest is the completion marker: it is written after the stage's artifacts.
     stage_manifest = (out / "normalize_manifest.json").stat().st_mtime_ns
     assert all(p.stat().st_mtime_ns <= stage_manifest for p in (out / "normalized_events").rglob("*.parquet"))
+
+
+def test_synth_command_writes_a_root_and_refuses_what_is_not_built(cli, tmp_path):
+    run = cli("synth", str(tmp_path / "root"), "--scenario", "slow_rank", "--ranks", "3", "--steps", "2", "--layers", "2", "--seed", "5")
+    assert run.returncode == 0, run.stderr
+    result = run.result
+    assert result["ranks"] == 3 and result["rows"] > 0
+    truth = json.loads((tmp_path / "root" / "ground_truth.json").read_text())
+    assert truth["seed"] == 5 and len(truth["ranks"]) == 3
+    again = cli("synth", str(tmp_path / "root"), "--scenario", "slow_rank")
+    assert again.returncode == 2 and "not empty" in again.result["error"]
+    db = cli("synth", str(tmp_path / "db"), "--export", "db")
+    assert db.returncode == 2 and "not built yet" in db.result["error"]
+    bad = cli("synth", str(tmp_path / "x"), "--scenario", "slow_rank", "--ranks", "2")
+    assert bad.returncode == 2 and "needs rank 2" in bad.result["error"]
+
+
+def test_demo_generates_and_analyzes_and_says_where_things_are(cli, tmp_path):
+    run = cli("demo", "--dir", str(tmp_path / "demo"), "--progress", "none")
+    assert run.returncode == 0, run.stderr
+    result = run.result
+    assert result["status"] == "ok" and result["rank_count"] == 4
+    assert Path(result["demo"]["ground_truth"]).is_file()
+    assert (Path(result["output_dir"]) / "normalize_manifest.json").is_file()
+    assert cli("demo", "--dir", str(tmp_path / "demo"), "--progress", "none").returncode == 0  # re-runnable
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("x")
+    assert cli("demo", "--dir", str(foreign)).returncode == 2

@@ -1,0 +1,181 @@
+"""``generate()``: write a synthetic profiling root with planted faults and its ground_truth.json."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from npuprof.synth.groups import GroupLayout
+from npuprof.synth.models import LAYER
+from npuprof.synth.scenarios import Scenario, scenario as named_scenario
+from npuprof.synth.text_export import write_communication, write_kernel_details, write_step_trace_time
+from npuprof.synth.timeline import Collective, RankTimeline, simulate
+
+FIRST_STEP_ID = 10
+EXPORTS = ("text",)
+
+# What an analyzer should report for each planted fault kind (and must not report without one).
+FINDING_OF_FAULT = {
+    "slow_rank": "slow_rank",
+    "ep_hot_rank": "ep_imbalance",
+    "host_bubble": "host_bubble",
+    "slow_link": "slow_link",
+    "exposed_aicpu": "exposed_aicpu",
+    "reduced_work_rank": "reduced_work_rank",
+    "partial_capture": "partial_capture",
+    "clock_offset": "clock_offset",
+}
+
+
+def _group_names(sc: Scenario) -> list[str]:
+    if sc.training:
+        return ["dp", "exp"] if sc.model == "moe" else ["dp"]
+    return ["exp"] if sc.model == "moe" else ["tp"]
+
+
+def _distributed_args(sc: Scenario, rank: int) -> dict:
+    tp = sc.ranks if (not sc.training and sc.model == "dense") else 1
+    dp = sc.ranks // tp
+    ep = sc.ranks if sc.model == "moe" else 1
+    return {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": 1, "data_parallel_size": dp,
+            "context_parallel_size": 1, "expert_model_parallel_size": ep, "sequence_parallel": False, "rank": rank, "world_size": sc.ranks}
+
+
+def _profiler_info(rank: int, timeline: RankTimeline) -> dict:
+    return {
+        "config": {
+            "common_config": {"activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
+                              "schedule": {"wait": 0, "active": 1, "warmup": 1, "repeat": 1, "skip_first": FIRST_STEP_ID - 1},
+                              "record_shapes": True, "profile_memory": False, "with_stack": False, "with_flops": False, "with_modules": False},
+            "experimental_config": {"_profiler_level": "Level1", "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION", "_l2_cache": False,
+                                    "_msprof_tx": False, "_mstx": False, "_data_simplification": True, "record_op_args": False,
+                                    "_export_type": ["text"], "_host_sys": [], "_op_attr": False, "_gc_detect_threshold": None,
+                                    "_sys_io": False, "_sys_interconnection": False},
+        },
+        "start_info": {"syscnt_enable": True, "freq": 100, "start_cnt": 470002538790308, "start_monotonic": 4699801002845430},
+        "end_info": {"collectionTimeEnd": int(timeline.start_ns[-1] + timeline.duration_ns[-1]), "MonotonicTimeEnd": 4699802061975030},
+        "torch_npu_version": "2.7.1", "cann_version": "8.3.RC1", "rank_id": rank,
+    }
+
+
+def _hccl_names(collectives: list[Collective], layout: GroupLayout) -> dict[int, str]:
+    """hcom_<op>__<last 3 digits of the group hash>_<per-group sequence>_1, identical on every rank."""
+    names, sequence = {}, {}
+    for c in collectives:
+        seq = sequence.get(c.group, 0)
+        sequence[c.group] = seq + 1
+        if c.kernel.name.startswith("hcom_"):
+            names[c.ordinal] = f"{c.kernel.type}_{layout.hash_of(c.group)[-3:]}_{seq}_1"
+        else:
+            names[c.ordinal] = c.kernel.name
+    return names
+
+
+def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int]) -> dict:
+    partial = any(f.kind == "partial_capture" for f in sc.faults)
+    complete = step_ids[1:-1] if partial else step_ids
+    per_step_layers = {"forward": sc.layers * (sc.micro_batches if sc.training else 1), "backward": sc.layers * sc.micro_batches if sc.training else 0}
+    ranks = {}
+    for t in timelines:
+        layer_rows = t.region == LAYER
+        observed = sorted({step_ids[s] for s in np.unique(t.step)})
+        ranks[str(t.rank)] = {
+            "steps_present": observed,
+            "complete_steps": complete,
+            "partial_steps": sorted(set(observed) - set(complete)),
+            "layer_instances_per_complete_step": per_step_layers,
+            "event_count": int(len(t.start_ns)),
+            "layer_event_count": int(layer_rows.sum()),
+            "clock_offset_us": t.clock_offset_ns / 1000,
+        }
+    faults = []
+    for fault in sc.faults:
+        entry = fault.as_dict()
+        if "steps" in entry:
+            entry["step_ids"] = [step_ids[s] for s in (fault.steps or range(sc.steps))]
+        faults.append(entry)
+    planted = {FINDING_OF_FAULT[f.kind] for f in sc.faults}
+    return {
+        "scenario": sc.name,
+        "description": sc.description,
+        "seed": seed,
+        "workload": {k: v for k, v in asdict(sc).items() if k not in ("faults", "name", "description")},
+        "model": {"family": sc.model, "decoder_layers": sc.layers, "attention": "mla" if sc.model == "moe" else "gqa"},
+        "ranks": ranks,
+        "step_ids": step_ids,
+        "complete_steps": complete,
+        "faults": faults,
+        "expected_findings": [
+            {"type": FINDING_OF_FAULT[f.kind], **{k: v for k, v in f.as_dict().items() if k != "kind"}} for f in sc.faults
+        ],
+        "unexpected_findings": sorted(set(FINDING_OF_FAULT.values()) - planted),
+    }
+
+
+def generate(
+    out: str | Path,
+    scenario: str | Scenario = "clean",
+    *,
+    ranks: int | None = None,
+    steps: int | None = None,
+    layers: int | None = None,
+    scale: float = 1.0,
+    seed: int = 0,
+    export: str = "text",
+    overwrite: bool = False,
+) -> dict:
+    """Generate a synthetic root at ``out`` (written to a temp dir, then renamed into place).
+
+    ``scale`` multiplies the tokens per step (so the kernel durations); ``steps`` and ``layers``
+    set the row count (rows per rank ≈ steps × layers × kernels per layer). Returns a summary.
+    """
+    if export not in EXPORTS:
+        raise ValueError(f"export {export!r} is not built yet; available: {', '.join(EXPORTS)}")
+    sc = scenario if isinstance(scenario, Scenario) else named_scenario(scenario, ranks=ranks, steps=steps, layers=layers)
+    if scale != 1.0:
+        from dataclasses import replace
+
+        sc = replace(sc, tokens=max(1, int(round(sc.tokens * scale))))
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} is not empty")
+    started = time.perf_counter()
+    timelines, collectives = simulate(sc, seed)
+    layout = GroupLayout.for_world(sc.ranks, _group_names(sc))
+    names = _hccl_names(collectives, layout)
+    step_ids = [FIRST_STEP_ID + s for s in range(sc.steps)]
+    slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link"), None)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        rows = 0
+        for t in timelines:
+            rank_dir = tmp / f"synth-host_{1000 + t.rank}_20251127120000{t.rank:03d}_ascend_pt"
+            output = rank_dir / "ASCEND_PROFILER_OUTPUT"
+            output.mkdir(parents=True)
+            (rank_dir / f"profiler_info_{t.rank}.json").write_text(json.dumps(_profiler_info(t.rank, t), indent=1), encoding="utf-8")
+            metadata = {"distributed_args": _distributed_args(sc, t.rank), "parallel_group_info": layout.parallel_group_info(t.rank)}
+            (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+            by_ordinal = np.array([names[i] for i in range(len(collectives))] + [""], dtype=object)
+            hccl_names = by_ordinal[t.collective]  # -1 (compute) picks the trailing ""
+            rows += write_kernel_details(output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], t.rank, hccl_names)
+            write_step_trace_time(output / "step_trace_time.csv", t, step_ids, t.rank)
+            kept = set(int(o) for o in t.collective[t.collective >= 0])
+            write_communication(output, t.rank, collectives, names, layout, step_ids, t.clock_offset_ns, slow_link, kept)
+        truth = _ground_truth(sc, seed, timelines, step_ids)
+        (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {"status": "ok", "root": str(out), "scenario": sc.name, "ranks": sc.ranks, "steps": sc.steps, "layers": sc.layers,
+            "rows": rows, "seconds": round(time.perf_counter() - started, 3), "export": export}

@@ -1,0 +1,102 @@
+"""Named scenarios and the faults they plant (each parameterised; several combine)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planted fault. Which fields matter depends on ``kind``.
+
+    kinds: slow_rank (compute × factor on ``ranks``), ep_hot_rank (routed tokens × factor on
+    ``ranks``), host_bubble (``gap_us`` of host idle before ``layer`` on ``steps`` of ``ranks``),
+    slow_link (bandwidth of ``link`` ÷ factor), exposed_aicpu (an AI CPU op of ``gap_us`` before
+    ``layer`` on every step), reduced_work_rank (``ranks`` receive no routed tokens),
+    partial_capture (first and last step cut), clock_offset (``offset_us`` added to ``ranks``' clocks).
+    """
+
+    kind: str
+    ranks: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()  # step ordinals (0-based); empty = every step
+    factor: float = 1.0
+    layer: int = 0
+    gap_us: float = 0.0
+    link: tuple[int, int] = (0, 1)
+    offset_us: float = 0.0
+
+    def as_dict(self) -> dict:
+        base = {"kind": self.kind}
+        keys = {
+            "slow_rank": ("ranks", "factor"),
+            "ep_hot_rank": ("ranks", "factor"),
+            "host_bubble": ("ranks", "steps", "layer", "gap_us"),
+            "slow_link": ("link", "factor"),
+            "exposed_aicpu": ("layer", "gap_us"),
+            "reduced_work_rank": ("ranks",),
+            "partial_capture": (),
+            "clock_offset": ("ranks", "offset_us"),
+        }[self.kind]
+        return {**base, **{k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys}}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A workload plus the faults planted into it."""
+
+    name: str
+    description: str
+    model: str = "dense"  # dense | moe
+    training: bool = True
+    phase: str = "train"  # train | prefill | decode
+    ranks: int = 4
+    steps: int = 4
+    layers: int = 4
+    micro_batches: int = 2
+    tokens: int = 4096
+    faults: tuple[Fault, ...] = field(default_factory=tuple)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("clean", "dense GQA training, data parallel, no fault planted"),
+        Scenario("clean_inference", "dense GQA prefill with tensor parallel all-reduces, no fault", training=False, phase="prefill", micro_batches=1),
+        Scenario("slow_rank", "dense training; rank 2 computes 1.6x slower, the others wait for it in every all-reduce",
+                 faults=(Fault("slow_rank", ranks=(2,), factor=1.6),)),
+        Scenario("ep_imbalance", "MoE decode with expert parallel dispatch/combine; rank 1 receives 4x the routed tokens",
+                 model="moe", training=False, phase="decode", tokens=256, micro_batches=1, faults=(Fault("ep_hot_rank", ranks=(1,), factor=4.0),)),
+        Scenario("host_bubble", "dense prefill; rank 0 idles 6 ms on the host before layer 2 on steps 1 and 2",
+                 training=False, phase="prefill", micro_batches=1, faults=(Fault("host_bubble", ranks=(0,), steps=(1, 2), layer=2, gap_us=6000.0),)),
+        Scenario("slow_link", "dense prefill with TP all-reduces; the 0-1 link runs at a quarter of its bandwidth",
+                 training=False, phase="prefill", micro_batches=1, faults=(Fault("slow_link", link=(0, 1), factor=4.0),)),
+        Scenario("exposed_aicpu", "dense prefill; an AI CPU op (400 us) runs exposed before layer 1 on every step",
+                 training=False, phase="prefill", micro_batches=1, faults=(Fault("exposed_aicpu", layer=1, gap_us=400.0),)),
+        Scenario("dummy_rank", "MoE decode; rank 3 gets no routed tokens (reduced-work rank)",
+                 model="moe", training=False, phase="decode", tokens=256, micro_batches=1, faults=(Fault("reduced_work_rank", ranks=(3,)),)),
+        Scenario("partial_capture", "dense training whose capture starts and stops inside a step", steps=5, faults=(Fault("partial_capture"),)),
+        Scenario("demo", "dense prefill on 4 ranks (TP all-reduces): rank 2 computes 1.5x slower, and rank 0 idles 5 ms on the host before layer 2 on step 1",
+                 training=False, phase="prefill", micro_batches=1, steps=4, layers=6,
+                 faults=(Fault("slow_rank", ranks=(2,), factor=1.5), Fault("host_bubble", ranks=(0,), steps=(1,), layer=2, gap_us=5000.0))),
+        Scenario("mixed", "MoE training: a slow rank, a hot EP rank and a clock offset on another rank",
+                 model="moe", tokens=2048, faults=(Fault("slow_rank", ranks=(3,), factor=1.5), Fault("ep_hot_rank", ranks=(1,), factor=3.0),
+                                                   Fault("clock_offset", ranks=(2,), offset_us=2500.0))),
+    )
+}
+
+
+def scenario(name: str, **overrides) -> Scenario:
+    """A named scenario with CLI overrides (ranks, steps, layers, ...) applied; faults stay in range."""
+    if name not in SCENARIOS:
+        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    chosen = replace(SCENARIOS[name], **{k: v for k, v in overrides.items() if v is not None})
+    for fault in chosen.faults:
+        bad = [r for r in (*fault.ranks, *(fault.link if fault.kind == "slow_link" else ())) if r >= chosen.ranks]
+        if bad:
+            raise ValueError(f"scenario {name}: fault {fault.kind} needs rank {max(bad)}, but only {chosen.ranks} ranks")
+        if fault.kind in ("host_bubble", "exposed_aicpu") and fault.layer >= chosen.layers:
+            raise ValueError(f"scenario {name}: fault {fault.kind} targets layer {fault.layer}, but only {chosen.layers} layers")
+        if any(s >= chosen.steps for s in fault.steps):
+            raise ValueError(f"scenario {name}: fault {fault.kind} targets step {max(fault.steps)}, but only {chosen.steps} steps")
+    if any(f.kind == "partial_capture" for f in chosen.faults) and chosen.steps < 3:
+        raise ValueError(f"scenario {name}: partial_capture needs at least 3 steps")
+    return chosen

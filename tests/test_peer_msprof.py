@@ -1,0 +1,90 @@
+"""Vendor acceptance: msprof-analyze 26.2.0 (in its own venv, never our dependency) reads synth roots.
+
+The tool exits 0 even when it fails, so these tests check its output files and its log.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npuprof.synth import SCENARIOS, generate
+
+pytestmark = pytest.mark.peer
+
+PEER_VERSION = "26.2.0"
+PEER_VENV = Path(os.environ.get("NPUPROF_PEER_VENV", Path.home() / ".cache" / "npuprof" / f"msprof-analyze-{PEER_VERSION}"))
+
+
+@pytest.fixture(scope="session")
+def msprof_analyze() -> Path:
+    exe = PEER_VENV / "bin" / "msprof-analyze"
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", f"msprof-analyze=={PEER_VERSION}"], check=True, timeout=900)
+    return exe
+
+
+def run_cluster(exe: Path, root: Path, mode: str = "all") -> str:
+    proc = subprocess.run([str(exe), "cluster", "-d", str(root), "-m", mode, "--export_type", "text"],
+                          capture_output=True, text=True, timeout=600, cwd=root.parent)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def problems(log: str) -> list[str]:
+    """WARNING / ERROR lines other than the tool's note about running as root."""
+    return [line for line in log.splitlines() if re.search(r"\[(WARNING|ERROR)\]", line) and "Do not run this tool as root" not in line]
+
+
+@pytest.mark.parametrize("name", ["clean", "slow_rank", "ep_imbalance", "partial_capture", "mixed", "slow_link"])
+def test_msprof_analyze_accepts_text_roots(msprof_analyze, tmp_path, name):
+    root = Path(generate(tmp_path / name, name, seed=1)["root"])
+    log = run_cluster(msprof_analyze, root)
+    assert not problems(log), problems(log)
+    out = root / "cluster_analysis_output"
+    sc = SCENARIOS[name]
+    truth = json.loads((root / "ground_truth.json").read_text())
+
+    with open(out / "cluster_step_trace_time.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rank_rows = [r for r in rows if r["Type"] == "rank"]
+    assert {int(r["Index"]) for r in rank_rows} == set(range(sc.ranks))
+    assert {int(r["Step"]) for r in rank_rows} == set(truth["step_ids"])
+    assert {"DP Index", "PP Index", "TP Index"} <= set(rows[0])  # distributed_args were consistent
+
+    communication = json.loads((out / "cluster_communication.json").read_text())
+    group = f"({', '.join(str(r) for r in range(sc.ranks))})"
+    assert group in communication
+    ops = [op for step in communication[group].values() for op in step if not op.startswith("Total")]
+    assert ops, "every collective op must be aligned across the group"
+
+    matrix = json.loads((out / "cluster_communication_matrix.json").read_text())
+    links = [link for step in matrix[group].values() for op in step.values() for link in op]
+    assert f"0-{1 % sc.ranks}" in links  # local links mapped to global ranks through the self links
+
+    groups = json.loads((out / "communication_group.json").read_text())
+    # every synthetic group spans all ranks; training MoE has two (dp, exp)
+    assert groups["collective"] and all(g == list(range(sc.ranks)) for g in groups["collective"])
+    assert {g["pg_name"] for g in groups["comm_group_parallel_info"]} <= {"dp", "tp", "exp"}
+
+
+def test_slow_rank_waits_show_in_the_vendor_communication_summary(msprof_analyze, tmp_path):
+    root = Path(generate(tmp_path / "slow", "slow_rank", seed=1)["root"])
+    run_cluster(msprof_analyze, root)
+    communication = json.loads((root / "cluster_analysis_output" / "cluster_communication.json").read_text())
+    slow = json.loads((root / "ground_truth.json").read_text())["faults"][0]["ranks"][0]
+    waits = {}
+    for step in communication["(0, 1, 2, 3)"].values():
+        for op, per_rank in step.items():
+            if op.startswith("Total"):
+                continue
+            for rank, info in per_rank.items():
+                waits[int(rank)] = waits.get(int(rank), 0.0) + info["Communication Time Info"]["Wait Time(ms)"]
+    assert min(waits, key=waits.get) == slow, waits  # the slow rank is the one nobody waits for... it waits least
