@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--steps", type=int, help="steps captured per rank")
     synth.add_argument("--layers", type=int, help="decoder layers")
     synth.add_argument("--scale", type=float, default=1.0, help="multiply tokens per step (and so kernel durations)")
-    synth.add_argument("--export", choices=("text", "db", "both"), default="text", help="text export (db export is not built yet)")
+    synth.add_argument("--export", choices=("text", "db", "both"), default="text", help="text files, profiler dbs (schema 1.0.0 + analysis.db), or both (default: text)")
     synth.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
     synth.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
 
@@ -105,8 +105,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    if args.export != "text":
-        raise UsageError(f"--export {args.export}: the db export of npuprof synth is not built yet; use --export text")
     for flag in ("ranks", "steps", "layers"):
         value = getattr(args, flag)
         if value is not None and value < 1:

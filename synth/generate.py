@@ -11,14 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
+from npuprof.synth.db_export import write_analysis_db, write_profiler_db
 from npuprof.synth.groups import GroupLayout
 from npuprof.synth.models import LAYER
 from npuprof.synth.scenarios import Scenario, scenario as named_scenario
-from npuprof.synth.text_export import write_communication, write_kernel_details, write_step_trace_time
+from npuprof.synth.text_export import communication_records, step_trace_rows, write_communication, write_kernel_details, write_step_trace_time
 from npuprof.synth.timeline import Collective, RankTimeline, simulate
+from npuprof.synth.trace_export import write_trace_view
 
 FIRST_STEP_ID = 10
-EXPORTS = ("text",)
+EXPORTS = {"text": ("text",), "db": ("db",), "both": ("text", "db")}
 
 # What an analyzer should report for each planted fault kind (and must not report without one).
 FINDING_OF_FAULT = {
@@ -47,7 +49,7 @@ def _distributed_args(sc: Scenario, rank: int) -> dict:
             "context_parallel_size": 1, "expert_model_parallel_size": ep, "sequence_parallel": False, "rank": rank, "world_size": sc.ranks}
 
 
-def _profiler_info(rank: int, timeline: RankTimeline) -> dict:
+def _profiler_info(rank: int, timeline: RankTimeline, export_types: tuple[str, ...]) -> dict:
     return {
         "config": {
             "common_config": {"activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
@@ -55,7 +57,7 @@ def _profiler_info(rank: int, timeline: RankTimeline) -> dict:
                               "record_shapes": True, "profile_memory": False, "with_stack": False, "with_flops": False, "with_modules": False},
             "experimental_config": {"_profiler_level": "Level1", "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION", "_l2_cache": False,
                                     "_msprof_tx": False, "_mstx": False, "_data_simplification": True, "record_op_args": False,
-                                    "_export_type": ["text"], "_host_sys": [], "_op_attr": False, "_gc_detect_threshold": None,
+                                    "_export_type": list(export_types), "_host_sys": [], "_op_attr": False, "_gc_detect_threshold": None,
                                     "_sys_io": False, "_sys_interconnection": False},
         },
         "start_info": {"syscnt_enable": True, "freq": 100, "start_cnt": 470002538790308, "start_monotonic": 4699801002845430},
@@ -118,6 +120,20 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
     }
 
 
+def _host_gaps(sc: Scenario, t: RankTimeline) -> list[tuple[int, int]]:
+    """(start_ns, end_ns) of each planted host bubble on this rank: the idle gap before the layer."""
+    gaps = []
+    for fault in sc.faults:
+        if fault.kind != "host_bubble" or t.rank not in fault.ranks:
+            continue
+        for step in fault.steps or range(sc.steps):
+            rows = np.flatnonzero((t.step == step) & (t.region == LAYER) & (t.layer_index == fault.layer))
+            if rows.size:
+                first = rows[0]
+                gaps.append((int(t.start_ns[first] - t.wait_ns[first]), int(t.start_ns[first])))
+    return gaps
+
+
 def generate(
     out: str | Path,
     scenario: str | Scenario = "clean",
@@ -128,15 +144,17 @@ def generate(
     scale: float = 1.0,
     seed: int = 0,
     export: str = "text",
+    trace: bool = True,
     overwrite: bool = False,
 ) -> dict:
     """Generate a synthetic root at ``out`` (written to a temp dir, then renamed into place).
 
     ``scale`` multiplies the tokens per step (so the kernel durations); ``steps`` and ``layers``
-    set the row count (rows per rank ≈ steps × layers × kernels per layer). Returns a summary.
+    set the row count (rows per rank ≈ steps × layers × kernels per layer); ``trace`` writes
+    trace_view.json (the largest file). Returns a summary.
     """
     if export not in EXPORTS:
-        raise ValueError(f"export {export!r} is not built yet; available: {', '.join(EXPORTS)}")
+        raise ValueError(f"unknown export {export!r}; choose one of {', '.join(EXPORTS)}")
     sc = scenario if isinstance(scenario, Scenario) else named_scenario(scenario, ranks=ranks, steps=steps, layers=layers)
     if scale != 1.0:
         from dataclasses import replace
@@ -156,19 +174,31 @@ def generate(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         rows = 0
+        kinds = EXPORTS[export]
+        group_of = np.array([c.group for c in collectives] + [None], dtype=object)
+        by_ordinal = np.array([names[i] for i in range(len(collectives))] + [""], dtype=object)
         for t in timelines:
             rank_dir = tmp / f"synth-host_{1000 + t.rank}_20251127120000{t.rank:03d}_ascend_pt"
             output = rank_dir / "ASCEND_PROFILER_OUTPUT"
             output.mkdir(parents=True)
-            (rank_dir / f"profiler_info_{t.rank}.json").write_text(json.dumps(_profiler_info(t.rank, t), indent=1), encoding="utf-8")
+            (rank_dir / f"profiler_info_{t.rank}.json").write_text(json.dumps(_profiler_info(t.rank, t, kinds), indent=1), encoding="utf-8")
             metadata = {"distributed_args": _distributed_args(sc, t.rank), "parallel_group_info": layout.parallel_group_info(t.rank)}
             (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
-            by_ordinal = np.array([names[i] for i in range(len(collectives))] + [""], dtype=object)
             hccl_names = by_ordinal[t.collective]  # -1 (compute) picks the trailing ""
-            rows += write_kernel_details(output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], t.rank, hccl_names)
-            write_step_trace_time(output / "step_trace_time.csv", t, step_ids, t.rank)
+            event_names = np.where(t.collective >= 0, hccl_names, np.array([k.name for k in t.kernels], dtype=object)[t.kernel_id])
+            step_rows = step_trace_rows(t, step_ids, t.rank)
             kept = set(int(o) for o in t.collective[t.collective >= 0])
-            write_communication(output, t.rank, collectives, names, layout, step_ids, t.clock_offset_ns, slow_link, kept)
+            communication, matrix = communication_records(t.rank, collectives, names, layout, step_ids, t.clock_offset_ns, slow_link, kept)
+            rows += len(t.start_ns)
+            if "text" in kinds:
+                write_kernel_details(output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], t.rank, hccl_names)
+                write_step_trace_time(output / "step_trace_time.csv", step_rows)
+                write_communication(output, communication, matrix)
+                if trace:
+                    write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_gaps(sc, t))
+            if "db" in kinds:
+                write_profiler_db(output / f"ascend_pytorch_profiler_{t.rank}.db", t, event_names, step_ids, layout, metadata, group_of[t.collective])
+                write_analysis_db(output / "analysis.db", step_rows, communication, matrix)
         truth = _ground_truth(sc, seed, timelines, step_ids)
         (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
         if out.exists():

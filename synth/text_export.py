@@ -67,6 +67,26 @@ def _kernel_table(timeline: RankTimeline, hccl_names: dict[int, str]) -> dict[st
     return attrs
 
 
+def pmu_values(timeline: RankTimeline) -> dict[str, np.ndarray]:
+    """Pipeline (PMU) values per event, µs (cycles as counts), rounded as the text export writes them.
+
+    Busy time is 93 % of the task, split over the AIC / AIV stages by the kernel's profile; only
+    compute kernels with a profile carry PMU data (``has_pmu``), communication ops never do.
+    """
+    profiles = np.asarray([k.profile for k in timeline.kernels], dtype=object)
+    is_hcom = np.asarray([k.core == "COMMUNICATION" and k.name.startswith("hcom_") for k in timeline.kernels])[timeline.kernel_id]
+    busy = timeline.duration_ns / 1000.0 * 0.93
+    shares = {stage: np.array([PROFILES[p].get(stage, 0.0) for p in profiles])[timeline.kernel_id] for stage in (*_AIC_STAGES, *_AIV_STAGES)}
+    values = {"has_pmu": ~is_hcom & (profiles[timeline.kernel_id] != "none"), "mac_share": shares["aic_mac"]}
+    aic_time = np.round(np.where(sum(shares[s] for s in _AIC_STAGES) > 0, busy, 0.0), 3)
+    aiv_time = np.round(np.where(sum(shares[s] for s in _AIV_STAGES) > 0, busy, 0.0), 3)
+    values.update({"aic_total_time": aic_time, "aiv_total_time": aiv_time,
+                   "aic_total_cycles": np.round(aic_time * CYCLES_PER_US), "aiv_total_cycles": np.round(aiv_time * CYCLES_PER_US)})
+    for stage in (*_AIC_STAGES, *_AIV_STAGES):
+        values[f"{stage}_time"] = np.round(busy * shares[stage], 3)
+    return values
+
+
 def write_kernel_details(path: Path, timeline: RankTimeline, step_ids: np.ndarray, device_id: int, hccl_names: np.ndarray) -> int:
     """kernel_details.csv (47 columns, CANN 8.3 layout) for one rank; returns the row count."""
     attrs = _kernel_table(timeline, {})
@@ -74,9 +94,6 @@ def write_kernel_details(path: Path, timeline: RankTimeline, step_ids: np.ndarra
     n = len(timeline.kernel_id)
     take = lambda key: pa.array(attrs[key]).take(kid)  # noqa: E731
     is_comm = np.asarray(attrs["is_comm"])[timeline.kernel_id]
-    profiles = np.asarray(attrs["profile"], dtype=object)
-    profile_of = profiles[timeline.kernel_id]
-    dur_us = timeline.duration_ns / 1000.0
     name = pc.if_else(pa.array(is_comm), pa.array(hccl_names, type=pa.string()), take("name"))
 
     columns: dict[str, pa.Array] = {
@@ -103,29 +120,22 @@ def write_kernel_details(path: Path, timeline: RankTimeline, step_ids: np.ndarra
         "Output Formats": take("out_f"),
         "Context ID": pa.repeat(pa.scalar("N/A"), n),
     }
-    # Pipeline (PMU) fields: busy ≈ 93 % of the task, split over stages by the kernel's profile.
-    busy = dur_us * 0.93
-    shares = {stage: np.array([PROFILES[p].get(stage, 0.0) for p in profiles])[timeline.kernel_id] for stage in (*_AIC_STAGES, *_AIV_STAGES)}
-    has_pmu = ~is_comm & (profile_of != "none")
-    aic_share = sum(shares[s] for s in _AIC_STAGES)
-    aiv_share = sum(shares[s] for s in _AIV_STAGES)
-    aic_time = np.where(aic_share > 0, busy, 0.0)
-    aiv_time = np.where(aiv_share > 0, busy, 0.0)
+    pmu = pmu_values(timeline)
+    has_pmu = pmu["has_pmu"]
+    aic_time, aiv_time = pmu["aic_total_time"], pmu["aiv_total_time"]
     columns["aicore_time(us)"] = _num_text(aic_time, has_pmu)
-    columns["aic_total_cycles"] = _num_text(np.round(aic_time * CYCLES_PER_US), has_pmu, 0)
+    columns["aic_total_cycles"] = _num_text(pmu["aic_total_cycles"], has_pmu, 0)
     for stage in _AIC_STAGES:
-        stage_time = busy * shares[stage]
-        columns[f"{stage}_time(us)"] = _num_text(stage_time, has_pmu)
-        columns[f"{stage}_ratio"] = _num_text(np.divide(stage_time, aic_time, out=np.zeros(n), where=aic_time > 0), has_pmu)
+        columns[f"{stage}_time(us)"] = _num_text(pmu[f"{stage}_time"], has_pmu)
+        columns[f"{stage}_ratio"] = _num_text(np.divide(pmu[f"{stage}_time"], aic_time, out=np.zeros(n), where=aic_time > 0), has_pmu)
     columns["aic_icache_miss_rate"] = _num_text(np.where(aic_time > 0, 0.002, 0.0), has_pmu)
     columns["aiv_time(us)"] = _num_text(aiv_time, has_pmu)
-    columns["aiv_total_cycles"] = _num_text(np.round(aiv_time * CYCLES_PER_US), has_pmu, 0)
+    columns["aiv_total_cycles"] = _num_text(pmu["aiv_total_cycles"], has_pmu, 0)
     for stage in _AIV_STAGES:
-        stage_time = busy * shares[stage]
-        columns[f"{stage}_time(us)"] = _num_text(stage_time, has_pmu)
-        columns[f"{stage}_ratio"] = _num_text(np.divide(stage_time, aiv_time, out=np.zeros(n), where=aiv_time > 0), has_pmu)
+        columns[f"{stage}_time(us)"] = _num_text(pmu[f"{stage}_time"], has_pmu)
+        columns[f"{stage}_ratio"] = _num_text(np.divide(pmu[f"{stage}_time"], aiv_time, out=np.zeros(n), where=aiv_time > 0), has_pmu)
     columns["aiv_icache_miss_rate"] = _num_text(np.where(aiv_time > 0, 0.023, 0.0), has_pmu)
-    columns["cube_utilization(%)"] = _num_text(shares["aic_mac"] * 93.0, has_pmu)
+    columns["cube_utilization(%)"] = _num_text(pmu["mac_share"] * 93.0, has_pmu)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as handle:
         handle.write((",".join(KERNEL_DETAILS_HEADER) + "\n").encode())
@@ -149,10 +159,13 @@ def write_csv_lines(handle, columns: list[pa.Array]) -> None:
     handle.write(memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]])
 
 
-def write_step_trace_time(path: Path, timeline: RankTimeline, step_ids: list[int], device_id: int) -> None:
-    """step_trace_time.csv: per step, compute / communication / free time (µs) on one rank."""
-    header = "Device_id,Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,Communication(Not Overlapped and Exclude Receive),Preparing"
-    lines = [header]
+STEP_TRACE_COLUMNS = ("Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication", "Free", "Stage",
+                      "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing")
+
+
+def step_trace_rows(timeline: RankTimeline, step_ids: list[int], device_id: int) -> list[dict]:
+    """Per step on one rank: compute / communication / free time (µs), as step_trace_time defines them."""
+    rows = []
     is_comm = timeline.collective >= 0
     for ordinal, step_id in enumerate(step_ids):
         in_step = timeline.step == ordinal
@@ -164,7 +177,16 @@ def write_step_trace_time(path: Path, timeline: RankTimeline, step_ids: list[int
         communication = durs[is_comm[in_step]].sum() / 1000
         free = max(wall - computing - communication, 0.0)
         preparing = (starts.min() - timeline.step_start_ns[ordinal]) / 1000
-        lines.append(f"{device_id},{step_id},{computing:.3f},{communication:.3f},0,{communication:.3f},{free:.3f},{wall:.3f},0,{communication:.3f},{preparing:.3f}")
+        values = (device_id, step_id, computing, communication, 0.0, communication, free, wall, 0.0, communication, preparing)
+        rows.append(dict(zip(STEP_TRACE_COLUMNS, values)))
+    return rows
+
+
+def write_step_trace_time(path: Path, rows: list[dict]) -> None:
+    """step_trace_time.csv (CANN 8.3 header, with Device_id and Preparing)."""
+    lines = [",".join(STEP_TRACE_COLUMNS)]
+    for row in rows:
+        lines.append(",".join(str(row[c]) if c in ("Device_id", "Step") else ("0" if row[c] == 0 else f"{row[c]:.3f}") for c in STEP_TRACE_COLUMNS))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -182,9 +204,9 @@ def _time_info(start_us: float, elapse_ms: float, transit_ms: float, wait_ms: fl
             "Synchronization Time Ratio": 0}
 
 
-def write_communication(out_dir: Path, rank: int, collectives: list[Collective], names: dict[int, str], layout: GroupLayout,
-                        step_ids: list[int], clock_offset_ns: int, slow_link: tuple[tuple[int, int], float] | None, kept: set[int]) -> None:
-    """communication.json and communication_matrix.json of one rank (collectives only; times in ms)."""
+def communication_records(rank: int, collectives: list[Collective], names: dict[int, str], layout: GroupLayout, step_ids: list[int],
+                          clock_offset_ns: int, slow_link: tuple[tuple[int, int], float] | None, kept: set[int]) -> tuple[dict, dict]:
+    """The content of communication.json and communication_matrix.json of one rank (times in ms)."""
     comm: dict = {}
     matrix: dict = {}
     for c in collectives:
@@ -204,11 +226,10 @@ def write_communication(out_dir: Path, rank: int, collectives: list[Collective],
         size = len(layout.ranks_of(c.group))
         links = {f"{local}-{local}": ("LOCAL", c.kernel.transfer_mb, transit_ms / 4)}
         peer = (local + 1) % size
-        link_ms = transit_ms
-        if slow_link and {layout.global_rank(c.group, local), layout.global_rank(c.group, peer)} == set(slow_link[0]):
-            link_ms = transit_ms  # the slowed link is what made the whole ring slow: it carries the full transit
-        elif slow_link:
-            link_ms = transit_ms / slow_link[1]
+        # A ring is as slow as its slowest link: with a slowed link, that link takes the whole
+        # transit time and every other link moves the same bytes factor-times faster.
+        on_slow_link = slow_link is not None and {layout.global_rank(c.group, local), layout.global_rank(c.group, peer)} == set(slow_link[0])
+        link_ms = transit_ms if slow_link is None or on_slow_link else transit_ms / slow_link[1]
         if size > 1:
             links[f"{local}-{peer}"] = ("HCCS", c.kernel.transfer_mb, link_ms)
         step_matrix = matrix.setdefault(step_key, {"collective": {}, "p2p": {}})["collective"]
@@ -232,5 +253,10 @@ def write_communication(out_dir: Path, rank: int, collectives: list[Collective],
             info = _time_info(0.0, total_ms, transit, wait)
             info.pop("Start Timestamp(us)")
             ops["Total Op Info"] = {"Communication Time Info": info, "Communication Bandwidth Info": _bandwidth_block(size, transit, "HCCS")}
+    return comm, matrix
+
+
+def write_communication(out_dir: Path, comm: dict, matrix: dict) -> None:
+    """communication.json and communication_matrix.json."""
     (out_dir / "communication.json").write_text(json.dumps(comm), encoding="utf-8")
     (out_dir / "communication_matrix.json").write_text(json.dumps(matrix), encoding="utf-8")

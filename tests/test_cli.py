@@ -246,7 +246,7 @@ def test_manifest_records_version_timings_and_input_facts_with_optional_sha256(c
     assert all(p.stat().st_mtime_ns <= stage_manifest for p in (out / "normalized_events").rglob("*.parquet"))
 
 
-def test_synth_command_writes_a_root_and_refuses_what_is_not_built(cli, tmp_path):
+def test_synth_command_writes_text_and_db_roots_and_refuses_bad_requests(cli, tmp_path):
     run = cli("synth", str(tmp_path / "root"), "--scenario", "slow_rank", "--ranks", "3", "--steps", "2", "--layers", "2", "--seed", "5")
     assert run.returncode == 0, run.stderr
     result = run.result
@@ -255,8 +255,10 @@ def test_synth_command_writes_a_root_and_refuses_what_is_not_built(cli, tmp_path
     assert truth["seed"] == 5 and len(truth["ranks"]) == 3
     again = cli("synth", str(tmp_path / "root"), "--scenario", "slow_rank")
     assert again.returncode == 2 and "not empty" in again.result["error"]
-    db = cli("synth", str(tmp_path / "db"), "--export", "db")
-    assert db.returncode == 2 and "not built yet" in db.result["error"]
+    db = cli("synth", str(tmp_path / "db"), "--export", "db", "--steps", "2", "--layers", "2")
+    assert db.returncode == 0, db.stderr
+    assert len(list((tmp_path / "db").rglob("ascend_pytorch_profiler_*.db"))) == 4
+    assert not list((tmp_path / "db").rglob("kernel_details.csv"))
     bad = cli("synth", str(tmp_path / "x"), "--scenario", "slow_rank", "--ranks", "2")
     assert bad.returncode == 2 and "needs rank 2" in bad.result["error"]
 

@@ -31,9 +31,10 @@ def msprof_analyze() -> Path:
     return exe
 
 
-def run_cluster(exe: Path, root: Path, mode: str = "all") -> str:
-    proc = subprocess.run([str(exe), "cluster", "-d", str(root), "-m", mode, "--export_type", "text"],
-                          capture_output=True, text=True, timeout=600, cwd=root.parent)
+def run_cluster(exe: Path, root: Path, mode: str = "all", export_type: str | None = "text") -> str:
+    """Run ``msprof-analyze cluster``; ``export_type=None`` keeps the tool's default (db)."""
+    command = [str(exe), "cluster", "-d", str(root), "-m", mode] + (["--export_type", export_type] if export_type else [])
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=root.parent)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout + proc.stderr
 
@@ -88,3 +89,26 @@ def test_slow_rank_waits_show_in_the_vendor_communication_summary(msprof_analyze
             for rank, info in per_rank.items():
                 waits[int(rank)] = waits.get(int(rank), 0.0) + info["Communication Time Info"]["Wait Time(ms)"]
     assert min(waits, key=waits.get) == slow, waits  # the slow rank is the one nobody waits for... it waits least
+
+
+def test_vendor_slow_rank_recipe_ranks_the_planted_rank_first_on_the_db_export(msprof_analyze, tmp_path):
+    root = Path(generate(tmp_path / "slowdb", "slow_rank", seed=1, export="db")["root"])
+    log = run_cluster(msprof_analyze, root, "slow_rank")
+    assert not problems(log), problems(log)
+    with open(root / "cluster_analysis_output" / "SlowRankAnalysis" / "rank_stats.csv", newline="") as handle:
+        stats = sorted(csv.DictReader(handle), key=lambda r: -int(r["slowAffectCount"]))
+    planted = json.loads((root / "ground_truth.json").read_text())["faults"][0]["ranks"][0]
+    assert int(stats[0]["rankId"]) == planted
+
+
+def test_vendor_all_mode_reads_the_db_export(msprof_analyze, tmp_path):
+    import sqlite3
+
+    root = Path(generate(tmp_path / "alldb", "mixed", seed=1, export="db")["root"])
+    log = run_cluster(msprof_analyze, root, "all", export_type=None)  # db output: text would split the group map (spec §4)
+    assert not problems(log), problems(log)
+    con = sqlite3.connect(root / "cluster_analysis_output" / "cluster_analysis.db")
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"ClusterCommunicationTime", "ClusterStepTraceTime", "CommunicationGroupMapping"} <= tables
+    assert con.execute("SELECT COUNT(DISTINCT rank_id) FROM ClusterCommunicationTime").fetchone()[0] == 4
+    con.close()

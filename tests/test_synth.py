@@ -221,3 +221,41 @@ def test_a_text_root_holds_no_db_and_every_rank_has_the_vendor_files(roots):
         with open(output / "kernel_details.csv", newline="") as handle:
             header = next(csv.reader(handle))
         assert len(header) == 47
+
+
+def test_db_and_text_exports_of_one_root_normalize_to_the_same_events(tmp_path):
+    root = Path(generate(tmp_path / "both", "ep_imbalance", seed=2, export="both")["root"])
+    assert len(list(root.rglob("ascend_pytorch_profiler_*.db"))) == 4 and len(list(root.rglob("analysis.db"))) == 4
+    from npuprof.pipeline.stages.base import AnalyzeOptions
+
+    analyze(root, tmp_path / "db", jobs=1, options=AnalyzeOptions(source="db"))
+    analyze(root, tmp_path / "csv", jobs=1, options=AnalyzeOptions(source="csv"))
+    db = Analysis(tmp_path / "db").events().sort_values(["rank_id", "start_ns"]).reset_index(drop=True)
+    text = Analysis(tmp_path / "csv").events().sort_values(["rank_id", "start_ns"]).reset_index(drop=True)
+    assert {r["source_kind"] for r in Analysis(tmp_path / "db").manifest("normalize")["rank_summaries"]} == {"profiler_db"}
+    for column in ("name", "type", "accelerator_core", "op_type", "start_ns", "duration_ns", "step_id", "input_shapes"):
+        pd.testing.assert_series_equal(db[column].astype(object).where(db[column].notna(), None), text[column].astype(object).where(text[column].notna(), None), check_names=False)
+    for column in ("aicore_time_us", "aiv_time_us", "aic_mac_time_us", "aiv_mte2_time_us", "block_dim"):
+        np.testing.assert_allclose(db[column].astype(float), text[column].astype(float), rtol=1e-9, equal_nan=True)
+
+
+def test_trace_view_is_a_chrome_trace_with_the_exporter_quirks(roots):
+    root = roots["host_bubble"]
+    fault = truth(root)["faults"][0]
+    rank_dir = next(root.glob(f"*_ascend_pt/profiler_info_{fault['ranks'][0]}.json")).parent
+    events = json.loads((rank_dir / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
+    assert isinstance(events, list)
+    processes = {e["args"]["name"]: e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"Python", "CANN", "Ascend Hardware", "HCCL", "Overlap Analysis"} <= set(processes)
+    timed = [e for e in events if "ts" in e]
+    assert all(isinstance(e["ts"], str) and len(e["ts"].split(".")[1]) == 3 for e in timed)
+    kernels = kernel_rows(root, fault["ranks"][0])
+    device = [e for e in events if e["ph"] == "X" and e["pid"] in (processes["Ascend Hardware"], processes["HCCL"]) and e.get("tid") in (0, 2) and e["name"] != "Memcpy"]
+    assert sorted(e["ts"] for e in device) == sorted(kernels["Start Time(us)"].str.strip())
+    starts = {e["id"] for e in events if e["ph"] == "s" and e.get("cat") == "async_npu"}
+    finishes = {e["id"] for e in events if e["ph"] == "f" and e.get("cat") == "async_npu"}
+    assert starts == finishes and len(starts) == len(kernels)
+    syncs = [e for e in events if e["name"] == "aten::item"]
+    assert len(syncs) == len(fault["step_ids"])
+    assert all(e["dur"] == pytest.approx(fault["gap_us"], rel=0.01) for e in syncs)
+    assert any(e["name"] == "AscendCL@aclrtSynchronizeStream" for e in events)
