@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npuprof.synth.groups import GroupLayout
+from npuprof.synth.groups import GroupInstance
 from npuprof.synth.text_export import pmu_values
 from npuprof.synth.timeline import RankTimeline
 
@@ -53,8 +53,8 @@ class _Strings:
         return self.ids[text]
 
 
-def write_profiler_db(path: Path, t: RankTimeline, names: np.ndarray, step_ids: list[int], layout: GroupLayout, metadata: dict, groups: np.ndarray) -> None:
-    """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's parallel group (or None)."""
+def write_profiler_db(path: Path, t: RankTimeline, names: np.ndarray, step_ids: list[int], metadata: dict, groups: list[GroupInstance | None]) -> None:
+    """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's communicator (or None)."""
     con = sqlite3.connect(path)
     con.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
     strings = _Strings()
@@ -103,7 +103,7 @@ def write_profiler_db(path: Path, t: RankTimeline, names: np.ndarray, step_ids: 
     comm_rows = np.flatnonzero(comm)
     data_type = _HCCL_DATA_TYPES.index("BFP16")
     con.executemany("INSERT INTO COMMUNICATION_OP VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?)",
-                    ((strings(names[i]), int(t.start_ns[i]), int(end[i]), int(connection[i]), strings(layout.groups[groups[i]][0]), int(i), data_type,
+                    ((strings(names[i]), int(t.start_ns[i]), int(end[i]), int(connection[i]), strings(groups[i].key), int(i), data_type,
                       strings("MESH-RING"), int(max(kernels[kid[i]].transfer_mb, 0.001) * 1e6 / 2), k_type[kid[i]]) for i in comm_rows.tolist()))
     launch = t.start_ns - HOST_LEAD_NS
     api_type = np.where(comm, 5500, 10000)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from npuprof.synth.db_export import write_analysis_db, write_profiler_db
-from npuprof.synth.groups import GroupLayout
+from npuprof.synth.groups import Topology
 from npuprof.synth.models import LAYER
 from npuprof.synth.scenarios import Scenario, scenario as named_scenario
 from npuprof.synth.text_export import communication_records, step_trace_rows, write_communication, write_kernel_details, write_step_trace_time
@@ -35,18 +35,20 @@ FINDING_OF_FAULT = {
 }
 
 
-def _group_names(sc: Scenario) -> list[str]:
+def topology_of(sc: Scenario) -> Topology:
+    """The parallel layout of a scenario: training is DP (× PP), dense inference TP, MoE expert parallel."""
     if sc.training:
-        return ["dp", "exp"] if sc.model == "moe" else ["dp"]
-    return ["exp"] if sc.model == "moe" else ["tp"]
+        kinds = ["dp"] + (["exp"] if sc.model == "moe" else []) + (["pp"] if sc.pp > 1 else [])
+        return Topology(tp=1, dp=sc.ranks // sc.pp, pp=sc.pp).build(kinds)
+    if sc.model == "moe":
+        return Topology(tp=1, dp=sc.ranks, pp=1).build(["exp"])
+    return Topology(tp=sc.ranks, dp=1, pp=1).build(["tp"])
 
 
-def _distributed_args(sc: Scenario, rank: int) -> dict:
-    tp = sc.ranks if (not sc.training and sc.model == "dense") else 1
-    dp = sc.ranks // tp
-    ep = sc.ranks if sc.model == "moe" else 1
-    return {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": 1, "data_parallel_size": dp,
-            "context_parallel_size": 1, "expert_model_parallel_size": ep, "sequence_parallel": False, "rank": rank, "world_size": sc.ranks}
+def _distributed_args(topology: Topology, sc: Scenario, rank: int) -> dict:
+    ep = topology.dp if sc.model == "moe" else 1
+    return {"tensor_model_parallel_size": topology.tp, "pipeline_model_parallel_size": topology.pp, "data_parallel_size": topology.dp,
+            "context_parallel_size": 1, "expert_model_parallel_size": ep, "sequence_parallel": False, "rank": rank, "world_size": topology.world}
 
 
 def _profiler_info(rank: int, timeline: RankTimeline, export_types: tuple[str, ...]) -> dict:
@@ -66,23 +68,15 @@ def _profiler_info(rank: int, timeline: RankTimeline, export_types: tuple[str, .
     }
 
 
-def _hccl_names(collectives: list[Collective], layout: GroupLayout) -> dict[int, str]:
-    """hcom_<op>__<last 3 digits of the group hash>_<per-group sequence>_1, identical on every rank."""
-    names, sequence = {}, {}
-    for c in collectives:
-        seq = sequence.get(c.group, 0)
-        sequence[c.group] = seq + 1
-        if c.kernel.name.startswith("hcom_"):
-            names[c.ordinal] = f"{c.kernel.type}_{layout.hash_of(c.group)[-3:]}_{seq}_1"
-        else:
-            names[c.ordinal] = c.kernel.name
-    return names
+def _hccl_names(collectives: list[Collective]) -> dict[int, str]:
+    """hcom_<op>__<last 3 digits of the group hash>_<per-communicator sequence>_1, identical on every member."""
+    return {c.ordinal: f"{c.kernel.type}_{c.group.hash[-3:]}_{c.sequence}_1" if c.kernel.name.startswith("hcom_") else c.kernel.name
+            for c in collectives}
 
 
 def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int]) -> dict:
     partial = any(f.kind == "partial_capture" for f in sc.faults)
     complete = step_ids[1:-1] if partial else step_ids
-    per_step_layers = {"forward": sc.layers * (sc.micro_batches if sc.training else 1), "backward": sc.layers * sc.micro_batches if sc.training else 0}
     ranks = {}
     for t in timelines:
         layer_rows = t.region == LAYER
@@ -91,7 +85,11 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
             "steps_present": observed,
             "complete_steps": complete,
             "partial_steps": sorted(set(observed) - set(complete)),
-            "layer_instances_per_complete_step": per_step_layers,
+            "decoder_layers_held": list(t.layers_held),
+            "layer_instances_per_complete_step": {
+                "forward": len(t.layers_held) * (sc.micro_batches if sc.training else 1),
+                "backward": len(t.layers_held) * sc.micro_batches if sc.training else 0,
+            },
             "event_count": int(len(t.start_ns)),
             "layer_event_count": int(layer_rows.sum()),
             "clock_offset_us": t.clock_offset_ns / 1000,
@@ -164,9 +162,9 @@ def generate(
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} is not empty")
     started = time.perf_counter()
-    timelines, collectives = simulate(sc, seed)
-    layout = GroupLayout.for_world(sc.ranks, _group_names(sc))
-    names = _hccl_names(collectives, layout)
+    topology = topology_of(sc)
+    timelines, collectives = simulate(sc, seed, topology)
+    names = _hccl_names(collectives)
     step_ids = [FIRST_STEP_ID + s for s in range(sc.steps)]
     slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link"), None)
 
@@ -182,13 +180,13 @@ def generate(
             output = rank_dir / "ASCEND_PROFILER_OUTPUT"
             output.mkdir(parents=True)
             (rank_dir / f"profiler_info_{t.rank}.json").write_text(json.dumps(_profiler_info(t.rank, t, kinds), indent=1), encoding="utf-8")
-            metadata = {"distributed_args": _distributed_args(sc, t.rank), "parallel_group_info": layout.parallel_group_info(t.rank)}
+            metadata = {"distributed_args": _distributed_args(topology, sc, t.rank), "parallel_group_info": topology.parallel_group_info(t.rank)}
             (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
             hccl_names = by_ordinal[t.collective]  # -1 (compute) picks the trailing ""
             event_names = np.where(t.collective >= 0, hccl_names, np.array([k.name for k in t.kernels], dtype=object)[t.kernel_id])
             step_rows = step_trace_rows(t, step_ids, t.rank)
             kept = set(int(o) for o in t.collective[t.collective >= 0])
-            communication, matrix = communication_records(t.rank, collectives, names, layout, step_ids, t.clock_offset_ns, slow_link, kept)
+            communication, matrix = communication_records(t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept)
             rows += len(t.start_ns)
             if "text" in kinds:
                 write_kernel_details(output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], t.rank, hccl_names)
@@ -197,7 +195,7 @@ def generate(
                 if trace:
                     write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_gaps(sc, t))
             if "db" in kinds:
-                write_profiler_db(output / f"ascend_pytorch_profiler_{t.rank}.db", t, event_names, step_ids, layout, metadata, group_of[t.collective])
+                write_profiler_db(output / f"ascend_pytorch_profiler_{t.rank}.db", t, event_names, step_ids, metadata, list(group_of[t.collective]))
                 write_analysis_db(output / "analysis.db", step_rows, communication, matrix)
         truth = _ground_truth(sc, seed, timelines, step_ids)
         (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")

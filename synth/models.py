@@ -88,6 +88,22 @@ class Workload:
     world: int = 1
     tokens_factor: float = 1.0  # EP hot rank: routed tokens x f
     reduced_work: bool = False  # dummy rank: no routed tokens at all
+    pp_stage: int = 0  # pipeline stage of this rank
+    pp_size: int = 1
+
+    @property
+    def stage_layers(self) -> range:
+        """The decoder layers this pipeline stage holds."""
+        per_stage = self.layers // self.pp_size
+        return range(self.pp_stage * per_stage, (self.pp_stage + 1) * per_stage)
+
+    @property
+    def first_stage(self) -> bool:
+        return self.pp_stage == 0
+
+    @property
+    def last_stage(self) -> bool:
+        return self.pp_stage == self.pp_size - 1
 
 
 def _scale(tokens: int, base: float, ref: int = 4096) -> float:
@@ -180,42 +196,115 @@ def _backward_of(kernel: Kernel) -> list[Kernel]:
                    kernel.output_shapes + ";" + kernel.input_shapes, output_shapes=kernel.input_shapes)]
 
 
-def build_step(w: Workload) -> Program:
-    """The kernel program of one step for one rank."""
+def _p2p(w: Workload) -> Kernel:
+    """The activation / gradient exchange between neighbouring pipeline stages."""
     m, t = w.model, w.tokens
+    return hccl("batchSendRecv", "pp", _scale(t, 60), t * m.hidden * 2 / 1e6)
+
+
+def _head(p: Program, w: Workload, mb: int) -> None:
+    m, t = w.model, w.tokens
+    p.add(aclnn("Embedding", "GatherV2", "AI_VECTOR_CORE", _scale(t, 20), "vector_mte", f"{m.vocab},{m.hidden};{t}", f"{t},{m.hidden}"), HEAD, micro_batch=mb)
+
+
+def _forward_layers(p: Program, w: Workload, mb: int) -> list[tuple[int, int, str]]:
+    """Add this stage's forward layers; returns (kernel id, layer, block) of each event for the backward."""
+    layer_fn = _dense_layer if w.model.family == "dense" else _moe_layer
+    start = len(p.kernel_ids)
+    for layer in w.stage_layers:
+        layer_fn(p, w, layer, mb)
+    return [(p.kernel_ids[i], p.layer_index[i], p.block[i]) for i in range(start, len(p.kernel_ids))]
+
+
+def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
+    """Final norm and LM head (and sampling in inference); returns the LM head kernel."""
+    m, t = w.model, w.tokens
+    p.add(aclnn("RmsNorm", "RmsNorm", "AI_VECTOR_CORE", _scale(t, 14), "vector", f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"), TAIL, micro_batch=mb)
+    lm_tokens = t if w.training or w.phase == "decode" else max(1, t // 512)
+    lm_head = aclnn("Matmul", "MatMulV3", "AI_CORE", _scale(lm_tokens, 900), "cube", f"{lm_tokens},{m.hidden};{m.vocab},{m.hidden}", f"{lm_tokens},{m.vocab}")
+    p.add(lm_head, TAIL, micro_batch=mb)
+    if not w.training:
+        p.add(Kernel("ArgMaxWithValue", "ArgMaxWithValue", "AI_VECTOR_CORE", 18.0, "vector", input_shapes=f"{lm_tokens},{m.vocab}", output_shapes=f"{lm_tokens}", input_dtypes="FLOAT"), TAIL)
+    return lm_head
+
+
+def _loss_and_lm_head_backward(p: Program, w: Workload, mb: int, lm_head: Kernel) -> None:
+    m, t = w.model, w.tokens
+    p.add(aclnn("CrossEntropyLoss", "CrossEntropyLoss", "AI_VECTOR_CORE", _scale(t, 120), "vector", f"{t},{m.vocab};{t}", f"{t}"), TAIL, micro_batch=mb)
+    p.add(aclnn("CrossEntropyLossGrad", "CrossEntropyLossGrad", "AI_VECTOR_CORE", _scale(t, 150), "vector", f"{t};{t},{m.vocab}", f"{t},{m.vocab}"), TAIL, micro_batch=mb)
+    for kernel in _backward_of(lm_head):
+        p.add(kernel, TAIL, micro_batch=mb)
+
+
+def _backward_layers(p: Program, w: Workload, mb: int, forward_events: list[tuple[int, int, str]]) -> None:
+    """The layers in reverse, each layer's kernels reversed and replaced by their grads."""
+    by_layer: dict[int, list[tuple[int, str]]] = {}
+    for kid, layer, block in forward_events:
+        by_layer.setdefault(layer, []).append((kid, block))
+    for layer in reversed(w.stage_layers):
+        for kid, block in reversed(by_layer[layer]):
+            for kernel in _backward_of(p.kernels[kid]):
+                p.add(kernel, LAYER, layer, "backward", mb, block)
+
+
+def _embedding_backward(p: Program, w: Workload, mb: int) -> None:
+    m, t = w.model, w.tokens
+    p.add(aclnn("EmbeddingDenseBackward", "EmbeddingDenseGradV2", "MIX_AIV", _scale(t, 60), "vector_mte", f"{t},{m.hidden};{t}", f"{m.vocab},{m.hidden}"), HEAD, micro_batch=mb)
+
+
+def _optimizer(p: Program, w: Workload) -> None:
+    """Gradient all-reduce over the data-parallel group, gradient-norm clipping, AdamW."""
+    m = w.model
+    layers = len(w.stage_layers)
+    grad_mb = 12 * m.hidden * m.hidden * layers * 2 / 1e6
+    for _bucket in range(4):
+        p.add(hccl("allReduce", "dp", 200.0 + 40 * layers, grad_mb / 4), TAIL, block="optimizer")
+    p.add(aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{layers * 9}", "1"), TAIL, block="optimizer")
+    for _param in range(layers // 2 + 2):
+        p.add(aclnn("ApplyAdamW", "ApplyAdamWV2", "AI_VECTOR_CORE", 65.0, "vector_mte", f"{m.hidden * 64};{m.hidden * 64}", f"{m.hidden * 64}", input_dtypes="FLOAT;FLOAT"), TAIL, block="optimizer")
+
+
+def build_step(w: Workload) -> Program:
+    """The kernel program of one step for one rank (one pipeline stage)."""
     p = Program()
-    layer_fn = _dense_layer if m.family == "dense" else _moe_layer
-    for mb in range(w.micro_batches if w.training else 1):
-        p.add(aclnn("Embedding", "GatherV2", "AI_VECTOR_CORE", _scale(t, 20), "vector_mte", f"{m.vocab},{m.hidden};{t}", f"{t},{m.hidden}"), HEAD, micro_batch=mb)
-        forward_start = len(p.kernel_ids)
-        for layer in range(w.layers):
-            layer_fn(p, w, layer, mb)
-        forward_events = [(p.kernel_ids[i], p.layer_index[i], p.block[i]) for i in range(forward_start, len(p.kernel_ids))]
-        p.add(aclnn("RmsNorm", "RmsNorm", "AI_VECTOR_CORE", _scale(t, 14), "vector", f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"), TAIL, micro_batch=mb)
-        lm_tokens = t if w.training or w.phase == "decode" else max(1, t // 512)
-        lm_head = aclnn("Matmul", "MatMulV3", "AI_CORE", _scale(lm_tokens, 900), "cube", f"{lm_tokens},{m.hidden};{m.vocab},{m.hidden}", f"{lm_tokens},{m.vocab}")
-        p.add(lm_head, TAIL, micro_batch=mb)
-        if not w.training:
-            p.add(Kernel("ArgMaxWithValue", "ArgMaxWithValue", "AI_VECTOR_CORE", 18.0, "vector", input_shapes=f"{lm_tokens},{m.vocab}", output_shapes=f"{lm_tokens}", input_dtypes="FLOAT"), TAIL)
-            continue
-        p.add(aclnn("CrossEntropyLoss", "CrossEntropyLoss", "AI_VECTOR_CORE", _scale(t, 120), "vector", f"{t},{m.vocab};{t}", f"{t}"), TAIL, micro_batch=mb)
-        p.add(aclnn("CrossEntropyLossGrad", "CrossEntropyLossGrad", "AI_VECTOR_CORE", _scale(t, 150), "vector", f"{t};{t},{m.vocab}", f"{t},{m.vocab}"), TAIL, micro_batch=mb)
-        for kernel in _backward_of(lm_head):
-            p.add(kernel, TAIL, micro_batch=mb)
-        # Backward: the layers in reverse, each layer's kernels reversed and replaced by their grads.
-        by_layer: dict[int, list[tuple[int, str]]] = {}
-        for kid, layer, block in forward_events:
-            by_layer.setdefault(layer, []).append((kid, block))
-        for layer in range(w.layers - 1, -1, -1):
-            for kid, block in reversed(by_layer[layer]):
-                for kernel in _backward_of(p.kernels[kid]):
-                    p.add(kernel, LAYER, layer, "backward", mb, block)
-        p.add(aclnn("EmbeddingDenseBackward", "EmbeddingDenseGradV2", "MIX_AIV", _scale(t, 60), "vector_mte", f"{t},{m.hidden};{t}", f"{m.vocab},{m.hidden}"), HEAD, micro_batch=mb)
-    if w.training:
-        grad_mb = 12 * m.hidden * m.hidden * w.layers * 2 / 1e6
-        for bucket in range(4):
-            p.add(hccl("allReduce", "dp", 200.0 + 40 * w.layers, grad_mb / 4), TAIL, block="optimizer")
-        p.add(aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{w.layers * 9}", "1"), TAIL, block="optimizer")
-        for param in range(w.layers // 2 + 2):
-            p.add(aclnn("ApplyAdamW", "ApplyAdamWV2", "AI_VECTOR_CORE", 65.0, "vector_mte", f"{m.hidden * 64};{m.hidden * 64}", f"{m.hidden * 64}", input_dtypes="FLOAT;FLOAT"), TAIL, block="optimizer")
+    if not w.training:
+        _head(p, w, 0)
+        _forward_layers(p, w, 0)
+        _tail_forward(p, w, 0)
+        return p
+    if w.pp_size == 1:
+        # Gradient accumulation: forward and backward of each micro-batch in turn.
+        for mb in range(w.micro_batches):
+            _head(p, w, mb)
+            forward = _forward_layers(p, w, mb)
+            lm_head = _tail_forward(p, w, mb)
+            _loss_and_lm_head_backward(p, w, mb, lm_head)
+            _backward_layers(p, w, mb, forward)
+            _embedding_backward(p, w, mb)
+    else:
+        # Pipeline parallel (GPipe order): every micro-batch forward, then every micro-batch backward;
+        # neighbouring stages exchange activations and gradients with batchSendRecv.
+        forwards = {}
+        lm_heads = {}
+        for mb in range(w.micro_batches):
+            if w.first_stage:
+                _head(p, w, mb)
+            else:
+                p.add(_p2p(w), HEAD, micro_batch=mb, block="pipeline")
+            forwards[mb] = _forward_layers(p, w, mb)
+            if w.last_stage:
+                lm_heads[mb] = _tail_forward(p, w, mb)
+            else:
+                p.add(_p2p(w), TAIL, micro_batch=mb, block="pipeline")
+        for mb in range(w.micro_batches):
+            if w.last_stage:
+                _loss_and_lm_head_backward(p, w, mb, lm_heads[mb])
+            else:
+                p.add(_p2p(w), TAIL, micro_batch=mb, block="pipeline")
+            _backward_layers(p, w, mb, forwards[mb])
+            if w.first_stage:
+                _embedding_backward(p, w, mb)
+            else:
+                p.add(_p2p(w), HEAD, micro_batch=mb, block="pipeline")
+    _optimizer(p, w)
     return p

@@ -53,6 +53,7 @@ class Scenario:
     layers: int = 4
     micro_batches: int = 2
     tokens: int = 4096
+    pp: int = 1  # pipeline-parallel stages (training only)
     faults: tuple[Fault, ...] = field(default_factory=tuple)
 
 
@@ -60,6 +61,8 @@ SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario("clean", "dense GQA training, data parallel, no fault planted"),
+        Scenario("pipeline_parallel", "dense training like the real Qwen3 sample: TP1 PP2 DP2, 2 micro-batches, batchSendRecv between stages",
+                 pp=2, layers=6),
         Scenario("clean_inference", "dense GQA prefill with tensor parallel all-reduces, no fault", training=False, phase="prefill", micro_batches=1),
         Scenario("slow_rank", "dense training; rank 2 computes 1.6x slower, the others wait for it in every all-reduce",
                  faults=(Fault("slow_rank", ranks=(2,), factor=1.6),)),
@@ -97,6 +100,8 @@ def scenario(name: str, **overrides) -> Scenario:
             raise ValueError(f"scenario {name}: fault {fault.kind} targets layer {fault.layer}, but only {chosen.layers} layers")
         if any(s >= chosen.steps for s in fault.steps):
             raise ValueError(f"scenario {name}: fault {fault.kind} targets step {max(fault.steps)}, but only {chosen.steps} steps")
+    if chosen.pp > 1 and (not chosen.training or chosen.ranks % chosen.pp or chosen.layers % chosen.pp):
+        raise ValueError(f"scenario {name}: pipeline parallel needs training, ranks and layers divisible by pp={chosen.pp}")
     if any(f.kind == "partial_capture" for f in chosen.faults) and chosen.steps < 3:
         raise ValueError(f"scenario {name}: partial_capture needs at least 3 steps")
     return chosen

@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.synth.groups import GroupLayout
 from npuprof.synth.kernels import PROFILES
 from npuprof.synth.timeline import Collective, RankTimeline
 
@@ -204,48 +203,51 @@ def _time_info(start_us: float, elapse_ms: float, transit_ms: float, wait_ms: fl
             "Synchronization Time Ratio": 0}
 
 
-def communication_records(rank: int, collectives: list[Collective], names: dict[int, str], layout: GroupLayout, step_ids: list[int],
-                          clock_offset_ns: int, slow_link: tuple[tuple[int, int], float] | None, kept: set[int]) -> tuple[dict, dict]:
+def communication_records(rank: int, collectives: list[Collective], names: dict[int, str], step_ids: list[int], clock_offset_ns: int,
+                          slow_link: tuple[tuple[int, int], float] | None, kept: set[int]) -> tuple[dict, dict]:
     """The content of communication.json and communication_matrix.json of one rank (times in ms)."""
     comm: dict = {}
     matrix: dict = {}
     for c in collectives:
-        if c.ordinal not in kept:
+        if c.ordinal not in kept or rank not in c.arrive_ns:
             continue
-        group_hash = layout.hash_of(c.group)
+        group_hash = c.group.hash
         step_key = f"step{step_ids[c.step]}"
+        section = "p2p" if c.group.name == "pp" else "collective"
         elapse_ms = (c.end_ns[rank] - c.arrive_ns[rank]) / 1e6
-        wait_ms = (c.arrive_ns.max() - c.arrive_ns[rank]) / 1e6
+        wait_ms = (c.last_arrival_ns - c.arrive_ns[rank]) / 1e6
         transit_ms = c.transfer_ns / 1e6
         entry = {"Communication Time Info": _time_info((c.arrive_ns[rank] + clock_offset_ns) / 1000, elapse_ms, transit_ms, wait_ms),
                  "Communication Bandwidth Info": _bandwidth_block(c.kernel.transfer_mb, transit_ms, "HCCS")}
-        ops = comm.setdefault(step_key, {"collective": {}, "p2p": {}})["collective"]
-        ops[f"{names[c.ordinal]}@{group_hash}"] = entry
-        kind = "alltoall" if "alltoall" in c.kernel.type.lower() or c.kernel.name.startswith("MoeDistribute") else "allreduce"
-        local = layout.local_rank(c.group, rank)
-        size = len(layout.ranks_of(c.group))
+        comm.setdefault(step_key, {"collective": {}, "p2p": {}})[section][f"{names[c.ordinal]}@{group_hash}"] = entry
+        op_type = c.kernel.type.lower()
+        kind = "batchsendrecv" if "batchsendrecv" in op_type else "alltoall" if "alltoall" in op_type or c.kernel.name.startswith("MoeDistribute") else "allreduce"
+        members = c.group.members
+        local = members.index(rank)
         links = {f"{local}-{local}": ("LOCAL", c.kernel.transfer_mb, transit_ms / 4)}
-        peer = (local + 1) % size
+        peer = (local + 1) % len(members)
         # A ring is as slow as its slowest link: with a slowed link, that link takes the whole
         # transit time and every other link moves the same bytes factor-times faster.
-        on_slow_link = slow_link is not None and {layout.global_rank(c.group, local), layout.global_rank(c.group, peer)} == set(slow_link[0])
-        link_ms = transit_ms if slow_link is None or on_slow_link else transit_ms / slow_link[1]
-        if size > 1:
+        on_slow_link = slow_link is not None and {members[local], members[peer]} == set(slow_link[0])
+        slowed_group = slow_link is not None and set(slow_link[0]) <= set(members)
+        link_ms = transit_ms / slow_link[1] if slowed_group and not on_slow_link else transit_ms
+        if len(members) > 1:
             links[f"{local}-{peer}"] = ("HCCS", c.kernel.transfer_mb, link_ms)
-        step_matrix = matrix.setdefault(step_key, {"collective": {}, "p2p": {}})["collective"]
+        step_matrix = matrix.setdefault(step_key, {"collective": {}, "p2p": {}})[section]
         for tag in ("top1", "middle", "bottom1", "total"):
             bucket = step_matrix.setdefault(f"{kind}-{tag}@{group_hash}", {})
             for link, (transport, size_mb, ms) in links.items():
                 previous = bucket.get(link)
-                total_mb = size_mb + (previous["Transit Size(MB)"] if previous and tag == "total" else 0.0)
-                total_ms = ms + (previous["Transit Time(ms)"] if previous and tag == "total" else 0.0)
                 if previous and tag != "total":
                     continue  # one representative instance per tag is enough for a synthetic capture
+                total_mb = size_mb + (previous["Transit Size(MB)"] if previous else 0.0)
+                total_ms = ms + (previous["Transit Time(ms)"] if previous else 0.0)
                 bucket[link] = {"Transport Type": transport, "Transit Size(MB)": round(total_mb, 6), "Transit Time(ms)": round(total_ms, 6),
                                 "Bandwidth(GB/s)": round(total_mb / total_ms / 1000, 4) if total_ms else 0.0, "Op Name": names[c.ordinal]}
     for step in comm.values():
-        ops = step["collective"]
-        if ops:
+        for ops in step.values():
+            if not ops:
+                continue
             total_ms = sum(v["Communication Time Info"]["Elapse Time(ms)"] for v in ops.values())
             transit = sum(v["Communication Time Info"]["Transit Time(ms)"] for v in ops.values())
             wait = sum(v["Communication Time Info"]["Wait Time(ms)"] for v in ops.values())

@@ -1,9 +1,11 @@
-"""Simulate the device timeline of every rank: sequential kernels, collectives that synchronise.
+"""Simulate the device timeline of every rank: sequential kernels, communication that synchronises.
 
-Physics: on each rank kernels run one after another with small launch gaps. A collective starts
-on a rank when that rank arrives; it ends at (about) the same moment on every rank of its group
-— when the last rank has arrived plus the transfer time — so the waiting falls on the ranks that
-arrived early. Planted faults change durations, gaps, transfers or clocks; nothing else differs.
+Physics: on each rank kernels run one after another with small launch gaps. A collective (or a
+pipeline send/recv) starts on a rank when that rank arrives; it ends at (about) the same moment on
+every member of its communicator — when the last member has arrived plus the transfer time — so
+the waiting falls on the ranks that arrived early. Planted faults change durations, gaps,
+transfers or clocks; nothing else differs. Ranks may run different programs (pipeline stages):
+each communication op is matched across its members by (communicator, sequence number).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.kernels import Kernel
 from npuprof.synth.models import DENSE, MOE, LAYER, Program, Workload, build_step
 from npuprof.synth.scenarios import Fault, Scenario
@@ -35,144 +38,190 @@ class RankTimeline:
     layer_role: np.ndarray
     micro_batch: np.ndarray
     block: np.ndarray
-    collective: np.ndarray  # collective ordinal, -1 for compute
+    collective: np.ndarray  # ordinal of the communication op, -1 for compute
     step_start_ns: np.ndarray
     step_end_ns: np.ndarray
+    layers_held: tuple[int, ...] = ()
     clock_offset_ns: int = 0
 
 
 @dataclass
 class Collective:
-    """One collective instance, identical across the ranks of its group."""
+    """One communication op instance, matched across the members of its communicator."""
 
     ordinal: int
     kernel: Kernel
     step: int
-    group: str
-    arrive_ns: np.ndarray  # per rank, true time
-    end_ns: np.ndarray  # per rank, true time
+    group: GroupInstance
+    sequence: int  # per-communicator sequence number (names hcom ops)
+    arrive_ns: dict[int, int]  # per member, true time
+    end_ns: dict[int, int]
     transfer_ns: float
-    slowed_link: bool
+
+    @property
+    def last_arrival_ns(self) -> int:
+        return max(self.arrive_ns.values())
 
 
 def _faults(scenario: Scenario, kind: str) -> list[Fault]:
     return [f for f in scenario.faults if f.kind == kind]
 
 
-def _workload(scenario: Scenario, rank: int) -> Workload:
+def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
     tokens_factor = 1.0
     for fault in _faults(scenario, "ep_hot_rank"):
         if rank in fault.ranks:
             tokens_factor *= fault.factor
     reduced = any(rank in f.ranks for f in _faults(scenario, "reduced_work_rank"))
     return Workload(DENSE if scenario.model == "dense" else MOE, scenario.training, scenario.phase, scenario.tokens,
-                    scenario.layers, scenario.micro_batches, scenario.ranks, tokens_factor, reduced)
+                    scenario.layers, scenario.micro_batches, topology.dp * topology.tp, tokens_factor, reduced,
+                    topology.stage_of(rank), topology.pp)
 
 
 def _with_exposed_aicpu(program: Program, scenario: Scenario) -> dict[str, np.ndarray]:
     arrays = program.arrays()
     for fault in _faults(scenario, "exposed_aicpu"):
+        rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
+        if not rows.size:
+            continue  # this pipeline stage does not hold the layer
         aicpu = Kernel("NonZero", "NonZero", "AI_CPU", fault.gap_us, "none", block_dim=1, input_shapes="1024", output_shapes="1024,1", input_dtypes="BOOL", output_dtypes="INT64")
         program.kernels.append(aicpu)
-        at = int(np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))[0])
         values = {"kernel_id": len(program.kernels) - 1, "region": LAYER, "layer_index": fault.layer, "layer_role": "forward",
                   "micro_batch": 0, "block": "attention", "gap_before_us": 0.0}
-        arrays = {k: np.insert(v, at, values[k]) for k, v in arrays.items()}
+        arrays = {k: np.insert(v, int(rows[0]), values[k]) for k, v in arrays.items()}
     return arrays
 
 
-def simulate(scenario: Scenario, seed: int) -> tuple[list[RankTimeline], list[Collective]]:
-    """Simulate every rank of ``scenario``; deterministic for ``seed``."""
-    R, S = scenario.ranks, scenario.steps
-    programs = []
-    for rank in range(R):
-        program = build_step(_workload(scenario, rank))
-        programs.append((program, _with_exposed_aicpu(program, scenario)))
-    n_step = len(programs[0][1]["kernel_id"])
-    assert all(len(a["kernel_id"]) == n_step for _, a in programs), "ranks must share one program structure"
-    N = n_step * S
-    step = np.repeat(np.arange(S, dtype=np.int32), n_step)
-    first_of_step = np.zeros(N, dtype=bool)
+@dataclass
+class _RankPlan:
+    rank: int
+    program: Program
+    arrays: dict[str, np.ndarray]  # one step
+    kernel_id: np.ndarray  # all steps
+    dur_us: np.ndarray
+    gap_us: np.ndarray
+    comm_pos: np.ndarray  # indices of communication events
+    comm_group: list[GroupInstance]
+    n_step: int
+
+
+def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
+    S = scenario.steps
+    program = build_step(_workload(scenario, rank, topology))
+    arrays = _with_exposed_aicpu(program, scenario)
+    n_step = len(arrays["kernel_id"])
+    kid = np.tile(arrays["kernel_id"], S)
+    n = len(kid)
+    rng = np.random.default_rng([seed, rank])
+    is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid]
+    slow = np.prod([f.factor for f in _faults(scenario, "slow_rank") if rank in f.ranks] or [1.0])
+    dur = np.array([k.base_us for k in program.kernels])[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow)
+    first_of_step = np.zeros(n, dtype=bool)
     first_of_step[::n_step] = True
+    gap = rng.uniform(1.5, 6.0, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
+    for fault in _faults(scenario, "host_bubble"):
+        rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
+        if rank in fault.ranks and rows.size:
+            for s in fault.steps or range(S):
+                gap[s * n_step + rows[0]] += fault.gap_us
+    comm_pos = np.flatnonzero(is_comm)
+    groups = [topology.instance(program.kernels[k].hccl_group, rank) for k in kid[comm_pos]]
+    return _RankPlan(rank, program, arrays, kid, dur, gap, comm_pos, groups, n_step)
 
-    dur_us = np.empty((R, N))
-    gap_us = np.empty((R, N))
-    coll_kernel = np.array([k.hccl_group is not None for k in programs[0][0].kernels])
-    is_coll = coll_kernel[np.tile(programs[0][1]["kernel_id"], S)]
-    slow = {r: f.factor for f in _faults(scenario, "slow_rank") for r in f.ranks}
-    for rank, (program, arrays) in enumerate(programs):
-        rng = np.random.default_rng([seed, rank])
-        kid = np.tile(arrays["kernel_id"], S)
-        base = np.array([k.base_us for k in program.kernels])[kid]
-        noise = rng.lognormal(0.0, 0.03, N)
-        compute_factor = np.where(is_coll, 1.0, slow.get(rank, 1.0))
-        dur_us[rank] = base * noise * compute_factor
-        gap_us[rank] = rng.uniform(1.5, 6.0, N) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
-        for fault in _faults(scenario, "host_bubble"):
-            if rank in fault.ranks:
-                layer_first = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))[0]
-                for s in fault.steps or range(S):
-                    gap_us[rank, s * n_step + layer_first] += fault.gap_us
 
-    # Collectives: arrival positions assuming zero-length collectives, then a running per-rank
-    # shift that absorbs each collective's wait + transfer. A loop over collectives, not events.
-    coll_pos = np.flatnonzero(is_coll)
-    inc = gap_us + np.where(is_coll, 0.0, dur_us)
-    end_plain = np.cumsum(inc, axis=1)  # end of each event if collectives took no time
-    start_plain = end_plain - np.where(is_coll, 0.0, dur_us)
-    shift = np.zeros(R)
-    shift_at = np.zeros((R, N))
+def _slow_link_factor(scenario: Scenario, group: GroupInstance) -> float:
+    factor = 1.0
+    for fault in _faults(scenario, "slow_link"):
+        if set(fault.link) <= set(group.members):
+            factor = max(factor, fault.factor)
+    return factor
+
+
+def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[RankTimeline], list[Collective]]:
+    """Simulate every rank of ``scenario``; deterministic for ``seed``."""
+    plans = [_plan(scenario, rank, topology, seed) for rank in range(topology.world)]
+    start_us = [np.zeros(len(p.kernel_id)) for p in plans]
+    ordinal_at = [np.full(len(p.kernel_id), -1, dtype=np.int64) for p in plans]
+    clock = np.zeros(topology.world)  # end of the last event on each rank
+    cursor = [0] * topology.world  # next event to place
+    next_comm = [0] * topology.world  # index into comm_pos
+    waiting: dict[tuple[str, int], dict[int, float]] = {}
+    sequence: dict[tuple[str, int], int] = {}  # (communicator key, rank) -> ops issued so far
     collectives: list[Collective] = []
-    kernels0 = programs[0][0].kernels
-    kid0 = np.tile(programs[0][1]["kernel_id"], S)
-    links = _faults(scenario, "slow_link")
     rng = np.random.default_rng([seed, 10_000])
-    previous = 0
-    for ordinal, pos in enumerate(coll_pos):
-        shift_at[:, previous:pos] = shift[:, None]
-        arrive = start_plain[:, pos] + shift
-        kernel = kernels0[kid0[pos]]
-        slowed = bool(links)
-        transfer = dur_us[:, pos].mean() * (max(f.factor for f in links) if links else 1.0)
-        end = arrive.max() + transfer + rng.uniform(0.0, 2.0, R)
-        collectives.append(Collective(ordinal, kernel, int(step[pos]), kernel.hccl_group, arrive * 1000, end * 1000, transfer * 1000, slowed))
-        dur_us[:, pos] = end - arrive
-        shift = end - end_plain[:, pos]
-        shift_at[:, pos] = shift - (end - arrive)  # the collective itself starts at arrive
-        previous = pos + 1
-    shift_at[:, previous:] = shift[:, None]
-    start_us = start_plain + shift_at
 
-    ordinal_at = np.full(N, -1, dtype=np.int64)
-    ordinal_at[coll_pos] = np.arange(len(coll_pos))
+    def run_until_comm(r: int) -> None:
+        """Place rank r's compute events up to its next communication op and register its arrival."""
+        plan = plans[r]
+        stop = plan.comm_pos[next_comm[r]] if next_comm[r] < len(plan.comm_pos) else len(plan.kernel_id)
+        lo = cursor[r]
+        if stop > lo:
+            inc = plan.gap_us[lo:stop] + plan.dur_us[lo:stop]
+            ends = clock[r] + np.cumsum(inc)
+            start_us[r][lo:stop] = ends - plan.dur_us[lo:stop]
+            clock[r] = ends[-1]
+        cursor[r] = stop
+        if stop < len(plan.kernel_id):
+            group = plan.comm_group[next_comm[r]]
+            seq = sequence.get((group.key, r), 0)
+            sequence[(group.key, r)] = seq + 1
+            waiting.setdefault((group.key, seq), {})[r] = clock[r] + plan.gap_us[stop]
+
+    for r in range(topology.world):
+        run_until_comm(r)
+    while waiting:
+        ready = [key for key, arrived in waiting.items()
+                 if len(arrived) == len(next(plans[m].comm_group[next_comm[m]] for m in arrived).members)]
+        if not ready:
+            raise RuntimeError(f"synthetic programs deadlock: {len(waiting)} communication ops never complete")
+        for key in sorted(ready, key=lambda k: min(waiting[k].values())):
+            arrived = waiting.pop(key)
+            any_rank = next(iter(arrived))
+            plan = plans[any_rank]
+            pos = plan.comm_pos[next_comm[any_rank]]
+            kernel = plan.program.kernels[plan.kernel_id[pos]]
+            group = plan.comm_group[next_comm[any_rank]]
+            transfer = float(np.mean([plans[m].dur_us[plans[m].comm_pos[next_comm[m]]] for m in arrived])) * _slow_link_factor(scenario, group)
+            last = max(arrived.values())
+            ordinal = len(collectives)
+            ends = {}
+            for m, arrive in arrived.items():
+                mpos = plans[m].comm_pos[next_comm[m]]
+                end = last + transfer + rng.uniform(0.0, 2.0)
+                start_us[m][mpos] = arrive
+                plans[m].dur_us[mpos] = end - arrive
+                ordinal_at[m][mpos] = ordinal
+                ends[m] = end
+                clock[m] = end
+                cursor[m] = mpos + 1
+                next_comm[m] += 1
+            collectives.append(Collective(ordinal, kernel, int(pos // plan.n_step), group, key[1],
+                                          {m: int(round(a * 1000)) + BASE_CLOCK_NS for m, a in arrived.items()},
+                                          {m: int(round(e * 1000)) + BASE_CLOCK_NS for m, e in ends.items()}, transfer * 1000))
+            for m in arrived:
+                run_until_comm(m)
+
     offsets = {r: f.offset_us for f in _faults(scenario, "clock_offset") for r in f.ranks}
     timelines = []
-    for rank, (program, arrays) in enumerate(programs):
-        start_ns = np.round(start_us[rank] * 1000).astype(np.int64)
-        duration_ns = np.round(dur_us[rank] * 1000).astype(np.int64)
+    for plan in plans:
+        r, n_step, S = plan.rank, plan.n_step, scenario.steps
+        start_ns = np.round(start_us[r] * 1000).astype(np.int64)
+        duration_ns = np.round(plan.dur_us * 1000).astype(np.int64)
         end_ns = start_ns + duration_ns
-        wait_ns = np.zeros(N, dtype=np.int64)
+        wait_ns = np.zeros(len(start_ns), dtype=np.int64)
         wait_ns[1:] = np.clip(start_ns[1:] - np.maximum.accumulate(end_ns)[:-1], 0, None)
         firsts = np.arange(S) * n_step
-        lasts = firsts + n_step - 1
-        step_start = start_ns[firsts] - int(STEP_PREP_US * 500)
-        offset = int(round(offsets.get(rank, 0.0) * 1000))
-        timelines.append(
-            RankTimeline(
-                rank=rank, kernels=program.kernels, kernel_id=np.tile(arrays["kernel_id"], S),
-                start_ns=start_ns + BASE_CLOCK_NS + offset, duration_ns=duration_ns, wait_ns=wait_ns, step=step,
-                region=np.tile(arrays["region"], S), layer_index=np.tile(arrays["layer_index"], S),
-                layer_role=np.tile(arrays["layer_role"], S), micro_batch=np.tile(arrays["micro_batch"], S),
-                block=np.tile(arrays["block"], S), collective=ordinal_at,
-                step_start_ns=step_start + BASE_CLOCK_NS + offset, step_end_ns=end_ns[lasts] + BASE_CLOCK_NS + offset,
-                clock_offset_ns=offset,
-            )
-        )
-    for c in collectives:
-        c.arrive_ns = c.arrive_ns + BASE_CLOCK_NS
-        c.end_ns = c.end_ns + BASE_CLOCK_NS
+        offset = int(round(offsets.get(r, 0.0) * 1000)) + BASE_CLOCK_NS
+        tile = lambda name: np.tile(plan.arrays[name], S)  # noqa: E731
+        layers_held = tuple(sorted({int(x) for x in plan.arrays["layer_index"] if x >= 0}))
+        timelines.append(RankTimeline(
+            rank=r, kernels=plan.program.kernels, kernel_id=plan.kernel_id, start_ns=start_ns + offset, duration_ns=duration_ns,
+            wait_ns=wait_ns, step=np.repeat(np.arange(S, dtype=np.int32), n_step), region=tile("region"), layer_index=tile("layer_index"),
+            layer_role=tile("layer_role"), micro_batch=tile("micro_batch"), block=tile("block"), collective=ordinal_at[r],
+            step_start_ns=start_ns[firsts] - int(STEP_PREP_US * 500) + offset, step_end_ns=end_ns[firsts + n_step - 1] + offset,
+            layers_held=layers_held, clock_offset_ns=offset - BASE_CLOCK_NS))
     if _faults(scenario, "partial_capture"):
-        timelines = [_cut_edges(t, n_step) for t in timelines]
+        timelines = [_cut_edges(t, plans[t.rank].n_step) for t in timelines]
     return timelines, collectives
 
 

@@ -44,7 +44,17 @@ def problems(log: str) -> list[str]:
     return [line for line in log.splitlines() if re.search(r"\[(WARNING|ERROR)\]", line) and "Do not run this tool as root" not in line]
 
 
-@pytest.mark.parametrize("name", ["clean", "slow_rank", "ep_imbalance", "partial_capture", "mixed", "slow_link"])
+def planted_groups(root: Path) -> dict[str, set[tuple[int, ...]]]:
+    """Communicator member sets by kind (dp, tp, pp, exp), from the generated profiler_metadata.json."""
+    groups: dict[str, set[tuple[int, ...]]] = {}
+    for path in root.glob("*_ascend_pt/profiler_metadata.json"):
+        for info in json.loads(path.read_text())["parallel_group_info"].values():
+            if info["group_name"] != "default_group":
+                groups.setdefault(info["group_name"], set()).add(tuple(info["global_ranks"]))
+    return groups
+
+
+@pytest.mark.parametrize("name", ["clean", "slow_rank", "ep_imbalance", "partial_capture", "mixed", "slow_link", "pipeline_parallel"])
 def test_msprof_analyze_accepts_text_roots(msprof_analyze, tmp_path, name):
     root = Path(generate(tmp_path / name, name, seed=1)["root"])
     log = run_cluster(msprof_analyze, root)
@@ -52,6 +62,8 @@ def test_msprof_analyze_accepts_text_roots(msprof_analyze, tmp_path, name):
     out = root / "cluster_analysis_output"
     sc = SCENARIOS[name]
     truth = json.loads((root / "ground_truth.json").read_text())
+    groups = planted_groups(root)
+    collective = {g for kind, members in groups.items() if kind != "pp" for g in members}
 
     with open(out / "cluster_step_trace_time.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -59,21 +71,24 @@ def test_msprof_analyze_accepts_text_roots(msprof_analyze, tmp_path, name):
     assert {int(r["Index"]) for r in rank_rows} == set(range(sc.ranks))
     assert {int(r["Step"]) for r in rank_rows} == set(truth["step_ids"])
     assert {"DP Index", "PP Index", "TP Index"} <= set(rows[0])  # distributed_args were consistent
+    stage_rows = {r["Index"] for r in rows if r["Type"] == "stage"}
+    if sc.pp > 1:  # the vendor finds the pipeline stages from the pp groups
+        assert stage_rows == {str(tuple(range(s * sc.ranks // sc.pp, (s + 1) * sc.ranks // sc.pp))) for s in range(sc.pp)}
 
     communication = json.loads((out / "cluster_communication.json").read_text())
-    group = f"({', '.join(str(r) for r in range(sc.ranks))})"
-    assert group in communication
-    ops = [op for step in communication[group].values() for op in step if not op.startswith("Total")]
-    assert ops, "every collective op must be aligned across the group"
+    for members in collective:
+        ops = [op for step in communication[str(members)].values() for op in step if not op.startswith("Total")]
+        assert ops, f"collective ops of group {members} must be aligned across its ranks"
 
     matrix = json.loads((out / "cluster_communication_matrix.json").read_text())
-    links = [link for step in matrix[group].values() for op in step.values() for link in op]
-    assert f"0-{1 % sc.ranks}" in links  # local links mapped to global ranks through the self links
+    first = sorted(collective)[0]
+    links = [link for step in matrix[str(first)].values() for op in step.values() for link in op]
+    assert f"{first[0]}-{first[1 % len(first)]}" in links  # local links mapped to global ranks through the self links
 
-    groups = json.loads((out / "communication_group.json").read_text())
-    # every synthetic group spans all ranks; training MoE has two (dp, exp)
-    assert groups["collective"] and all(g == list(range(sc.ranks)) for g in groups["collective"])
-    assert {g["pg_name"] for g in groups["comm_group_parallel_info"]} <= {"dp", "tp", "exp"}
+    found = json.loads((out / "communication_group.json").read_text())
+    assert {tuple(g) for g in found["collective"]} == collective
+    assert {tuple(g) for g in found["p2p"]} == groups.get("pp", set())
+    assert {g["pg_name"] for g in found["comm_group_parallel_info"]} == set(groups)
 
 
 def test_slow_rank_waits_show_in_the_vendor_communication_summary(msprof_analyze, tmp_path):

@@ -259,3 +259,23 @@ def test_trace_view_is_a_chrome_trace_with_the_exporter_quirks(roots):
     assert len(syncs) == len(fault["step_ids"])
     assert all(e["dur"] == pytest.approx(fault["gap_us"], rel=0.01) for e in syncs)
     assert any(e["name"] == "AscendCL@aclrtSynchronizeStream" for e in events)
+
+
+def test_pipeline_stages_hold_their_layers_and_exchange_with_send_recv(roots):
+    root = roots["pipeline_parallel"]
+    gt = truth(root)
+    sc = SCENARIOS["pipeline_parallel"]
+    per_stage = sc.layers // sc.pp
+    for rank, facts in gt["ranks"].items():
+        stage = int(rank) // (sc.ranks // sc.pp)
+        assert facts["decoder_layers_held"] == list(range(stage * per_stage, (stage + 1) * per_stage))
+        assert facts["layer_instances_per_complete_step"] == {"forward": per_stage * sc.micro_batches, "backward": per_stage * sc.micro_batches}
+    first, last = kernel_rows(root, 0), kernel_rows(root, 2)  # ranks 0 and 2 form one pp group
+    assert (first["Type"] == "GatherV2").any() and not (last["Type"] == "GatherV2").any()  # embedding on the first stage
+    assert (last["Type"] == "CrossEntropyLoss").any() and not (first["Type"] == "CrossEntropyLoss").any()  # loss on the last
+    p2p = {r: f[f["Type"] == "hcom_batchSendRecv_"].set_index("Name") for r, f in ((0, first), (2, last))}
+    assert list(p2p[0].index) == list(p2p[2].index) and len(p2p[0]) == 2 * sc.micro_batches * sc.steps
+    ends = np.abs(p2p[0]["end_ns"].to_numpy() - p2p[2]["end_ns"].to_numpy())
+    assert ends.max() < 5_000  # a send/recv pair ends together on both stages
+    communication = comm_json(root, 0)["step10"]
+    assert communication["p2p"] and all(k.startswith("hcom_batchSendRecv_") or k == "Total Op Info" for k in communication["p2p"])
