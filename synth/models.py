@@ -137,6 +137,16 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
     add(aclnn("Add", "Add", "AI_VECTOR_CORE", _scale(t, 7), "vector_mte", f"{t},{m.hidden};{t},{m.hidden}", f"{t},{m.hidden}"), "ffn")
 
 
+def _expert_exchange(w: Workload, step: str, shapes_in: str, shapes_out: str) -> Kernel:
+    """Tokens to / from their experts: an all-to-all in training, the fused MC2 kernel in inference."""
+    m, t = w.model, w.tokens
+    transfer_mb = t * m.top_k * m.hidden * 2 / 1e6
+    if w.training:
+        return hccl("alltoallv", "exp", _scale(t * m.top_k, 40), transfer_mb)
+    return Kernel(f"MoeDistribute{step}", f"MoeDistribute{step}", "COMMUNICATION", _scale(t * m.top_k, 45), "comm_aiv", block_dim=48,
+                  input_shapes=shapes_in, output_shapes=shapes_out, hccl_group="exp", transfer_mb=transfer_mb)
+
+
 def _moe_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
     m, t = w.model, w.tokens
     role = "forward"
@@ -151,12 +161,7 @@ def _moe_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
     add(aclnn("AddRmsNorm", "AddRmsNorm", "AI_VECTOR_CORE", _scale(t, 16), "vector", f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"), "moe")
     add(aclnn("Matmul", "MatMulV2", "AI_CORE", _scale(t, 12), "cube", f"{t},{m.hidden};{m.experts},{m.hidden}", f"{t},{m.experts}", block_dim=8), "moe")
     add(Kernel("MoeGatingTopK", "MoeGatingTopK", "AI_VECTOR_CORE", _scale(t, 10), "vector", input_shapes=f"{t},{m.experts}", output_shapes=f"{t},{m.top_k};{t},{m.top_k}"), "moe")
-    if w.training:
-        add(hccl("alltoallv", "exp", _scale(t * m.top_k, 40), t * m.top_k * m.hidden * 2 / 1e6), "moe")
-    else:
-        add(Kernel("MoeDistributeDispatch", "MoeDistributeDispatch", "COMMUNICATION", _scale(t * m.top_k, 45), "comm_aiv", block_dim=48,
-                   input_shapes=f"{t},{m.hidden};{t},{m.top_k}", output_shapes=f"{routed},{m.hidden}", hccl_group="exp",
-                   transfer_mb=t * m.top_k * m.hidden * 2 / 1e6), "moe")
+    add(_expert_exchange(w, "Dispatch", f"{t},{m.hidden};{t},{m.top_k}", f"{routed},{m.hidden}"), "moe")
     gmm_us = _scale(routed, 38) if routed else 3.0
     add(Kernel("GroupedMatmul", "GroupedMatmul", "AI_CORE", gmm_us, "cube", block_dim=24,
                input_shapes=f"{routed},{m.hidden};{m.experts // max(w.world, 1)},{m.hidden},{2 * m.moe_ffn};{m.experts // max(w.world, 1)}",
@@ -165,12 +170,7 @@ def _moe_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
     add(Kernel("GroupedMatmul", "GroupedMatmul", "AI_CORE", gmm_us / 2, "cube", block_dim=24,
                input_shapes=f"{routed},{m.moe_ffn};{m.experts // max(w.world, 1)},{m.moe_ffn},{m.hidden};{m.experts // max(w.world, 1)}",
                output_shapes=f"{routed},{m.hidden}"), "moe")
-    if w.training:
-        add(hccl("alltoallv", "exp", _scale(t * m.top_k, 40), t * m.top_k * m.hidden * 2 / 1e6), "moe")
-    else:
-        add(Kernel("MoeDistributeCombine", "MoeDistributeCombine", "COMMUNICATION", _scale(t * m.top_k, 45), "comm_aiv", block_dim=48,
-                   input_shapes=f"{routed},{m.hidden};{t},{m.top_k}", output_shapes=f"{t},{m.hidden}", hccl_group="exp",
-                   transfer_mb=t * m.top_k * m.hidden * 2 / 1e6), "moe")
+    add(_expert_exchange(w, "Combine", f"{routed},{m.hidden};{t},{m.top_k}", f"{t},{m.hidden}"), "moe")
 
 
 _GRAD = {"RmsNorm": "RmsNormGrad", "SwiGlu": "SwiGluGrad", "RotaryPositionEmbedding": "RotaryPositionEmbeddingGrad",

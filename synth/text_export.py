@@ -121,19 +121,14 @@ def write_kernel_details(path: Path, timeline: RankTimeline, step_ids: np.ndarra
     }
     pmu = pmu_values(timeline)
     has_pmu = pmu["has_pmu"]
-    aic_time, aiv_time = pmu["aic_total_time"], pmu["aiv_total_time"]
-    columns["aicore_time(us)"] = _num_text(aic_time, has_pmu)
-    columns["aic_total_cycles"] = _num_text(pmu["aic_total_cycles"], has_pmu, 0)
-    for stage in _AIC_STAGES:
-        columns[f"{stage}_time(us)"] = _num_text(pmu[f"{stage}_time"], has_pmu)
-        columns[f"{stage}_ratio"] = _num_text(np.divide(pmu[f"{stage}_time"], aic_time, out=np.zeros(n), where=aic_time > 0), has_pmu)
-    columns["aic_icache_miss_rate"] = _num_text(np.where(aic_time > 0, 0.002, 0.0), has_pmu)
-    columns["aiv_time(us)"] = _num_text(aiv_time, has_pmu)
-    columns["aiv_total_cycles"] = _num_text(pmu["aiv_total_cycles"], has_pmu, 0)
-    for stage in _AIV_STAGES:
-        columns[f"{stage}_time(us)"] = _num_text(pmu[f"{stage}_time"], has_pmu)
-        columns[f"{stage}_ratio"] = _num_text(np.divide(pmu[f"{stage}_time"], aiv_time, out=np.zeros(n), where=aiv_time > 0), has_pmu)
-    columns["aiv_icache_miss_rate"] = _num_text(np.where(aiv_time > 0, 0.023, 0.0), has_pmu)
+    for core, total_column, stages, icache_miss in (("aic", "aicore_time(us)", _AIC_STAGES, 0.002), ("aiv", "aiv_time(us)", _AIV_STAGES, 0.023)):
+        total = pmu[f"{core}_total_time"]
+        columns[total_column] = _num_text(total, has_pmu)
+        columns[f"{core}_total_cycles"] = _num_text(pmu[f"{core}_total_cycles"], has_pmu, 0)
+        for stage in stages:
+            columns[f"{stage}_time(us)"] = _num_text(pmu[f"{stage}_time"], has_pmu)
+            columns[f"{stage}_ratio"] = _num_text(np.divide(pmu[f"{stage}_time"], total, out=np.zeros(n), where=total > 0), has_pmu)
+        columns[f"{core}_icache_miss_rate"] = _num_text(np.where(total > 0, icache_miss, 0.0), has_pmu)
     columns["cube_utilization(%)"] = _num_text(pmu["mac_share"] * 93.0, has_pmu)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as handle:

@@ -275,3 +275,28 @@ def test_demo_generates_and_analyzes_and_says_where_things_are(cli, tmp_path):
     foreign.mkdir()
     (foreign / "mine.txt").write_text("x")
     assert cli("demo", "--dir", str(foreign)).returncode == 2
+
+
+def test_progress_bar_is_drawn_on_a_tty_and_stdout_keeps_one_json_object(tmp_path):
+    import pty
+    import subprocess
+
+    exe = shutil.which("npuprof")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([exe, "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=follower, text=True)
+    stdout, _ = proc.communicate(timeout=120)
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert proc.returncode == 0
+    assert json.loads(stdout)["status"] == "ok"
+    text = drawn.decode()
+    assert "\r" in text and "normalize" in text and "[" in text and "4/4" in text
