@@ -340,6 +340,21 @@ def result_object(out: Path, top: dict) -> dict:
     """The one JSON object printed on success (later stages add their headline numbers here)."""
     normalize_manifest = out / schema.stage_manifest_name("normalize")
     counts = read_json(normalize_manifest) if normalize_manifest.exists() else {}
+    extra: dict = {}
+    segment_manifest = out / schema.stage_manifest_name("segment")
+    if segment_manifest.exists():
+        seg = read_json(segment_manifest)
+        extra["segment"] = {
+            "hard_error_count": seg["hard_error_count"],
+            "interior_island_total": seg["interior_island_total"],
+            "layers_per_pass_inventory": seg["layers_per_pass_inventory"],
+            "ranks": {str(r["rank_id"]): {"steps": r["step_count"], "complete_steps": r["complete_step_count"],
+                                          "decoder_layers_observed": r["decoder_layers_observed"],
+                                          "micro_batches_per_step": r["micro_batches_per_step"], "layer_confidence": r["layer_confidence"]}
+                      for r in seg["rank_summaries"]},
+        }
+        if seg["hard_error_count"] or seg["interior_island_total"]:
+            extra["warnings"] = [f"segment: {seg['hard_error_count']} hard errors, {seg['interior_island_total']} rows in interior islands (see segment_manifest.json)"]
     return {
         "status": "ok",
         "output_dir": str(out),
@@ -350,4 +365,5 @@ def result_object(out: Path, top: dict) -> dict:
         "stage_timings": {k: top["stage_timings"][k] for k in top["stages_executed"]},
         "stages_not_built": top.get("stages_not_built", []),
         "notes": counts.get("notes", [])[:20],
+        **extra,
     }

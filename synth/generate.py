@@ -74,6 +74,21 @@ def _hccl_names(collectives: list[Collective]) -> dict[int, str]:
             for c in collectives}
 
 
+def _layer_rows(t: RankTimeline, step: int) -> list[dict]:
+    """Row ranges (kernel_details data rows) of every layer instance in one step, in order."""
+    rows = np.flatnonzero((t.step == step) & (t.region == LAYER))
+    if rows.size == 0:
+        return []
+    key = np.stack([t.micro_batch[rows], t.layer_index[rows], (t.layer_role[rows] == "backward").astype(np.int32)], axis=1)
+    breaks = np.flatnonzero(np.any(key[1:] != key[:-1], axis=1) | (np.diff(rows) != 1)) + 1
+    layers = []
+    for chunk in np.split(rows, breaks):
+        first = chunk[0]
+        layers.append({"row_start": int(first), "row_end": int(chunk[-1]), "layer_index": int(t.layer_index[first]),
+                       "role": str(t.layer_role[first]), "micro_batch": int(t.micro_batch[first])})
+    return layers
+
+
 def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int]) -> dict:
     partial = any(f.kind == "partial_capture" for f in sc.faults)
     complete = step_ids[1:-1] if partial else step_ids
@@ -81,7 +96,9 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
     for t in timelines:
         layer_rows = t.region == LAYER
         observed = sorted({step_ids[s] for s in np.unique(t.step)})
+        first_complete = complete[0] - step_ids[0] if complete else None
         ranks[str(t.rank)] = {
+            "layers_first_complete_step": _layer_rows(t, first_complete) if first_complete is not None else [],
             "steps_present": observed,
             "complete_steps": complete,
             "partial_steps": sorted(set(observed) - set(complete)),

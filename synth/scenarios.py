@@ -72,7 +72,7 @@ SCENARIOS: dict[str, Scenario] = {
                  training=False, phase="prefill", micro_batches=1, faults=(Fault("host_bubble", ranks=(0,), steps=(1, 2), layer=2, gap_us=6000.0),)),
         Scenario("slow_link", "dense prefill with TP all-reduces; the 0-1 link runs at a quarter of its bandwidth",
                  training=False, phase="prefill", micro_batches=1, faults=(Fault("slow_link", link=(0, 1), factor=4.0),)),
-        Scenario("exposed_aicpu", "dense prefill; an AI CPU op (400 us) runs exposed before layer 1 on every step",
+        Scenario("exposed_aicpu", "dense prefill; an AI CPU op (400 us) runs exposed inside layer 1 on every step",
                  training=False, phase="prefill", micro_batches=1, faults=(Fault("exposed_aicpu", layer=1, gap_us=400.0),)),
         Scenario("dummy_rank", "MoE decode; rank 3 gets no routed tokens (reduced-work rank)",
                  model="moe", training=False, phase="decode", tokens=256, micro_batches=1, faults=(Fault("reduced_work_rank", ranks=(3,)),)),

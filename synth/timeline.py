@@ -88,7 +88,8 @@ def _with_exposed_aicpu(program: Program, scenario: Scenario) -> dict[str, np.nd
         program.kernels.append(aicpu)
         values = {"kernel_id": len(program.kernels) - 1, "region": LAYER, "layer_index": fault.layer, "layer_role": "forward",
                   "micro_batch": 0, "block": "attention", "gap_before_us": 0.0}
-        arrays = {k: np.insert(v, int(rows[0]), values[k]) for k, v in arrays.items()}
+        # inside the layer, right after its first kernel: unambiguously part of layer `fault.layer`
+        arrays = {k: np.insert(v, int(rows[0]) + 1, values[k]) for k, v in arrays.items()}
     return arrays
 
 

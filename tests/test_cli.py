@@ -184,16 +184,30 @@ def test_non_empty_output_is_refused_without_overwrite(cli, tmp_path):
 
 
 def test_stage_that_is_not_built_is_refused_clearly(cli, tmp_path):
-    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out"), "--to-stage", "segment")
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out"), "--to-stage", "report")
     assert run.returncode == 2
-    assert "'segment' is not built yet" in run.result["error"]
+    assert "is not built yet" in run.result["error"] and "built stages: normalize, segment" in run.result["error"]
 
 
-def test_missing_prerequisites_are_named(tmp_path):
+def test_missing_prerequisites_are_named(cli, tmp_path):
     with pytest.raises(MissingPrerequisites) as raised:
         check_prerequisites(tmp_path, [stage("segment")])
     assert raised.value.exit_code == 5
     assert "normalize_manifest.json" in raised.value.one_line() and "normalized_events" in raised.value.one_line()
+    out = tmp_path / "empty"
+    out.mkdir()
+    run = cli("analyze", "-o", str(out), "--only-stage", "segment", "--progress", "none")
+    assert run.returncode == 5 and run.result["kind"] == "missing_prerequisites"
+    assert "normalize_manifest.json" in run.result["error"]
+
+
+def test_from_stage_reruns_segment_on_existing_normalize_output(cli, tmp_path):
+    out = tmp_path / "out"
+    assert cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--to-stage", "normalize", "--progress", "none").returncode == 0
+    run = cli("analyze", "-o", str(out), "--from-stage", "segment", "--progress", "none")
+    assert run.returncode == 0, run.stderr
+    assert run.result["stages_executed"] == ["segment"] and run.result["rank_count"] == 4
+    assert (out / "segment_manifest.json").is_file() and (out / "step_summary.csv").is_file()
 
 
 def test_only_stage_reruns_on_an_existing_output(cli, tmp_path):

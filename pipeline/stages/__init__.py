@@ -6,7 +6,7 @@ clearly instead of pretending they ran.
 from __future__ import annotations
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.stages import normalize
+from npuprof.pipeline.stages import normalize, segment
 from npuprof.pipeline.stages.base import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -18,7 +18,13 @@ STAGES: tuple[Stage, ...] = (
         reduce_root=normalize.reduce_root,
         map_in_threads=True,
     ),
-    Stage(name="segment", requires=(schema.stage_manifest_name("normalize"), schema.NORMALIZED_EVENTS)),
+    Stage(
+        name="segment",
+        requires=(schema.stage_manifest_name("normalize"), schema.NORMALIZED_EVENTS),
+        produces=("step_segments", "layer_segments", "step_summary.csv", "layer_summary.csv"),
+        map_rank=segment.map_rank,
+        reduce_root=segment.reduce_root,
+    ),
     Stage(name="classify", requires=(schema.stage_manifest_name("segment"),)),
     Stage(name="summarize", requires=(schema.stage_manifest_name("classify"),)),
     Stage(name="cross_rank", requires=(schema.stage_manifest_name("summarize"),)),

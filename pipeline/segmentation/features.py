@@ -1,0 +1,80 @@
+"""Per-event flags that segmentation needs, computed once per distinct kernel and joined back."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from npuprof import knowledge
+
+
+@dataclass
+class EventFeatures:
+    """Arrays aligned with the rank's events in device order (start time, then source row)."""
+
+    anchor_family: np.ndarray  # family name where the event anchors a layer, else ""
+    backward: np.ndarray  # bool: a training backward kernel (*Grad)
+    opening: np.ndarray  # bool: opens a forward layer / block (normalization, block head)
+    closing: np.ndarray  # bool: closes a backward layer (normalization grad)
+    role_flags: dict[str, np.ndarray]  # role -> bool
+    kernel_key: np.ndarray  # int code of the kernel identity (type, else name): for template matching
+    fallback: np.ndarray  # bool: candidate fallback anchor (no-attention models)
+    pass_marker: np.ndarray  # bool: marks the edge of a pass (p2p send/recv, embedding, sampling, optimizer)
+
+
+# Kernels that only run between passes, never inside a transformer layer.
+PASS_MARKER_CATEGORIES = {"communication.p2p", "embedding", "sampling.argmax", "sampling.top_k_top_p", "optimizer.update"}
+
+
+def _joined(values: pa.ChunkedArray | pa.Array) -> pd.Series:
+    return pd.Series(pc.fill_null(pc.binary_join(values, "|"), "").to_numpy(zero_copy_only=False))
+
+
+def event_features(events: pa.Table) -> EventFeatures:
+    """Flags for every event of one rank, from its categories and roles (a loop over distinct sets only)."""
+    rules = knowledge.load("segmentation_rules")
+    companions = set(rules["companion_only"])
+    family_of = {cat: fam["family"] for fam in rules["attention_families"] for cat in fam["anchors"]}
+    fallback_categories = set(rules["fallback_anchors"]["categories"])
+    opening_roles = set(rules["opening_roles"])
+
+    categories = _joined(events.column("categories"))
+    roles = _joined(events.column("roles"))
+    cat_codes, cat_values = pd.factorize(categories)
+    role_codes, role_values = pd.factorize(roles)
+
+    def per_category(fn) -> np.ndarray:
+        table = np.array([fn(set(v.split("|")) - {""}) for v in cat_values] or [fn(set())])
+        return table[cat_codes] if len(cat_codes) else table[:0]
+
+    def per_role(fn) -> np.ndarray:
+        table = np.array([fn(set(v.split("|")) - {""}) for v in role_values] or [fn(set())])
+        return table[role_codes] if len(role_codes) else table[:0]
+
+    primary = events.column("primary_category").to_pandas().fillna("")
+    prim_codes, prim_values = pd.factorize(primary)
+    fam_table = np.array([family_of.get(p, "") if p not in companions else "" for p in prim_values] or [""], dtype=object)
+    anchor_family = fam_table[prim_codes] if len(prim_codes) else fam_table[:0]
+
+    backward = per_category(lambda c: "training.backward" in c)
+    is_opening_role = per_role(lambda r: bool(r & opening_roles))
+    role_flags = {role: per_role(lambda r, role=role: role in r) for role in
+                  ("attention", "attention_aux", "moe", "ffn", "compute", "communication", "normalization", "block_head",
+                   "selection", "sampling", "optimizer", "aicpu", "embedding")}
+    identity = events.column("type").to_pandas().fillna(events.column("name").to_pandas())
+    kernel_key, _ = pd.factorize(identity)
+    fallback = per_category(lambda c: bool(c & fallback_categories))
+    pass_marker = per_category(lambda c: bool(c & PASS_MARKER_CATEGORIES))
+    return EventFeatures(
+        anchor_family=anchor_family,
+        backward=backward.astype(bool),
+        opening=(is_opening_role & ~backward).astype(bool),
+        closing=(role_flags["normalization"] & backward).astype(bool),
+        role_flags={k: v.astype(bool) for k, v in role_flags.items()},
+        kernel_key=kernel_key.astype(np.int64),
+        fallback=fallback.astype(bool),
+        pass_marker=pass_marker.astype(bool),
+    )

@@ -1,0 +1,97 @@
+"""Steps of one rank: from Step Id / STEP_TIME when the capture has them, else from structure.
+
+A step is a contiguous window of the rank's events in device order. Edge steps with clearly
+fewer events than the rank's typical step are partial captures (PARTIAL_CAPTURE_BOUNDARY).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npuprof import knowledge
+from npuprof.pipeline.segmentation.features import EventFeatures
+
+
+@dataclass
+class StepWindow:
+    """One step: positions [start, end] in the rank's device-ordered events."""
+
+    ordinal: int
+    step_id: int | None
+    start: int
+    end: int
+    source: str  # step_id | structure | whole_capture
+    complete: bool = True
+    tags: list[str] = field(default_factory=list)
+
+    @property
+    def event_count(self) -> int:
+        return self.end - self.start + 1
+
+
+def _runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal consecutive values."""
+    if len(values) == 0:
+        return []
+    change = np.flatnonzero(values[1:] != values[:-1]) + 1
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change - 1, [len(values) - 1]))
+    return list(zip(starts.tolist(), ends.tolist()))
+
+
+def step_windows(step_ids: np.ndarray, features: EventFeatures, training: bool) -> tuple[list[StepWindow], list[tuple[int, int]]]:
+    """Step windows and the interior islands (events between steps that belong to none).
+
+    ``step_ids`` is float with NaN where the capture marks no step.
+    """
+    n = len(step_ids)
+    islands: list[tuple[int, int]] = []
+    if n == 0:
+        return [], islands
+    has_id = ~np.isnan(step_ids)
+    if has_id.any():
+        windows = []
+        filled = np.where(has_id, step_ids, -1.0)
+        for start, end in _runs(filled):
+            if filled[start] < 0:
+                continue
+            windows.append(StepWindow(len(windows), int(filled[start]), start, end, "step_id"))
+        first, last = windows[0].start, windows[-1].end
+        islands = [(s, e) for s, e in _runs(filled) if filled[s] < 0 and s > first and e < last]
+    else:
+        windows = _structural_steps(features, training)
+    _mark_partial(windows)
+    return windows, islands
+
+
+def _structural_steps(features: EventFeatures, training: bool) -> list[StepWindow]:
+    """No step marks: a step ends after each run of terminator kernels (sampling / optimizer)."""
+    rules = knowledge.load("segmentation_rules")["step_terminators"]
+    roles = rules["training_roles"] if training else rules["inference_roles"]
+    terminator = np.zeros(len(features.kernel_key), dtype=bool)
+    for role in roles:
+        terminator |= features.role_flags.get(role, np.zeros_like(terminator))
+    n = len(terminator)
+    ends = [e for s, e in _runs(terminator.astype(np.int8)) if terminator[s]]
+    if not ends:
+        return [StepWindow(0, None, 0, n - 1, "whole_capture", complete=True, tags=["NO_STEP_MARKS"])]
+    windows, start = [], 0
+    for end in ends:
+        windows.append(StepWindow(len(windows), None, start, end, "structure"))
+        start = end + 1
+    if start <= n - 1:
+        windows.append(StepWindow(len(windows), None, start, n - 1, "structure"))
+    return windows
+
+
+def _mark_partial(windows: list[StepWindow]) -> None:
+    rules = knowledge.load("segmentation_rules")["partial_capture"]
+    if len(windows) < rules["min_steps"]:
+        return
+    counts = np.array([w.event_count for w in windows])
+    for edge in {0, len(windows) - 1}:
+        others = np.delete(counts, edge)
+        if counts[edge] < rules["max_event_share"] * float(np.median(others)):
+            windows[edge].complete = False
+            windows[edge].tags.append("PARTIAL_CAPTURE_BOUNDARY")

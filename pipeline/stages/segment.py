@@ -1,0 +1,178 @@
+"""segment: steps and transformer layers of every rank, from the kernel sequence alone.
+
+Map (per rank): order the rank's events on the device timeline, find steps (Step Id, else
+structure), then layer instances per step (anchors of the rank's attention family), their role
+(forward / backward / recompute), passes (micro-batches) and the head / tail / interlude windows.
+Reduce: ``segment_manifest.json`` with hard errors and interior islands, and CSV views.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.segmentation.features import event_features
+from npuprof.pipeline.segmentation.layers import StepLayers, choose_family, fallback_anchors, modal_gaps, step_layers
+from npuprof.pipeline.segmentation.steps import step_windows
+from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+
+EVENT_COLUMNS = ["row_idx", "step_id", "start_ns", "end_ns", "name", "type", "op_type", "categories", "roles", "primary_category"]
+
+
+def ordered_events(ctx: RankContext) -> pa.Table:
+    """The rank's events in device order (start time, then source row): the order segments index."""
+    table = ctx.read_table(schema.NORMALIZED_EVENTS).select(EVENT_COLUMNS)
+    return table.sort_by([("start_ns", "ascending"), ("row_idx", "ascending")])
+
+
+def _window_reduce(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``ufunc`` over each window [start, end] of ``values`` in one vectorised ``reduceat``.
+
+    Windows need not touch (interludes lie between layers): the reduction runs over interleaved
+    [start, end + 1) bounds on a copy padded with one element, and every other result is kept.
+    """
+    padded = np.append(values, values[-1])
+    bounds = np.empty(2 * len(starts), dtype=np.int64)
+    bounds[0::2] = starts
+    bounds[1::2] = ends + 1
+    return ufunc.reduceat(padded, bounds)[0::2]
+
+
+def _window_facts(starts: np.ndarray, ends: np.ndarray, row_idx: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, np.ndarray]:
+    """Evidence anchors of windows [start, end] (positions): the source rows and times they span."""
+    return {
+        "row_start": _window_reduce(np.minimum, row_idx, starts, ends),
+        "row_end": _window_reduce(np.maximum, row_idx, starts, ends),
+        "start_ns": _window_reduce(np.minimum, start_ns, starts, ends),
+        "end_ns": _window_reduce(np.maximum, end_ns, starts, ends),
+    }
+
+
+def map_rank(ctx: RankContext) -> StageResult:
+    """Steps and layers of one rank."""
+    events = ordered_events(ctx)
+    rank = ctx.rank.rank_id
+    n = events.num_rows
+    features = event_features(events)
+    training = bool(features.backward.any())
+    family, anchors = choose_family(features)
+    note = ""
+    if not anchors.any():
+        anchors = fallback_anchors(features)
+        family = "fallback_periodic" if anchors.any() else ""
+        note = "no attention kernels: transformer layers cannot be identified" if not anchors.any() else "no attention kernels: layers from a periodic fallback anchor (low confidence)"
+    step_ids = events.column("step_id").to_numpy(zero_copy_only=False).astype(float)
+    steps, islands = step_windows(step_ids, features, training)
+    gaps = modal_gaps(anchors, features.backward)
+    templates: dict = {}
+    names = events.column("name").to_numpy(zero_copy_only=False)
+    row_idx = events.column("row_idx").to_numpy()
+    start_ns = events.column("start_ns").to_numpy()
+    end_ns = events.column("end_ns").to_numpy()
+
+    step_rows, layer_rows, hard_errors = [], [], []
+    for step in steps:
+        found: StepLayers = step_layers(step.start, step.end, anchors, features, family, gaps, templates)
+        if family == "fallback_periodic" and found.layers:
+            found.confidence = "low"
+        layers = found.layers
+        covered = sum(l.end - l.start + 1 for l in layers)
+        for a, b in zip(layers[:-1], layers[1:]):
+            if b.start <= a.end:
+                hard_errors.append({"kind": "overlapping_layers", "rank_id": rank, "step_ordinal": step.ordinal, "positions": [a.start, b.end]})
+        head = layers[0].start - step.start if layers else step.event_count
+        tail = step.end - layers[-1].end if layers else 0
+        interlude = step.event_count - covered - head - tail
+        if interlude < 0:
+            hard_errors.append({"kind": "coverage_mismatch", "rank_id": rank, "step_ordinal": step.ordinal})
+        forward_passes = Counter(l.pass_index for l in layers if l.role == "forward")
+        roles = Counter(l.role for l in layers)
+        step_rows.append({
+            "step_ordinal": step.ordinal, "step_id": step.step_id, "source": step.source, "complete": step.complete,
+            "tags": ";".join(step.tags), "pos_start": step.start, "pos_end": step.end, "event_count": step.event_count,
+            "layer_count": len(layers), "main_layer_count": len(layers) - roles.get("speculative", 0), "forward_layers": roles.get("forward", 0), "backward_layers": roles.get("backward", 0),
+            "recompute_layers": roles.get("recompute", 0), "speculative_layers": roles.get("speculative", 0), "forward_passes": len(forward_passes),
+            "layers_per_pass": Counter(forward_passes.values()).most_common(1)[0][0] if forward_passes else 0,
+            "head_events": head, "tail_events": tail, "interlude_events": interlude,
+            "attention_family": found.family or None, "layer_confidence": found.confidence if layers else "none",
+        })
+        for ordinal, layer in enumerate(layers):
+            layer_rows.append({
+                "step_ordinal": step.ordinal, "step_id": step.step_id, "layer_ordinal": ordinal, "pass_index": layer.pass_index,
+                "layer_index": layer.layer_index, "layer_role": layer.role, "direction": layer.direction,
+                "pos_start": layer.start, "pos_end": layer.end, "event_count": layer.end - layer.start + 1,
+                "anchor_name": names[layer.anchor], "boundary_source": layer.boundary_source,
+            })
+    steps_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS[:-4])
+    layers_frame = pd.DataFrame(layer_rows, columns=LAYER_COLUMNS[:-4])
+    for frame in (steps_frame, layers_frame):
+        if len(frame):
+            facts = _window_facts(frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy(), row_idx, start_ns, end_ns)
+            for key, values in facts.items():
+                frame[key] = values
+    island_rows = int(sum(e - s + 1 for s, e in islands))
+    for s, e in islands:
+        hard_errors.append({"kind": "interior_unclassified_island", "rank_id": rank, "positions": [s, e], "rows": [int(row_idx[s:e + 1].min()), int(row_idx[s:e + 1].max())]})
+    complete_layers = [r["layers_per_pass"] for r in step_rows if r["complete"] and r["layer_count"]]
+    manifest = {
+        "rank_id": rank, "event_count": n, "training": training, "attention_family": family or None,
+        "step_count": len(steps), "complete_step_count": sum(1 for s in steps if s.complete),
+        "partial_steps": [s.step_id if s.step_id is not None else s.ordinal for s in steps if not s.complete],
+        "step_source": steps[0].source if steps else None,
+        "layers_per_pass_inventory": dict(Counter(complete_layers)),
+        "decoder_layers_observed": Counter(complete_layers).most_common(1)[0][0] if complete_layers else None,
+        "micro_batches_per_step": Counter(r["forward_passes"] for r in step_rows if r["complete"]).most_common(1)[0][0] if step_rows else 0,
+        "layer_confidence": _rank_confidence(step_rows),
+        "interior_island_total": island_rows, "hard_errors": hard_errors, "notes": [note] if note else [],
+    }
+    return StageResult(tables={"step_segments": _to_table(steps_frame), "layer_segments": _to_table(layers_frame)}, manifest=manifest)
+
+
+STEP_COLUMNS = ["step_ordinal", "step_id", "source", "complete", "tags", "pos_start", "pos_end", "event_count", "layer_count", "main_layer_count",
+                "forward_layers", "backward_layers", "recompute_layers", "speculative_layers", "forward_passes", "layers_per_pass", "head_events", "tail_events", "interlude_events",
+                "attention_family", "layer_confidence", "row_start", "row_end", "start_ns", "end_ns"]
+
+
+LAYER_COLUMNS = ["step_ordinal", "step_id", "layer_ordinal", "pass_index", "layer_index", "layer_role", "direction", "pos_start", "pos_end",
+                 "event_count", "anchor_name", "boundary_source", "row_start", "row_end", "start_ns", "end_ns"]
+
+
+def _rank_confidence(step_rows: list[dict]) -> str:
+    levels = [r["layer_confidence"] for r in step_rows if r["complete"]]
+    for level in ("none", "low", "medium"):
+        if levels and all(l == level for l in levels) or (level != "none" and level in levels):
+            return level
+    return "high" if levels else "none"
+
+
+def _to_table(frame: pd.DataFrame) -> pa.Table:
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def reduce_root(ctx: RootContext) -> StageResult:
+    """segment_manifest.json (hard errors, islands, layer inventory) and the CSV views."""
+    ranks = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
+    hard_errors = [e for m in ranks for e in m["hard_errors"]]
+    inventory = Counter()
+    for m in ranks:
+        inventory.update({int(k): v for k, v in m["layers_per_pass_inventory"].items()})
+    manifest = {
+        "rank_count": len(ranks),
+        "hard_error_count": len(hard_errors),
+        "interior_island_total": sum(m["interior_island_total"] for m in ranks),
+        "hard_errors": hard_errors[:200],
+        "layers_per_pass_inventory": {str(k): v for k, v in sorted(inventory.items())},
+        "expected_layers": None,
+        "expected_layers_source": "unknown",
+        "rank_summaries": ranks,
+    }
+    views = {}
+    for table, view in (("step_segments", "step_summary.csv"), ("layer_segments", "layer_summary.csv")):
+        path = ctx.out_dir / table
+        if path.exists():
+            frame = ctx.read_table(table).to_pandas()
+            views[view] = frame.sort_values([c for c in ("rank_id", "step_ordinal", "layer_ordinal") if c in frame]).reset_index(drop=True)
+    return StageResult(csv_views=views, manifest=manifest)

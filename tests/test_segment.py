@@ -1,0 +1,175 @@
+"""segment: steps and layers equal the synthetic ground truth, and are right on real captures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import PYTORCH_DATA, QWEN_TRAINING
+from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.synth import SCENARIOS, generate
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    base = tmp_path_factory.mktemp("segment")
+    out = {}
+    for name in SCENARIOS:
+        root = Path(generate(base / f"{name}_root", name, seed=11)["root"])
+        analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage="segment"))
+        out[name] = (root, base / f"{name}_out")
+    return out
+
+
+def frames(out: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    steps = pd.read_parquet(out / "step_segments")
+    layers = pd.read_parquet(out / "layer_segments")
+    manifest = json.loads((out / "segment_manifest.json").read_text())
+    return steps, layers, manifest
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_steps_and_layers_equal_the_ground_truth(analyzed, name):
+    root, out = analyzed[name]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    sc = SCENARIOS[name]
+    steps, layers, manifest = frames(out)
+    assert manifest["hard_error_count"] == 0 and manifest["interior_island_total"] == 0
+    for rank, facts in truth["ranks"].items():
+        rank_steps = steps[steps["rank_id"] == int(rank)].sort_values("step_ordinal")
+        assert sorted(rank_steps.loc[rank_steps["complete"], "step_id"]) == facts["complete_steps"]
+        assert sorted(rank_steps.loc[~rank_steps["complete"], "step_id"]) == facts["partial_steps"]
+        assert (rank_steps.loc[~rank_steps["complete"], "tags"] == "PARTIAL_CAPTURE_BOUNDARY").all()
+        complete = rank_steps[rank_steps["complete"]]
+        expected = facts["layer_instances_per_complete_step"]
+        assert (complete["forward_layers"] == expected["forward"]).all(), (rank, complete["forward_layers"].tolist())
+        assert (complete["backward_layers"] == expected["backward"]).all()
+        assert (complete["layers_per_pass"] == len(facts["decoder_layers_held"])).all()
+        assert (complete["forward_passes"] == (sc.micro_batches if sc.training else 1)).all()
+        rank_summary = next(r for r in manifest["rank_summaries"] if r["rank_id"] == int(rank))
+        assert rank_summary["decoder_layers_observed"] == len(facts["decoder_layers_held"])
+        assert rank_summary["layer_confidence"] == "high"
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_layer_boundaries_are_exactly_the_planted_rows(analyzed, name):
+    root, out = analyzed[name]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    _, layers, _ = frames(out)
+    first_complete = truth["complete_steps"][0]
+    for rank, facts in truth["ranks"].items():
+        found = layers[(layers["rank_id"] == int(rank)) & (layers["step_id"] == first_complete)].sort_values("layer_ordinal")
+        held = facts["decoder_layers_held"]
+        expected = [(l["row_start"], l["row_end"], l["role"], l["layer_index"] - held[0]) for l in facts["layers_first_complete_step"]]
+        got = list(zip(found["row_start"], found["row_end"], found["layer_role"], found["layer_index"]))
+        assert got == expected, (rank, got[:4], expected[:4])
+
+
+def test_qwen3_training_capture_holds_14_layers_per_stage_and_two_micro_batches(tmp_path):
+    analyze(QWEN_TRAINING, tmp_path / "out", jobs=2, window=StageWindow(to_stage="segment"))
+    steps, layers, manifest = frames(tmp_path / "out")
+    ranks = {r["rank_id"]: r for r in manifest["rank_summaries"]}
+    # 28 decoder layers (the model's public config) split over PP=2: 14 on each captured stage.
+    assert ranks[0]["decoder_layers_observed"] == 14 and ranks[2]["decoder_layers_observed"] == 14
+    assert ranks[0]["micro_batches_per_step"] == 2 and ranks[2]["micro_batches_per_step"] == 2
+    for rank in (0, 2):
+        step = steps[steps["rank_id"] == rank].iloc[0]
+        assert (step["step_id"], step["forward_layers"], step["backward_layers"], step["recompute_layers"]) == (13, 28, 28, 0)
+        order = layers[layers["rank_id"] == rank].groupby("pass_index")["layer_role"].first().tolist()
+        # stage 0 runs both forwards before the backwards; the last stage (rank 2) alternates: 1F1B
+        assert order == (["forward", "forward", "backward", "backward"] if rank == 0 else ["forward", "backward", "forward", "backward"])
+        assert set(layers.loc[(layers["rank_id"] == rank) & (layers["layer_role"] == "forward"), "anchor_name"].str.contains("FlashAttentionScore_"))
+        assert layers.loc[(layers["rank_id"] == rank) & (layers["layer_role"] == "backward"), "anchor_name"].str.contains("FlashAttentionScoreGrad").all()
+    assert ranks[1]["step_count"] == 0 and ranks[3]["step_count"] == 0  # communication files only
+    assert manifest["hard_error_count"] == 0
+
+
+@pytest.mark.parametrize("level", ["text/level0", "text/level2", "db/level1"])
+def test_cnn_captures_have_no_transformer_layers_and_say_so(tmp_path, level):
+    analyze(PYTORCH_DATA / level, tmp_path / "out", jobs=1, window=StageWindow(to_stage="segment"))
+    steps, layers, manifest = frames(tmp_path / "out")
+    assert len(layers) == 0
+    assert (steps["layer_confidence"] == "none").all() and (steps["layer_count"] == 0).all()
+    assert manifest["hard_error_count"] == 0
+    assert all("cannot be identified" in " ".join(r["notes"]) for r in manifest["rank_summaries"])
+
+
+# --- the earlier analyzer's counterexamples, as synthetic kernel sequences -----------------------
+
+def write_rank(tmp_path: Path, sequences: list[list[str]], steps: int = 2) -> Path:
+    """A one-rank root whose kernel_details.csv repeats ``sequences`` (Type names) per step."""
+    rank_dir = tmp_path / "root" / "rank_0"
+    (rank_dir / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    lines = ["Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Dim"]
+    t = 1_700_000_000_000_000
+    for step in range(steps):
+        for kernel in [k for seq in sequences for k in seq]:
+            core = "COMMUNICATION" if kernel.startswith("hcom_") else "AI_CORE"
+            name = f"{kernel}_0_1" if kernel.startswith("hcom_") else kernel
+            lines.append(f"{step + 1},{name},{kernel},{core},{t}.000\t,10.0,1.0,8")
+            t += 11
+    (rank_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").write_text("\n".join(lines) + "\n")
+    return tmp_path / "root"
+
+
+def segment(tmp_path: Path, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="segment"))
+    steps, layers, manifest = frames(tmp_path / "out")
+    assert manifest["hard_error_count"] == 0
+    return steps, layers
+
+
+def test_deepseek_mla_prologue_order_starts_layers_at_the_fused_add_norm(tmp_path):
+    # AddRmsNormBias → projections → KvRmsNormRopeCache → FIA → TransposeBatchMatMul → o_proj → allReduce → AddRmsNormBias → MoE
+    layer = ["AddRmsNormBias", "QuantBatchMatmul", "MatMulV3", "KvRmsNormRopeCache", "FusedInferAttentionScore", "TransposeBatchMatMul",
+             "MatMulV3", "hcom_allReduce_", "AddRmsNormBias", "MoeGatingTopK", "MoeDistributeDispatch", "GroupedMatmul", "GroupedMatmul", "MoeDistributeCombine"]
+    head, tail = ["GatherV2"], ["RmsNorm", "MatMulV3", "ArgMaxWithValue"]
+    steps, layers = segment(tmp_path, write_rank(tmp_path, [head] + [layer] * 5 + [tail]))
+    assert (steps["main_layer_count"] == 5).all()
+    first = layers[layers["step_ordinal"] == 0].sort_values("layer_ordinal")
+    assert list(first["pos_start"]) == [1 + 14 * k for k in range(5)]  # the first AddRmsNormBias of each layer, not KvRmsNormRopeCache
+
+
+def test_glm5_mla_markers_alone_set_the_layer_count_and_mtp_layers_are_speculative(tmp_path):
+    layer = ["AddRmsNorm", "MlaPrologV3", "KvQuantSparseFlashAttention", "TransposeBatchMatMul", "MatMulV3", "AddRmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    main = [["GatherV2"]] + [layer] * 6 + [["RmsNorm", "MatMulV3", "ArgMaxWithValue"]]
+    mtp = [["GatherV2", "MatMulV3"], layer, ["RmsNorm", "MatMulV3", "ArgMaxWithValue"]]
+    steps, layers = segment(tmp_path, write_rank(tmp_path, main + mtp))
+    assert (steps["main_layer_count"] == 6).all() and (steps["speculative_layers"] == 1).all()
+    assert set(layers["anchor_name"]) == {"MlaPrologV3"}  # sparse attention and V-up-proj inside the layer do not anchor
+
+
+def test_hybrid_mla_and_kda_layers_anchor_on_their_union(tmp_path):
+    kda = ["RmsNorm", "MatMulV3", "ChunkKda", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    mla = ["RmsNorm", "MlaPrologV2", "FusedInferAttentionScore", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    body = [kda, kda, kda, mla] * 3
+    steps, layers = segment(tmp_path, write_rank(tmp_path, [["GatherV2"]] + body + [["RmsNorm", "MatMulV3", "ArgMaxWithValue"]]))
+    assert (steps["main_layer_count"] == 12).all()
+    assert steps["attention_family"].iloc[0] == "hybrid:mla+linear"
+
+
+def test_dsv4_alternating_sparse_and_flash_layers_all_count(tmp_path):
+    csa = ["HcPre", "RmsNorm", "KvCompressEpilog", "LightningIndexer", "SparseFlashAttention", "MatMulV3", "HcPost", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    hca = ["HcPre", "RmsNorm", "KvCompressEpilog", "FlashAttentionScore", "MatMulV3", "HcPost", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    steps, layers = segment(tmp_path, write_rank(tmp_path, [["GatherV2"]] + [csa, hca] * 4 + [["RmsNorm", "MatMulV3", "ArgMaxWithValue"]]))
+    assert (steps["main_layer_count"] == 8).all()
+    assert list(layers[layers["step_ordinal"] == 0]["anchor_name"]) == ["SparseFlashAttention", "FlashAttentionScore"] * 4
+
+
+def test_argmax_is_not_a_step_boundary_when_steps_are_marked(tmp_path):
+    layer = ["RmsNorm", "MatMulV3", "FlashAttentionScore", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    steps, _ = segment(tmp_path, write_rank(tmp_path, [["GatherV2"], layer, ["ArgMaxWithValue"], layer, ["ArgMaxWithValue"]], steps=3))
+    assert len(steps) == 3 and set(steps["source"]) == {"step_id"}
+
+
+def test_without_step_marks_inference_steps_end_at_sampling(tmp_path):
+    root = write_rank(tmp_path, [["GatherV2"], ["RmsNorm", "MatMulV3", "FlashAttentionScore", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"] * 1,
+                                 ["RmsNorm", "MatMulV3", "ArgMaxWithValue"]], steps=4)
+    csv_path = next(root.rglob("kernel_details.csv"))
+    text = csv_path.read_text().splitlines()
+    csv_path.write_text("\n".join([text[0]] + ["," + line.split(",", 1)[1] for line in text[1:]]) + "\n")  # erase Step Id
+    steps, layers = segment(tmp_path, root)
+    assert len(steps) == 4 and set(steps["source"]) == {"structure"}
+    assert (steps["layer_count"] == 1).all()
