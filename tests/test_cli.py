@@ -186,7 +186,7 @@ def test_non_empty_output_is_refused_without_overwrite(cli, tmp_path):
 def test_stage_that_is_not_built_is_refused_clearly(cli, tmp_path):
     run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out"), "--to-stage", "report")
     assert run.returncode == 2
-    assert "is not built yet" in run.result["error"] and "built stages: normalize, segment" in run.result["error"]
+    assert "is not built yet" in run.result["error"] and "built stages: normalize, segment, classify" in run.result["error"]
 
 
 def test_missing_prerequisites_are_named(cli, tmp_path):
@@ -206,8 +206,8 @@ def test_from_stage_reruns_segment_on_existing_normalize_output(cli, tmp_path):
     assert cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--to-stage", "normalize", "--progress", "none").returncode == 0
     run = cli("analyze", "-o", str(out), "--from-stage", "segment", "--progress", "none")
     assert run.returncode == 0, run.stderr
-    assert run.result["stages_executed"] == ["segment"] and run.result["rank_count"] == 4
-    assert (out / "segment_manifest.json").is_file() and (out / "step_summary.csv").is_file()
+    assert run.result["stages_executed"] == ["segment", "classify"] and run.result["rank_count"] == 4
+    assert (out / "segment_manifest.json").is_file() and (out / "step_segments").is_dir()
 
 
 def test_only_stage_reruns_on_an_existing_output(cli, tmp_path):

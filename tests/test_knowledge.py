@@ -42,3 +42,24 @@ def test_every_rule_has_an_id_and_a_clause():
     for rule in knowledge.load("kernel_signatures")["rules"]:
         assert rule.get("id")
         assert clauses & set(rule), rule["id"]
+
+
+def test_block_kinds_layer_roles_and_anomaly_tags_are_declared(tmp_path):
+    import pandas as pd
+
+    from npuprof.pipeline.runner import analyze
+    from npuprof.synth import generate
+
+    conventions = knowledge.load("semantic_conventions")
+    for scenario in ("mixed", "partial_capture"):
+        root = generate(tmp_path / f"{scenario}_root", scenario)["root"]
+        out = tmp_path / f"{scenario}_out"
+        analyze(root, out, jobs=1)
+        blocks = pd.read_csv(out / "block_summary.csv")
+        layers = pd.read_csv(out / "layer_summary.csv")
+        steps = pd.read_csv(out / "step_summary.csv")
+        assert set(blocks["block_kind"]) <= set(conventions["block_kind"])
+        assert set(layers["layer_role"]) <= set(conventions["layer_role"])
+        tags = {t for value in steps["anomaly_tags"].dropna() for t in value.split(";") if t}
+        assert tags <= set(conventions["anomaly_tag"])
+    assert set(knowledge.load("diagnosis_rules")["anomaly_tags"]) == set(conventions["anomaly_tag"])

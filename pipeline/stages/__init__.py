@@ -6,7 +6,7 @@ clearly instead of pretending they ran.
 from __future__ import annotations
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.stages import normalize, segment
+from npuprof.pipeline.stages import classify, normalize, segment
 from npuprof.pipeline.stages.base import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -21,11 +21,18 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         name="segment",
         requires=(schema.stage_manifest_name("normalize"), schema.NORMALIZED_EVENTS),
-        produces=("step_segments", "layer_segments", "step_summary.csv", "layer_summary.csv"),
+        produces=("step_segments", "layer_segments"),
         map_rank=segment.map_rank,
         reduce_root=segment.reduce_root,
     ),
-    Stage(name="classify", requires=(schema.stage_manifest_name("segment"),)),
+    Stage(
+        name="classify",
+        requires=(schema.stage_manifest_name("segment"), "step_segments", "layer_segments"),
+        produces=("block_segments", "step_classes", "layer_classes", "step_anatomy", "class_signatures.json",
+                  "step_summary.csv", "layer_summary.csv", "block_summary.csv", "step_anatomy.csv"),
+        map_rank=classify.map_rank,
+        reduce_root=classify.reduce_root,
+    ),
     Stage(name="summarize", requires=(schema.stage_manifest_name("classify"),)),
     Stage(name="cross_rank", requires=(schema.stage_manifest_name("summarize"),)),
     Stage(name="diagnostics", requires=(schema.stage_manifest_name("cross_rank"),)),

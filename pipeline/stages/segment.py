@@ -3,7 +3,7 @@
 Map (per rank): order the rank's events on the device timeline, find steps (Step Id, else
 structure), then layer instances per step (anchors of the rank's attention family), their role
 (forward / backward / recompute), passes (micro-batches) and the head / tail / interlude windows.
-Reduce: ``segment_manifest.json`` with hard errors and interior islands, and CSV views.
+Reduce: ``segment_manifest.json`` with hard errors and interior islands (classify writes the CSV views).
 """
 from __future__ import annotations
 
@@ -109,6 +109,8 @@ def map_rank(ctx: RankContext) -> StageResult:
     steps_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS[:-4])
     layers_frame = pd.DataFrame(layer_rows, columns=LAYER_COLUMNS[:-4])
     for frame in (steps_frame, layers_frame):
+        for key in ("row_start", "row_end", "start_ns", "end_ns"):
+            frame[key] = np.array([], dtype=np.int64)[: len(frame)] if not len(frame) else 0
         if len(frame):
             facts = _window_facts(frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy(), row_idx, start_ns, end_ns)
             for key, values in facts.items():
@@ -153,7 +155,7 @@ def _to_table(frame: pd.DataFrame) -> pa.Table:
 
 
 def reduce_root(ctx: RootContext) -> StageResult:
-    """segment_manifest.json (hard errors, islands, layer inventory) and the CSV views."""
+    """segment_manifest.json: hard errors, interior islands and the layer inventory of every rank."""
     ranks = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
     hard_errors = [e for m in ranks for e in m["hard_errors"]]
     inventory = Counter()
@@ -169,10 +171,4 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "expected_layers_source": "unknown",
         "rank_summaries": ranks,
     }
-    views = {}
-    for table, view in (("step_segments", "step_summary.csv"), ("layer_segments", "layer_summary.csv")):
-        path = ctx.out_dir / table
-        if path.exists():
-            frame = ctx.read_table(table).to_pandas()
-            views[view] = frame.sort_values([c for c in ("rank_id", "step_ordinal", "layer_ordinal") if c in frame]).reset_index(drop=True)
-    return StageResult(csv_views=views, manifest=manifest)
+    return StageResult(manifest=manifest)
