@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--source", choices=("auto", "csv", "db"), default="auto", help="kernel source: auto prefers a profiler db that passes the schema probe, else CSV")
     run.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto", help="progress on stderr: a bar on a TTY (auto), JSON lines, or nothing")
     run.add_argument("--jobs", type=int, default=None, help="processes for rank-local stages (default: CPU cores)")
+    run.add_argument("--model-config", help="the model's config.json (num_hidden_layers sets the expected layer count; default: ROOT/config.json if present)")
+    run.add_argument("--model-id", help="a model of knowledge/model_catalog.yaml (e.g. Qwen3-0.6B), used when there is no config.json")
     run.add_argument("--hash-sources", action="store_true", help="record each input file's sha256 in manifest.json (reads every byte)")
     run.add_argument("--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir")
 
@@ -159,7 +161,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     result = analyze(
         args.root,
         args.output,
-        options=AnalyzeOptions(mode=args.mode, source=args.source, hash_sources=args.hash_sources),
+        options=AnalyzeOptions(mode=args.mode, source=args.source, hash_sources=args.hash_sources, model_config=args.model_config, model_id=args.model_id),
         window=window,
         jobs=args.jobs,
         overwrite=args.overwrite,

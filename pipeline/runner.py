@@ -348,13 +348,20 @@ def result_object(out: Path, top: dict) -> dict:
             "hard_error_count": seg["hard_error_count"],
             "interior_island_total": seg["interior_island_total"],
             "layers_per_pass_inventory": seg["layers_per_pass_inventory"],
+            "layer_validation": {k: seg["layer_validation"][k] for k in ("status", "expected_layers", "expected_source", "pipeline_stages", "observed_total_layers")},
             "ranks": {str(r["rank_id"]): {"steps": r["step_count"], "complete_steps": r["complete_step_count"],
                                           "decoder_layers_observed": r["decoder_layers_observed"],
                                           "micro_batches_per_step": r["micro_batches_per_step"], "layer_confidence": r["layer_confidence"]}
                       for r in seg["rank_summaries"]},
         }
+        warnings = []
         if seg["hard_error_count"] or seg["interior_island_total"]:
-            extra["warnings"] = [f"segment: {seg['hard_error_count']} hard errors, {seg['interior_island_total']} rows in interior islands (see segment_manifest.json)"]
+            warnings.append(f"segment: {seg['hard_error_count']} hard errors, {seg['interior_island_total']} rows in interior islands (see segment_manifest.json)")
+        validation = seg["layer_validation"]
+        if validation["status"] == "mismatch":
+            warnings.append(f"segment: observed {validation['observed_total_layers']} decoder layers, the {validation['expected_source']} says {validation['expected_layers']}")
+        if warnings:
+            extra["warnings"] = warnings
     return {
         "status": "ok",
         "output_dir": str(out),

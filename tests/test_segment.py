@@ -173,3 +173,28 @@ def test_without_step_marks_inference_steps_end_at_sampling(tmp_path):
     steps, layers = segment(tmp_path, root)
     assert len(steps) == 4 and set(steps["source"]) == {"structure"}
     assert (steps["layer_count"] == 1).all()
+
+
+def test_expected_layers_come_from_config_or_catalog_and_are_checked(tmp_path, cli):
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "a"), "--model-id", "Qwen3-0.6B", "--progress", "none")
+    assert run.returncode == 0, run.stderr
+    validation = run.result["segment"]["layer_validation"]
+    # 14 observed layers on each captured rank × 2 pipeline stages = the catalog's 28
+    assert validation == {"status": "ok", "expected_layers": 28, "expected_source": "catalog", "pipeline_stages": 2, "observed_total_layers": [28]}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": 32}))
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "b"), "--model-config", str(config), "--progress", "none")
+    assert run.result["segment"]["layer_validation"]["status"] == "mismatch"
+    assert any("config says 32" in w for w in run.result["warnings"])
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "c"), "--progress", "none")
+    assert run.result["segment"]["layer_validation"]["status"] == "unknown"  # nothing given: no guess
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "d"), "--model-id", "NoSuchModel", "--progress", "none")
+    assert run.returncode == 2 and "model catalog" in run.result["error"]
+
+
+def test_config_json_in_a_synthetic_root_validates_pipeline_stage_layers(tmp_path):
+    root = Path(generate(tmp_path / "pp", "pipeline_parallel")["root"])
+    (root / "config.json").write_text(json.dumps({"num_hidden_layers": SCENARIOS["pipeline_parallel"].layers}))
+    result = analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="segment"))
+    assert result["segment"]["layer_validation"]["status"] == "ok"
+    assert result["segment"]["layer_validation"]["pipeline_stages"] == 2

@@ -23,13 +23,17 @@ class AnalyzeOptions:
     mode: str = "fast"  # fast | full
     source: str = "auto"  # auto | csv | db
     hash_sources: bool = False
+    model_config: str | None = None  # a HuggingFace-style config.json (num_hidden_layers, ...)
+    model_id: str | None = None  # a key of knowledge/model_catalog.yaml
+
+    _KEYS = ("mode", "source", "hash_sources", "model_config", "model_id")
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "source": self.source, "hash_sources": self.hash_sources}
+        return {k: getattr(self, k) for k in self._KEYS}
 
     @classmethod
     def from_dict(cls, data: dict) -> "AnalyzeOptions":
-        return cls(**{k: data[k] for k in ("mode", "source", "hash_sources") if k in data})
+        return cls(**{k: data[k] for k in cls._KEYS if k in data})
 
 
 @dataclass

@@ -83,6 +83,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         blocks["row_end"] = _span(np.maximum, row_idx, blocks)
         blocks["start_ns"] = _span(np.minimum, times["start"], blocks)
         blocks["end_ns"] = _span(np.maximum, times["end"], blocks)
+        blocks["start_us"], blocks["end_us"] = blocks["start_ns"] / 1000.0, blocks["end_ns"] / 1000.0
         blocks["block_class_id"], blocks["has_unknown_shape"] = class_ids("block", tokens, has_shape, blocks["pos_start"].to_numpy(), blocks["pos_end"].to_numpy(), [f"{k}|{r}" for k, r in zip(blocks["block_kind"], blocks["layer_role"])])
         blocks = _with_metrics(blocks, blocks["pos_start"].to_numpy(), blocks["pos_end"].to_numpy(), times, bubble_min_ns)
 
@@ -207,7 +208,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
     read = lambda name: ctx.read_table(name).to_pandas() if (ctx.out_dir / name).exists() else pd.DataFrame()  # noqa: E731
     steps, layers = read("step_segments"), read("layer_segments")
     step_classes, layer_classes, blocks, anatomy = read("step_classes"), read("layer_classes"), read("block_segments"), read("step_anatomy")
-    step_summary = steps.merge(step_classes.drop(columns=[c for c in ("step_id", "complete", "start_ns", "end_ns", "layer_count", "main_layer_count") if c in step_classes]),
+    step_summary = steps.merge(step_classes.drop(columns=[c for c in ("step_id", "complete", "start_ns", "end_ns", "start_us", "end_us", "layer_count", "main_layer_count") if c in step_classes]),
                                on=["rank_id", "step_ordinal"], how="left") if len(steps) else steps
     layer_summary = layers.merge(layer_classes.drop(columns=["layer_role"]), on=["rank_id", "step_ordinal", "layer_ordinal"], how="left") if len(layers) else layers
     complete_steps = step_summary[step_summary["complete"]] if len(step_summary) else step_summary

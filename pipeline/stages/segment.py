@@ -14,7 +14,9 @@ import pandas as pd
 import pyarrow as pa
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.segmentation.expected import expected_model, layer_validation
 from npuprof.pipeline.segmentation.features import event_features
+from npuprof.pipeline.sources.discovery import read_json
 from npuprof.pipeline.segmentation.layers import StepLayers, choose_family, fallback_anchors, modal_gaps, step_layers
 from npuprof.pipeline.segmentation.steps import step_windows
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
@@ -115,6 +117,9 @@ def map_rank(ctx: RankContext) -> StageResult:
             facts = _window_facts(frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy(), row_idx, start_ns, end_ns)
             for key, values in facts.items():
                 frame[key] = values
+        # µs floats for people; start_ns / end_ns stay the exact evidence anchor
+        frame["start_us"] = frame["start_ns"] / 1000.0
+        frame["end_us"] = frame["end_ns"] / 1000.0
     island_rows = int(sum(e - s + 1 for s, e in islands))
     for s, e in islands:
         hard_errors.append({"kind": "interior_unclassified_island", "rank_id": rank, "positions": [s, e], "rows": [int(row_idx[s:e + 1].min()), int(row_idx[s:e + 1].max())]})
@@ -161,14 +166,18 @@ def reduce_root(ctx: RootContext) -> StageResult:
     inventory = Counter()
     for m in ranks:
         inventory.update({int(k): v for k, v in m["layers_per_pass_inventory"].items()})
+    expected = expected_model(ctx.options.model_config, ctx.options.model_id, ctx.inputs.root)
+    capture = read_json(ctx.out_dir / schema.CAPTURE_INFO) if (ctx.out_dir / schema.CAPTURE_INFO).exists() else {}
+    stages = ((capture.get("common") or {}).get("distributed_args") or {}).get("pipeline_model_parallel_size")
     manifest = {
         "rank_count": len(ranks),
+        "layer_validation": layer_validation(expected, ranks, stages if isinstance(stages, int) else None),
         "hard_error_count": len(hard_errors),
         "interior_island_total": sum(m["interior_island_total"] for m in ranks),
         "hard_errors": hard_errors[:200],
         "layers_per_pass_inventory": {str(k): v for k, v in sorted(inventory.items())},
-        "expected_layers": None,
-        "expected_layers_source": "unknown",
+        "expected_layers": expected["expected_layers"],
+        "expected_layers_source": expected["source"],
         "rank_summaries": ranks,
     }
     return StageResult(manifest=manifest)
