@@ -79,6 +79,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--hash-sources", action="store_true", help="record each input file's sha256 in manifest.json (reads every byte)")
     run.add_argument("--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir")
 
+    sweep = commands.add_parser(
+        "sweep",
+        help="analyze every profiling root under search roots and compare them in one table",
+        description="Discover profiling roots (dirs with kernel_details.csv or a profiler db; rank dirs fold into their case "
+        "root), analyze each into OUT/<root-slug>/ in a local process pool, and write OUT/sweep_summary.json and "
+        "OUT/sweep_class_rollup.csv. A failing root never stops the sweep.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sweep.add_argument("--search-root", action="append", required=True, help="directory to search (repeatable)")
+    sweep.add_argument("-o", "--output", required=True, help="archive directory for per-root outputs and the rollup")
+    sweep.add_argument("--jobs", type=int, default=None, help="roots analyzed at once (default: CPU cores)")
+    sweep.add_argument("--reuse-existing", action="store_true", help="skip roots whose output is complete for this npuprof version and options")
+    sweep.add_argument("--limit", type=int, default=None, help="analyze at most N roots")
+    sweep.add_argument("--mode", choices=("fast", "full"), default="fast")
+    sweep.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto")
+
     synth = commands.add_parser(
         "synth",
         help="generate a synthetic profiling root with planted faults",
@@ -104,6 +121,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default="npuprof-demo", help="working directory (default: ./npuprof-demo)")
     demo.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto")
     return parser
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from npuprof.pipeline.sweep.local import run_sweep
+
+    for flag in ("jobs", "limit"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag} must be at least 1")
+    missing = [s for s in args.search_root if not Path(s).is_dir()]
+    if missing:
+        raise UsageError(f"--search-root {missing[0]} is not a directory")
+    summary = run_sweep(args.search_root, args.output, options=AnalyzeOptions(mode=args.mode), jobs=args.jobs,
+                        reuse_existing=args.reuse_existing, limit=args.limit, progress=make_progress(args.progress))
+    _print_json({"status": "ok" if not summary["failed_roots"] else "partial", **summary})
+    return 0
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -181,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("npuprof: a COMMAND is required (see npuprof --help)")
         if args.command == "analyze":
             return _cmd_analyze(args)
+        if args.command == "sweep":
+            return _cmd_sweep(args)
         if args.command == "synth":
             return _cmd_synth(args)
         if args.command == "demo":

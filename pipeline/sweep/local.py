@@ -1,0 +1,84 @@
+"""The embedded sweep: every root analyzed in a local process pool, then one merged rollup."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from npuprof.pipeline import __version__, schema
+from npuprof.pipeline.errors import NpuprofError
+from npuprof.pipeline.progress import Progress, no_progress
+from npuprof.pipeline.runner import analyze, write_failure
+from npuprof.pipeline.sources.discovery import read_json
+from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.pipeline.sweep.rollup import merge_sweep, root_status
+from npuprof.pipeline.sweep.roots import find_roots, root_slug
+
+
+def is_reusable(out_dir: Path, options: AnalyzeOptions) -> bool:
+    """A finished output of this npuprof version with the same options (so it can be reused)."""
+    if root_status(out_dir) != "ok":
+        return False
+    top = read_json(out_dir / schema.TOP_MANIFEST)
+    return top.get("npuprof_version") == __version__ and top.get("options") == options.to_dict()
+
+
+def analyze_into(root: str, final_dir: str, options: dict) -> dict:
+    """Analyze one root into a temp dir beside ``final_dir`` and rename it into place (atomic).
+
+    A failed root still lands, with its failure.json and no manifest.json, so the archive says why.
+    Returns a small dict (status, error); never raises for bad data.
+    """
+    final = Path(final_dir)
+    work = final.with_name(f".{final.name}.work-{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    started = time.perf_counter()
+    try:
+        analyze(root, work, options=AnalyzeOptions.from_dict(options), jobs=1)
+        result = {"status": "ok"}
+    except NpuprofError as exc:
+        if not (work / schema.FAILURE_JSON).exists():
+            work.mkdir(parents=True, exist_ok=True)
+            write_failure(work, exc)
+        result = {"status": "failed", "error": exc.one_line(), "exit_code": exc.exit_code}
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(work, final)
+    result.update({"root": root, "output_dir": str(final), "seconds": round(time.perf_counter() - started, 3)})
+    return result
+
+
+def run_sweep(
+    search_roots: list[str],
+    out: str | Path,
+    *,
+    options: AnalyzeOptions = AnalyzeOptions(),
+    jobs: int | None = None,
+    reuse_existing: bool = False,
+    limit: int | None = None,
+    progress: Progress = no_progress,
+) -> dict:
+    """Analyze every root under ``search_roots`` into ``out/<slug>/`` and merge the rollup."""
+    archive = Path(out)
+    archive.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    roots = find_roots(search_roots, limit)
+    plan = [(str(root), root_slug(root, search_roots)) for root in roots]
+    todo = [(root, slug) for root, slug in plan if not (reuse_existing and is_reusable(archive / slug, options))]
+    progress("sweep", 0, len(plan), f"{len(plan)} roots, {len(plan) - len(todo)} reused")
+    done = len(plan) - len(todo)
+    if todo:
+        workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+        context = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {pool.submit(analyze_into, root, str(archive / slug), options.to_dict()): root for root, slug in todo}
+            for future in as_completed(futures):
+                result = future.result()
+                done += 1
+                progress("sweep", done, len(plan), f"{result['status']}: {Path(futures[future]).name}")
+    meta = {"search_roots": [str(s) for s in search_roots], "options": options.to_dict(), "npuprof_version": __version__,
+            "reused_roots": len(plan) - len(todo), "wall_seconds": round(time.perf_counter() - started, 3), "mode": "local"}
+    return merge_sweep(archive, plan, meta)

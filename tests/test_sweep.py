@@ -1,0 +1,73 @@
+"""Local sweep: roots found and folded, each analyzed alone, failures isolated, rollup from the archive."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample
+from npuprof.pipeline.sweep.roots import find_roots, root_slug
+from npuprof.synth import generate
+
+
+@pytest.fixture(scope="module")
+def search_root(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("sweep") / "captures"
+    copy_sample(QWEN_TRAINING, base / "team_a" / "qwen3_step13")
+    copy_sample(PYTORCH_DATA / "text" / "level1", base / "team_a" / "cnn_level1")
+    generate(base / "team_b" / "slow", "slow_rank", seed=3)
+    generate(base / "team_b" / "clean", "clean", seed=3)
+    bad = base / "team_b" / "broken" / "rank_0" / "ASCEND_PROFILER_OUTPUT"
+    bad.mkdir(parents=True)
+    (bad / "kernel_details.csv").write_text("Name,Type\nx,y\n")
+    copy_sample(PYTORCH_DATA / "text" / "level2", base / "team_a" / "old.bak")  # backups are ignored
+    return base
+
+
+def test_roots_are_case_dirs_with_rank_dirs_folded_in(search_root):
+    roots = [str(r.relative_to(search_root)) for r in find_roots([search_root])]
+    assert roots == ["team_a/cnn_level1", "team_a/qwen3_step13", "team_b/broken", "team_b/clean", "team_b/slow"]
+    slugs = {root_slug(r, [search_root]) for r in find_roots([search_root])}
+    assert len(slugs) == 5 and all(s.startswith("captures__team_") for s in slugs)
+
+
+def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root, tmp_path):
+    out = tmp_path / "archive"
+    run = cli("sweep", "--search-root", str(search_root), "-o", str(out), "--jobs", "2", "--progress", "none")
+    assert run.returncode == 0, run.stderr
+    summary = run.result
+    assert summary["status"] == "partial" and summary["status_counts"] == {"ok": 4, "failed": 1}
+    assert summary["failed_roots"][0]["root"].endswith("team_b/broken") and "Start Time(us)" in summary["failed_roots"][0]["error"]
+    rollup = pd.read_csv(out / "sweep_class_rollup.csv")
+    assert len(rollup) == 5 and rollup["slug"].is_unique
+    row = rollup.set_index(rollup["root"].str.rsplit("/", n=2).str[-2:].str.join("/"))
+    assert row.loc["team_a/qwen3_step13", "rank_count"] == 4 and row.loc["team_a/qwen3_step13", "layers_per_pass"] == 14
+    assert row.loc["team_b/broken", "status"] == "failed" and row.loc["team_b/broken", "phase"] == "normalize (rank 0)"
+    assert pd.isna(row.loc["team_a/cnn_level1", "layers_per_pass"])  # no transformer layers: nothing invented
+    # the planted slow rank shows as all-reduce rank skew: its peers wait, it does not
+    assert row.loc["team_b/slow", "hccl_top_kind"] == "allreduce"
+    assert row.loc["team_b/slow", "hccl_top_kind_rank_skew_ratio"] > 5 * row.loc["team_b/clean", "hccl_top_kind_rank_skew_ratio"]
+    assert not list(out.glob(".*work*")), "no half-written root dir is left behind"
+    assert json.loads((out / "sweep_summary.json").read_text())["status_counts"] == {"ok": 4, "failed": 1}
+
+
+def test_reuse_existing_skips_finished_roots_and_limit_caps(cli, search_root, tmp_path):
+    out = tmp_path / "archive"
+    assert cli("sweep", "--search-root", str(search_root), "-o", str(out), "--progress", "none").returncode == 0
+    manifests = {p: p.stat().st_mtime_ns for p in out.glob("*/manifest.json")}
+    run = cli("sweep", "--search-root", str(search_root), "-o", str(out), "--reuse-existing", "--progress", "none")
+    assert run.result["reused_roots"] == 4  # the broken root is retried, the 4 finished ones are not
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/manifest.json")} == manifests
+    limited = cli("sweep", "--search-root", str(search_root), "-o", str(tmp_path / "two"), "--limit", "2", "--progress", "none")
+    assert limited.result["root_count"] == 2
+
+
+def test_sweep_output_inside_the_search_root_is_not_analyzed_again(cli, search_root, tmp_path):
+    inner = tmp_path / "search"
+    shutil.copytree(search_root / "team_b" / "clean", inner / "clean")
+    assert cli("sweep", "--search-root", str(inner), "-o", str(inner / "archive"), "--progress", "none").returncode == 0
+    run = cli("sweep", "--search-root", str(inner), "-o", str(inner / "archive"), "--progress", "none")
+    assert run.result["root_count"] == 1
