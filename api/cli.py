@@ -35,6 +35,7 @@ EXIT_CODES_HELP = f"""exit codes:
   {EXIT_BAD_INPUT}   bad input data (unreadable, truncated or malformed profiling files)
   {EXIT_MANIFEST_NOT_OK}   collection manifest.json whose analysis_status is not "ok"
   {EXIT_MISSING_PREREQUISITES}   a stage window needs artifacts of earlier stages that are missing
+  6   the service's broker (Redis) cannot be reached
 """
 
 
@@ -96,6 +97,43 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--mode", choices=("fast", "full"), default="fast")
     sweep.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto")
 
+    submit = commands.add_parser("submit", help="send a sweep to the service (Celery workers on a Redis queue)",
+                                 description="Send a sweep to the workers; prints {\"sweep_id\": ...}. The same sweep (roots, archive, options, "
+                                 "npuprof version) gets the same id: resubmitting it reuses finished roots and never runs a root twice.")
+    submit.add_argument("--search-root", action="append", required=True, help="directory to search on the workers' storage (repeatable)")
+    submit.add_argument("-o", "--output", required=True, help="archive directory (on the shared storage) for per-root outputs and the rollup")
+    submit.add_argument("--queue", help="queue to plan on (default: storage.<name> from NPUPROF_STORAGE_MAP, else 'npuprof')")
+    submit.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
+    submit.add_argument("--mode", choices=("fast", "full"), default="fast")
+
+    status_cmd = commands.add_parser("status", help="per-root state and progress of a sweep")
+    status_cmd.add_argument("sweep_id")
+    status_cmd.add_argument("--json", action="store_true", help="print only the JSON object (no table on stderr)")
+    status_cmd.add_argument("--watch", action="store_true", help="poll until the sweep is done")
+    status_cmd.add_argument("--interval", type=float, default=2.0, help="seconds between polls with --watch")
+    status_cmd.add_argument("--broker")
+
+    fetch_cmd = commands.add_parser("fetch", help="copy a sweep's rollup and a root's summaries from the archive")
+    fetch_cmd.add_argument("sweep_id")
+    fetch_cmd.add_argument("--root", help="also copy this root's summary files (root path, slug or dir name)")
+    fetch_cmd.add_argument("-o", "--output", required=True, help="destination directory")
+    fetch_cmd.add_argument("--broker")
+
+    cancel_cmd = commands.add_parser("cancel", help="revoke a sweep's pending tasks")
+    cancel_cmd.add_argument("sweep_id")
+    cancel_cmd.add_argument("--broker")
+
+    worker = commands.add_parser("worker", help="start a Celery worker with npuprof's app")
+    worker.add_argument("-Q", "--queues", default=None, help="comma-separated queues (e.g. storage.lustre); default: npuprof")
+    worker.add_argument("-c", "--concurrency", type=int, default=None)
+    worker.add_argument("--broker")
+    worker.add_argument("extra", nargs=argparse.REMAINDER, help="more celery worker options after --")
+
+    flower = commands.add_parser("flower", help="start Flower (the Celery web monitor) for npuprof's app")
+    flower.add_argument("--port", type=int, default=5555)
+    flower.add_argument("--address", default="127.0.0.1")
+    flower.add_argument("--broker")
+
     synth = commands.add_parser(
         "synth",
         help="generate a synthetic profiling root with planted faults",
@@ -137,6 +175,59 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                         reuse_existing=args.reuse_existing, limit=args.limit, progress=make_progress(args.progress))
     _print_json({"status": "ok" if not summary["failed_roots"] else "partial", **summary})
     return 0
+
+
+def _cmd_service(args: argparse.Namespace) -> int:
+    from npuprof.api import service
+
+    if args.command == "submit":
+        result = service.submit(args.search_root, args.output, options=AnalyzeOptions(mode=args.mode), queue=args.queue, broker=args.broker)
+    elif args.command == "status":
+        def show(current: dict) -> None:
+            if not args.json:
+                _status_table(current)
+
+        if args.watch:
+            result = service.wait(args.sweep_id, poll=args.interval, broker=args.broker, on_poll=show, timeout=7 * 24 * 3600)
+        else:
+            result = service.status(args.sweep_id, broker=args.broker)
+            show(result)
+    elif args.command == "fetch":
+        result = service.fetch(args.sweep_id, args.output, root=args.root, broker=args.broker)
+    else:
+        result = service.cancel(args.sweep_id, broker=args.broker)
+    _print_json(result)
+    return 0
+
+
+def _status_table(current: dict) -> None:
+    totals = ", ".join(f"{k.lower()} {v}" for k, v in sorted(current["totals"].items()))
+    sys.stderr.write(f"sweep {current['sweep_id']}: {current['state']} ({totals}); merge {current['merge'].lower()}\n")
+    for row in current["roots"]:
+        extra = f" {row['percent']:5.1f}%" if "percent" in row else ""
+        error = f"  {row['error']}" if row.get("error") else ""
+        sys.stderr.write(f"  {row['state']:<9}{extra} {row['root']}{error}\n")
+
+
+def _cmd_celery(args: argparse.Namespace) -> int:
+    """Hand over to Celery with npuprof's app (exec: signals and exit codes are Celery's)."""
+    import os
+
+    env = dict(os.environ)
+    if args.broker:
+        env["NPUPROF_BROKER_URL"] = args.broker
+    if args.command == "worker":
+        command = [sys.executable, "-m", "celery", "-A", "npuprof.workers.app", "worker", "--loglevel", "INFO"]
+        if args.queues:
+            command += ["-Q", args.queues]
+        if args.concurrency:
+            command += ["-c", str(args.concurrency)]
+        command += [a for a in args.extra if a != "--"]
+    else:
+        command = [sys.executable, "-m", "celery", "-A", "npuprof.workers.app", "flower", f"--port={args.port}", f"--address={args.address}"]
+    sys.stdout.flush()
+    os.execvpe(command[0], command, env)
+    return 0  # not reached
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -214,6 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("npuprof: a COMMAND is required (see npuprof --help)")
         if args.command == "analyze":
             return _cmd_analyze(args)
+        if args.command in ("submit", "status", "fetch", "cancel"):
+            return _cmd_service(args)
+        if args.command in ("worker", "flower"):
+            return _cmd_celery(args)
         if args.command == "sweep":
             return _cmd_sweep(args)
         if args.command == "synth":

@@ -316,7 +316,14 @@ def _analyze(root, out: Path, stages: list[Stage], not_built: list[str], options
         timings[current.name] = round(time.perf_counter() - started, 4)
         executed.append(current.name)
 
+    top = write_top_manifest(out, top, inputs, options, executed, timings, not_built)
+    return result_object(out, top)
+
+
+def write_top_manifest(out: Path, top: dict, inputs: RootInputs, options: AnalyzeOptions, executed: list[str], timings: dict, not_built: list[str]) -> dict:
+    """manifest.json: version, options, stage timings, input file facts (written after every stage)."""
     input_paths = [p for r in inputs.ranks for p in r.input_files()]
+    top = dict(top)
     top.update(
         {
             "npuprof_version": __version__,
@@ -332,7 +339,44 @@ def _analyze(root, out: Path, stages: list[Stage], not_built: list[str], options
         }
     )
     top.setdefault("created_at", top["updated_at"])
-    atomic.write_json(top_path, top)
+    atomic.write_json(out / schema.TOP_MANIFEST, top)
+    return top
+
+
+def run_rank_chain(out_dir: str, rank: dict, options: dict, stage_names: list[str], progress: Progress = no_progress) -> dict:
+    """The rank-local (map) units of several stages for one rank, in order: the service's rank task.
+
+    This works because a map unit reads only its own rank's artifacts (segment reads its rank's
+    events, classify its rank's segments); everything cluster-wide happens in the reduce units.
+    """
+    results = {}
+    for index, name in enumerate(stage_names):
+        progress(name, index, len(stage_names), f"rank {rank['rank_id']}")
+        if stage(name).map_rank is not None:
+            started = time.perf_counter()
+            results[name] = _guard(name, rank["rank_id"], run_rank_stage, name, out_dir, rank, options)
+            results[name]["seconds"] = round(time.perf_counter() - started, 4)
+    progress(stage_names[-1], len(stage_names), len(stage_names), f"rank {rank['rank_id']}")
+    return results
+
+
+def finish_root(out_dir: str, inputs: dict, options: dict, stage_names: list[str], rank_results: list[dict]) -> dict:
+    """The reduce units of ``stage_names`` in order, then manifest.json: the service's root task.
+
+    ``rank_results`` are the dicts ``run_rank_chain`` returned, one per rank.
+    """
+    out = Path(out_dir)
+    root_inputs = RootInputs.from_dict(inputs)
+    analyze_options = AnalyzeOptions.from_dict(options)
+    timings = {}
+    for name in stage_names:
+        manifests = [r[name] for r in rank_results if name in r]
+        map_seconds = max((m.get("seconds", 0.0) for m in manifests), default=0.0)
+        started = time.perf_counter()
+        _guard(name, None, run_root_stage, name, out_dir, inputs, options, manifests, map_seconds)
+        timings[name] = round(map_seconds + time.perf_counter() - started, 4)
+    not_built = [s.name for s in STAGES if not s.built]
+    top = write_top_manifest(out, {}, root_inputs, analyze_options, list(stage_names), timings, not_built)
     return result_object(out, top)
 
 

@@ -1,0 +1,33 @@
+"""Sweep records in Redis (root → task ids, options, archive dir), so any client can ask about a sweep."""
+from __future__ import annotations
+
+import json
+
+import redis
+
+from npuprof.workers import settings
+
+_PREFIX = "npuprof:sweep:"
+
+
+def _client(url: str | None = None) -> redis.Redis:
+    return redis.Redis.from_url(url or settings.broker_url(), socket_connect_timeout=5, socket_timeout=10,
+                                retry_on_timeout=True, health_check_interval=30)
+
+
+def save(record: dict, url: str | None = None) -> None:
+    _client(url).set(_PREFIX + record["sweep_id"], json.dumps(record))
+
+
+def load(sweep_id: str, url: str | None = None) -> dict | None:
+    raw = _client(url).get(_PREFIX + sweep_id)
+    return json.loads(raw) if raw else None
+
+
+def update(sweep_id: str, url: str | None = None, **fields) -> dict | None:
+    record = load(sweep_id, url)
+    if record is None:
+        return None
+    record.update(fields)
+    save(record, url)
+    return record

@@ -1,0 +1,49 @@
+"""Service settings from the environment (one place, read by the app, the client and the tests)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+DEFAULT_QUEUE = "npuprof"
+
+
+def broker_url() -> str:
+    return os.environ.get("NPUPROF_BROKER_URL", DEFAULT_BROKER)
+
+
+def _seconds(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+def visibility_timeout() -> int:
+    """Seconds before an unacknowledged message (its worker died) is delivered again: above the longest task."""
+    return _seconds("NPUPROF_VISIBILITY_TIMEOUT", 6 * 3600)
+
+
+def soft_time_limit() -> int:
+    return _seconds("NPUPROF_SOFT_TIME_LIMIT", 4 * 3600)
+
+
+def hard_time_limit() -> int:
+    return _seconds("NPUPROF_TIME_LIMIT", 5 * 3600)
+
+
+def storage_map() -> list[tuple[str, str]]:
+    """(path prefix, storage name) pairs from NPUPROF_STORAGE_MAP='name=/mnt/a,other=/mnt/b', longest prefix first."""
+    pairs = []
+    for item in filter(None, os.environ.get("NPUPROF_STORAGE_MAP", "").split(",")):
+        name, _, prefix = item.partition("=")
+        if name and prefix:
+            pairs.append((str(Path(prefix)), name.strip()))
+    return sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)
+
+
+def queue_for(path: str | Path) -> str:
+    """The queue of the storage that holds ``path`` (``storage.<name>``), or the default queue."""
+    text = str(Path(path))
+    for prefix, name in storage_map():
+        if text == prefix or text.startswith(prefix.rstrip("/") + "/"):
+            return f"storage.{name}"
+    return DEFAULT_QUEUE

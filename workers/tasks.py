@@ -1,0 +1,184 @@
+"""Celery tasks: the same pipeline units as the local runner, spread over workers.
+
+A sweep is a chord of root chords: each root is a chord of ``analyze_rank`` tasks (one per rank,
+so one big root spreads over every worker) whose callback ``reduce_root`` runs the cluster-level
+stages and renames the root's work dir into the archive; ``merge_sweep`` writes the rollup. Tasks
+write artifacts straight into the archive and return small dicts. Chord bookkeeping can be fooled
+by a task that ran twice, so the reduce and merge steps trust the archive, not their arguments:
+``reduce_root`` waits for every rank's marker file and ``merge_sweep`` for every root's output.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from celery import chord, group
+
+from npuprof.pipeline import __version__, atomic, schema
+from npuprof.pipeline.errors import NpuprofError
+from npuprof.pipeline.runner import StageWindow, analyze, finish_root, run_rank_chain, write_failure
+from npuprof.pipeline.sources.discovery import discover, read_json
+from npuprof.pipeline.stages import STAGES
+from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.pipeline.sweep.local import is_reusable
+from npuprof.pipeline.sweep.rollup import merge_sweep, root_status
+from npuprof.pipeline.sweep.roots import find_roots, root_slug
+from npuprof.workers import records, settings
+from npuprof.workers.app import app
+
+MARKERS = ".ranks"
+TRANSIENT = (OSError,)
+
+
+def root_key(root: str, options: dict) -> str:
+    """Task ids derive from (root, options, npuprof version): the same work gets the same id."""
+    text = json.dumps([str(Path(root).resolve()), options, __version__], sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def built_stages() -> list[str]:
+    return [s.name for s in STAGES if s.built]
+
+
+def _progress_reporter(task):
+    def report(stage: str, done: int, total: int, message: str = "") -> None:
+        percent = round(100.0 * done / total, 1) if total else 100.0
+        task.update_state(state="PROGRESS", meta={"stage": stage, "done": done, "total": total, "percent": percent, "message": message})
+    return report
+
+
+@app.task(bind=True, name="npuprof.analyze_rank", autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=300, max_retries=5)
+def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[str]) -> dict:
+    """Rank-local stages of one rank; leaves a marker file that says it finished (or why it failed)."""
+    marker = Path(work_dir) / MARKERS / f"rank_{rank['rank_id']}.json"
+    try:
+        results = run_rank_chain(work_dir, rank, options, stages, progress=_progress_reporter(self))
+        payload = {"rank_id": rank["rank_id"], "status": "ok", "results": results}
+    except NpuprofError as exc:  # bad data fails this root, never the worker or the sweep
+        payload = {"rank_id": rank["rank_id"], "status": "failed", "phase": getattr(exc, "phase", "rank"), "error": exc.one_line(),
+                   "exit_code": exc.exit_code, "kind": exc.kind}
+    atomic.write_json(marker, payload)
+    return {"rank_id": rank["rank_id"], "status": payload["status"]}
+
+
+def _finalize(work: Path, final: Path, options: dict) -> str:
+    """Move the finished work dir into place; a duplicate run keeps the bytes already there."""
+    shutil.rmtree(work / MARKERS, ignore_errors=True)
+    if final.exists() and is_reusable(final, AnalyzeOptions.from_dict(options)):
+        shutil.rmtree(work, ignore_errors=True)
+        return "duplicate"
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(work, final)
+    return "moved"
+
+
+@app.task(bind=True, name="npuprof.reduce_root", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+def reduce_root(self, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str]) -> dict:
+    """Cluster-level stages of one root once every rank's marker is on disk; then the atomic rename."""
+    work, final = Path(work_dir), Path(final_dir)
+    if not work.exists():
+        return {"status": root_status(final), "root": inputs["root"], "output_dir": final_dir, "note": "already finalized"}
+    ranks = [r["rank_id"] for r in inputs["ranks"]]
+    markers = {r: work / MARKERS / f"rank_{r}.json" for r in ranks}
+    missing = [r for r, path in markers.items() if not path.exists()]
+    if missing:  # a rank task was redelivered after a worker died: wait for it, not for the chord counter
+        raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for ranks {missing}"))
+    payloads = [read_json(path) for path in markers.values()]
+    failed = [p for p in payloads if p["status"] != "ok"]
+    if failed:
+        first = failed[0]
+        atomic.write_json(work / schema.FAILURE_JSON, {"status": "failed", "phase": first["phase"], "kind": first.get("kind"),
+                                                       "error": first["error"], "exit_code": first.get("exit_code")})
+        status = "failed"
+    else:
+        try:
+            finish_root(work_dir, inputs, options, stages, [p["results"] for p in payloads])
+            status = "ok"
+        except NpuprofError as exc:
+            write_failure(work, exc)
+            status = "failed"
+    how = _finalize(work, final, options)
+    return {"status": root_status(final) if how == "duplicate" else status, "root": inputs["root"], "output_dir": final_dir}
+
+
+def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
+    work = final.with_name(f".{final.name}.plan-failure")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    write_failure(work, exc)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(work, final)
+
+
+@app.task(bind=True, name="npuprof.plan_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, options: dict) -> dict:
+    """On a worker that mounts the storage: find the roots and their ranks, launch the sweep chord."""
+    archive_dir = Path(archive)
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    stages = built_stages()
+    plan, root_chords = [], []
+    for root in find_roots(search_roots):
+        slug = root_slug(root, search_roots)
+        key = root_key(str(root), options)
+        final = archive_dir / slug
+        queue = settings.queue_for(root)
+        entry = {"root": str(root), "slug": slug, "key": key, "queue": queue, "reduce_id": f"npuprof-root-{key}", "rank_ids": []}
+        if is_reusable(final, AnalyzeOptions.from_dict(options)):
+            entry["reused"] = True
+        else:
+            try:
+                inputs = discover(root)
+            except NpuprofError as exc:
+                _fail_root_at_plan(final, exc)
+                entry["failed_at_plan"] = exc.one_line()
+                plan.append(entry)
+                continue
+            work = archive_dir / f".{slug}.work-{key}"
+            rank_tasks = []
+            for rank in inputs.ranks:
+                task_id = f"npuprof-rank-{key}-{rank.rank_id}"
+                entry["rank_ids"].append(task_id)
+                rank_tasks.append(analyze_rank.si(str(work), vars(rank), options, stages).set(task_id=task_id, queue=queue))
+            body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages).set(task_id=entry["reduce_id"], queue=queue)
+            root_chords.append(chord(group(rank_tasks), body))
+        plan.append(entry)
+    merge_id = f"npuprof-merge-{sweep_id}"
+    records.update(sweep_id, roots=plan, merge_id=merge_id, state="running", stages=stages, planned_at=time.time())
+    merge = merge_sweep_task.si(sweep_id).set(task_id=merge_id, queue=self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE)
+    if root_chords:
+        chord(root_chords, merge).apply_async()
+    else:
+        merge.apply_async()
+    return {"sweep_id": sweep_id, "roots": len(plan), "scheduled": len(root_chords)}
+
+
+@app.task(bind=True, name="npuprof.merge_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+def merge_sweep_task(self, sweep_id: str) -> dict:
+    """sweep_summary.json and sweep_class_rollup.csv, once every root's output is in the archive."""
+    record = records.load(sweep_id)
+    archive = Path(record["archive"])
+    waiting = [e["root"] for e in record["roots"] if root_status(archive / e["slug"]) == "missing"]
+    if waiting:
+        raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for {len(waiting)} roots"))
+    meta = {"sweep_id": sweep_id, "search_roots": record["search_roots"], "options": record["options"], "npuprof_version": __version__,
+            "reused_roots": sum(1 for e in record["roots"] if e.get("reused")), "mode": "service",
+            "wall_seconds": round(time.time() - record["submitted_at"], 3)}
+    summary = merge_sweep(archive, [(e["root"], e["slug"]) for e in record["roots"]], meta)
+    records.update(sweep_id, state="done", summary={k: summary[k] for k in ("status_counts", "failed_roots", "root_count")}, finished_at=time.time())
+    return {"status": "done", "status_counts": summary["status_counts"], "rollup": summary["rollup"]}
+
+
+@app.task(bind=True, name="npuprof.run_stages", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+def run_stages(self, out_dir: str, from_stage: str | None, to_stage: str | None, options: dict) -> dict:
+    """Re-run a window of stages on an existing output dir (e.g. after a new npuprof adds a stage)."""
+    try:
+        return analyze(None, out_dir, options=AnalyzeOptions.from_dict(options), window=StageWindow(from_stage, to_stage), jobs=1,
+                       progress=_progress_reporter(self))
+    except NpuprofError as exc:
+        return {"status": "failed", "phase": getattr(exc, "phase", "setup"), "error": exc.one_line()}
