@@ -37,9 +37,14 @@ def _connect(broker: str | None):
     from npuprof.workers import records, settings
     from npuprof.workers.app import app
 
-    if broker:
+    if broker and app.conf.broker_url != broker:
+        # the app caches its connection pool and result backend: drop them with the old URL
         app.conf.broker_url = broker
         app.conf.result_backend = broker
+        app._local.__dict__.pop("backend", None)
+        if app._pool is not None:
+            app._pool.force_close_all()
+            app._pool = None
     try:
         records._client(settings.broker_url()).ping()
     except Exception as exc:  # redis raises several connection error types

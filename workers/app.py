@@ -21,6 +21,11 @@ app.conf.update(
     worker_send_task_events=True,
     result_extended=True,
     result_expires=7 * 24 * 3600,
+    # a result that cannot be stored while Redis restarts is retried, not turned into a task failure
+    result_backend_always_retry=True,
+    result_backend_max_retries=120,
+    result_backend_base_sleep_between_retries_ms=500,
+    result_backend_max_sleep_between_retries_ms=5000,
     broker_connection_retry_on_startup=True,
     broker_connection_max_retries=None,
     task_serializer="json",

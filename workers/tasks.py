@@ -140,6 +140,7 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
                 plan.append(entry)
                 continue
             work = archive_dir / f".{slug}.work-{key}"
+            entry.update({"work_dir": str(work), "final_dir": str(final), "inputs": inputs.to_dict()})
             rank_tasks = []
             for rank in inputs.ranks:
                 task_id = f"npuprof-rank-{key}-{rank.rank_id}"
@@ -163,7 +164,10 @@ def merge_sweep_task(self, sweep_id: str) -> dict:
     """sweep_summary.json and sweep_class_rollup.csv, once every root's output is in the archive."""
     record = records.load(sweep_id)
     archive = Path(record["archive"])
-    waiting = [e["root"] for e in record["roots"] if root_status(archive / e["slug"]) == "missing"]
+    waiting = [e for e in record["roots"] if root_status(archive / e["slug"]) == "missing"]
+    for entry in waiting:
+        _recover_root(entry, record)
+    waiting = [e["root"] for e in waiting if root_status(archive / e["slug"]) == "missing"]
     if waiting:
         raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for {len(waiting)} roots"))
     meta = {"sweep_id": sweep_id, "search_roots": record["search_roots"], "options": record["options"], "npuprof_version": __version__,
@@ -172,6 +176,28 @@ def merge_sweep_task(self, sweep_id: str) -> dict:
     summary = merge_sweep(archive, [(e["root"], e["slug"]) for e in record["roots"]], meta)
     records.update(sweep_id, state="done", summary={k: summary[k] for k in ("status_counts", "failed_roots", "root_count")}, finished_at=time.time())
     return {"status": "done", "status_counts": summary["status_counts"], "rollup": summary["rollup"]}
+
+
+def _recover_root(entry: dict, record: dict) -> None:
+    """A root whose reduce will never run (its chord broke, e.g. a result lost while Redis restarted):
+    when every rank left its marker, reduce it here; when a rank task failed for good, fail the root
+    loudly in the archive. Otherwise it is still running: leave it alone."""
+    if "work_dir" not in entry or not Path(entry["work_dir"]).exists():
+        return
+    reduce_state = app.AsyncResult(entry["reduce_id"]).state
+    if reduce_state in ("STARTED", "RETRY", "SUCCESS"):
+        return
+    ranks = [r["rank_id"] for r in entry["inputs"]["ranks"]]
+    markers = [Path(entry["work_dir"]) / MARKERS / f"rank_{r}.json" for r in ranks]
+    if all(m.exists() for m in markers):
+        reduce_root.run(entry["work_dir"], entry["final_dir"], entry["inputs"], record["options"], record["stages"])
+        return
+    lost = [t for t in entry["rank_ids"] if app.AsyncResult(t).state == "FAILURE"]
+    if lost:
+        work = Path(entry["work_dir"])
+        error = f"rank tasks failed in the service, not on the data: {', '.join(lost)}"
+        atomic.write_json(work / schema.FAILURE_JSON, {"status": "failed", "phase": "service", "kind": "service_error", "error": error})
+        _finalize(work, Path(entry["final_dir"]), record["options"])
 
 
 @app.task(bind=True, name="npuprof.run_stages", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)

@@ -1,0 +1,35 @@
+"""Fixtures that start the real service parts; each test gets its own Redis and workers."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from service_harness import RedisServer, Worker
+
+E2E_ENV = {"NPUPROF_VISIBILITY_TIMEOUT": "8"}  # short, so a lost message comes back within the test
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed (.ci/run installs it)")
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def workers(redis_server, tmp_path):
+    started: list[Worker] = []
+
+    def start(count: int = 2) -> list[Worker]:
+        for index in range(count):
+            started.append(Worker(f"w{len(started) + 1}", redis_server.url, tmp_path / "logs", E2E_ENV).start())
+        return started
+
+    yield start
+    for worker in started:
+        worker.stop()

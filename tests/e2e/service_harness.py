@@ -1,0 +1,113 @@
+"""Real service parts for end-to-end tests: a private redis-server, Celery worker processes, Flower."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+class RedisServer:
+    """A redis-server of the test's own on a free loopback port, with an append-only file so a
+    restart keeps the queue (what a production broker is configured to do)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+             "--appendfsync", "always", "--dir", str(self.workdir)],
+            stdout=open(self.workdir / "redis.log", "ab"), stderr=subprocess.STDOUT,
+        )
+        wait_until(self._ping, 20, "redis-server to answer")
+
+    def _ping(self) -> bool:
+        try:
+            return redis.Redis(port=self.port, socket_connect_timeout=0.5).ping()
+        except redis.exceptions.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            try:
+                redis.Redis(port=self.port).shutdown(save=False)  # AOF is already fsynced: nothing is lost
+            except redis.exceptions.ConnectionError:
+                pass
+            self.proc.wait(timeout=20)
+        self.proc = None
+
+    def restart(self, down_seconds: float = 2.0) -> None:
+        self.stop()
+        time.sleep(down_seconds)
+        self.start()
+
+
+class Worker:
+    """One ``celery -A npuprof.workers.app worker`` process (prefork, one child)."""
+
+    def __init__(self, name: str, broker: str, logdir: Path, env: dict | None = None, queues: str = "npuprof") -> None:
+        self.name = name
+        self.log = logdir / f"{name}.log"
+        self.env = {**os.environ, "NPUPROF_BROKER_URL": broker, **(env or {})}
+        self.command = [sys.executable, "-m", "celery", "-A", "npuprof.workers.app", "worker", "-Q", queues, "-c", "1",
+                        "-n", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Worker":
+        logdir = self.log.parent
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(self.command, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        wait_until(lambda: "ready." in self.log.read_text(errors="replace"), 60, f"worker {self.name} to be ready")
+        return self
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def child_pids(self) -> list[int]:
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split()
+        return [int(p) for p in out]
+
+    def kill_main(self) -> None:
+        """kill -9 of the worker and its pool: its unacknowledged message comes back after the visibility timeout."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=20)
+
+    def kill_child(self) -> None:
+        """kill -9 of the pool child only: with reject_on_worker_lost the task is requeued at once."""
+        for pid in self.child_pids():
+            os.kill(pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)

@@ -1,0 +1,161 @@
+"""The service end to end: real redis-server, real Celery worker processes, real Flower, the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample, run_cli
+from npuprof.synth import generate
+from service_harness import free_port, wait_until
+
+pytestmark = pytest.mark.e2e
+
+COMPARED_OUT = ["output_dir", "elapsed_s"]  # where and how fast differ between runs; everything else must not
+
+
+def build_search_root(base: Path, scenarios: list[str], extra_samples: bool = True, **synth) -> Path:
+    for index, name in enumerate(scenarios):
+        generate(base / f"case_{index:02d}_{name}", name, seed=index, **synth)
+    if extra_samples:
+        copy_sample(QWEN_TRAINING, base / "qwen3_step13")
+        bad = base / "broken_case" / "rank_0" / "ASCEND_PROFILER_OUTPUT"
+        bad.mkdir(parents=True)
+        (bad / "kernel_details.csv").write_text("Name,Type\nx,y\n")
+    return base
+
+
+def submit(broker: str, search: Path, archive: Path) -> str:
+    run = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", broker)
+    assert run.returncode == 0, run.stderr
+    return run.result["sweep_id"]
+
+
+def status(broker: str, sweep_id: str) -> dict:
+    run = run_cli("status", sweep_id, "--json", "--broker", broker)
+    assert run.returncode == 0, run.stderr
+    return run.result
+
+
+def wait_done(broker: str, sweep_id: str, timeout: float = 240) -> dict:
+    return wait_until(lambda: (s := status(broker, sweep_id))["state"] == "done" and s, timeout, f"sweep {sweep_id}", interval=1.0)
+
+
+def rollup(archive: Path) -> pd.DataFrame:
+    return pd.read_csv(archive / "sweep_class_rollup.csv").drop(columns=COMPARED_OUT).sort_values("root").reset_index(drop=True)
+
+
+def test_ten_root_sweep_through_two_workers_matches_the_local_sweep(redis_server, workers, tmp_path):
+    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank", "ep_imbalance", "host_bubble", "partial_capture", "mixed",
+                                                       "pipeline_parallel", "dummy_rank"])
+    pool = workers(2)
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+    final = wait_done(redis_server.url, sweep_id)
+    assert final["totals"] == {"SUCCESS": 9, "FAILURE": 1}
+    failed = [r for r in final["roots"] if r["state"] == "FAILURE"]
+    assert failed[0]["root"].endswith("broken_case") and "Start Time(us)" in failed[0]["error"]
+    local = run_cli("sweep", "--search-root", str(search), "-o", str(tmp_path / "local"), "--progress", "none")
+    assert local.returncode == 0
+    pd.testing.assert_frame_equal(rollup(tmp_path / "archive"), rollup(tmp_path / "local"))
+    # both workers took work: one root's ranks spread over the pool
+    assert all("npuprof.analyze_rank" in w.log_text() for w in pool)
+    assert not list((tmp_path / "archive").glob(".*")), "no work dir is left in the archive"
+
+
+@pytest.mark.parametrize("how", ["pool_child", "worker_process"])
+def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
+    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=60, layers=28)
+    first, second = workers(2)
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+    victim = wait_until(lambda: next((w for w in (first, second) if "analyze_rank" in w.log_text() and "succeeded" not in w.log_text().split("analyze_rank")[-1]), None),
+                        60, "a worker to be in the middle of a rank task", interval=0.05)
+    (victim.kill_child if how == "pool_child" else victim.kill_main)()
+    final = wait_done(redis_server.url, sweep_id, timeout=300)
+    assert final["totals"] == {"SUCCESS": 2}
+    archive = tmp_path / "archive"
+    assert sorted(p.name.split("-")[0] for p in archive.iterdir() if p.is_dir()) == ["captures__case_00_clean", "captures__case_01_slow_rank"]
+    for out in archive.iterdir():
+        if out.is_dir():
+            assert (out / "manifest.json").exists() and (out / "classify_manifest.json").exists()
+    assert not list(archive.glob(".*")), "no half-written root dir"
+
+
+def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_path):
+    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=40, layers=16)
+    workers(2)
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+    wait_until(lambda: status(redis_server.url, sweep_id)["state"] == "running", 60, "the sweep to be planned")
+    redis_server.restart(down_seconds=3)
+    final = wait_done(redis_server.url, sweep_id, timeout=300)
+    assert final["totals"] == {"SUCCESS": 3}
+    assert len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
+
+
+def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, workers, tmp_path):
+    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"])
+    workers(2)
+    archive = tmp_path / "archive"
+    sweep_id = submit(redis_server.url, search, archive)
+    again = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", redis_server.url)
+    assert again.result == {"sweep_id": sweep_id, "state": again.result["state"], "resubmitted": False}  # still running: not sent again
+    wait_done(redis_server.url, sweep_id)
+    manifests = {p: p.stat().st_mtime_ns for p in archive.glob("*/manifest.json")}
+    assert len(manifests) == 3
+    assert submit(redis_server.url, search, archive) == sweep_id
+    final = wait_done(redis_server.url, sweep_id)
+    assert final["totals"] == {"REUSED": 3, "FAILURE": 1}  # finished roots reused; the broken one is tried again
+    assert {p: p.stat().st_mtime_ns for p in archive.glob("*/manifest.json")} == manifests
+
+
+def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
+    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False)
+    workers(1)
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+    wait_done(redis_server.url, sweep_id)
+    run = run_cli("fetch", sweep_id, "--root", "case_00_clean", "-o", str(tmp_path / "dest"), "--broker", redis_server.url)
+    assert run.returncode == 0, run.stderr
+    names = {Path(p).name for p in run.result["copied"]}
+    assert {"sweep_class_rollup.csv", "sweep_summary.json", "manifest.json", "step_summary.csv"} <= names
+    assert run_cli("fetch", sweep_id, "--root", "../../etc", "-o", str(tmp_path / "d2"), "--broker", redis_server.url).returncode == 2
+    assert run_cli("status", "no-such-sweep", "--broker", redis_server.url).returncode == 2
+
+
+def test_unreachable_broker_is_a_clean_error(tmp_path):
+    run = run_cli("submit", "--search-root", str(tmp_path), "-o", str(tmp_path / "a"), "--broker", f"redis://127.0.0.1:{free_port()}/0")
+    assert run.returncode == 6 and run.result["kind"] == "service_unavailable"
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_flower_shows_the_workers_and_the_sweep_tasks(redis_server, workers, tmp_path):
+    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False)
+    workers(1)
+    port = free_port()
+    env = {**os.environ, "FLOWER_UNAUTHENTICATED_API": "true"}
+    flower = subprocess.Popen([sys.executable, "-m", "npuprof.api.cli", "flower", "--port", str(port), "--broker", redis_server.url],
+                              env=env, stdout=open(tmp_path / "flower.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def get(path: str):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                    return json.loads(response.read())
+            except OSError:
+                return None
+
+        wait_until(lambda: get("/api/workers") is not None, 60, "Flower to serve its API")
+        sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+        wait_done(redis_server.url, sweep_id)
+        workers_seen = wait_until(lambda: get("/api/workers?refresh=1"), 30, "Flower to see a worker")
+        assert any(name.startswith("w1@") for name in workers_seen)
+        tasks = wait_until(lambda: (t := get("/api/tasks")) and any(v.get("name") == "npuprof.merge_sweep" for v in t.values()) and t, 60, "Flower to list the sweep's tasks")
+        names = {v.get("name") for v in tasks.values()}
+        assert {"npuprof.plan_sweep", "npuprof.analyze_rank", "npuprof.reduce_root", "npuprof.merge_sweep"} <= names
+    finally:
+        os.killpg(flower.pid, 15)
+        flower.wait(timeout=20)
