@@ -42,9 +42,8 @@ def _connect(broker: str | None):
         app.conf.broker_url = broker
         app.conf.result_backend = broker
         app._local.__dict__.pop("backend", None)
-        if app._pool is not None:
-            app._pool.force_close_all()
-            app._pool = None
+        app._pool = None
+        app.amqp._producer_pool = None
     try:
         records._client(settings.broker_url()).ping()
     except Exception as exc:  # redis raises several connection error types

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,11 +41,6 @@ def write_json(target: Path, payload: Any) -> Path:
     return write_with(target, _write)
 
 
-def write_text(target: Path, text: str) -> Path:
-    """Write UTF-8 text atomically."""
-    return write_with(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
 def write_parquet(target: Path, table: pa.Table) -> Path:
     """Write an Arrow table as one Parquet file, atomically.
 
@@ -64,24 +57,12 @@ def write_parquet(target: Path, table: pa.Table) -> Path:
     return write_with(target, _write)
 
 
-def replace_dir(target: Path, build: Callable[[Path], None]) -> Path:
-    """Build a whole directory in a temp sibling, then swap it in place of ``target``."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        build(tmp)
-        if target.exists():
-            old = target.with_name(f".{target.name}.{os.getpid()}.old")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+def write_csv(target: Path, frame) -> Path:
+    """Write a DataFrame as CSV (Arrow's multi-threaded writer), atomically; the header is always written."""
+    import pyarrow.csv as pacsv
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return write_with(target, lambda tmp: pacsv.write_csv(table, tmp))
 
 
 def _json_default(value: Any) -> Any:

@@ -101,7 +101,7 @@ def _write_result(out_dir: Path, result: StageResult, rank_id: int | None) -> No
             target = out_dir / f"{table_name}.parquet"
         atomic.write_parquet(target, table)
     for name, frame in result.csv_views.items():
-        atomic.write_with(out_dir / name, lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
+        atomic.write_csv(out_dir / name, frame)
     for name, payload in result.json_files.items():
         atomic.write_json(out_dir / name, payload)
 

@@ -25,7 +25,7 @@ from npuprof.pipeline.sources.discovery import discover, read_json
 from npuprof.pipeline.stages import STAGES
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.local import is_reusable
-from npuprof.pipeline.sweep.rollup import merge_sweep, root_status
+from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
 from npuprof.workers import records, settings
 from npuprof.workers.app import app
@@ -103,6 +103,7 @@ def reduce_root(self, work_dir: str, final_dir: str, inputs: dict, options: dict
             write_failure(work, exc)
             status = "failed"
     how = _finalize(work, final, options)
+    root_rollup(inputs["root"], final.name, final)  # cache the rollup row here, in parallel, not in the merge
     return {"status": root_status(final) if how == "duplicate" else status, "root": inputs["root"], "output_dir": final_dir}
 
 

@@ -14,7 +14,7 @@ from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.runner import analyze, write_failure
 from npuprof.pipeline.sources.discovery import read_json
 from npuprof.pipeline.stages.base import AnalyzeOptions
-from npuprof.pipeline.sweep.rollup import merge_sweep, root_status
+from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
 
 
@@ -47,6 +47,7 @@ def analyze_into(root: str, final_dir: str, options: dict) -> dict:
     if final.exists():
         shutil.rmtree(final)
     os.replace(work, final)
+    root_rollup(root, final.name, final)  # cache the rollup row while still in the pool
     result.update({"root": root, "output_dir": str(final), "seconds": round(time.perf_counter() - started, 3)})
     return result
 

@@ -93,9 +93,29 @@ def _blocks(out_dir: Path) -> dict:
     return {f"block_wall_share_{kind}": float(wall.get(kind, 0.0)) / total for kind in ("attention", "ffn", "moe")} if total else {}
 
 
+ROW_CACHE = "rollup_row.json"
+
+
 def root_rollup(root: str, slug: str, out_dir: Path) -> dict:
-    """The rollup row of one root, from whatever its output dir holds."""
-    row: dict = {"root": str(root), "slug": slug, "output_dir": str(out_dir), "status": root_status(out_dir)}
+    """The rollup row of one root, from whatever its output dir holds.
+
+    The row is cached beside the root's outputs, keyed by its manifest's ``updated_at``: merging a
+    sweep of finished roots then reads one small file per root instead of every event table.
+    """
+    status = root_status(out_dir)
+    if status == "ok":
+        stamp = _read_json(out_dir / schema.TOP_MANIFEST).get("updated_at")
+        cached = _read_json(out_dir / ROW_CACHE)
+        if cached.get("manifest_updated_at") == stamp and cached.get("row", {}).get("root") == str(root):
+            return {**cached["row"], "slug": slug, "output_dir": str(out_dir)}
+        row = _fresh_row(root, slug, out_dir, status)
+        atomic.write_json(out_dir / ROW_CACHE, {"manifest_updated_at": stamp, "row": row})
+        return row
+    return _fresh_row(root, slug, out_dir, status)
+
+
+def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
+    row: dict = {"root": str(root), "slug": slug, "output_dir": str(out_dir), "status": status}
     if row["status"] == "failed":
         failure = _read_json(out_dir / schema.FAILURE_JSON)
         row.update({"phase": failure.get("phase"), "error": failure.get("error")})
@@ -130,7 +150,7 @@ def merge_sweep(archive: Path, roots: list[tuple[str, str]], meta: dict) -> dict
         frame[column] = pd.array(frame[column], dtype="Int64")
     for column in frame.select_dtypes("float").columns:
         frame[column] = frame[column].round(6)
-    atomic.write_with(archive / "sweep_class_rollup.csv", lambda tmp: frame.to_csv(tmp, index=False))
+    atomic.write_with(archive / "sweep_class_rollup.csv", lambda tmp: frame.to_csv(tmp, index=False))  # small; pandas keeps NA cells empty
     statuses = Counter(r["status"] for r in rows)
     inventory = Counter(r.get("layers_per_pass") for r in rows if r.get("layers_per_pass"))
     summary = {
