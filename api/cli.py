@@ -211,8 +211,6 @@ def _status_table(current: dict) -> None:
 
 def _cmd_celery(args: argparse.Namespace) -> int:
     """Hand over to Celery with npuprof's app (exec: signals and exit codes are Celery's)."""
-    import os
-
     env = dict(os.environ)
     if args.broker:
         env["NPUPROF_BROKER_URL"] = args.broker

@@ -75,3 +75,16 @@ def copy_sample(src: Path, dst: Path) -> Path:
     for path in [dst, *dst.rglob("*")]:
         path.chmod(path.stat().st_mode | 0o200)
     return dst
+
+
+def analyze_scenarios(base: Path, names, to_stage: str, seed: int) -> dict[str, tuple[Path, Path]]:
+    """Generate each synthetic scenario and analyze it up to ``to_stage``: {name: (root, output dir)}."""
+    from npuprof.pipeline.runner import StageWindow, analyze
+    from npuprof.synth import generate
+
+    out = {}
+    for name in names:
+        root = Path(generate(base / f"{name}_root", name, seed=seed)["root"])
+        analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage=to_stage))
+        out[name] = (root, base / f"{name}_out")
+    return out

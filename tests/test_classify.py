@@ -7,22 +7,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import PYTORCH_DATA, QWEN_TRAINING
+from conftest import PYTORCH_DATA, QWEN_TRAINING, analyze_scenarios
 from npuprof.pipeline.runner import StageWindow, analyze
-from npuprof.synth import SCENARIOS, generate
+from npuprof.synth import SCENARIOS
 
 SCENARIO_NAMES = ["clean", "ep_imbalance", "host_bubble", "partial_capture", "pipeline_parallel", "mixed"]
 
 
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
-    base = tmp_path_factory.mktemp("classify")
-    out = {}
-    for name in SCENARIO_NAMES:
-        root = Path(generate(base / f"{name}_root", name, seed=5)["root"])
-        analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage="classify"))
-        out[name] = (root, base / f"{name}_out")
-    return out
+    return analyze_scenarios(tmp_path_factory.mktemp("classify"), SCENARIO_NAMES, "classify", seed=5)
 
 
 def read(out: Path, name: str) -> pd.DataFrame:

@@ -147,8 +147,6 @@ def test_parallel_map_writes_the_same_tables_as_one_process(tmp_path):
 
 def test_source_auto_prefers_db_and_csv_forces_csv(tmp_path, cli):
     from npuprof.pipeline.runner import analyze
-    from npuprof.pipeline.stages.base import AnalyzeOptions
-
     analyze(PYTORCH_DATA / "db" / "level1", tmp_path / "auto", jobs=1)
     manifest = Analysis(tmp_path / "auto").manifest("normalize")
     assert {r["source_kind"] for r in manifest["rank_summaries"]} == {"profiler_db"}

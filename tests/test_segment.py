@@ -7,20 +7,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import PYTORCH_DATA, QWEN_TRAINING
+from conftest import PYTORCH_DATA, QWEN_TRAINING, analyze_scenarios
 from npuprof.pipeline.runner import StageWindow, analyze
 from npuprof.synth import SCENARIOS, generate
 
 
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
-    base = tmp_path_factory.mktemp("segment")
-    out = {}
-    for name in SCENARIOS:
-        root = Path(generate(base / f"{name}_root", name, seed=11)["root"])
-        analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage="segment"))
-        out[name] = (root, base / f"{name}_out")
-    return out
+    return analyze_scenarios(tmp_path_factory.mktemp("segment"), SCENARIOS, "segment", seed=11)
 
 
 def frames(out: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:

@@ -1,7 +1,6 @@
 """The expected decoder-layer count: from a config.json or the model catalog, never from a guess."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from npuprof import knowledge

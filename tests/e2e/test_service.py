@@ -5,14 +5,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample, run_cli
+from conftest import QWEN_TRAINING, copy_sample, run_cli
 from npuprof.synth import generate
 from service_harness import free_port, wait_until
 
