@@ -39,7 +39,6 @@ class StepLayers:
     layers: list[Layer]
     family: str
     confidence: str  # high | medium | low | none
-    note: str = ""
 
 
 def choose_family(features: EventFeatures) -> tuple[str, np.ndarray]:
@@ -219,7 +218,7 @@ def step_layers(start: int, end: int, anchor_mask: np.ndarray, features: EventFe
     """Layers of the step [start, end]. ``templates`` carries per-direction layer templates across steps."""
     anchors = np.flatnonzero(anchor_mask[start : end + 1]) + start
     if anchors.size == 0:
-        return StepLayers([], family, "none", "no layer anchors in this step")
+        return StepLayers([], family, "none")
     keys = features.kernel_key
     layers: list[Layer] = []
     lower = start

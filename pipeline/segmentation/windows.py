@@ -10,6 +10,19 @@ import numpy as np
 import pandas as pd
 
 
+def window_reduce(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``ufunc`` over each window [start, end] of ``values`` in one vectorised ``reduceat``.
+
+    Windows need not touch (interludes lie between layers): the reduction runs over interleaved
+    [start, end + 1) bounds on a copy padded with one element, and every other result is kept.
+    """
+    padded = np.append(values, values[-1])
+    bounds = np.empty(2 * len(starts), dtype=np.int64)
+    bounds[0::2] = starts
+    bounds[1::2] = ends + 1
+    return ufunc.reduceat(padded, bounds)[0::2]
+
+
 def window_metrics(starts: np.ndarray, ends: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, wait_ns: np.ndarray, bubble_min_ns: int) -> pd.DataFrame:
     """Metrics for windows [starts[i], ends[i]] (positions, inclusive); times in ms."""
     columns = ["wall_ms", "busy_ms", "underfeed_ms", "underfeed_ratio", "kernel_sum_ms", "wait_sum_ms",

@@ -15,19 +15,15 @@ import pandas as pd
 import pyarrow as pa
 
 from npuprof import knowledge
-from npuprof.pipeline import schema
 from npuprof.pipeline.segmentation.blocks import split_layer
 from npuprof.pipeline.segmentation.classes import class_ids, event_tokens
 from npuprof.pipeline.segmentation.features import event_features
-from npuprof.pipeline.segmentation.windows import window_metrics
+from npuprof.pipeline.segmentation.layers import choose_family
+from npuprof.pipeline.segmentation.windows import window_metrics, window_reduce
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+from npuprof.pipeline.stages.segment import ordered_events
 
 EVENT_COLUMNS = ["row_idx", "step_id", "start_ns", "end_ns", "wait_ns", "name", "type", "op_type", "input_shapes", "categories", "roles", "primary_category"]
-
-
-def _ordered(ctx: RankContext) -> pa.Table:
-    table = ctx.read_table(schema.NORMALIZED_EVENTS).select(EVENT_COLUMNS)
-    return table.sort_by([("start_ns", "ascending"), ("row_idx", "ascending")])  # the order segment indexed
 
 
 def _with_metrics(frame: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, times: dict, bubble_min_ns: int) -> pd.DataFrame:
@@ -59,7 +55,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     """Blocks, classes, anatomy and tags of one rank."""
     rules = knowledge.load("diagnosis_rules")
     bubble_min_ns = int(rules["bubble_min_us"] * 1000)
-    events = _ordered(ctx)
+    events = ordered_events(ctx, EVENT_COLUMNS)  # the order segment's positions index
     features = event_features(events)
     times = {"start": events.column("start_ns").to_numpy(), "end": events.column("end_ns").to_numpy(),
              "wait": events.column("wait_ns").fill_null(0).to_numpy()}
@@ -119,9 +115,7 @@ def map_rank(ctx: RankContext) -> StageResult:
 
 
 def _span(ufunc: np.ufunc, values: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
-    from npuprof.pipeline.stages.segment import _window_reduce
-
-    return _window_reduce(ufunc, values, windows["pos_start"].to_numpy(), windows["pos_end"].to_numpy())
+    return window_reduce(ufunc, values, windows["pos_start"].to_numpy(), windows["pos_end"].to_numpy())
 
 
 def _block_kinds(blocks: pd.DataFrame, layers: pd.DataFrame) -> np.ndarray:
@@ -137,8 +131,6 @@ def _block_kinds(blocks: pd.DataFrame, layers: pd.DataFrame) -> np.ndarray:
 
 def _anchor_positions(layers: pd.DataFrame, features) -> dict:
     """Each layer's anchor position: its first event whose family anchors layers (segment's choice)."""
-    from npuprof.pipeline.segmentation.layers import choose_family
-
     _family, mask = choose_family(features)
     positions = np.flatnonzero(mask)
     starts, ends = layers["pos_start"].to_numpy(), layers["pos_end"].to_numpy()

@@ -18,38 +18,26 @@ from npuprof.pipeline.segmentation.expected import expected_model, layer_validat
 from npuprof.pipeline.segmentation.features import event_features
 from npuprof.pipeline.sources.discovery import read_json
 from npuprof.pipeline.segmentation.layers import StepLayers, choose_family, fallback_anchors, modal_gaps, step_layers
+from npuprof.pipeline.segmentation.windows import window_reduce
 from npuprof.pipeline.segmentation.steps import step_windows
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 
 EVENT_COLUMNS = ["row_idx", "step_id", "start_ns", "end_ns", "name", "type", "op_type", "categories", "roles", "primary_category"]
 
 
-def ordered_events(ctx: RankContext) -> pa.Table:
+def ordered_events(ctx: RankContext, columns: list[str] = EVENT_COLUMNS) -> pa.Table:
     """The rank's events in device order (start time, then source row): the order segments index."""
-    table = ctx.read_table(schema.NORMALIZED_EVENTS).select(EVENT_COLUMNS)
+    table = ctx.read_table(schema.NORMALIZED_EVENTS).select(columns)
     return table.sort_by([("start_ns", "ascending"), ("row_idx", "ascending")])
-
-
-def _window_reduce(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``ufunc`` over each window [start, end] of ``values`` in one vectorised ``reduceat``.
-
-    Windows need not touch (interludes lie between layers): the reduction runs over interleaved
-    [start, end + 1) bounds on a copy padded with one element, and every other result is kept.
-    """
-    padded = np.append(values, values[-1])
-    bounds = np.empty(2 * len(starts), dtype=np.int64)
-    bounds[0::2] = starts
-    bounds[1::2] = ends + 1
-    return ufunc.reduceat(padded, bounds)[0::2]
 
 
 def _window_facts(starts: np.ndarray, ends: np.ndarray, row_idx: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, np.ndarray]:
     """Evidence anchors of windows [start, end] (positions): the source rows and times they span."""
     return {
-        "row_start": _window_reduce(np.minimum, row_idx, starts, ends),
-        "row_end": _window_reduce(np.maximum, row_idx, starts, ends),
-        "start_ns": _window_reduce(np.minimum, start_ns, starts, ends),
-        "end_ns": _window_reduce(np.maximum, end_ns, starts, ends),
+        "row_start": window_reduce(np.minimum, row_idx, starts, ends),
+        "row_end": window_reduce(np.maximum, row_idx, starts, ends),
+        "start_ns": window_reduce(np.minimum, start_ns, starts, ends),
+        "end_ns": window_reduce(np.maximum, end_ns, starts, ends),
     }
 
 
@@ -148,11 +136,12 @@ LAYER_COLUMNS = ["step_ordinal", "step_id", "layer_ordinal", "pass_index", "laye
 
 
 def _rank_confidence(step_rows: list[dict]) -> str:
-    levels = [r["layer_confidence"] for r in step_rows if r["complete"]]
-    for level in ("none", "low", "medium"):
-        if levels and all(l == level for l in levels) or (level != "none" and level in levels):
+    """The weakest layer confidence over the rank's complete steps that have layers ("none" without any)."""
+    levels = {r["layer_confidence"] for r in step_rows if r["complete"] and r["layer_count"]}
+    for level in ("low", "medium", "high"):
+        if level in levels:
             return level
-    return "high" if levels else "none"
+    return "none"
 
 
 def _to_table(frame: pd.DataFrame) -> pa.Table:
