@@ -129,14 +129,25 @@ def _failure_of(out_dir: Path) -> str | None:
 
 
 def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str | None = None, on_poll=None) -> dict:
-    """Poll until the sweep is done (or the timeout passes); returns the last status."""
+    """Poll until the sweep is done (or the timeout passes); returns the final status.
+
+    Without ``on_poll`` only the sweep record is read while waiting (one Redis read a poll, not one
+    per task), so a waiting client does not load the broker of a large sweep.
+    """
+    _, records, _ = _connect(broker)
     deadline = time.monotonic() + timeout
     while True:
-        current = status(sweep_id, broker=broker)
         if on_poll:
+            current = status(sweep_id, broker=broker)
             on_poll(current)
-        if current["state"] in ("done", "cancelled") or time.monotonic() > deadline:
-            return current
+            state = current["state"]
+        else:
+            record = records.load(sweep_id)
+            if record is None:
+                raise UsageError(f"no sweep {sweep_id!r} is known to this broker")
+            state = record["state"]
+        if state in ("done", "cancelled") or time.monotonic() > deadline:
+            return status(sweep_id, broker=broker)
         time.sleep(poll)
 
 
