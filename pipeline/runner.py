@@ -11,6 +11,7 @@ import hashlib
 import multiprocessing
 import os
 import shutil
+import sys
 import time
 import traceback
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -160,6 +161,8 @@ def _map_ranks(current: Stage, out_dir: Path, inputs: RootInputs, options: Analy
     progress(current.name, 0, total, "ranks")
     results: list[dict] = []
     workers = max(1, min(jobs, total))
+    if not current.map_in_threads and not _main_is_importable():
+        workers = 1  # e.g. `python - < script`: a process pool could not re-import __main__
     if workers == 1:
         for done, rank in enumerate(ranks, start=1):
             results.append(_guard(current.name, rank.rank_id, run_rank_stage, current.name, str(out_dir), vars(rank), options.to_dict()))
@@ -185,6 +188,13 @@ def _map_ranks(current: Stage, out_dir: Path, inputs: RootInputs, options: Analy
                 results.append(future.result())
                 progress(current.name, len(results), total, f"rank {rank_id}")
     return results
+
+
+def _main_is_importable() -> bool:
+    """Whether pool children can re-create ``__main__`` (not so for code read from stdin)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.exists(path)
 
 
 def _reraise(exc: BaseException) -> None:

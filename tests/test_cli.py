@@ -314,3 +314,14 @@ def test_progress_bar_is_drawn_on_a_tty_and_stdout_keeps_one_json_object(tmp_pat
     assert json.loads(stdout)["status"] == "ok"
     text = drawn.decode()
     assert "\r" in text and "normalize" in text and "[" in text and "4/4" in text
+
+
+def test_analyze_from_code_read_on_stdin_still_runs(tmp_path):
+    """A pool child cannot re-import a __main__ read from stdin: the runner maps in-process instead."""
+    import subprocess
+    import sys
+
+    code = f"from npuprof.pipeline.runner import analyze\nprint(analyze({str(QWEN_TRAINING)!r}, {str(tmp_path / 'o')!r}, jobs=2)['status'])\n"
+    proc = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
