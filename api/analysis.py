@@ -33,6 +33,31 @@ class Analysis:
             frame.insert(0, "rank_id", rank_id)
         return frame
 
+    def _view(self, name: str, stage: str) -> pd.DataFrame:
+        path = self.out_dir / name
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the {stage} stage (npuprof analyze ... --from-stage {stage})")
+        return pd.read_csv(path)
+
+    def steps(self) -> pd.DataFrame:
+        """One row per step and rank: step_id, complete, layer counts (forward / backward / recompute /
+        speculative), passes (micro-batches), evidence rows and times, wall / busy / bubble metrics,
+        step_class_id, anomaly_tags."""
+        return self._view("step_summary.csv", "classify")
+
+    def layers(self) -> pd.DataFrame:
+        """One row per layer instance: step, pass_index, layer_index, layer_role, anchor kernel,
+        evidence rows and times, block_kinds, layer_class_id, time metrics."""
+        return self._view("layer_summary.csv", "classify")
+
+    def blocks(self) -> pd.DataFrame:
+        """One row per block (attention / ffn / moe ...) of every layer, with class ids and metrics."""
+        return self._view("block_summary.csv", "classify")
+
+    def step_anatomy(self) -> pd.DataFrame:
+        """Head / main / tail windows of every step with wall, busy and bubble time."""
+        return self._view("step_anatomy.csv", "classify")
+
     def manifest(self, stage: str | None = None) -> dict:
         """The top-level manifest, or one stage's manifest."""
         name = schema.TOP_MANIFEST if stage is None else schema.stage_manifest_name(stage)

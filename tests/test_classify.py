@@ -100,3 +100,14 @@ def test_cnn_steps_are_head_only_with_no_blocks(tmp_path):
     analyze(PYTORCH_DATA / "text" / "level1", tmp_path / "out", jobs=1, window=StageWindow(to_stage="classify"))
     anatomy, blocks = read(tmp_path / "out", "step_anatomy.csv"), read(tmp_path / "out", "block_summary.csv")
     assert set(anatomy["anatomy_kind"]) == {"head_only"} and len(blocks) == 0
+
+
+def test_analysis_facade_exposes_steps_layers_and_blocks(analyzed):
+    from npuprof.api import Analysis
+
+    _, out = analyzed["clean"]
+    a = Analysis(out)
+    assert len(a.steps()) == SCENARIOS["clean"].ranks * SCENARIOS["clean"].steps
+    assert set(a.layers()["layer_role"]) == {"forward", "backward"}
+    assert set(a.blocks()["block_kind"]) == {"attention", "ffn"}
+    assert set(a.step_anatomy()["window"]) == {"head", "main", "tail"}
