@@ -192,3 +192,12 @@ def test_config_json_in_a_synthetic_root_validates_pipeline_stage_layers(tmp_pat
     result = analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="segment"))
     assert result["segment"]["layer_validation"]["status"] == "ok"
     assert result["segment"]["layer_validation"]["pipeline_stages"] == 2
+
+
+def test_without_attention_only_an_exactly_periodic_fallback_gives_layers_with_low_confidence(tmp_path):
+    block = ["RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    steps, layers = segment(tmp_path / "periodic", write_rank(tmp_path / "periodic", [["GatherV2"]] + [block] * 6 + [["ArgMaxWithValue"]]))
+    assert (steps["layer_confidence"] == "low").all() and (steps["layer_count"] > 0).all()
+    ragged = [["GatherV2"], block, ["MatMulV3"], block + ["Add"], ["MatMulV3", "Cast"], ["ArgMaxWithValue"]]
+    steps, layers = segment(tmp_path / "ragged", write_rank(tmp_path / "ragged", ragged))
+    assert len(layers) == 0 and (steps["layer_confidence"] == "none").all()

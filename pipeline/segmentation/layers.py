@@ -60,23 +60,35 @@ def choose_family(features: EventFeatures) -> tuple[str, np.ndarray]:
     return name, np.isin(features.anchor_family, chosen)
 
 
+MAX_FALLBACK_PERIOD = 8  # candidate anchors per layer tried (two matmuls a layer, gate + up + down, ...)
+
+
 def fallback_anchors(features: EventFeatures) -> np.ndarray:
-    """Without attention: fallback anchors only if they repeat with an exactly periodic sequence."""
+    """Without attention: fallback anchors only where the kernel sequence repeats exactly.
+
+    Every ``p``-th candidate (p = 1, 2, ...) is tried as the layer anchor; it is accepted when the
+    kernels between consecutive anchors are the same sequence at least ``min_periods`` times and
+    for most anchor pairs (steps and head / tail kernels break a few). The smallest such period
+    wins, so two matmuls of one MLP block do not become two "layers".
+    """
     rules = knowledge.load("segmentation_rules")["fallback_anchors"]
     positions = np.flatnonzero(features.fallback)
+    keys = features.kernel_key
+    none = np.zeros(len(features.fallback), dtype=bool)
     if len(positions) < rules["min_periods"] + 1:
-        return np.zeros(len(features.fallback), dtype=bool)
-    keys = features.kernel_key[positions]
-    for period in range(1, len(positions) // rules["min_periods"] + 1):
-        # positions and kernel keys of the anchors repeat with this period
-        if np.all(keys[period:] == keys[:-period]):
-            gaps = np.diff(positions[::period]) if period else np.array([])
-            if len(gaps) >= rules["min_periods"] and np.all(gaps == gaps[0]):
-                mask = np.zeros(len(features.fallback), dtype=bool)
-                mask[positions[::period]] = True
-                return mask
+        return none
+    for period in range(1, MAX_FALLBACK_PERIOD + 1):
+        anchors = positions[::period]
+        if len(anchors) < rules["min_periods"] + 1:
             break
-    return np.zeros(len(features.fallback), dtype=bool)
+        windows = [keys[a:b].tobytes() for a, b in zip(anchors[:-1], anchors[1:])]  # one per anchor pair, not per event
+        values, counts = np.unique(np.array(windows, dtype=object), return_counts=True)
+        best = int(counts.max())
+        if best >= rules["min_periods"] and best >= 0.8 * len(windows):
+            mask = none.copy()
+            mask[anchors] = True
+            return mask
+    return none
 
 
 def _best_offset(anchors: np.ndarray, lower: int, upper: int, boundary: np.ndarray, forward: bool) -> tuple[int, int]:

@@ -99,12 +99,12 @@ def map_rank(ctx: RankContext) -> StageResult:
     steps_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS[:-4])
     layers_frame = pd.DataFrame(layer_rows, columns=LAYER_COLUMNS[:-4])
     for frame in (steps_frame, layers_frame):
-        for key in ("row_start", "row_end", "start_ns", "end_ns"):
-            frame[key] = np.array([], dtype=np.int64)[: len(frame)] if not len(frame) else 0
         if len(frame):
             facts = _window_facts(frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy(), row_idx, start_ns, end_ns)
-            for key, values in facts.items():
-                frame[key] = values
+        else:  # a rank without steps still writes a table with every column
+            facts = {key: np.array([], dtype=np.int64) for key in ("row_start", "row_end", "start_ns", "end_ns")}
+        for key, values in facts.items():
+            frame[key] = values
         # µs floats for people; start_ns / end_ns stay the exact evidence anchor
         frame["start_us"] = frame["start_ns"] / 1000.0
         frame["end_us"] = frame["end_ns"] / 1000.0
