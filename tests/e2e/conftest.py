@@ -23,9 +23,9 @@ def redis_server(tmp_path):
 def workers(redis_server, tmp_path):
     started: list[Worker] = []
 
-    def start(count: int = 2) -> list[Worker]:
+    def start(count: int = 2, queues: str = "npuprof", env: dict | None = None) -> list[Worker]:
         for index in range(count):
-            started.append(Worker(f"w{len(started) + 1}", redis_server.url, tmp_path / "logs", E2E_ENV).start())
+            started.append(Worker(f"w{len(started) + 1}", redis_server.url, tmp_path / "logs", {**E2E_ENV, **(env or {})}, queues).start())
         return started
 
     yield start

@@ -158,3 +158,14 @@ def test_flower_shows_the_workers_and_the_sweep_tasks(redis_server, workers, tmp
     finally:
         os.killpg(flower.pid, 15)
         flower.wait(timeout=20)
+
+
+def test_roots_are_routed_to_the_queue_of_their_storage(redis_server, workers, tmp_path):
+    search = build_search_root(tmp_path / "lab" / "captures", ["clean"], extra_samples=False)
+    storage = {"NPUPROF_STORAGE_MAP": f"lab={tmp_path / 'lab'}"}
+    (worker,) = workers(1, queues="storage.lab", env=storage)  # the only worker listens on the lab storage's queue
+    run = run_cli("submit", "--search-root", str(search), "-o", str(tmp_path / "lab" / "archive"), "--broker", redis_server.url, env=storage)
+    assert run.returncode == 0, run.stderr
+    final = wait_done(redis_server.url, run.result["sweep_id"])
+    assert final["totals"] == {"SUCCESS": 1}
+    assert "npuprof.reduce_root" in worker.log_text()
