@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,6 +64,13 @@ def write_csv(target: Path, frame) -> Path:
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     return write_with(target, lambda tmp: pacsv.write_csv(table, tmp))
+
+
+def move_dir_into_place(work: Path, final: Path) -> None:
+    """Replace ``final`` by the finished directory ``work`` (a rename; an older ``final`` is removed first)."""
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(work, final)
 
 
 def _json_default(value: Any) -> Any:

@@ -362,10 +362,8 @@ def run_rank_chain(out_dir: str, rank: dict, options: dict, stage_names: list[st
     results = {}
     for index, name in enumerate(stage_names):
         progress(name, index, len(stage_names), f"rank {rank['rank_id']}")
-        if stage(name).map_rank is not None:
-            started = time.perf_counter()
+        if stage(name).map_rank is not None:  # run_rank_stage records the unit's seconds itself
             results[name] = _guard(name, rank["rank_id"], run_rank_stage, name, out_dir, rank, options)
-            results[name]["seconds"] = round(time.perf_counter() - started, 4)
     progress(stage_names[-1], len(stage_names), len(stage_names), f"rank {rank['rank_id']}")
     return results
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -71,9 +70,7 @@ def _finalize(work: Path, final: Path, options: dict) -> str:
     if final.exists() and is_reusable(final, AnalyzeOptions.from_dict(options)):
         shutil.rmtree(work, ignore_errors=True)
         return "duplicate"
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(work, final)
+    atomic.move_dir_into_place(work, final)
     return "moved"
 
 
@@ -112,9 +109,7 @@ def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     write_failure(work, exc)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(work, final)
+    atomic.move_dir_into_place(work, final)
 
 
 @app.task(bind=True, name="npuprof.plan_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)

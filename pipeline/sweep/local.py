@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from npuprof.pipeline import __version__, schema
+from npuprof.pipeline import __version__, atomic, schema
 from npuprof.pipeline.errors import NpuprofError
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.runner import analyze, write_failure
@@ -44,9 +44,7 @@ def analyze_into(root: str, final_dir: str, options: dict) -> dict:
             work.mkdir(parents=True, exist_ok=True)
             write_failure(work, exc)
         result = {"status": "failed", "error": exc.one_line(), "exit_code": exc.exit_code}
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(work, final)
+    atomic.move_dir_into_place(work, final)
     root_rollup(root, final.name, final)  # cache the rollup row while still in the pool
     result.update({"root": root, "output_dir": str(final), "seconds": round(time.perf_counter() - started, 3)})
     return result
