@@ -117,12 +117,10 @@ def _locate_read_error(path: Path, header_len: int, exc: Exception) -> BadInput:
                 raw_line.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as err:
                 return BadInput(path, f"not UTF-8 text (byte 0x{raw_line[err.start]:02x} at column offset {err.start})", line=lineno)
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle)
-        next(reader, None)
-        for lineno, row in enumerate(reader, start=2):
-            if row and len(row) != header_len:
-                return BadInput(path, f"expected {header_len} fields, found {len(row)} (truncated or malformed row)", line=lineno)
+    malformed = _malformed_lines(path, header_len)
+    if malformed:
+        lineno, fields = malformed[0]
+        return BadInput(path, f"expected {header_len} fields, found {fields} (truncated or malformed row)", line=lineno)
     return BadInput(path, f"malformed CSV: {' '.join(str(exc).split())[:200]}")
 
 
