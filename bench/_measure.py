@@ -1,4 +1,5 @@
 """Measuring helpers for benchmarks: wall time and the peak RSS of a whole process tree."""
+
 from __future__ import annotations
 
 import os

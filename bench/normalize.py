@@ -7,6 +7,7 @@ Qwen3 training rows (shared/samples) with shifted timestamps, then measures in o
 and reports rows/s, the time ratio (target ≤ 2×) and peak RSS of the process tree / input bytes
 (target ≤ 1.5×). Usage: ``python bench/normalize.py [--ranks 8] [--rows 250000] [--work DIR]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,9 @@ SAMPLE_RANK = REPO.parent / "shared" / "samples" / "msinsight" / "test" / "st" /
 def _format_start(start_ns: pa.Array) -> pa.Array:
     """int ns → the exporter's text: µs with exactly 3 decimals and the trailing TAB."""
     whole = pc.cast(pc.divide(start_ns, 1000), pa.string())
-    frac = pc.utf8_lpad(pc.cast(pc.subtract(start_ns, pc.multiply(pc.divide(start_ns, 1000), 1000)), pa.string()), width=3, padding="0")
+    frac = pc.utf8_lpad(
+        pc.cast(pc.subtract(start_ns, pc.multiply(pc.divide(start_ns, 1000), 1000)), pa.string()), width=3, padding="0"
+    )
     return pc.binary_join_element_wise(pc.binary_join_element_wise(whole, frac, "."), "\t", "")
 
 
@@ -52,7 +55,10 @@ def build_root(work: Path, ranks: int, rows: int) -> Path:
         source,
         convert_options=pacsv.ConvertOptions(column_types={h: pa.string() for h in header}, strings_can_be_null=False),
     )
-    start_ns = pc.cast(pc.multiply(pc.cast(pc.utf8_trim(sample.column("Start Time(us)"), characters="\t"), pa.float64()), 1000.0), pa.int64()).to_numpy()
+    start_ns = pc.cast(
+        pc.multiply(pc.cast(pc.utf8_trim(sample.column("Start Time(us)"), characters="\t"), pa.float64()), 1000.0),
+        pa.int64(),
+    ).to_numpy()
     span = int(start_ns.max() - start_ns.min()) + 1_000_000
     reps = -(-rows // sample.num_rows)
     take = np.tile(np.arange(sample.num_rows), reps)[:rows]
@@ -64,7 +70,11 @@ def build_root(work: Path, ranks: int, rows: int) -> Path:
         table = sample.take(pa.array(take))
         starts = pa.array(start_ns[take] + shift + rank * 37_000)
         table = table.set_column(header.index("Start Time(us)"), "Start Time(us)", _format_start(starts))
-        pacsv.write_csv(table, rank_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", pacsv.WriteOptions(quoting_style="needed"))
+        pacsv.write_csv(
+            table,
+            rank_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv",
+            pacsv.WriteOptions(quoting_style="needed"),
+        )
     marker.write_text("ok")
     return root
 

@@ -5,6 +5,7 @@ normalize, then the later rank-local stages, and reports their times and the rat
 (target: segment + classify ≤ 10 s for 1 M events on this machine).
 Usage: ``python bench/segment.py [--ranks 4] [--steps 146] [--work DIR]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,11 +43,21 @@ def main() -> None:
         analyze(None, out, window=StageWindow(only_stage=name))
         timings[name] = round(time.perf_counter() - started, 3)
     total = sum(timings.values())
-    print(json.dumps({
-        "ranks": args.ranks, "events": result["event_count"], "normalize_s": round(normalize_s, 3), "stage_s": timings,
-        "segment_classify_s": round(total, 3), "ratio_to_normalize": round(total / normalize_s, 3),
-        "events_per_s": round(result["event_count"] / total), "target_s_per_1M": 10,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "ranks": args.ranks,
+                "events": result["event_count"],
+                "normalize_s": round(normalize_s, 3),
+                "stage_s": timings,
+                "segment_classify_s": round(total, 3),
+                "ratio_to_normalize": round(total / normalize_s, 3),
+                "events_per_s": round(result["event_count"] / total),
+                "target_s_per_1M": 10,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

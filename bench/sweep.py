@@ -7,6 +7,7 @@ Starts its own redis-server and Celery workers (as the e2e tests do) and measure
   * the local (process-pool) sweep of the same 20 roots, for the service's overhead.
 Usage: ``python bench/sweep.py [--work DIR]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,9 @@ def main() -> None:
     shutil.rmtree(args.work, ignore_errors=True)
     many, big = args.work / "many", args.work / "big"
     for index in range(20):
-        generate(many / f"root_{index:02d}", SCENARIOS[index % len(SCENARIOS)], seed=index, steps=12, layers=28, trace=False)
+        generate(
+            many / f"root_{index:02d}", SCENARIOS[index % len(SCENARIOS)], seed=index, steps=12, layers=28, trace=False
+        )
     generate(big / "root_16", "clean", ranks=16, steps=40, layers=28, trace=False)
 
     results = {}
@@ -56,8 +59,12 @@ def main() -> None:
         redis_server.start()
         pool = [Worker(f"b{workers}_{i}", redis_server.url, args.work / "logs").start() for i in range(workers)]
         try:
-            results[f"many_{workers}w_s"] = round(timed_sweep(redis_server.url, many, args.work / f"archive_many_{workers}"), 2)
-            results[f"big_{workers}w_s"] = round(timed_sweep(redis_server.url, big, args.work / f"archive_big_{workers}"), 2)
+            results[f"many_{workers}w_s"] = round(
+                timed_sweep(redis_server.url, many, args.work / f"archive_many_{workers}"), 2
+            )
+            results[f"big_{workers}w_s"] = round(
+                timed_sweep(redis_server.url, big, args.work / f"archive_big_{workers}"), 2
+            )
             if workers == 2:
                 results["many_resubmit_s"] = round(timed_sweep(redis_server.url, many, args.work / "archive_many_2"), 2)
         finally:
@@ -65,7 +72,9 @@ def main() -> None:
                 worker.stop()
             redis_server.stop()
     started = time.perf_counter()
-    cli("sweep", "--search-root", str(many), "-o", str(args.work / "archive_local"), "--jobs", "2", "--progress", "none")
+    cli(
+        "sweep", "--search-root", str(many), "-o", str(args.work / "archive_local"), "--jobs", "2", "--progress", "none"
+    )
     results["many_local_2jobs_s"] = round(time.perf_counter() - started, 2)
     results["many_2w_over_1w"] = round(results["many_2w_s"] / results["many_1w_s"], 3)
     results["big_2w_over_1w"] = round(results["big_2w_s"] / results["big_1w_s"], 3)

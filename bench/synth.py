@@ -3,6 +3,7 @@ time, rows/s, bytes on disk and peak RSS (target: ≤ 60 s, little memory).
 
 Usage: ``python bench/synth.py [--ranks 8] [--layers 28] [--steps 146] [--work DIR]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,11 +33,22 @@ def main() -> None:
     with peak_rss() as measured:
         result = generate(root, args.scenario, ranks=args.ranks, layers=args.layers, steps=args.steps)
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    print(json.dumps({
-        "scenario": args.scenario, "ranks": args.ranks, "rows": result["rows"], "rows_per_rank": result["rows"] // args.ranks,
-        "seconds": round(measured["seconds"], 2), "rows_per_s": round(result["rows"] / measured["seconds"]),
-        "disk_mb": round(size / 1e6, 1), "peak_rss_mb": round(measured["peak"] / 1e6, 1), "target_seconds": 60,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "scenario": args.scenario,
+                "ranks": args.ranks,
+                "rows": result["rows"],
+                "rows_per_rank": result["rows"] // args.ranks,
+                "seconds": round(measured["seconds"], 2),
+                "rows_per_s": round(result["rows"] / measured["seconds"]),
+                "disk_mb": round(size / 1e6, 1),
+                "peak_rss_mb": round(measured["peak"] / 1e6, 1),
+                "target_seconds": 60,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Python holds the mechanisms that apply these rules; the rules themselves live in the YAML files
 beside this module (package data), read with ``yaml.safe_load`` only.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

@@ -2,6 +2,7 @@
 
 Nothing in this package imports Celery, Redis, paramiko or the CLI (design.md §1).
 """
+
 from importlib import metadata as _metadata
 
 try:

@@ -3,6 +3,7 @@
 The pipeline only calls a ``Progress`` callable; the CLI draws a bar or prints JSON lines, and the
 service publishes the same events as Celery task state ``PROGRESS``.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,14 @@ class JsonLinesProgress:
         self.stream = stream
 
     def __call__(self, stage: str, done: int, total: int, message: str = "") -> None:
-        event = {"event": "progress", "stage": stage, "done": done, "total": total, "message": message, "time": round(time.time(), 3)}
+        event = {
+            "event": "progress",
+            "stage": stage,
+            "done": done,
+            "total": total,
+            "message": message,
+            "time": round(time.time(), 3),
+        }
         self.stream.write(json.dumps(event) + "\n")
         self.stream.flush()
 

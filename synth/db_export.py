@@ -3,6 +3,7 @@
 
 The same timeline, names and PMU values as the text export, so the two exports of one root agree.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,19 +27,52 @@ CREATE TABLE SESSION_TIME_INFO (startTimeNs INTEGER, endTimeNs INTEGER);
 CREATE TABLE STEP_TIME (id INTEGER, startNs INTEGER, endNs INTEGER);
 CREATE TABLE ENUM_API_TYPE (id INTEGER PRIMARY KEY, name TEXT);
 CREATE TABLE ENUM_HCCL_DATA_TYPE (id INTEGER PRIMARY KEY, name TEXT);
-CREATE TABLE TASK (startNs INTEGER, endNs INTEGER, deviceId INTEGER, connectionId INTEGER, globalTaskId INTEGER, globalPid INTEGER,
-                   taskType INTEGER, contextId INTEGER, streamId INTEGER, taskId INTEGER, modelId INTEGER);
-CREATE TABLE COMPUTE_TASK_INFO (name INTEGER, globalTaskId INTEGER PRIMARY KEY, blockDim INTEGER, mixBlockDim INTEGER, taskType INTEGER,
-                   opType INTEGER, inputFormats INTEGER, inputDataTypes INTEGER, inputShapes INTEGER, outputFormats INTEGER,
+CREATE TABLE TASK (startNs INTEGER, endNs INTEGER, deviceId INTEGER, connectionId INTEGER, globalTaskId INTEGER,
+                   globalPid INTEGER, taskType INTEGER, contextId INTEGER, streamId INTEGER, taskId INTEGER,
+                   modelId INTEGER);
+CREATE TABLE COMPUTE_TASK_INFO (name INTEGER, globalTaskId INTEGER PRIMARY KEY, blockDim INTEGER, mixBlockDim INTEGER,
+                   taskType INTEGER, opType INTEGER, inputFormats INTEGER, inputDataTypes INTEGER,
+                   inputShapes INTEGER, outputFormats INTEGER,
                    outputDataTypes INTEGER, outputShapes INTEGER, attrInfo INTEGER);
 CREATE TABLE TASK_PMU_INFO (globalTaskId INTEGER, name INTEGER, value NUMERIC);
 CREATE TABLE COMMUNICATION_OP (opName INTEGER, startNs INTEGER, endNs INTEGER, connectionId INTEGER, groupName INTEGER,
-                   opId INTEGER PRIMARY KEY, relay INTEGER, retry INTEGER, dataType INTEGER, algType INTEGER, count NUMERIC, opType INTEGER);
-CREATE TABLE CANN_API (startNs INTEGER, endNs INTEGER, type INTEGER, globalTid INTEGER, connectionId INTEGER PRIMARY KEY, name INTEGER);
+                   opId INTEGER PRIMARY KEY, relay INTEGER, retry INTEGER, dataType INTEGER, algType INTEGER,
+                   count NUMERIC,
+                   opType INTEGER);
+CREATE TABLE CANN_API (startNs INTEGER, endNs INTEGER, type INTEGER, globalTid INTEGER,
+    connectionId INTEGER PRIMARY KEY,
+                   name INTEGER);
 """
-_HCCL_DATA_TYPES = ["INT8", "INT16", "INT32", "FP16", "FP32", "INT64", "UINT64", "UINT8", "UINT16", "UINT32", "FP64", "BFP16", "INT128"]
-_PMU_METRICS = ("aic_total_time", "aiv_total_time", "aic_mac_time", "aic_fixpipe_time", "aic_mte1_time", "aic_mte2_time", "aic_scalar_time",
-                "aiv_vec_time", "aiv_mte2_time", "aiv_mte3_time", "aiv_scalar_time", "aic_total_cycles", "aiv_total_cycles")
+_HCCL_DATA_TYPES = [
+    "INT8",
+    "INT16",
+    "INT32",
+    "FP16",
+    "FP32",
+    "INT64",
+    "UINT64",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "FP64",
+    "BFP16",
+    "INT128",
+]
+_PMU_METRICS = (
+    "aic_total_time",
+    "aiv_total_time",
+    "aic_mac_time",
+    "aic_fixpipe_time",
+    "aic_mte1_time",
+    "aic_mte2_time",
+    "aic_scalar_time",
+    "aiv_vec_time",
+    "aiv_mte2_time",
+    "aiv_mte3_time",
+    "aiv_scalar_time",
+    "aic_total_cycles",
+    "aiv_total_cycles",
+)
 
 
 class _Strings:
@@ -53,26 +87,55 @@ class _Strings:
         return self.ids[text]
 
 
-def write_profiler_db(path: Path, t: RankTimeline, names: np.ndarray, step_ids: list[int], metadata: dict, groups: list[GroupInstance | None]) -> None:
+def write_profiler_db(
+    path: Path,
+    t: RankTimeline,
+    names: np.ndarray,
+    step_ids: list[int],
+    metadata: dict,
+    groups: list[GroupInstance | None],
+) -> None:
     """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's communicator (or None)."""
     con = sqlite3.connect(path)
     con.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
     strings = _Strings()
-    meta = [("SCHEMA_VERSION", "1.0.0"), ("SCHEMA_VERSION_MAJOR", "1"), ("SCHEMA_VERSION_MINOR", "0"), ("SCHEMA_VERSION_MICRO", "0"),
-            ("ENV_VARIABLES", json.dumps({"ASCEND_GLOBAL_LOG_LEVEL": "3"})),
-            ("distributed_args", json.dumps(metadata["distributed_args"])), ("parallel_group_info", json.dumps(metadata["parallel_group_info"]))]
+    meta = [
+        ("SCHEMA_VERSION", "1.0.0"),
+        ("SCHEMA_VERSION_MAJOR", "1"),
+        ("SCHEMA_VERSION_MINOR", "0"),
+        ("SCHEMA_VERSION_MICRO", "0"),
+        ("ENV_VARIABLES", json.dumps({"ASCEND_GLOBAL_LOG_LEVEL": "3"})),
+        ("distributed_args", json.dumps(metadata["distributed_args"])),
+        ("parallel_group_info", json.dumps(metadata["parallel_group_info"])),
+    ]
     con.executemany("INSERT INTO META_DATA VALUES (?, ?)", meta)
     con.execute("INSERT INTO NPU_INFO VALUES (?, 'Ascend910B')", (t.rank,))
     con.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (f"{1000 + t.rank}", f"synth-host-{t.rank}"))
     con.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (t.rank, t.rank))
     end = t.start_ns + t.duration_ns
-    con.execute("INSERT INTO SESSION_TIME_INFO VALUES (?, ?)", (int(t.start_ns[0]) - 1_000_000, int(end.max()) + 1_000_000))
+    con.execute(
+        "INSERT INTO SESSION_TIME_INFO VALUES (?, ?)", (int(t.start_ns[0]) - 1_000_000, int(end.max()) + 1_000_000)
+    )
     present = sorted(set(np.unique(t.step).tolist()))
-    con.executemany("INSERT INTO STEP_TIME VALUES (?, ?, ?)",
-                    [(step_ids[s], int(t.step_start_ns[s] if s != present[0] else min(t.step_start_ns[s], t.start_ns[0])),
-                      int(max(t.step_end_ns[s], end[t.step == s].max()))) for s in present])
-    con.executemany("INSERT INTO ENUM_API_TYPE VALUES (?, ?)", [(5000, "runtime"), (5500, "hccl"), (10000, "node"), (15000, "model"), (20000, "acl")])
-    con.executemany("INSERT INTO ENUM_HCCL_DATA_TYPE VALUES (?, ?)", list(enumerate(_HCCL_DATA_TYPES)) + [(65534, "N/A"), (65535, "INVALID_TYPE")])
+    con.executemany(
+        "INSERT INTO STEP_TIME VALUES (?, ?, ?)",
+        [
+            (
+                step_ids[s],
+                int(t.step_start_ns[s] if s != present[0] else min(t.step_start_ns[s], t.start_ns[0])),
+                int(max(t.step_end_ns[s], end[t.step == s].max())),
+            )
+            for s in present
+        ],
+    )
+    con.executemany(
+        "INSERT INTO ENUM_API_TYPE VALUES (?, ?)",
+        [(5000, "runtime"), (5500, "hccl"), (10000, "node"), (15000, "model"), (20000, "acl")],
+    )
+    con.executemany(
+        "INSERT INTO ENUM_HCCL_DATA_TYPE VALUES (?, ?)",
+        list(enumerate(_HCCL_DATA_TYPES)) + [(65534, "N/A"), (65535, "INVALID_TYPE")],
+    )
 
     kernels = t.kernels
     # HCCL ops are COMMUNICATION_OP rows; fused MC2 kernels (MoeDistributeDispatch / Combine) are
@@ -84,32 +147,83 @@ def write_profiler_db(path: Path, t: RankTimeline, names: np.ndarray, step_ids: 
     k_name = [strings(k.name) for k in kernels]
     k_core = [strings(k.core) for k in kernels]
     k_type = [strings(k.type) for k in kernels]
-    k_attrs = [tuple(strings(v) for v in (k.input_formats, k.input_dtypes, f'"{k.input_shapes}"', k.output_formats, k.output_dtypes, f'"{k.output_shapes}"')) for k in kernels]
+    k_attrs = [
+        tuple(
+            strings(v)
+            for v in (
+                k.input_formats,
+                k.input_dtypes,
+                f'"{k.input_shapes}"',
+                k.output_formats,
+                k.output_dtypes,
+                f'"{k.output_shapes}"',
+            )
+        )
+        for k in kernels
+    ]
     kid = t.kernel_id
-    con.executemany("INSERT INTO TASK VALUES (?, ?, ?, ?, ?, 0, ?, 4294967295, 2, ?, 4294967295)",
-                    zip(t.start_ns[compute_rows].tolist(), end[compute_rows].tolist(), [t.rank] * len(compute_rows), connection[compute_rows].tolist(),
-                        compute_rows.tolist(), [k_core[k] for k in kid[compute_rows].tolist()], (compute_rows + 30_000).tolist()))
-    con.executemany("INSERT INTO COMPUTE_TASK_INFO VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
-                    ((k_name[k], g, kernels[k].block_dim, kernels[k].mix_block_dim, k_core[k], k_type[k], *k_attrs[k])
-                     for g, k in zip(compute_rows.tolist(), kid[compute_rows].tolist())))
+    con.executemany(
+        "INSERT INTO TASK VALUES (?, ?, ?, ?, ?, 0, ?, 4294967295, 2, ?, 4294967295)",
+        zip(
+            t.start_ns[compute_rows].tolist(),
+            end[compute_rows].tolist(),
+            [t.rank] * len(compute_rows),
+            connection[compute_rows].tolist(),
+            compute_rows.tolist(),
+            [k_core[k] for k in kid[compute_rows].tolist()],
+            (compute_rows + 30_000).tolist(),
+        ),
+    )
+    con.executemany(
+        "INSERT INTO COMPUTE_TASK_INFO VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
+        (
+            (k_name[k], g, kernels[k].block_dim, kernels[k].mix_block_dim, k_core[k], k_type[k], *k_attrs[k])
+            for g, k in zip(compute_rows.tolist(), kid[compute_rows].tolist())
+        ),
+    )
     pmu = pmu_values(t)
     with_pmu = compute_rows[pmu["has_pmu"][compute_rows]]
     for metric in _PMU_METRICS:
         scale = 1.0 if metric.endswith("cycles") else 1000.0  # the db stores times in ns
         metric_id = strings(metric)
-        con.executemany("INSERT INTO TASK_PMU_INFO VALUES (?, ?, ?)",
-                        zip(with_pmu.tolist(), [metric_id] * len(with_pmu), (pmu[metric][with_pmu] * scale).round(3).tolist()))
+        con.executemany(
+            "INSERT INTO TASK_PMU_INFO VALUES (?, ?, ?)",
+            zip(with_pmu.tolist(), [metric_id] * len(with_pmu), (pmu[metric][with_pmu] * scale).round(3).tolist()),
+        )
     # communication ops: COMMUNICATION_OP, launched through CANN_API (hccl) with the same connectionId
     comm_rows = np.flatnonzero(comm)
     data_type = _HCCL_DATA_TYPES.index("BFP16")
-    con.executemany("INSERT INTO COMMUNICATION_OP VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?)",
-                    ((strings(names[i]), int(t.start_ns[i]), int(end[i]), int(connection[i]), strings(groups[i].key), int(i), data_type,
-                      strings("MESH-RING"), int(max(kernels[kid[i]].transfer_mb, 0.001) * 1e6 / 2), k_type[kid[i]]) for i in comm_rows.tolist()))
+    con.executemany(
+        "INSERT INTO COMMUNICATION_OP VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?)",
+        (
+            (
+                strings(names[i]),
+                int(t.start_ns[i]),
+                int(end[i]),
+                int(connection[i]),
+                strings(groups[i].key),
+                int(i),
+                data_type,
+                strings("MESH-RING"),
+                int(max(kernels[kid[i]].transfer_mb, 0.001) * 1e6 / 2),
+                k_type[kid[i]],
+            )
+            for i in comm_rows.tolist()
+        ),
+    )
     launch = t.start_ns - HOST_LEAD_NS
     api_type = np.where(comm, 5500, 10000)
-    con.executemany("INSERT INTO CANN_API VALUES (?, ?, ?, ?, ?, ?)",
-                    zip(launch.tolist(), (launch + 6_500).tolist(), api_type.tolist(), [(2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)] * len(launch),
-                        connection.tolist(), [strings("HcclAllReduce") if c else strings("launch") for c in comm.tolist()]))
+    con.executemany(
+        "INSERT INTO CANN_API VALUES (?, ?, ?, ?, ?, ?)",
+        zip(
+            launch.tolist(),
+            (launch + 6_500).tolist(),
+            api_type.tolist(),
+            [(2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)] * len(launch),
+            connection.tolist(),
+            [strings("HcclAllReduce") if c else strings("launch") for c in comm.tolist()],
+        ),
+    )
     con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(i, v) for v, i in strings.ids.items()])
     con.commit()
     con.close()
@@ -121,19 +235,40 @@ def write_analysis_db(path: Path, step_rows: list[dict], communication: dict, ma
     con.executescript(
         """
         PRAGMA journal_mode=OFF;
-        CREATE TABLE StepTraceTime (step TEXT, computing NUMERIC, communication_not_overlapped NUMERIC, overlapped NUMERIC,
-            communication NUMERIC, free NUMERIC, stage NUMERIC, bubble NUMERIC, communication_not_overlapped_and_exclude_receive NUMERIC, preparing NUMERIC);
-        CREATE TABLE CommAnalyzerTime (hccl_op_name TEXT, group_name TEXT, start_timestamp NUMERIC, elapse_time NUMERIC, transit_time NUMERIC,
-            wait_time NUMERIC, synchronization_time NUMERIC, idle_time NUMERIC, step TEXT, type TEXT);
-        CREATE TABLE CommAnalyzerBandwidth (hccl_op_name TEXT, group_name TEXT, transport_type TEXT, transit_size NUMERIC, transit_time NUMERIC,
-            bandwidth NUMERIC, large_packet_ratio NUMERIC, package_size NUMERIC, count NUMERIC, total_duration NUMERIC, step TEXT, type TEXT);
-        CREATE TABLE CommAnalyzerMatrix (hccl_op_name TEXT, group_name TEXT, src_rank TEXT, dst_rank TEXT, transport_type TEXT, transit_size NUMERIC,
-            transit_time NUMERIC, bandwidth NUMERIC, step TEXT, type TEXT, op_name TEXT);
+        CREATE TABLE StepTraceTime (step TEXT, computing NUMERIC, communication_not_overlapped NUMERIC,
+            overlapped NUMERIC,
+            communication NUMERIC, free NUMERIC, stage NUMERIC, bubble NUMERIC,
+            communication_not_overlapped_and_exclude_receive NUMERIC, preparing NUMERIC);
+        CREATE TABLE CommAnalyzerTime (hccl_op_name TEXT, group_name TEXT, start_timestamp NUMERIC, elapse_time NUMERIC,
+            transit_time NUMERIC, wait_time NUMERIC, synchronization_time NUMERIC, idle_time NUMERIC, step TEXT,
+            type TEXT);
+        CREATE TABLE CommAnalyzerBandwidth (hccl_op_name TEXT, group_name TEXT, transport_type TEXT,
+            transit_size NUMERIC,
+            transit_time NUMERIC, bandwidth NUMERIC, large_packet_ratio NUMERIC, package_size NUMERIC, count NUMERIC,
+            total_duration NUMERIC, step TEXT, type TEXT);
+        CREATE TABLE CommAnalyzerMatrix (hccl_op_name TEXT, group_name TEXT, src_rank TEXT, dst_rank TEXT,
+            transport_type TEXT,
+            transit_size NUMERIC, transit_time NUMERIC, bandwidth NUMERIC, step TEXT, type TEXT, op_name TEXT);
         """
     )
-    con.executemany("INSERT INTO StepTraceTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(str(r["Step"]), r["Computing"], r["Communication(Not Overlapped)"], r["Overlapped"], r["Communication"], r["Free"], r["Stage"],
-                      r["Bubble"], r["Communication(Not Overlapped and Exclude Receive)"], r["Preparing"]) for r in step_rows])
+    con.executemany(
+        "INSERT INTO StepTraceTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                str(r["Step"]),
+                r["Computing"],
+                r["Communication(Not Overlapped)"],
+                r["Overlapped"],
+                r["Communication"],
+                r["Free"],
+                r["Stage"],
+                r["Bubble"],
+                r["Communication(Not Overlapped and Exclude Receive)"],
+                r["Preparing"],
+            )
+            for r in step_rows
+        ],
+    )
     for step, kinds in communication.items():
         for kind, ops in kinds.items():
             for key, op in ops.items():
@@ -141,22 +276,61 @@ def write_analysis_db(path: Path, step_rows: list[dict], communication: dict, ma
                     continue
                 name, group = key.split("@")
                 info = op["Communication Time Info"]
-                con.execute("INSERT INTO CommAnalyzerTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            (name, group, info["Start Timestamp(us)"], info["Elapse Time(ms)"], info["Transit Time(ms)"], info["Wait Time(ms)"],
-                             info["Synchronization Time(ms)"], info["Idle Time(ms)"], step, kind))
+                con.execute(
+                    "INSERT INTO CommAnalyzerTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        name,
+                        group,
+                        info["Start Timestamp(us)"],
+                        info["Elapse Time(ms)"],
+                        info["Transit Time(ms)"],
+                        info["Wait Time(ms)"],
+                        info["Synchronization Time(ms)"],
+                        info["Idle Time(ms)"],
+                        step,
+                        kind,
+                    ),
+                )
                 for transport, bw in op["Communication Bandwidth Info"].items():
                     for package, (count, duration) in bw["Size Distribution"].items():
-                        con.execute("INSERT INTO CommAnalyzerBandwidth VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                    (name, group, transport, bw["Transit Size(MB)"], bw["Transit Time(ms)"], bw["Bandwidth(GB/s)"],
-                                     bw["Large Packet Ratio"], float(package), count, duration, step, kind))
+                        con.execute(
+                            "INSERT INTO CommAnalyzerBandwidth VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (
+                                name,
+                                group,
+                                transport,
+                                bw["Transit Size(MB)"],
+                                bw["Transit Time(ms)"],
+                                bw["Bandwidth(GB/s)"],
+                                bw["Large Packet Ratio"],
+                                float(package),
+                                count,
+                                duration,
+                                step,
+                                kind,
+                            ),
+                        )
     for step, kinds in matrix.items():
         for kind, ops in kinds.items():
             for key, links in ops.items():
                 name, group = key.split("@")
                 for link, info in links.items():
                     src, dst = link.split("-")
-                    con.execute("INSERT INTO CommAnalyzerMatrix VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                (name, group, src, dst, info["Transport Type"], info["Transit Size(MB)"], info["Transit Time(ms)"],
-                                 info["Bandwidth(GB/s)"], step, kind, info["Op Name"]))
+                    con.execute(
+                        "INSERT INTO CommAnalyzerMatrix VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            name,
+                            group,
+                            src,
+                            dst,
+                            info["Transport Type"],
+                            info["Transit Size(MB)"],
+                            info["Transit Time(ms)"],
+                            info["Bandwidth(GB/s)"],
+                            step,
+                            kind,
+                            info["Op Name"],
+                        ),
+                    )
     con.commit()
     con.close()

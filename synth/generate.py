@@ -1,4 +1,5 @@
 """``generate()``: write a synthetic profiling root with planted faults and its ground_truth.json."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,15 @@ import numpy as np
 from npuprof.synth.db_export import write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
 from npuprof.synth.models import LAYER
-from npuprof.synth.scenarios import Scenario, scenario as named_scenario
-from npuprof.synth.text_export import communication_records, step_trace_rows, write_communication, write_kernel_details, write_step_trace_time
+from npuprof.synth.scenarios import Scenario
+from npuprof.synth.scenarios import scenario as named_scenario
+from npuprof.synth.text_export import (
+    communication_records,
+    step_trace_rows,
+    write_communication,
+    write_kernel_details,
+    write_step_trace_time,
+)
 from npuprof.synth.timeline import Collective, RankTimeline, simulate
 from npuprof.synth.trace_export import write_trace_view
 
@@ -47,31 +55,70 @@ def topology_of(sc: Scenario) -> Topology:
 
 def _distributed_args(topology: Topology, sc: Scenario, rank: int) -> dict:
     ep = topology.dp if sc.model == "moe" else 1
-    return {"tensor_model_parallel_size": topology.tp, "pipeline_model_parallel_size": topology.pp, "data_parallel_size": topology.dp,
-            "context_parallel_size": 1, "expert_model_parallel_size": ep, "sequence_parallel": False, "rank": rank, "world_size": topology.world}
+    return {
+        "tensor_model_parallel_size": topology.tp,
+        "pipeline_model_parallel_size": topology.pp,
+        "data_parallel_size": topology.dp,
+        "context_parallel_size": 1,
+        "expert_model_parallel_size": ep,
+        "sequence_parallel": False,
+        "rank": rank,
+        "world_size": topology.world,
+    }
 
 
 def _profiler_info(rank: int, timeline: RankTimeline, export_types: tuple[str, ...]) -> dict:
     return {
         "config": {
-            "common_config": {"activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
-                              "schedule": {"wait": 0, "active": 1, "warmup": 1, "repeat": 1, "skip_first": FIRST_STEP_ID - 1},
-                              "record_shapes": True, "profile_memory": False, "with_stack": False, "with_flops": False, "with_modules": False},
-            "experimental_config": {"_profiler_level": "Level1", "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION", "_l2_cache": False,
-                                    "_msprof_tx": False, "_mstx": False, "_data_simplification": True, "record_op_args": False,
-                                    "_export_type": list(export_types), "_host_sys": [], "_op_attr": False, "_gc_detect_threshold": None,
-                                    "_sys_io": False, "_sys_interconnection": False},
+            "common_config": {
+                "activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
+                "schedule": {"wait": 0, "active": 1, "warmup": 1, "repeat": 1, "skip_first": FIRST_STEP_ID - 1},
+                "record_shapes": True,
+                "profile_memory": False,
+                "with_stack": False,
+                "with_flops": False,
+                "with_modules": False,
+            },
+            "experimental_config": {
+                "_profiler_level": "Level1",
+                "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION",
+                "_l2_cache": False,
+                "_msprof_tx": False,
+                "_mstx": False,
+                "_data_simplification": True,
+                "record_op_args": False,
+                "_export_type": list(export_types),
+                "_host_sys": [],
+                "_op_attr": False,
+                "_gc_detect_threshold": None,
+                "_sys_io": False,
+                "_sys_interconnection": False,
+            },
         },
-        "start_info": {"syscnt_enable": True, "freq": 100, "start_cnt": 470002538790308, "start_monotonic": 4699801002845430},
-        "end_info": {"collectionTimeEnd": int(timeline.start_ns[-1] + timeline.duration_ns[-1]), "MonotonicTimeEnd": 4699802061975030},
-        "torch_npu_version": "2.7.1", "cann_version": "8.3.RC1", "rank_id": rank,
+        "start_info": {
+            "syscnt_enable": True,
+            "freq": 100,
+            "start_cnt": 470002538790308,
+            "start_monotonic": 4699801002845430,
+        },
+        "end_info": {
+            "collectionTimeEnd": int(timeline.start_ns[-1] + timeline.duration_ns[-1]),
+            "MonotonicTimeEnd": 4699802061975030,
+        },
+        "torch_npu_version": "2.7.1",
+        "cann_version": "8.3.RC1",
+        "rank_id": rank,
     }
 
 
 def _hccl_names(collectives: list[Collective]) -> dict[int, str]:
     """hcom_<op>__<last 3 digits of the group hash>_<per-communicator sequence>_1, identical on every member."""
-    return {c.ordinal: f"{c.kernel.type}_{c.group.hash[-3:]}_{c.sequence}_1" if c.kernel.name.startswith("hcom_") else c.kernel.name
-            for c in collectives}
+    return {
+        c.ordinal: f"{c.kernel.type}_{c.group.hash[-3:]}_{c.sequence}_1"
+        if c.kernel.name.startswith("hcom_")
+        else c.kernel.name
+        for c in collectives
+    }
 
 
 def _layer_rows(t: RankTimeline, step: int) -> list[dict]:
@@ -79,13 +126,22 @@ def _layer_rows(t: RankTimeline, step: int) -> list[dict]:
     rows = np.flatnonzero((t.step == step) & (t.region == LAYER))
     if rows.size == 0:
         return []
-    key = np.stack([t.micro_batch[rows], t.layer_index[rows], (t.layer_role[rows] == "backward").astype(np.int32)], axis=1)
+    key = np.stack(
+        [t.micro_batch[rows], t.layer_index[rows], (t.layer_role[rows] == "backward").astype(np.int32)], axis=1
+    )
     breaks = np.flatnonzero(np.any(key[1:] != key[:-1], axis=1) | (np.diff(rows) != 1)) + 1
     layers = []
     for chunk in np.split(rows, breaks):
         first = chunk[0]
-        layers.append({"row_start": int(first), "row_end": int(chunk[-1]), "layer_index": int(t.layer_index[first]),
-                       "role": str(t.layer_role[first]), "micro_batch": int(t.micro_batch[first])})
+        layers.append(
+            {
+                "row_start": int(first),
+                "row_end": int(chunk[-1]),
+                "layer_index": int(t.layer_index[first]),
+                "role": str(t.layer_role[first]),
+                "micro_batch": int(t.micro_batch[first]),
+            }
+        )
     return layers
 
 
@@ -129,7 +185,8 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
         "complete_steps": complete,
         "faults": faults,
         "expected_findings": [
-            {"type": FINDING_OF_FAULT[f.kind], **{k: v for k, v in f.as_dict().items() if k != "kind"}} for f in sc.faults
+            {"type": FINDING_OF_FAULT[f.kind], **{k: v for k, v in f.as_dict().items() if k != "kind"}}
+            for f in sc.faults
         ],
         "unexpected_findings": sorted(set(FINDING_OF_FAULT.values()) - planted),
     }
@@ -170,7 +227,11 @@ def generate(
     """
     if export not in EXPORTS:
         raise ValueError(f"unknown export {export!r}; choose one of {', '.join(EXPORTS)}")
-    sc = scenario if isinstance(scenario, Scenario) else named_scenario(scenario, ranks=ranks, steps=steps, layers=layers)
+    sc = (
+        scenario
+        if isinstance(scenario, Scenario)
+        else named_scenario(scenario, ranks=ranks, steps=steps, layers=layers)
+    )
     if scale != 1.0:
         from dataclasses import replace
 
@@ -196,14 +257,23 @@ def generate(
             rank_dir = tmp / f"synth-host_{1000 + t.rank}_20251127120000{t.rank:03d}_ascend_pt"
             output = rank_dir / "ASCEND_PROFILER_OUTPUT"
             output.mkdir(parents=True)
-            (rank_dir / f"profiler_info_{t.rank}.json").write_text(json.dumps(_profiler_info(t.rank, t, kinds), indent=1), encoding="utf-8")
-            metadata = {"distributed_args": _distributed_args(topology, sc, t.rank), "parallel_group_info": topology.parallel_group_info(t.rank)}
+            (rank_dir / f"profiler_info_{t.rank}.json").write_text(
+                json.dumps(_profiler_info(t.rank, t, kinds), indent=1), encoding="utf-8"
+            )
+            metadata = {
+                "distributed_args": _distributed_args(topology, sc, t.rank),
+                "parallel_group_info": topology.parallel_group_info(t.rank),
+            }
             (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
             hccl_names = by_ordinal[t.collective]  # -1 (compute) picks the trailing ""
-            event_names = np.where(t.collective >= 0, hccl_names, np.array([k.name for k in t.kernels], dtype=object)[t.kernel_id])
+            event_names = np.where(
+                t.collective >= 0, hccl_names, np.array([k.name for k in t.kernels], dtype=object)[t.kernel_id]
+            )
             step_rows = step_trace_rows(t, step_ids, t.rank)
             kept = set(int(o) for o in t.collective[t.collective >= 0])
-            communication, matrix = communication_records(t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept)
+            communication, matrix = communication_records(
+                t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept
+            )
             rows += len(t.start_ns)
             if "text" in kinds:
                 write_kernel_details(output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], t.rank, hccl_names)
@@ -212,7 +282,14 @@ def generate(
                 if trace:
                     write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_gaps(sc, t))
             if "db" in kinds:
-                write_profiler_db(output / f"ascend_pytorch_profiler_{t.rank}.db", t, event_names, step_ids, metadata, list(group_of[t.collective]))
+                write_profiler_db(
+                    output / f"ascend_pytorch_profiler_{t.rank}.db",
+                    t,
+                    event_names,
+                    step_ids,
+                    metadata,
+                    list(group_of[t.collective]),
+                )
                 write_analysis_db(output / "analysis.db", step_rows, communication, matrix)
         truth = _ground_truth(sc, seed, timelines, step_ids)
         (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
@@ -222,5 +299,14 @@ def generate(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return {"status": "ok", "root": str(out), "scenario": sc.name, "ranks": sc.ranks, "steps": sc.steps, "layers": sc.layers,
-            "rows": rows, "seconds": round(time.perf_counter() - started, 3), "export": export}
+    return {
+        "status": "ok",
+        "root": str(out),
+        "scenario": sc.name,
+        "ranks": sc.ranks,
+        "steps": sc.steps,
+        "layers": sc.layers,
+        "rows": rows,
+        "seconds": round(time.perf_counter() - started, 3),
+        "export": export,
+    }

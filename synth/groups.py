@@ -3,6 +3,7 @@
 Ranks follow Megatron's order: tp varies fastest, then dp, then pp, so
 ``rank = pp_index * dp * tp + dp_index * tp + tp_index``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -52,7 +53,10 @@ class Topology:
         for name in names:
             for members in self._members_of_kind(name):
                 candidates.append((name, members))
-        self.instances = [GroupInstance(name, f"group_name_{index * 2 + (1 if index else 0)}", members) for index, (name, members) in enumerate(candidates)]
+        self.instances = [
+            GroupInstance(name, f"group_name_{index * 2 + (1 if index else 0)}", members)
+            for index, (name, members) in enumerate(candidates)
+        ]
         return self
 
     def _members_of_kind(self, name: str) -> list[tuple[int, ...]]:
@@ -74,5 +78,12 @@ class Topology:
         raise KeyError(f"rank {rank} is in no {name} group")
 
     def parallel_group_info(self, rank: int) -> dict:
-        return {inst.key: {"group_name": inst.name, "group_rank": inst.members.index(rank), "global_ranks": list(inst.members)}
-                for inst in self.instances if rank in inst.members}
+        return {
+            inst.key: {
+                "group_name": inst.name,
+                "group_rank": inst.members.index(rank),
+                "global_ranks": list(inst.members),
+            }
+            for inst in self.instances
+            if rank in inst.members
+        }

@@ -4,6 +4,7 @@ Names follow what torch_npu writes: ``aclnn<Api>_<Impl>_<OpType>`` for aclnn lau
 types for fused custom kernels, ``hcom_<op>__<hash3>_<seq>_1`` for HCCL (built at write time).
 ``profile`` says how the pipeline (PMU) time of the kernel splits over the AIC / AIV stages.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +15,14 @@ PROFILES: dict[str, dict[str, float]] = {
     "cube_mte2": {"aic_mac": 0.30, "aic_mte2": 0.55, "aic_mte1": 0.07, "aic_fixpipe": 0.04, "aic_scalar": 0.04},
     "vector": {"aiv_vec": 0.55, "aiv_mte2": 0.25, "aiv_mte3": 0.12, "aiv_scalar": 0.08},
     "vector_mte": {"aiv_vec": 0.15, "aiv_mte2": 0.55, "aiv_mte3": 0.25, "aiv_scalar": 0.05},
-    "mix": {"aic_mac": 0.35, "aic_mte2": 0.12, "aic_fixpipe": 0.03, "aiv_vec": 0.30, "aiv_mte2": 0.12, "aiv_scalar": 0.08},
+    "mix": {
+        "aic_mac": 0.35,
+        "aic_mte2": 0.12,
+        "aic_fixpipe": 0.03,
+        "aiv_vec": 0.30,
+        "aiv_mte2": 0.12,
+        "aiv_scalar": 0.08,
+    },
     "comm_aiv": {"aiv_vec": 0.20, "aiv_mte2": 0.45, "aiv_mte3": 0.30, "aiv_scalar": 0.05},
     "none": {},
 }
@@ -45,10 +53,25 @@ class Kernel:
 def aclnn(api: str, op: str, core: str, base_us: float, profile: str, shapes_in: str, shapes_out: str, **kw) -> Kernel:
     """A kernel launched through an aclnn API, named the way torch_npu names it."""
     impl = f"{op}AiCore" if core == "AI_VECTOR_CORE" else f"{op}Common" if core == "AI_CORE" else op
-    return Kernel(f"aclnn{api}_{impl}_{op}", op, core, base_us, profile, input_shapes=shapes_in, output_shapes=shapes_out, **kw)
+    return Kernel(
+        f"aclnn{api}_{impl}_{op}", op, core, base_us, profile, input_shapes=shapes_in, output_shapes=shapes_out, **kw
+    )
 
 
 def hccl(op: str, group: str, base_us: float, transfer_mb: float) -> Kernel:
     """An HCCL collective / p2p op; name gets its group hash and sequence number when written."""
-    return Kernel(f"hcom_{op}_", f"hcom_{op}_", "COMMUNICATION", base_us, "none", block_dim=0, input_shapes="", input_dtypes="",
-                  input_formats="", output_dtypes="", output_formats="", hccl_group=group, transfer_mb=transfer_mb)
+    return Kernel(
+        f"hcom_{op}_",
+        f"hcom_{op}_",
+        "COMMUNICATION",
+        base_us,
+        "none",
+        block_dim=0,
+        input_shapes="",
+        input_dtypes="",
+        input_formats="",
+        output_dtypes="",
+        output_formats="",
+        hccl_group=group,
+        transfer_mb=transfer_mb,
+    )

@@ -6,6 +6,7 @@ MatMul, RoPE, flash attention, o_proj, SwiGlu MLP) and a MoE model with expert p
 combine) — each in an inference form (prefill or decode steps) and a training form (forward and
 backward per micro-batch, gradient all-reduce, AdamW optimizer).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,7 +35,9 @@ class ModelSpec:
 
 
 DENSE = ModelSpec("dense", hidden=1024, heads=16, kv_heads=8, head_dim=128, ffn=3072, vocab=151936)
-MOE = ModelSpec("moe", hidden=2048, heads=16, kv_heads=16, head_dim=128, ffn=6144, vocab=129280, experts=64, top_k=6, moe_ffn=1024)
+MOE = ModelSpec(
+    "moe", hidden=2048, heads=16, kv_heads=16, head_dim=128, ffn=6144, vocab=129280, experts=64, top_k=6, moe_ffn=1024
+)
 
 
 @dataclass
@@ -51,7 +54,9 @@ class Program:
     gap_before_us: list[float] = field(default_factory=list)  # extra host gap planted before the event
     _index: dict = field(default_factory=dict)
 
-    def add(self, kernel: Kernel, region: str, layer: int = -1, role: str = "none", micro_batch: int = 0, block: str = "") -> None:
+    def add(
+        self, kernel: Kernel, region: str, layer: int = -1, role: str = "none", micro_batch: int = 0, block: str = ""
+    ) -> None:
         if kernel not in self._index:
             self._index[kernel] = len(self.kernels)
             self.kernels.append(kernel)
@@ -113,28 +118,168 @@ def _scale(tokens: int, base: float, ref: int = 4096) -> float:
 def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
     m, t = w.model, w.tokens
     qkv = (m.heads + 2 * m.kv_heads) * m.head_dim
-    fa_type = "FlashAttentionScore" if w.training else ("FusedInferAttentionScore" if w.phase == "decode" else "FlashAttentionScore")
+    fa_type = (
+        "FlashAttentionScore"
+        if w.training
+        else ("FusedInferAttentionScore" if w.phase == "decode" else "FlashAttentionScore")
+    )
     add = lambda k, block: p.add(k, LAYER, layer, "forward", mb, block)  # noqa: E731
-    add(aclnn("RmsNorm", "RmsNorm", "AI_VECTOR_CORE", _scale(t, 14), "vector", f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"), "attention")
-    add(aclnn("Matmul", "MatMulV3", "AI_CORE", _scale(t, 95), "cube", f"{t},{m.hidden};{qkv},{m.hidden}", f"{t},{qkv}", block_dim=24), "attention")
-    add(aclnn("RmsNorm", "RmsNorm", "AI_VECTOR_CORE", _scale(t, 9), "vector", f"{t},{m.heads},{m.head_dim};{m.head_dim}", f"{t},{m.heads},{m.head_dim}"), "attention")
-    add(aclnn("RmsNorm", "RmsNorm", "AI_VECTOR_CORE", _scale(t, 6), "vector", f"{t},{m.kv_heads},{m.head_dim};{m.head_dim}", f"{t},{m.kv_heads},{m.head_dim}"), "attention")
-    add(aclnn("RotaryPositionEmbedding", "RotaryPositionEmbedding", "AI_VECTOR_CORE", _scale(t, 11), "vector_mte",
-              f"{t},{m.heads},{m.head_dim};{t},1,{m.head_dim}", f"{t},{m.heads},{m.head_dim}"), "attention")
+    add(
+        aclnn(
+            "RmsNorm",
+            "RmsNorm",
+            "AI_VECTOR_CORE",
+            _scale(t, 14),
+            "vector",
+            f"{t},{m.hidden};{m.hidden}",
+            f"{t},{m.hidden};{t},1",
+        ),
+        "attention",
+    )
+    add(
+        aclnn(
+            "Matmul",
+            "MatMulV3",
+            "AI_CORE",
+            _scale(t, 95),
+            "cube",
+            f"{t},{m.hidden};{qkv},{m.hidden}",
+            f"{t},{qkv}",
+            block_dim=24,
+        ),
+        "attention",
+    )
+    add(
+        aclnn(
+            "RmsNorm",
+            "RmsNorm",
+            "AI_VECTOR_CORE",
+            _scale(t, 9),
+            "vector",
+            f"{t},{m.heads},{m.head_dim};{m.head_dim}",
+            f"{t},{m.heads},{m.head_dim}",
+        ),
+        "attention",
+    )
+    add(
+        aclnn(
+            "RmsNorm",
+            "RmsNorm",
+            "AI_VECTOR_CORE",
+            _scale(t, 6),
+            "vector",
+            f"{t},{m.kv_heads},{m.head_dim};{m.head_dim}",
+            f"{t},{m.kv_heads},{m.head_dim}",
+        ),
+        "attention",
+    )
+    add(
+        aclnn(
+            "RotaryPositionEmbedding",
+            "RotaryPositionEmbedding",
+            "AI_VECTOR_CORE",
+            _scale(t, 11),
+            "vector_mte",
+            f"{t},{m.heads},{m.head_dim};{t},1,{m.head_dim}",
+            f"{t},{m.heads},{m.head_dim}",
+        ),
+        "attention",
+    )
     fa_us = _scale(t, 160) * (1.0 if w.phase != "decode" else 0.4)
-    add(aclnn(fa_type, fa_type, "MIX_AIC", fa_us, "mix", f"{t},{m.heads * m.head_dim};{t},{m.kv_heads * m.head_dim};{t},{m.kv_heads * m.head_dim}",
-              f"{t},{m.heads * m.head_dim}", block_dim=24, mix_block_dim=48), "attention")
-    add(aclnn("Matmul", "MatMulV3", "AI_CORE", _scale(t, 60), "cube", f"{t},{m.heads * m.head_dim};{m.hidden},{m.heads * m.head_dim}", f"{t},{m.hidden}", block_dim=24), "attention")
+    add(
+        aclnn(
+            fa_type,
+            fa_type,
+            "MIX_AIC",
+            fa_us,
+            "mix",
+            f"{t},{m.heads * m.head_dim};{t},{m.kv_heads * m.head_dim};{t},{m.kv_heads * m.head_dim}",
+            f"{t},{m.heads * m.head_dim}",
+            block_dim=24,
+            mix_block_dim=48,
+        ),
+        "attention",
+    )
+    add(
+        aclnn(
+            "Matmul",
+            "MatMulV3",
+            "AI_CORE",
+            _scale(t, 60),
+            "cube",
+            f"{t},{m.heads * m.head_dim};{m.hidden},{m.heads * m.head_dim}",
+            f"{t},{m.hidden}",
+            block_dim=24,
+        ),
+        "attention",
+    )
     if not w.training and w.world > 1:
         add(hccl("allReduce", "tp", _scale(t, 30), t * m.hidden * 2 / 1e6), "attention")
-    add(aclnn("Add", "Add", "AI_VECTOR_CORE", _scale(t, 7), "vector_mte", f"{t},{m.hidden};{t},{m.hidden}", f"{t},{m.hidden}"), "ffn")
-    add(aclnn("RmsNorm", "RmsNorm", "AI_VECTOR_CORE", _scale(t, 14), "vector", f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"), "ffn")
-    add(aclnn("Matmul", "MatMulV3", "AI_CORE", _scale(t, 210), "cube", f"{t},{m.hidden};{2 * m.ffn},{m.hidden}", f"{t},{2 * m.ffn}", block_dim=24), "ffn")
+    add(
+        aclnn(
+            "Add",
+            "Add",
+            "AI_VECTOR_CORE",
+            _scale(t, 7),
+            "vector_mte",
+            f"{t},{m.hidden};{t},{m.hidden}",
+            f"{t},{m.hidden}",
+        ),
+        "ffn",
+    )
+    add(
+        aclnn(
+            "RmsNorm",
+            "RmsNorm",
+            "AI_VECTOR_CORE",
+            _scale(t, 14),
+            "vector",
+            f"{t},{m.hidden};{m.hidden}",
+            f"{t},{m.hidden};{t},1",
+        ),
+        "ffn",
+    )
+    add(
+        aclnn(
+            "Matmul",
+            "MatMulV3",
+            "AI_CORE",
+            _scale(t, 210),
+            "cube",
+            f"{t},{m.hidden};{2 * m.ffn},{m.hidden}",
+            f"{t},{2 * m.ffn}",
+            block_dim=24,
+        ),
+        "ffn",
+    )
     add(aclnn("SwiGlu", "SwiGlu", "AI_VECTOR_CORE", _scale(t, 25), "vector", f"{t},{2 * m.ffn}", f"{t},{m.ffn}"), "ffn")
-    add(aclnn("Matmul", "MatMulV3", "AI_CORE", _scale(t, 110), "cube", f"{t},{m.ffn};{m.hidden},{m.ffn}", f"{t},{m.hidden}", block_dim=24), "ffn")
+    add(
+        aclnn(
+            "Matmul",
+            "MatMulV3",
+            "AI_CORE",
+            _scale(t, 110),
+            "cube",
+            f"{t},{m.ffn};{m.hidden},{m.ffn}",
+            f"{t},{m.hidden}",
+            block_dim=24,
+        ),
+        "ffn",
+    )
     if not w.training and w.world > 1:
         add(hccl("allReduce", "tp", _scale(t, 30), t * m.hidden * 2 / 1e6), "ffn")
-    add(aclnn("Add", "Add", "AI_VECTOR_CORE", _scale(t, 7), "vector_mte", f"{t},{m.hidden};{t},{m.hidden}", f"{t},{m.hidden}"), "ffn")
+    add(
+        aclnn(
+            "Add",
+            "Add",
+            "AI_VECTOR_CORE",
+            _scale(t, 7),
+            "vector_mte",
+            f"{t},{m.hidden};{t},{m.hidden}",
+            f"{t},{m.hidden}",
+        ),
+        "ffn",
+    )
 
 
 def _expert_exchange(w: Workload, step: str, shapes_in: str, shapes_out: str) -> Kernel:
@@ -143,8 +288,18 @@ def _expert_exchange(w: Workload, step: str, shapes_in: str, shapes_out: str) ->
     transfer_mb = t * m.top_k * m.hidden * 2 / 1e6
     if w.training:
         return hccl("alltoallv", "exp", _scale(t * m.top_k, 40), transfer_mb)
-    return Kernel(f"MoeDistribute{step}", f"MoeDistribute{step}", "COMMUNICATION", _scale(t * m.top_k, 45), "comm_aiv", block_dim=48,
-                  input_shapes=shapes_in, output_shapes=shapes_out, hccl_group="exp", transfer_mb=transfer_mb)
+    return Kernel(
+        f"MoeDistribute{step}",
+        f"MoeDistribute{step}",
+        "COMMUNICATION",
+        _scale(t * m.top_k, 45),
+        "comm_aiv",
+        block_dim=48,
+        input_shapes=shapes_in,
+        output_shapes=shapes_out,
+        hccl_group="exp",
+        transfer_mb=transfer_mb,
+    )
 
 
 def _moe_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
@@ -152,30 +307,150 @@ def _moe_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
     role = "forward"
     add = lambda k, block: p.add(k, LAYER, layer, role, mb, block)  # noqa: E731
     routed = 0 if w.reduced_work else max(1, int(round(t * m.top_k * w.tokens_factor)))
-    add(aclnn("AddRmsNorm", "AddRmsNorm", "AI_VECTOR_CORE", _scale(t, 16), "vector", f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"), "attention")
-    add(Kernel("MlaPrologV2", "MlaPrologV2", "MIX_AIC", _scale(t, 120), "mix", block_dim=24, mix_block_dim=48,
-               input_shapes=f"{t},{m.hidden};{m.hidden},1536;1536,{m.heads * 192}", output_shapes=f"{t},{m.heads},192"), "attention")
-    add(Kernel("FusedInferAttentionScore", "FusedInferAttentionScore", "MIX_AIC", _scale(t, 170), "mix", block_dim=24, mix_block_dim=48,
-               input_shapes=f"{t},{m.heads},192;{t},1,576;{t},1,512", output_shapes=f"{t},{m.heads},128"), "attention")
-    add(aclnn("Matmul", "MatMulV3", "AI_CORE", _scale(t, 80), "cube", f"{t},{m.heads * 128};{m.hidden},{m.heads * 128}", f"{t},{m.hidden}", block_dim=24), "attention")
-    add(aclnn("AddRmsNorm", "AddRmsNorm", "AI_VECTOR_CORE", _scale(t, 16), "vector", f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"), "moe")
-    add(aclnn("Matmul", "MatMulV2", "AI_CORE", _scale(t, 12), "cube", f"{t},{m.hidden};{m.experts},{m.hidden}", f"{t},{m.experts}", block_dim=8), "moe")
-    add(Kernel("MoeGatingTopK", "MoeGatingTopK", "AI_VECTOR_CORE", _scale(t, 10), "vector", input_shapes=f"{t},{m.experts}", output_shapes=f"{t},{m.top_k};{t},{m.top_k}"), "moe")
+    add(
+        aclnn(
+            "AddRmsNorm",
+            "AddRmsNorm",
+            "AI_VECTOR_CORE",
+            _scale(t, 16),
+            "vector",
+            f"{t},{m.hidden};{t},{m.hidden};{m.hidden}",
+            f"{t},{m.hidden}",
+        ),
+        "attention",
+    )
+    add(
+        Kernel(
+            "MlaPrologV2",
+            "MlaPrologV2",
+            "MIX_AIC",
+            _scale(t, 120),
+            "mix",
+            block_dim=24,
+            mix_block_dim=48,
+            input_shapes=f"{t},{m.hidden};{m.hidden},1536;1536,{m.heads * 192}",
+            output_shapes=f"{t},{m.heads},192",
+        ),
+        "attention",
+    )
+    add(
+        Kernel(
+            "FusedInferAttentionScore",
+            "FusedInferAttentionScore",
+            "MIX_AIC",
+            _scale(t, 170),
+            "mix",
+            block_dim=24,
+            mix_block_dim=48,
+            input_shapes=f"{t},{m.heads},192;{t},1,576;{t},1,512",
+            output_shapes=f"{t},{m.heads},128",
+        ),
+        "attention",
+    )
+    add(
+        aclnn(
+            "Matmul",
+            "MatMulV3",
+            "AI_CORE",
+            _scale(t, 80),
+            "cube",
+            f"{t},{m.heads * 128};{m.hidden},{m.heads * 128}",
+            f"{t},{m.hidden}",
+            block_dim=24,
+        ),
+        "attention",
+    )
+    add(
+        aclnn(
+            "AddRmsNorm",
+            "AddRmsNorm",
+            "AI_VECTOR_CORE",
+            _scale(t, 16),
+            "vector",
+            f"{t},{m.hidden};{t},{m.hidden};{m.hidden}",
+            f"{t},{m.hidden}",
+        ),
+        "moe",
+    )
+    add(
+        aclnn(
+            "Matmul",
+            "MatMulV2",
+            "AI_CORE",
+            _scale(t, 12),
+            "cube",
+            f"{t},{m.hidden};{m.experts},{m.hidden}",
+            f"{t},{m.experts}",
+            block_dim=8,
+        ),
+        "moe",
+    )
+    add(
+        Kernel(
+            "MoeGatingTopK",
+            "MoeGatingTopK",
+            "AI_VECTOR_CORE",
+            _scale(t, 10),
+            "vector",
+            input_shapes=f"{t},{m.experts}",
+            output_shapes=f"{t},{m.top_k};{t},{m.top_k}",
+        ),
+        "moe",
+    )
     add(_expert_exchange(w, "Dispatch", f"{t},{m.hidden};{t},{m.top_k}", f"{routed},{m.hidden}"), "moe")
     gmm_us = _scale(routed, 38) if routed else 3.0
-    add(Kernel("GroupedMatmul", "GroupedMatmul", "AI_CORE", gmm_us, "cube", block_dim=24,
-               input_shapes=f"{routed},{m.hidden};{m.experts // max(w.world, 1)},{m.hidden},{2 * m.moe_ffn};{m.experts // max(w.world, 1)}",
-               output_shapes=f"{routed},{2 * m.moe_ffn}"), "moe")
-    add(aclnn("SwiGlu", "SwiGlu", "AI_VECTOR_CORE", _scale(routed, 4) if routed else 2.0, "vector", f"{routed},{2 * m.moe_ffn}", f"{routed},{m.moe_ffn}"), "moe")
-    add(Kernel("GroupedMatmul", "GroupedMatmul", "AI_CORE", gmm_us / 2, "cube", block_dim=24,
-               input_shapes=f"{routed},{m.moe_ffn};{m.experts // max(w.world, 1)},{m.moe_ffn},{m.hidden};{m.experts // max(w.world, 1)}",
-               output_shapes=f"{routed},{m.hidden}"), "moe")
+    local_experts = m.experts // max(w.world, 1)
+    add(
+        Kernel(
+            "GroupedMatmul",
+            "GroupedMatmul",
+            "AI_CORE",
+            gmm_us,
+            "cube",
+            block_dim=24,
+            input_shapes=f"{routed},{m.hidden};{local_experts},{m.hidden},{2 * m.moe_ffn};{local_experts}",
+            output_shapes=f"{routed},{2 * m.moe_ffn}",
+        ),
+        "moe",
+    )
+    add(
+        aclnn(
+            "SwiGlu",
+            "SwiGlu",
+            "AI_VECTOR_CORE",
+            _scale(routed, 4) if routed else 2.0,
+            "vector",
+            f"{routed},{2 * m.moe_ffn}",
+            f"{routed},{m.moe_ffn}",
+        ),
+        "moe",
+    )
+    add(
+        Kernel(
+            "GroupedMatmul",
+            "GroupedMatmul",
+            "AI_CORE",
+            gmm_us / 2,
+            "cube",
+            block_dim=24,
+            input_shapes=f"{routed},{m.moe_ffn};{local_experts},{m.moe_ffn},{m.hidden};{local_experts}",
+            output_shapes=f"{routed},{m.hidden}",
+        ),
+        "moe",
+    )
     add(_expert_exchange(w, "Combine", f"{routed},{m.hidden};{t},{m.top_k}", f"{t},{m.hidden}"), "moe")
 
 
-_GRAD = {"RmsNorm": "RmsNormGrad", "SwiGlu": "SwiGluGrad", "RotaryPositionEmbedding": "RotaryPositionEmbeddingGrad",
-         "FlashAttentionScore": "FlashAttentionScoreGrad", "FusedInferAttentionScore": "FlashAttentionScoreGrad",
-         "MlaPrologV2": "MlaPrologV2Grad", "AddRmsNorm": "AddRmsNormGrad", "MoeGatingTopK": "MoeGatingTopKGrad"}
+_GRAD = {
+    "RmsNorm": "RmsNormGrad",
+    "SwiGlu": "SwiGluGrad",
+    "RotaryPositionEmbedding": "RotaryPositionEmbeddingGrad",
+    "FlashAttentionScore": "FlashAttentionScoreGrad",
+    "FusedInferAttentionScore": "FlashAttentionScoreGrad",
+    "MlaPrologV2": "MlaPrologV2Grad",
+    "AddRmsNorm": "AddRmsNormGrad",
+    "MoeGatingTopK": "MoeGatingTopKGrad",
+}
 
 
 def _backward_of(kernel: Kernel) -> list[Kernel]:
@@ -183,17 +458,46 @@ def _backward_of(kernel: Kernel) -> list[Kernel]:
     if kernel.hccl_group:
         return [kernel]  # the all-to-all runs again in backward
     if kernel.type in ("MatMulV3", "MatMulV2", "GroupedMatmul"):
-        dgrad = Kernel(kernel.name, kernel.type, kernel.core, kernel.base_us, kernel.profile, kernel.block_dim, 0,
-                       kernel.output_shapes + ";" + kernel.input_shapes.split(";")[-1], output_shapes=kernel.input_shapes.split(";")[0])
-        wgrad = Kernel(kernel.name, kernel.type, kernel.core, kernel.base_us * 1.05, "cube_mte2", kernel.block_dim, 0,
-                       kernel.output_shapes + ";" + kernel.input_shapes.split(";")[0], output_shapes=kernel.input_shapes.split(";")[-1])
+        dgrad = Kernel(
+            kernel.name,
+            kernel.type,
+            kernel.core,
+            kernel.base_us,
+            kernel.profile,
+            kernel.block_dim,
+            0,
+            kernel.output_shapes + ";" + kernel.input_shapes.split(";")[-1],
+            output_shapes=kernel.input_shapes.split(";")[0],
+        )
+        wgrad = Kernel(
+            kernel.name,
+            kernel.type,
+            kernel.core,
+            kernel.base_us * 1.05,
+            "cube_mte2",
+            kernel.block_dim,
+            0,
+            kernel.output_shapes + ";" + kernel.input_shapes.split(";")[0],
+            output_shapes=kernel.input_shapes.split(";")[-1],
+        )
         return [dgrad, wgrad]
     grad = _GRAD.get(kernel.type)
     if grad is None:
         return [kernel]  # elementwise ops (Add) run as themselves in backward
     core = "MIX_AIC" if kernel.core == "MIX_AIC" else ("MIX_AIV" if grad == "RmsNormGrad" else kernel.core)
-    return [Kernel(f"aclnn{grad}_{grad}_{grad}", grad, core, kernel.base_us * 2.2, kernel.profile, kernel.block_dim, kernel.mix_block_dim,
-                   kernel.output_shapes + ";" + kernel.input_shapes, output_shapes=kernel.input_shapes)]
+    return [
+        Kernel(
+            f"aclnn{grad}_{grad}_{grad}",
+            grad,
+            core,
+            kernel.base_us * 2.2,
+            kernel.profile,
+            kernel.block_dim,
+            kernel.mix_block_dim,
+            kernel.output_shapes + ";" + kernel.input_shapes,
+            output_shapes=kernel.input_shapes,
+        )
+    ]
 
 
 def _p2p(w: Workload) -> Kernel:
@@ -204,7 +508,19 @@ def _p2p(w: Workload) -> Kernel:
 
 def _head(p: Program, w: Workload, mb: int) -> None:
     m, t = w.model, w.tokens
-    p.add(aclnn("Embedding", "GatherV2", "AI_VECTOR_CORE", _scale(t, 20), "vector_mte", f"{m.vocab},{m.hidden};{t}", f"{t},{m.hidden}"), HEAD, micro_batch=mb)
+    p.add(
+        aclnn(
+            "Embedding",
+            "GatherV2",
+            "AI_VECTOR_CORE",
+            _scale(t, 20),
+            "vector_mte",
+            f"{m.vocab},{m.hidden};{t}",
+            f"{t},{m.hidden}",
+        ),
+        HEAD,
+        micro_batch=mb,
+    )
 
 
 def _forward_layers(p: Program, w: Workload, mb: int) -> list[tuple[int, int, str]]:
@@ -219,19 +535,75 @@ def _forward_layers(p: Program, w: Workload, mb: int) -> list[tuple[int, int, st
 def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
     """Final norm and LM head (and sampling in inference); returns the LM head kernel."""
     m, t = w.model, w.tokens
-    p.add(aclnn("RmsNorm", "RmsNorm", "AI_VECTOR_CORE", _scale(t, 14), "vector", f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"), TAIL, micro_batch=mb)
+    p.add(
+        aclnn(
+            "RmsNorm",
+            "RmsNorm",
+            "AI_VECTOR_CORE",
+            _scale(t, 14),
+            "vector",
+            f"{t},{m.hidden};{m.hidden}",
+            f"{t},{m.hidden}",
+        ),
+        TAIL,
+        micro_batch=mb,
+    )
     lm_tokens = t if w.training or w.phase == "decode" else max(1, t // 512)
-    lm_head = aclnn("Matmul", "MatMulV3", "AI_CORE", _scale(lm_tokens, 900), "cube", f"{lm_tokens},{m.hidden};{m.vocab},{m.hidden}", f"{lm_tokens},{m.vocab}")
+    lm_head = aclnn(
+        "Matmul",
+        "MatMulV3",
+        "AI_CORE",
+        _scale(lm_tokens, 900),
+        "cube",
+        f"{lm_tokens},{m.hidden};{m.vocab},{m.hidden}",
+        f"{lm_tokens},{m.vocab}",
+    )
     p.add(lm_head, TAIL, micro_batch=mb)
     if not w.training:
-        p.add(Kernel("ArgMaxWithValue", "ArgMaxWithValue", "AI_VECTOR_CORE", 18.0, "vector", input_shapes=f"{lm_tokens},{m.vocab}", output_shapes=f"{lm_tokens}", input_dtypes="FLOAT"), TAIL)
+        p.add(
+            Kernel(
+                "ArgMaxWithValue",
+                "ArgMaxWithValue",
+                "AI_VECTOR_CORE",
+                18.0,
+                "vector",
+                input_shapes=f"{lm_tokens},{m.vocab}",
+                output_shapes=f"{lm_tokens}",
+                input_dtypes="FLOAT",
+            ),
+            TAIL,
+        )
     return lm_head
 
 
 def _loss_and_lm_head_backward(p: Program, w: Workload, mb: int, lm_head: Kernel) -> None:
     m, t = w.model, w.tokens
-    p.add(aclnn("CrossEntropyLoss", "CrossEntropyLoss", "AI_VECTOR_CORE", _scale(t, 120), "vector", f"{t},{m.vocab};{t}", f"{t}"), TAIL, micro_batch=mb)
-    p.add(aclnn("CrossEntropyLossGrad", "CrossEntropyLossGrad", "AI_VECTOR_CORE", _scale(t, 150), "vector", f"{t};{t},{m.vocab}", f"{t},{m.vocab}"), TAIL, micro_batch=mb)
+    p.add(
+        aclnn(
+            "CrossEntropyLoss",
+            "CrossEntropyLoss",
+            "AI_VECTOR_CORE",
+            _scale(t, 120),
+            "vector",
+            f"{t},{m.vocab};{t}",
+            f"{t}",
+        ),
+        TAIL,
+        micro_batch=mb,
+    )
+    p.add(
+        aclnn(
+            "CrossEntropyLossGrad",
+            "CrossEntropyLossGrad",
+            "AI_VECTOR_CORE",
+            _scale(t, 150),
+            "vector",
+            f"{t};{t},{m.vocab}",
+            f"{t},{m.vocab}",
+        ),
+        TAIL,
+        micro_batch=mb,
+    )
     for kernel in _backward_of(lm_head):
         p.add(kernel, TAIL, micro_batch=mb)
 
@@ -249,7 +621,19 @@ def _backward_layers(p: Program, w: Workload, mb: int, forward_events: list[tupl
 
 def _embedding_backward(p: Program, w: Workload, mb: int) -> None:
     m, t = w.model, w.tokens
-    p.add(aclnn("EmbeddingDenseBackward", "EmbeddingDenseGradV2", "MIX_AIV", _scale(t, 60), "vector_mte", f"{t},{m.hidden};{t}", f"{m.vocab},{m.hidden}"), HEAD, micro_batch=mb)
+    p.add(
+        aclnn(
+            "EmbeddingDenseBackward",
+            "EmbeddingDenseGradV2",
+            "MIX_AIV",
+            _scale(t, 60),
+            "vector_mte",
+            f"{t},{m.hidden};{t}",
+            f"{m.vocab},{m.hidden}",
+        ),
+        HEAD,
+        micro_batch=mb,
+    )
 
 
 def _optimizer(p: Program, w: Workload) -> None:
@@ -261,7 +645,20 @@ def _optimizer(p: Program, w: Workload) -> None:
         p.add(hccl("allReduce", "dp", 200.0 + 40 * layers, grad_mb / 4), TAIL, block="optimizer")
     p.add(aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{layers * 9}", "1"), TAIL, block="optimizer")
     for _param in range(layers // 2 + 2):
-        p.add(aclnn("ApplyAdamW", "ApplyAdamWV2", "AI_VECTOR_CORE", 65.0, "vector_mte", f"{m.hidden * 64};{m.hidden * 64}", f"{m.hidden * 64}", input_dtypes="FLOAT;FLOAT"), TAIL, block="optimizer")
+        p.add(
+            aclnn(
+                "ApplyAdamW",
+                "ApplyAdamWV2",
+                "AI_VECTOR_CORE",
+                65.0,
+                "vector_mte",
+                f"{m.hidden * 64};{m.hidden * 64}",
+                f"{m.hidden * 64}",
+                input_dtypes="FLOAT;FLOAT",
+            ),
+            TAIL,
+            block="optimizer",
+        )
 
 
 def build_step(w: Workload) -> Program:

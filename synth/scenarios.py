@@ -1,4 +1,5 @@
 """Named scenarios and the faults they plant (each parameterised; several combine)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -36,7 +37,10 @@ class Fault:
             "partial_capture": (),
             "clock_offset": ("ranks", "offset_us"),
         }[self.kind]
-        return {**base, **{k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys}}
+        return {
+            **base,
+            **{k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys},
+        }
 
 
 @dataclass(frozen=True)
@@ -61,28 +65,99 @@ SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario("clean", "dense GQA training, data parallel, no fault planted"),
-        Scenario("pipeline_parallel", "dense training like the real Qwen3 sample: TP1 PP2 DP2, 2 micro-batches, batchSendRecv between stages",
-                 pp=2, layers=6),
-        Scenario("clean_inference", "dense GQA prefill with tensor parallel all-reduces, no fault", training=False, phase="prefill", micro_batches=1),
-        Scenario("slow_rank", "dense training; rank 2 computes 1.6x slower, the others wait for it in every all-reduce",
-                 faults=(Fault("slow_rank", ranks=(2,), factor=1.6),)),
-        Scenario("ep_imbalance", "MoE decode with expert parallel dispatch/combine; rank 1 receives 4x the routed tokens",
-                 model="moe", training=False, phase="decode", tokens=256, micro_batches=1, faults=(Fault("ep_hot_rank", ranks=(1,), factor=4.0),)),
-        Scenario("host_bubble", "dense prefill; rank 0 idles 6 ms on the host before layer 2 on steps 1 and 2",
-                 training=False, phase="prefill", micro_batches=1, faults=(Fault("host_bubble", ranks=(0,), steps=(1, 2), layer=2, gap_us=6000.0),)),
-        Scenario("slow_link", "dense prefill with TP all-reduces; the 0-1 link runs at a quarter of its bandwidth",
-                 training=False, phase="prefill", micro_batches=1, faults=(Fault("slow_link", link=(0, 1), factor=4.0),)),
-        Scenario("exposed_aicpu", "dense prefill; an AI CPU op (400 us) runs exposed inside layer 1 on every step",
-                 training=False, phase="prefill", micro_batches=1, faults=(Fault("exposed_aicpu", layer=1, gap_us=400.0),)),
-        Scenario("dummy_rank", "MoE decode; rank 3 gets no routed tokens (reduced-work rank)",
-                 model="moe", training=False, phase="decode", tokens=256, micro_batches=1, faults=(Fault("reduced_work_rank", ranks=(3,)),)),
-        Scenario("partial_capture", "dense training whose capture starts and stops inside a step", steps=5, faults=(Fault("partial_capture"),)),
-        Scenario("demo", "dense prefill on 4 ranks (TP all-reduces): rank 2 computes 1.5x slower, and rank 0 idles 5 ms on the host before layer 2 on step 1",
-                 training=False, phase="prefill", micro_batches=1, steps=4, layers=6,
-                 faults=(Fault("slow_rank", ranks=(2,), factor=1.5), Fault("host_bubble", ranks=(0,), steps=(1,), layer=2, gap_us=5000.0))),
-        Scenario("mixed", "MoE training: a slow rank, a hot EP rank and a clock offset on another rank",
-                 model="moe", tokens=2048, faults=(Fault("slow_rank", ranks=(3,), factor=1.5), Fault("ep_hot_rank", ranks=(1,), factor=3.0),
-                                                   Fault("clock_offset", ranks=(2,), offset_us=2500.0))),
+        Scenario(
+            "pipeline_parallel",
+            "dense training like the real Qwen3 sample: TP1 PP2 DP2, 2 micro-batches, batchSendRecv between stages",
+            pp=2,
+            layers=6,
+        ),
+        Scenario(
+            "clean_inference",
+            "dense GQA prefill with tensor parallel all-reduces, no fault",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+        ),
+        Scenario(
+            "slow_rank",
+            "dense training; rank 2 computes 1.6x slower, the others wait for it in every all-reduce",
+            faults=(Fault("slow_rank", ranks=(2,), factor=1.6),),
+        ),
+        Scenario(
+            "ep_imbalance",
+            "MoE decode with expert parallel dispatch/combine; rank 1 receives 4x the routed tokens",
+            model="moe",
+            training=False,
+            phase="decode",
+            tokens=256,
+            micro_batches=1,
+            faults=(Fault("ep_hot_rank", ranks=(1,), factor=4.0),),
+        ),
+        Scenario(
+            "host_bubble",
+            "dense prefill; rank 0 idles 6 ms on the host before layer 2 on steps 1 and 2",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+            faults=(Fault("host_bubble", ranks=(0,), steps=(1, 2), layer=2, gap_us=6000.0),),
+        ),
+        Scenario(
+            "slow_link",
+            "dense prefill with TP all-reduces; the 0-1 link runs at a quarter of its bandwidth",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+            faults=(Fault("slow_link", link=(0, 1), factor=4.0),),
+        ),
+        Scenario(
+            "exposed_aicpu",
+            "dense prefill; an AI CPU op (400 us) runs exposed inside layer 1 on every step",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+            faults=(Fault("exposed_aicpu", layer=1, gap_us=400.0),),
+        ),
+        Scenario(
+            "dummy_rank",
+            "MoE decode; rank 3 gets no routed tokens (reduced-work rank)",
+            model="moe",
+            training=False,
+            phase="decode",
+            tokens=256,
+            micro_batches=1,
+            faults=(Fault("reduced_work_rank", ranks=(3,)),),
+        ),
+        Scenario(
+            "partial_capture",
+            "dense training whose capture starts and stops inside a step",
+            steps=5,
+            faults=(Fault("partial_capture"),),
+        ),
+        Scenario(
+            "demo",
+            "dense prefill on 4 ranks (TP all-reduces): rank 2 computes 1.5x slower, "
+            "and rank 0 idles 5 ms on the host before layer 2 on step 1",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+            steps=4,
+            layers=6,
+            faults=(
+                Fault("slow_rank", ranks=(2,), factor=1.5),
+                Fault("host_bubble", ranks=(0,), steps=(1,), layer=2, gap_us=5000.0),
+            ),
+        ),
+        Scenario(
+            "mixed",
+            "MoE training: a slow rank, a hot EP rank and a clock offset on another rank",
+            model="moe",
+            tokens=2048,
+            faults=(
+                Fault("slow_rank", ranks=(3,), factor=1.5),
+                Fault("ep_hot_rank", ranks=(1,), factor=3.0),
+                Fault("clock_offset", ranks=(2,), offset_us=2500.0),
+            ),
+        ),
     )
 }
 
@@ -95,13 +170,21 @@ def scenario(name: str, **overrides) -> Scenario:
     for fault in chosen.faults:
         bad = [r for r in (*fault.ranks, *(fault.link if fault.kind == "slow_link" else ())) if r >= chosen.ranks]
         if bad:
-            raise ValueError(f"scenario {name}: fault {fault.kind} needs rank {max(bad)}, but only {chosen.ranks} ranks")
+            raise ValueError(
+                f"scenario {name}: fault {fault.kind} needs rank {max(bad)}, but only {chosen.ranks} ranks"
+            )
         if fault.kind in ("host_bubble", "exposed_aicpu") and fault.layer >= chosen.layers:
-            raise ValueError(f"scenario {name}: fault {fault.kind} targets layer {fault.layer}, but only {chosen.layers} layers")
+            raise ValueError(
+                f"scenario {name}: fault {fault.kind} targets layer {fault.layer}, but only {chosen.layers} layers"
+            )
         if any(s >= chosen.steps for s in fault.steps):
-            raise ValueError(f"scenario {name}: fault {fault.kind} targets step {max(fault.steps)}, but only {chosen.steps} steps")
+            raise ValueError(
+                f"scenario {name}: fault {fault.kind} targets step {max(fault.steps)}, but only {chosen.steps} steps"
+            )
     if chosen.pp > 1 and (not chosen.training or chosen.ranks % chosen.pp or chosen.layers % chosen.pp):
-        raise ValueError(f"scenario {name}: pipeline parallel needs training, ranks and layers divisible by pp={chosen.pp}")
+        raise ValueError(
+            f"scenario {name}: pipeline parallel needs training, ranks and layers divisible by pp={chosen.pp}"
+        )
     if any(f.kind == "partial_capture" for f in chosen.faults) and chosen.steps < 3:
         raise ValueError(f"scenario {name}: partial_capture needs at least 3 steps")
     return chosen

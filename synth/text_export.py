@@ -4,6 +4,7 @@ kernel_details.csv is built column-wise with Arrow (kernel attributes gathered w
 streamed to disk in row batches, so a 250 k-row rank needs neither a Python loop per row nor the
 whole file in memory as text.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,7 +50,24 @@ def _num_text(values: np.ndarray, mask: np.ndarray, decimals: int = 3) -> pa.Arr
 
 def _kernel_table(timeline: RankTimeline, hccl_names: dict[int, str]) -> dict[str, list]:
     """Per-kernel attributes (small lists, indexed by kernel id)."""
-    attrs: dict[str, list] = {key: [] for key in ("name", "type", "core", "block", "mix", "in_s", "in_d", "in_f", "out_s", "out_d", "out_f", "profile", "is_comm")}
+    attrs: dict[str, list] = {
+        key: []
+        for key in (
+            "name",
+            "type",
+            "core",
+            "block",
+            "mix",
+            "in_s",
+            "in_d",
+            "in_f",
+            "out_s",
+            "out_d",
+            "out_f",
+            "profile",
+            "is_comm",
+        )
+    }
     for k in timeline.kernels:
         comm = k.core == "COMMUNICATION" and k.name.startswith("hcom_")
         attrs["name"].append(k.name)
@@ -59,7 +77,12 @@ def _kernel_table(timeline: RankTimeline, hccl_names: dict[int, str]) -> dict[st
         attrs["mix"].append("N/A" if comm else str(k.mix_block_dim))
         for key, value in (("in_s", k.input_shapes), ("out_s", k.output_shapes)):
             attrs[key].append("N/A" if comm else f'"""{value}"""')  # a quoted cell holding a quoted string
-        for key, value in (("in_d", k.input_dtypes), ("in_f", k.input_formats), ("out_d", k.output_dtypes), ("out_f", k.output_formats)):
+        for key, value in (
+            ("in_d", k.input_dtypes),
+            ("in_f", k.input_formats),
+            ("out_d", k.output_dtypes),
+            ("out_f", k.output_formats),
+        ):
             attrs[key].append("N/A" if comm else value)
         attrs["profile"].append(k.profile)
         attrs["is_comm"].append(comm)
@@ -73,20 +96,33 @@ def pmu_values(timeline: RankTimeline) -> dict[str, np.ndarray]:
     compute kernels with a profile carry PMU data (``has_pmu``), communication ops never do.
     """
     profiles = np.asarray([k.profile for k in timeline.kernels], dtype=object)
-    is_hcom = np.asarray([k.core == "COMMUNICATION" and k.name.startswith("hcom_") for k in timeline.kernels])[timeline.kernel_id]
+    is_hcom = np.asarray([k.core == "COMMUNICATION" and k.name.startswith("hcom_") for k in timeline.kernels])[
+        timeline.kernel_id
+    ]
     busy = timeline.duration_ns / 1000.0 * 0.93
-    shares = {stage: np.array([PROFILES[p].get(stage, 0.0) for p in profiles])[timeline.kernel_id] for stage in (*_AIC_STAGES, *_AIV_STAGES)}
+    shares = {
+        stage: np.array([PROFILES[p].get(stage, 0.0) for p in profiles])[timeline.kernel_id]
+        for stage in (*_AIC_STAGES, *_AIV_STAGES)
+    }
     values = {"has_pmu": ~is_hcom & (profiles[timeline.kernel_id] != "none"), "mac_share": shares["aic_mac"]}
     aic_time = np.round(np.where(sum(shares[s] for s in _AIC_STAGES) > 0, busy, 0.0), 3)
     aiv_time = np.round(np.where(sum(shares[s] for s in _AIV_STAGES) > 0, busy, 0.0), 3)
-    values.update({"aic_total_time": aic_time, "aiv_total_time": aiv_time,
-                   "aic_total_cycles": np.round(aic_time * CYCLES_PER_US), "aiv_total_cycles": np.round(aiv_time * CYCLES_PER_US)})
+    values.update(
+        {
+            "aic_total_time": aic_time,
+            "aiv_total_time": aiv_time,
+            "aic_total_cycles": np.round(aic_time * CYCLES_PER_US),
+            "aiv_total_cycles": np.round(aiv_time * CYCLES_PER_US),
+        }
+    )
     for stage in (*_AIC_STAGES, *_AIV_STAGES):
         values[f"{stage}_time"] = np.round(busy * shares[stage], 3)
     return values
 
 
-def write_kernel_details(path: Path, timeline: RankTimeline, step_ids: np.ndarray, device_id: int, hccl_names: np.ndarray) -> int:
+def write_kernel_details(
+    path: Path, timeline: RankTimeline, step_ids: np.ndarray, device_id: int, hccl_names: np.ndarray
+) -> int:
     """kernel_details.csv (47 columns, CANN 8.3 layout) for one rank; returns the row count."""
     attrs = _kernel_table(timeline, {})
     kid = pa.array(timeline.kernel_id)
@@ -121,13 +157,18 @@ def write_kernel_details(path: Path, timeline: RankTimeline, step_ids: np.ndarra
     }
     pmu = pmu_values(timeline)
     has_pmu = pmu["has_pmu"]
-    for core, total_column, stages, icache_miss in (("aic", "aicore_time(us)", _AIC_STAGES, 0.002), ("aiv", "aiv_time(us)", _AIV_STAGES, 0.023)):
+    for core, total_column, stages, icache_miss in (
+        ("aic", "aicore_time(us)", _AIC_STAGES, 0.002),
+        ("aiv", "aiv_time(us)", _AIV_STAGES, 0.023),
+    ):
         total = pmu[f"{core}_total_time"]
         columns[total_column] = _num_text(total, has_pmu)
         columns[f"{core}_total_cycles"] = _num_text(pmu[f"{core}_total_cycles"], has_pmu, 0)
         for stage in stages:
             columns[f"{stage}_time(us)"] = _num_text(pmu[f"{stage}_time"], has_pmu)
-            columns[f"{stage}_ratio"] = _num_text(np.divide(pmu[f"{stage}_time"], total, out=np.zeros(n), where=total > 0), has_pmu)
+            columns[f"{stage}_ratio"] = _num_text(
+                np.divide(pmu[f"{stage}_time"], total, out=np.zeros(n), where=total > 0), has_pmu
+            )
         columns[f"{core}_icache_miss_rate"] = _num_text(np.where(total > 0, icache_miss, 0.0), has_pmu)
     columns["cube_utilization(%)"] = _num_text(pmu["mac_share"] * 93.0, has_pmu)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,8 +194,19 @@ def write_csv_lines(handle, columns: list[pa.Array]) -> None:
     handle.write(memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]])
 
 
-STEP_TRACE_COLUMNS = ("Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication", "Free", "Stage",
-                      "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing")
+STEP_TRACE_COLUMNS = (
+    "Device_id",
+    "Step",
+    "Computing",
+    "Communication(Not Overlapped)",
+    "Overlapped",
+    "Communication",
+    "Free",
+    "Stage",
+    "Bubble",
+    "Communication(Not Overlapped and Exclude Receive)",
+    "Preparing",
+)
 
 
 def step_trace_rows(timeline: RankTimeline, step_ids: list[int], device_id: int) -> list[dict]:
@@ -171,7 +223,19 @@ def step_trace_rows(timeline: RankTimeline, step_ids: list[int], device_id: int)
         communication = durs[is_comm[in_step]].sum() / 1000
         free = max(wall - computing - communication, 0.0)
         preparing = (starts.min() - timeline.step_start_ns[ordinal]) / 1000
-        values = (device_id, step_id, computing, communication, 0.0, communication, free, wall, 0.0, communication, preparing)
+        values = (
+            device_id,
+            step_id,
+            computing,
+            communication,
+            0.0,
+            communication,
+            free,
+            wall,
+            0.0,
+            communication,
+            preparing,
+        )
         rows.append(dict(zip(STEP_TRACE_COLUMNS, values)))
     return rows
 
@@ -180,26 +244,51 @@ def write_step_trace_time(path: Path, rows: list[dict]) -> None:
     """step_trace_time.csv (CANN 8.3 header, with Device_id and Preparing)."""
     lines = [",".join(STEP_TRACE_COLUMNS)]
     for row in rows:
-        lines.append(",".join(str(row[c]) if c in ("Device_id", "Step") else ("0" if row[c] == 0 else f"{row[c]:.3f}") for c in STEP_TRACE_COLUMNS))
+        lines.append(
+            ",".join(
+                str(row[c]) if c in ("Device_id", "Step") else ("0" if row[c] == 0 else f"{row[c]:.3f}")
+                for c in STEP_TRACE_COLUMNS
+            )
+        )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _bandwidth_block(size_mb: float, transit_ms: float, transport: str) -> dict:
     bandwidth = size_mb / transit_ms / 1000 if transit_ms > 0 else 0.0
-    return {transport: {"Transit Size(MB)": round(size_mb, 6), "Transit Time(ms)": round(transit_ms, 6), "Bandwidth(GB/s)": round(bandwidth, 4),
-                        "Large Packet Ratio": 1.0 if size_mb > 1 else 0.0, "Size Distribution": {f"{size_mb:.6f}": [1, round(transit_ms, 6)]}}}
+    return {
+        transport: {
+            "Transit Size(MB)": round(size_mb, 6),
+            "Transit Time(ms)": round(transit_ms, 6),
+            "Bandwidth(GB/s)": round(bandwidth, 4),
+            "Large Packet Ratio": 1.0 if size_mb > 1 else 0.0,
+            "Size Distribution": {f"{size_mb:.6f}": [1, round(transit_ms, 6)]},
+        }
+    }
 
 
 def _time_info(start_us: float, elapse_ms: float, transit_ms: float, wait_ms: float) -> dict:
     idle = max(elapse_ms - transit_ms - wait_ms, 0.0)
-    return {"Start Timestamp(us)": round(start_us, 3), "Elapse Time(ms)": round(elapse_ms, 6), "Transit Time(ms)": round(transit_ms, 6),
-            "Wait Time(ms)": round(wait_ms, 6), "Synchronization Time(ms)": 0, "Idle Time(ms)": round(idle, 6),
-            "Wait Time Ratio": round(wait_ms / (wait_ms + transit_ms), 4) if wait_ms + transit_ms else 0,
-            "Synchronization Time Ratio": 0}
+    return {
+        "Start Timestamp(us)": round(start_us, 3),
+        "Elapse Time(ms)": round(elapse_ms, 6),
+        "Transit Time(ms)": round(transit_ms, 6),
+        "Wait Time(ms)": round(wait_ms, 6),
+        "Synchronization Time(ms)": 0,
+        "Idle Time(ms)": round(idle, 6),
+        "Wait Time Ratio": round(wait_ms / (wait_ms + transit_ms), 4) if wait_ms + transit_ms else 0,
+        "Synchronization Time Ratio": 0,
+    }
 
 
-def communication_records(rank: int, collectives: list[Collective], names: dict[int, str], step_ids: list[int], clock_offset_ns: int,
-                          slow_link: tuple[tuple[int, int], float] | None, kept: set[int]) -> tuple[dict, dict]:
+def communication_records(
+    rank: int,
+    collectives: list[Collective],
+    names: dict[int, str],
+    step_ids: list[int],
+    clock_offset_ns: int,
+    slow_link: tuple[tuple[int, int], float] | None,
+    kept: set[int],
+) -> tuple[dict, dict]:
     """The content of communication.json and communication_matrix.json of one rank (times in ms)."""
     comm: dict = {}
     matrix: dict = {}
@@ -212,11 +301,21 @@ def communication_records(rank: int, collectives: list[Collective], names: dict[
         elapse_ms = (c.end_ns[rank] - c.arrive_ns[rank]) / 1e6
         wait_ms = (c.last_arrival_ns - c.arrive_ns[rank]) / 1e6
         transit_ms = c.transfer_ns / 1e6
-        entry = {"Communication Time Info": _time_info((c.arrive_ns[rank] + clock_offset_ns) / 1000, elapse_ms, transit_ms, wait_ms),
-                 "Communication Bandwidth Info": _bandwidth_block(c.kernel.transfer_mb, transit_ms, "HCCS")}
+        entry = {
+            "Communication Time Info": _time_info(
+                (c.arrive_ns[rank] + clock_offset_ns) / 1000, elapse_ms, transit_ms, wait_ms
+            ),
+            "Communication Bandwidth Info": _bandwidth_block(c.kernel.transfer_mb, transit_ms, "HCCS"),
+        }
         comm.setdefault(step_key, {"collective": {}, "p2p": {}})[section][f"{names[c.ordinal]}@{group_hash}"] = entry
         op_type = c.kernel.type.lower()
-        kind = "batchsendrecv" if "batchsendrecv" in op_type else "alltoall" if "alltoall" in op_type or c.kernel.name.startswith("MoeDistribute") else "allreduce"
+        kind = (
+            "batchsendrecv"
+            if "batchsendrecv" in op_type
+            else "alltoall"
+            if "alltoall" in op_type or c.kernel.name.startswith("MoeDistribute")
+            else "allreduce"
+        )
         members = c.group.members
         local = members.index(rank)
         links = {f"{local}-{local}": ("LOCAL", c.kernel.transfer_mb, transit_ms / 4)}
@@ -237,8 +336,13 @@ def communication_records(rank: int, collectives: list[Collective], names: dict[
                     continue  # one representative instance per tag is enough for a synthetic capture
                 total_mb = size_mb + (previous["Transit Size(MB)"] if previous else 0.0)
                 total_ms = ms + (previous["Transit Time(ms)"] if previous else 0.0)
-                bucket[link] = {"Transport Type": transport, "Transit Size(MB)": round(total_mb, 6), "Transit Time(ms)": round(total_ms, 6),
-                                "Bandwidth(GB/s)": round(total_mb / total_ms / 1000, 4) if total_ms else 0.0, "Op Name": names[c.ordinal]}
+                bucket[link] = {
+                    "Transport Type": transport,
+                    "Transit Size(MB)": round(total_mb, 6),
+                    "Transit Time(ms)": round(total_ms, 6),
+                    "Bandwidth(GB/s)": round(total_mb / total_ms / 1000, 4) if total_ms else 0.0,
+                    "Op Name": names[c.ordinal],
+                }
     for step in comm.values():
         for ops in step.values():
             if not ops:
@@ -249,7 +353,10 @@ def communication_records(rank: int, collectives: list[Collective], names: dict[
             size = sum(v["Communication Bandwidth Info"]["HCCS"]["Transit Size(MB)"] for v in ops.values())
             info = _time_info(0.0, total_ms, transit, wait)
             info.pop("Start Timestamp(us)")
-            ops["Total Op Info"] = {"Communication Time Info": info, "Communication Bandwidth Info": _bandwidth_block(size, transit, "HCCS")}
+            ops["Total Op Info"] = {
+                "Communication Time Info": info,
+                "Communication Bandwidth Info": _bandwidth_block(size, transit, "HCCS"),
+            }
     return comm, matrix
 
 

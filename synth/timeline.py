@@ -7,6 +7,7 @@ the waiting falls on the ranks that arrived early. Planted faults change duratio
 transfers or clocks; nothing else differs. Ranks may run different programs (pipeline stages):
 each communication op is matched across its members by (communicator, sequence number).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import numpy as np
 
 from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.kernels import Kernel
-from npuprof.synth.models import DENSE, MOE, LAYER, Program, Workload, build_step
+from npuprof.synth.models import DENSE, LAYER, MOE, Program, Workload, build_step
 from npuprof.synth.scenarios import Fault, Scenario
 
 STEP_PREP_US = 350.0  # host work between steps (dataloader, step bookkeeping)
@@ -73,9 +74,19 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         if rank in fault.ranks:
             tokens_factor *= fault.factor
     reduced = any(rank in f.ranks for f in _faults(scenario, "reduced_work_rank"))
-    return Workload(DENSE if scenario.model == "dense" else MOE, scenario.training, scenario.phase, scenario.tokens,
-                    scenario.layers, scenario.micro_batches, topology.dp * topology.tp, tokens_factor, reduced,
-                    topology.stage_of(rank), topology.pp)
+    return Workload(
+        DENSE if scenario.model == "dense" else MOE,
+        scenario.training,
+        scenario.phase,
+        scenario.tokens,
+        scenario.layers,
+        scenario.micro_batches,
+        topology.dp * topology.tp,
+        tokens_factor,
+        reduced,
+        topology.stage_of(rank),
+        topology.pp,
+    )
 
 
 def _with_exposed_aicpu(program: Program, scenario: Scenario) -> dict[str, np.ndarray]:
@@ -84,10 +95,28 @@ def _with_exposed_aicpu(program: Program, scenario: Scenario) -> dict[str, np.nd
         rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
         if not rows.size:
             continue  # this pipeline stage does not hold the layer
-        aicpu = Kernel("NonZero", "NonZero", "AI_CPU", fault.gap_us, "none", block_dim=1, input_shapes="1024", output_shapes="1024,1", input_dtypes="BOOL", output_dtypes="INT64")
+        aicpu = Kernel(
+            "NonZero",
+            "NonZero",
+            "AI_CPU",
+            fault.gap_us,
+            "none",
+            block_dim=1,
+            input_shapes="1024",
+            output_shapes="1024,1",
+            input_dtypes="BOOL",
+            output_dtypes="INT64",
+        )
         program.kernels.append(aicpu)
-        values = {"kernel_id": len(program.kernels) - 1, "region": LAYER, "layer_index": fault.layer, "layer_role": "forward",
-                  "micro_batch": 0, "block": "attention", "gap_before_us": 0.0}
+        values = {
+            "kernel_id": len(program.kernels) - 1,
+            "region": LAYER,
+            "layer_index": fault.layer,
+            "layer_role": "forward",
+            "micro_batch": 0,
+            "block": "attention",
+            "gap_before_us": 0.0,
+        }
         # inside the layer, right after its first kernel: unambiguously part of layer `fault.layer`
         arrays = {k: np.insert(v, int(rows[0]) + 1, values[k]) for k, v in arrays.items()}
     return arrays
@@ -116,7 +145,9 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     rng = np.random.default_rng([seed, rank])
     is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid]
     slow = np.prod([f.factor for f in _faults(scenario, "slow_rank") if rank in f.ranks] or [1.0])
-    dur = np.array([k.base_us for k in program.kernels])[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow)
+    dur = (
+        np.array([k.base_us for k in program.kernels])[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow)
+    )
     first_of_step = np.zeros(n, dtype=bool)
     first_of_step[::n_step] = True
     gap = rng.uniform(1.5, 6.0, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
@@ -171,8 +202,11 @@ def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[Ra
     for r in range(topology.world):
         run_until_comm(r)
     while waiting:
-        ready = [key for key, arrived in waiting.items()
-                 if len(arrived) == len(next(plans[m].comm_group[next_comm[m]] for m in arrived).members)]
+        ready = [
+            key
+            for key, arrived in waiting.items()
+            if len(arrived) == len(next(plans[m].comm_group[next_comm[m]] for m in arrived).members)
+        ]
         if not ready:
             raise RuntimeError(f"synthetic programs deadlock: {len(waiting)} communication ops never complete")
         for key in sorted(ready, key=lambda k: min(waiting[k].values())):
@@ -182,7 +216,9 @@ def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[Ra
             pos = plan.comm_pos[next_comm[any_rank]]
             kernel = plan.program.kernels[plan.kernel_id[pos]]
             group = plan.comm_group[next_comm[any_rank]]
-            transfer = float(np.mean([plans[m].dur_us[plans[m].comm_pos[next_comm[m]]] for m in arrived])) * _slow_link_factor(scenario, group)
+            transfer = float(
+                np.mean([plans[m].dur_us[plans[m].comm_pos[next_comm[m]]] for m in arrived])
+            ) * _slow_link_factor(scenario, group)
             last = max(arrived.values())
             ordinal = len(collectives)
             ends = {}
@@ -196,9 +232,18 @@ def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[Ra
                 clock[m] = end
                 cursor[m] = mpos + 1
                 next_comm[m] += 1
-            collectives.append(Collective(ordinal, kernel, int(pos // plan.n_step), group, key[1],
-                                          {m: int(round(a * 1000)) + BASE_CLOCK_NS for m, a in arrived.items()},
-                                          {m: int(round(e * 1000)) + BASE_CLOCK_NS for m, e in ends.items()}, transfer * 1000))
+            collectives.append(
+                Collective(
+                    ordinal,
+                    kernel,
+                    int(pos // plan.n_step),
+                    group,
+                    key[1],
+                    {m: int(round(a * 1000)) + BASE_CLOCK_NS for m, a in arrived.items()},
+                    {m: int(round(e * 1000)) + BASE_CLOCK_NS for m, e in ends.items()},
+                    transfer * 1000,
+                )
+            )
             for m in arrived:
                 run_until_comm(m)
 
@@ -215,12 +260,27 @@ def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[Ra
         offset = int(round(offsets.get(r, 0.0) * 1000)) + BASE_CLOCK_NS
         tile = lambda name: np.tile(plan.arrays[name], S)  # noqa: E731
         layers_held = tuple(sorted({int(x) for x in plan.arrays["layer_index"] if x >= 0}))
-        timelines.append(RankTimeline(
-            rank=r, kernels=plan.program.kernels, kernel_id=plan.kernel_id, start_ns=start_ns + offset, duration_ns=duration_ns,
-            wait_ns=wait_ns, step=np.repeat(np.arange(S, dtype=np.int32), n_step), region=tile("region"), layer_index=tile("layer_index"),
-            layer_role=tile("layer_role"), micro_batch=tile("micro_batch"), block=tile("block"), collective=ordinal_at[r],
-            step_start_ns=start_ns[firsts] - int(STEP_PREP_US * 500) + offset, step_end_ns=end_ns[firsts + n_step - 1] + offset,
-            layers_held=layers_held, clock_offset_ns=offset - BASE_CLOCK_NS))
+        timelines.append(
+            RankTimeline(
+                rank=r,
+                kernels=plan.program.kernels,
+                kernel_id=plan.kernel_id,
+                start_ns=start_ns + offset,
+                duration_ns=duration_ns,
+                wait_ns=wait_ns,
+                step=np.repeat(np.arange(S, dtype=np.int32), n_step),
+                region=tile("region"),
+                layer_index=tile("layer_index"),
+                layer_role=tile("layer_role"),
+                micro_batch=tile("micro_batch"),
+                block=tile("block"),
+                collective=ordinal_at[r],
+                step_start_ns=start_ns[firsts] - int(STEP_PREP_US * 500) + offset,
+                step_end_ns=end_ns[firsts + n_step - 1] + offset,
+                layers_held=layers_held,
+                clock_offset_ns=offset - BASE_CLOCK_NS,
+            )
+        )
     if _faults(scenario, "partial_capture"):
         timelines = [_cut_edges(t, plans[t.rank].n_step) for t in timelines]
     return timelines, collectives
@@ -231,8 +291,20 @@ def _cut_edges(timeline: RankTimeline, n_step: int, share: float = 0.4) -> RankT
     n = len(timeline.start_ns)
     keep = np.ones(n, dtype=bool)
     keep[: int(n_step * share)] = False
-    keep[n - int(n_step * share):] = False
-    fields = ("kernel_id", "start_ns", "duration_ns", "wait_ns", "step", "region", "layer_index", "layer_role", "micro_batch", "block", "collective")
+    keep[n - int(n_step * share) :] = False
+    fields = (
+        "kernel_id",
+        "start_ns",
+        "duration_ns",
+        "wait_ns",
+        "step",
+        "region",
+        "layer_index",
+        "layer_role",
+        "micro_batch",
+        "block",
+        "collective",
+    )
     for name in fields:
         setattr(timeline, name, getattr(timeline, name)[keep])
     timeline.wait_ns[0] = 0

@@ -4,6 +4,7 @@ Overlap Analysis, flows — with the exporter's quirks (top-level array, ``ts`` 
 Every per-event line is built column-wise in Arrow and streamed out in batches; no Python loop
 runs per event.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,10 +62,15 @@ def _join(*parts) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
-def write_trace_view(path: Path, t: RankTimeline, names: np.ndarray, step_ids: list[int], device: int, host_gaps: list[tuple[int, int]]) -> int:
+def write_trace_view(
+    path: Path, t: RankTimeline, names: np.ndarray, step_ids: list[int], device: int, host_gaps: list[tuple[int, int]]
+) -> int:
     """Write trace_view.json for one rank; ``host_gaps`` are (start_ns, end_ns) host syncs planted by faults."""
     pid = 2_000_000 + t.rank
-    hw, cann, hccl, overlap, freq = (packed_pid(pid, _SORT[k], device) for k in ("Ascend Hardware", "CANN", "HCCL", "Overlap Analysis", "AI Core Freq"))
+    hw, cann, hccl, overlap, freq = (
+        packed_pid(pid, _SORT[k], device)
+        for k in ("Ascend Hardware", "CANN", "HCCL", "Overlap Analysis", "AI Core Freq")
+    )
     writer = JsonArrayWriter(path)
     meta = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Python"}},
@@ -77,7 +83,13 @@ def write_trace_view(path: Path, t: RankTimeline, names: np.ndarray, step_ids: l
         {"ph": "M", "name": "thread_name", "pid": cann, "tid": pid, "args": {"name": f"Thread {pid}"}},
         {"ph": "M", "name": "process_name", "pid": hw, "tid": 0, "args": {"name": "Ascend Hardware"}},
         {"ph": "M", "name": "process_labels", "pid": hw, "tid": 0, "args": {"labels": "NPU"}},
-        {"ph": "M", "name": "process_sort_index", "pid": hw, "tid": 0, "args": {"sort_index": _SORT["Ascend Hardware"]}},
+        {
+            "ph": "M",
+            "name": "process_sort_index",
+            "pid": hw,
+            "tid": 0,
+            "args": {"sort_index": _SORT["Ascend Hardware"]},
+        },
         {"ph": "M", "name": "thread_name", "pid": hw, "tid": 2, "args": {"name": "Stream 2"}},
         {"ph": "M", "name": "thread_sort_index", "pid": hw, "tid": 2, "args": {"sort_index": 2}},
         {"ph": "M", "name": "process_name", "pid": hccl, "tid": 0, "args": {"name": "HCCL"}},
@@ -87,10 +99,19 @@ def write_trace_view(path: Path, t: RankTimeline, names: np.ndarray, step_ids: l
         {"ph": "M", "name": "thread_name", "pid": hccl, "tid": 1, "args": {"name": "Plane 0"}},
         {"ph": "M", "name": "process_name", "pid": overlap, "tid": 0, "args": {"name": "Overlap Analysis"}},
         {"ph": "M", "name": "process_labels", "pid": overlap, "tid": 0, "args": {"labels": "NPU"}},
-        *[{"ph": "M", "name": "thread_name", "pid": overlap, "tid": i, "args": {"name": n}}
-          for i, n in enumerate(("Computing", "Communication", "Communication(Not Overlapped)", "Free"))],
+        *[
+            {"ph": "M", "name": "thread_name", "pid": overlap, "tid": i, "args": {"name": n}}
+            for i, n in enumerate(("Computing", "Communication", "Communication(Not Overlapped)", "Free"))
+        ],
         {"ph": "M", "name": "process_name", "pid": freq, "tid": 0, "args": {"name": "AI Core Freq"}},
-        {"name": "AI Core Freq", "ts": us_text(t.start_ns[:1])[0].as_py(), "pid": freq, "tid": 0, "args": {"MHz": 1800}, "ph": "C"},
+        {
+            "name": "AI Core Freq",
+            "ts": us_text(t.start_ns[:1])[0].as_py(),
+            "pid": freq,
+            "tid": 0,
+            "args": {"MHz": 1800},
+            "ph": "C",
+        },
     ]
     writer.write_objects(meta)
     steps = []
@@ -99,17 +120,61 @@ def write_trace_view(path: Path, t: RankTimeline, names: np.ndarray, step_ids: l
         if in_step.size:
             start = int(t.step_start_ns[ordinal]) - HOST_LEAD_NS
             end = int(t.start_ns[in_step[-1]] + t.duration_ns[in_step[-1]])
-            steps.append({"ph": "X", "name": f"ProfilerStep#{step_id}", "pid": pid, "tid": pid, "ts": us_text(np.array([start]))[0].as_py(),
-                          "dur": round((end - start) / 1000, 3), "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}})
+            steps.append(
+                {
+                    "ph": "X",
+                    "name": f"ProfilerStep#{step_id}",
+                    "pid": pid,
+                    "tid": pid,
+                    "ts": us_text(np.array([start]))[0].as_py(),
+                    "dur": round((end - start) / 1000, 3),
+                    "cat": "cpu_op",
+                    "args": {"Sequence number": -1, "Fwd thread id": 0},
+                }
+            )
     writer.write_objects(steps)
     syncs = []
     for start, end in host_gaps:
         ts = us_text(np.array([start]))[0].as_py()
         dur = round((end - start) / 1000, 3)
-        syncs += [{"ph": "X", "name": "aten::item", "pid": pid, "tid": pid, "ts": ts, "dur": dur, "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}},
-                  {"ph": "X", "name": "aten::_local_scalar_dense", "pid": pid, "tid": pid, "ts": ts, "dur": dur, "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}},
-                  {"name": "AscendCL@aclrtSynchronizeStream", "pid": cann, "tid": pid, "ts": ts, "dur": dur, "ph": "X",
-                   "args": {"Thread Id": pid, "Mode": "ACL_RTS", "level": "acl", "id": "aclrtSynchronizeStream", "item_id": "0", "connection_id": 0}}]
+        syncs += [
+            {
+                "ph": "X",
+                "name": "aten::item",
+                "pid": pid,
+                "tid": pid,
+                "ts": ts,
+                "dur": dur,
+                "cat": "cpu_op",
+                "args": {"Sequence number": -1, "Fwd thread id": 0},
+            },
+            {
+                "ph": "X",
+                "name": "aten::_local_scalar_dense",
+                "pid": pid,
+                "tid": pid,
+                "ts": ts,
+                "dur": dur,
+                "cat": "cpu_op",
+                "args": {"Sequence number": -1, "Fwd thread id": 0},
+            },
+            {
+                "name": "AscendCL@aclrtSynchronizeStream",
+                "pid": cann,
+                "tid": pid,
+                "ts": ts,
+                "dur": dur,
+                "ph": "X",
+                "args": {
+                    "Thread Id": pid,
+                    "Mode": "ACL_RTS",
+                    "level": "acl",
+                    "id": "aclrtSynchronizeStream",
+                    "item_id": "0",
+                    "connection_id": 0,
+                },
+            },
+        ]
     writer.write_objects(syncs)
 
     n = len(t.start_ns)
@@ -129,24 +194,81 @@ def write_trace_view(path: Path, t: RankTimeline, names: np.ndarray, step_ids: l
         host_ts = us_text(t.start_ns[sl] - HOST_LEAD_NS)
         comm = pa.array(is_comm[sl])
         # host op that launched the kernel, and the async_npu flow from it to the device
-        host = _join('{"ph": "X", "name": "aten::', pa.array(types[sl], type=pa.string()), f'", "pid": {pid}, "tid": {pid}, "ts": "', host_ts,
-                     '", "dur": 6.5, "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}}')
-        flow_s = _join('{"ph": "s", "bp": "e", "name": "torch_to_npu", "id": ', flow_id, f', "pid": {pid}, "tid": {pid}, "ts": "', host_ts, '", "cat": "async_npu"}')
+        host = _join(
+            '{"ph": "X", "name": "aten::',
+            pa.array(types[sl], type=pa.string()),
+            f'", "pid": {pid}, "tid": {pid}, "ts": "',
+            host_ts,
+            '", "dur": 6.5, "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}}',
+        )
+        flow_s = _join(
+            '{"ph": "s", "bp": "e", "name": "torch_to_npu", "id": ',
+            flow_id,
+            f', "pid": {pid}, "tid": {pid}, "ts": "',
+            host_ts,
+            '", "cat": "async_npu"}',
+        )
         lane_pid = pc.if_else(comm, pa.scalar(str(hccl)), pa.scalar(str(hw)))
         lane_tid = pc.if_else(comm, pa.scalar("0"), pa.scalar("2"))
-        flow_f = _join('{"ph": "f", "bp": "e", "name": "torch_to_npu", "id": ', flow_id, ', "pid": ', lane_pid, ', "tid": ', lane_tid,
-                       ', "ts": "', ts, '", "cat": "async_npu"}')
-        device = _join('{"name": ', name, f', "pid": {hw}, "tid": 2, "ts": "', ts, '", "dur": ', dur,
-                       ', "args": {"Model Id": 4294967295, "Task Type": "', pa.array(cores[sl], type=pa.string()),
-                       '", "Physic Stream Id": 2, "Task Id": ', pa.array(np.arange(lo, hi) + 30_000).cast(pa.string()),
-                       ', "Batch Id": 0, "Subtask Id": 4294967295, "connection_id": ', conn, '}, "ph": "X"}')
-        op_lane = _join('{"name": ', name, f', "pid": {hccl}, "tid": 0, "ts": "', ts, '", "dur": ', dur,
-                        ', "args": {"connection_id": ', conn, ', "model id": 4294967295, "data_type": "BFP16", "alg_type": "MESH-RING", "count": 1048576}, "ph": "X"}')
-        plane = _join('{"name": "Memcpy", "pid": ', str(hccl), ', "tid": 1, "ts": "', ts, '", "dur": ', dur,
-                      ', "args": {"notify_id": "0", "stream id": 4, "task id": 1, "context id": 0, "task type": "Memcpy", "src rank": 0, "dst rank": 1, '
-                      '"transport type": "SDMA", "size(Byte)": 1048576, "data type": "BFP16", "link type": "HCCS", "model id": 4294967295}, "ph": "X"}')
-        overlap_lane = _join('{"name": ', pc.if_else(comm, pa.scalar('"Communication"'), pa.scalar('"Computing"')), f', "pid": {overlap}, "tid": ',
-                             pc.if_else(comm, pa.scalar("1"), pa.scalar("0")), ', "ts": "', ts, '", "dur": ', dur, ', "ph": "X"}')
+        flow_f = _join(
+            '{"ph": "f", "bp": "e", "name": "torch_to_npu", "id": ',
+            flow_id,
+            ', "pid": ',
+            lane_pid,
+            ', "tid": ',
+            lane_tid,
+            ', "ts": "',
+            ts,
+            '", "cat": "async_npu"}',
+        )
+        device = _join(
+            '{"name": ',
+            name,
+            f', "pid": {hw}, "tid": 2, "ts": "',
+            ts,
+            '", "dur": ',
+            dur,
+            ', "args": {"Model Id": 4294967295, "Task Type": "',
+            pa.array(cores[sl], type=pa.string()),
+            '", "Physic Stream Id": 2, "Task Id": ',
+            pa.array(np.arange(lo, hi) + 30_000).cast(pa.string()),
+            ', "Batch Id": 0, "Subtask Id": 4294967295, "connection_id": ',
+            conn,
+            '}, "ph": "X"}',
+        )
+        op_lane = _join(
+            '{"name": ',
+            name,
+            f', "pid": {hccl}, "tid": 0, "ts": "',
+            ts,
+            '", "dur": ',
+            dur,
+            ', "args": {"connection_id": ',
+            conn,
+            ', "model id": 4294967295, "data_type": "BFP16", "alg_type": "MESH-RING", "count": 1048576}, "ph": "X"}',
+        )
+        plane = _join(
+            '{"name": "Memcpy", "pid": ',
+            str(hccl),
+            ', "tid": 1, "ts": "',
+            ts,
+            '", "dur": ',
+            dur,
+            ', "args": {"notify_id": "0", "stream id": 4, "task id": 1, "context id": 0, "task type": "Memcpy", '
+            '"src rank": 0, "dst rank": 1, "transport type": "SDMA", "size(Byte)": 1048576, "data type": "BFP16", '
+            '"link type": "HCCS", "model id": 4294967295}, "ph": "X"}',
+        )
+        overlap_lane = _join(
+            '{"name": ',
+            pc.if_else(comm, pa.scalar('"Communication"'), pa.scalar('"Computing"')),
+            f', "pid": {overlap}, "tid": ',
+            pc.if_else(comm, pa.scalar("1"), pa.scalar("0")),
+            ', "ts": "',
+            ts,
+            '", "dur": ',
+            dur,
+            ', "ph": "X"}',
+        )
         comm_rows = pa.array(np.flatnonzero(is_comm[sl]))
         writer.write(host)
         writer.write(flow_s)
@@ -160,6 +282,14 @@ def write_trace_view(path: Path, t: RankTimeline, names: np.ndarray, step_ids: l
         if free_rows.size:
             free_ts = us_text(t.start_ns[sl][free_rows] - gap[free_rows])
             free_dur = pa.array(np.round(gap[free_rows] / 1000, 3)).cast(pa.string())
-            writer.write(_join(f'{{"name": "Free", "pid": {overlap}, "tid": 3, "ts": "', free_ts, '", "dur": ', free_dur, ', "ph": "X"}'))
+            writer.write(
+                _join(
+                    f'{{"name": "Free", "pid": {overlap}, "tid": 3, "ts": "',
+                    free_ts,
+                    '", "dur": ',
+                    free_dur,
+                    ', "ph": "X"}',
+                )
+            )
     writer.close()
     return n

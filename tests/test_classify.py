@@ -1,4 +1,5 @@
 """classify: blocks, classes, anatomy and anomaly tags, checked against planted structure and faults."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import PYTORCH_DATA, QWEN_TRAINING, analyze_scenarios
+
 from npuprof.pipeline.runner import StageWindow, analyze
 from npuprof.synth import SCENARIOS
 
@@ -32,7 +33,9 @@ def test_blocks_partition_every_layer_into_attention_then_ffn_or_moe(analyzed, n
     kinds = per_layer["block_kind"].agg("->".join)
     roles = layers.set_index(["rank_id", "step_ordinal", "layer_ordinal"])["layer_role"]
     for key, sequence in kinds.items():
-        assert sequence == (f"attention->{expected_rest}" if roles[key] != "backward" else f"{expected_rest}->attention"), (key, sequence)
+        assert sequence == (
+            f"attention->{expected_rest}" if roles[key] != "backward" else f"{expected_rest}->attention"
+        ), (key, sequence)
     span = per_layer.agg(lo=("pos_start", "min"), hi=("pos_end", "max"), events=("event_count", "sum"))
     merged = layers.set_index(["rank_id", "step_ordinal", "layer_ordinal"]).join(span)
     assert (merged["lo"] == merged["pos_start"]).all() and (merged["hi"] == merged["pos_end"]).all()
@@ -79,7 +82,10 @@ def test_partial_steps_carry_the_boundary_tag_and_anatomy_partitions_each_step(a
     partial = steps[steps["anomaly_tags"].fillna("").str.contains("PARTIAL_CAPTURE_BOUNDARY")]
     assert set(partial["step_id"]) == set(truth["ranks"]["0"]["partial_steps"])
     per_step = anatomy.groupby(["rank_id", "step_ordinal"])["event_count"].sum()
-    assert (per_step.to_numpy() == steps.set_index(["rank_id", "step_ordinal"]).loc[per_step.index, "event_count"].to_numpy()).all()
+    assert (
+        per_step.to_numpy()
+        == steps.set_index(["rank_id", "step_ordinal"]).loc[per_step.index, "event_count"].to_numpy()
+    ).all()
     assert set(anatomy["window"]) == {"head", "main", "tail"}
 
 

@@ -1,4 +1,5 @@
 """Discovery: which dirs are ranks, which rank ids they get, and which inputs are refused."""
+
 from __future__ import annotations
 
 import json
@@ -6,15 +7,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import PYTORCH_DATA, QWEN_TRAINING, SERVER_DATA, copy_sample
+
 from npuprof.pipeline.errors import BadInput, ManifestNotOk
 from npuprof.pipeline.sources.discovery import discover
 
 KERNEL_CSV = PYTORCH_DATA / "text" / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
 
 
-def make_rank(parent: Path, dirname: str, *, info_name: str | None = None, info: dict | None = None, metadata: dict | None = None) -> Path:
+def make_rank(
+    parent: Path, dirname: str, *, info_name: str | None = None, info: dict | None = None, metadata: dict | None = None
+) -> Path:
     rank_dir = parent / dirname
     (rank_dir / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     shutil.copy(KERNEL_CSV, rank_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
@@ -57,7 +60,13 @@ def test_rank_id_from_dir_name_patterns(tmp_path, dirname, expected):
 
 
 def test_rank_id_from_dp_pp_tp_dir_name_uses_parallel_sizes_from_metadata(tmp_path):
-    sizes = {"distributed_args": {"tensor_model_parallel_size": 2, "data_parallel_size": 2, "pipeline_model_parallel_size": 2}}
+    sizes = {
+        "distributed_args": {
+            "tensor_model_parallel_size": 2,
+            "data_parallel_size": 2,
+            "pipeline_model_parallel_size": 2,
+        }
+    }
     make_rank(tmp_path, "dp1_pp1_tp0", metadata=sizes)
     inputs = discover(tmp_path)
     # Megatron order: tp fastest, then dp, then pp → 1*4 + 1*2 + 0
@@ -68,7 +77,10 @@ def test_rank_id_falls_back_to_ordinal(tmp_path):
     make_rank(tmp_path, "alpha")
     make_rank(tmp_path, "beta")
     inputs = discover(tmp_path)
-    assert [(r.rank_id, r.rank_id_from, Path(r.rank_dir).name) for r in inputs.ranks] == [(0, "ordinal", "alpha"), (1, "ordinal", "beta")]
+    assert [(r.rank_id, r.rank_id_from, Path(r.rank_dir).name) for r in inputs.ranks] == [
+        (0, "ordinal", "alpha"),
+        (1, "ordinal", "beta"),
+    ]
 
 
 def test_two_dirs_with_one_rank_id_is_an_error_naming_both(tmp_path):
@@ -101,7 +113,11 @@ def test_collection_manifest_ok_resolves_profile_root(tmp_path):
 
 def test_collection_manifest_falls_back_to_remote_profile_root(tmp_path):
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"analysis_status": "ok", "profile_root": "/nonexistent/x", "remote_profile_root": str(QWEN_TRAINING)}))
+    manifest.write_text(
+        json.dumps(
+            {"analysis_status": "ok", "profile_root": "/nonexistent/x", "remote_profile_root": str(QWEN_TRAINING)}
+        )
+    )
     assert discover(manifest).root == str(QWEN_TRAINING)
 
 

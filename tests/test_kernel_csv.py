@@ -1,4 +1,5 @@
 """kernel_details.csv and op_summary csv: every real header variant reads, exactly."""
+
 from __future__ import annotations
 
 import csv
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
-
 from conftest import MSTT, PYTORCH_DATA, QWEN_TRAINING, SAMPLES, SERVER_DATA
+
 from npuprof.pipeline.sources.kernel_csv import read_kernel_csv
 
 ALL_KERNEL_CSVS = sorted(SAMPLES.rglob("kernel_details.csv")) + sorted(SAMPLES.rglob("op_summary*.csv"))

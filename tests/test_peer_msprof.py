@@ -2,6 +2,7 @@
 
 The tool exits 0 even when it fails, so these tests check its output files and its log.
 """
+
 from __future__ import annotations
 
 import csv
@@ -19,7 +20,9 @@ from npuprof.synth import SCENARIOS, generate
 pytestmark = pytest.mark.peer
 
 PEER_VERSION = "26.2.0"
-PEER_VENV = Path(os.environ.get("NPUPROF_PEER_VENV", Path.home() / ".cache" / "npuprof" / f"msprof-analyze-{PEER_VERSION}"))
+PEER_VENV = Path(
+    os.environ.get("NPUPROF_PEER_VENV", Path.home() / ".cache" / "npuprof" / f"msprof-analyze-{PEER_VERSION}")
+)
 
 
 @pytest.fixture(scope="session")
@@ -27,13 +30,19 @@ def msprof_analyze() -> Path:
     exe = PEER_VENV / "bin" / "msprof-analyze"
     if not exe.exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-        subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", f"msprof-analyze=={PEER_VERSION}"], check=True, timeout=900)
+        subprocess.run(
+            [str(PEER_VENV / "bin" / "pip"), "install", "-q", f"msprof-analyze=={PEER_VERSION}"],
+            check=True,
+            timeout=900,
+        )
     return exe
 
 
 def run_cluster(exe: Path, root: Path, mode: str = "all", export_type: str | None = "text") -> str:
     """Run ``msprof-analyze cluster``; ``export_type=None`` keeps the tool's default (db)."""
-    command = [str(exe), "cluster", "-d", str(root), "-m", mode] + (["--export_type", export_type] if export_type else [])
+    command = [str(exe), "cluster", "-d", str(root), "-m", mode] + (
+        ["--export_type", export_type] if export_type else []
+    )
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=root.parent)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout + proc.stderr
@@ -41,7 +50,11 @@ def run_cluster(exe: Path, root: Path, mode: str = "all", export_type: str | Non
 
 def problems(log: str) -> list[str]:
     """WARNING / ERROR lines other than the tool's note about running as root."""
-    return [line for line in log.splitlines() if re.search(r"\[(WARNING|ERROR)\]", line) and "Do not run this tool as root" not in line]
+    return [
+        line
+        for line in log.splitlines()
+        if re.search(r"\[(WARNING|ERROR)\]", line) and "Do not run this tool as root" not in line
+    ]
 
 
 def planted_groups(root: Path) -> dict[str, set[tuple[int, ...]]]:
@@ -54,7 +67,9 @@ def planted_groups(root: Path) -> dict[str, set[tuple[int, ...]]]:
     return groups
 
 
-@pytest.mark.parametrize("name", ["clean", "slow_rank", "ep_imbalance", "partial_capture", "mixed", "slow_link", "pipeline_parallel"])
+@pytest.mark.parametrize(
+    "name", ["clean", "slow_rank", "ep_imbalance", "partial_capture", "mixed", "slow_link", "pipeline_parallel"]
+)
 def test_msprof_analyze_accepts_text_roots(msprof_analyze, tmp_path, name):
     root = Path(generate(tmp_path / name, name, seed=1)["root"])
     log = run_cluster(msprof_analyze, root)
@@ -73,7 +88,9 @@ def test_msprof_analyze_accepts_text_roots(msprof_analyze, tmp_path, name):
     assert {"DP Index", "PP Index", "TP Index"} <= set(rows[0])  # distributed_args were consistent
     stage_rows = {r["Index"] for r in rows if r["Type"] == "stage"}
     if sc.pp > 1:  # the vendor finds the pipeline stages from the pp groups
-        assert stage_rows == {str(tuple(range(s * sc.ranks // sc.pp, (s + 1) * sc.ranks // sc.pp))) for s in range(sc.pp)}
+        assert stage_rows == {
+            str(tuple(range(s * sc.ranks // sc.pp, (s + 1) * sc.ranks // sc.pp))) for s in range(sc.pp)
+        }
 
     communication = json.loads((out / "cluster_communication.json").read_text())
     for members in collective:
@@ -120,7 +137,9 @@ def test_vendor_all_mode_reads_the_db_export(msprof_analyze, tmp_path):
     import sqlite3
 
     root = Path(generate(tmp_path / "alldb", "mixed", seed=1, export="db")["root"])
-    log = run_cluster(msprof_analyze, root, "all", export_type=None)  # db output: text would split the group map (spec §4)
+    log = run_cluster(
+        msprof_analyze, root, "all", export_type=None
+    )  # db output: text would split the group map (spec §4)
     assert not problems(log), problems(log)
     con = sqlite3.connect(root / "cluster_analysis_output" / "cluster_analysis.db")
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}

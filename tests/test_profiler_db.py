@@ -1,4 +1,5 @@
 """Profiler sqlite exports: schema 1.0.0 (samples), 1.2.0 (newer CANN), msprof dbs; never written to."""
+
 from __future__ import annotations
 
 import hashlib
@@ -6,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from conftest import PYTORCH_DATA, SAMPLES, SERVER_DATA
+
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.profiler_db import connect_readonly, probe, read_profiler_db
 
@@ -17,7 +18,9 @@ PROFILER_DBS = sorted(p for p in SAMPLES.rglob("*.db") if p.name != "analysis.db
 def independent_counts(path: Path) -> tuple[int, int]:
     """compute rows (COMPUTE_TASK_INFO ⋈ TASK) and communication rows, counted straight in sqlite."""
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    compute = con.execute("SELECT COUNT(*) FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId").fetchone()[0]
+    compute = con.execute(
+        "SELECT COUNT(*) FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId"
+    ).fetchone()[0]
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     comm = con.execute("SELECT COUNT(*) FROM COMMUNICATION_OP").fetchone()[0] if "COMMUNICATION_OP" in tables else 0
     con.close()
@@ -43,7 +46,11 @@ def test_sample_dbs_are_schema_1_0_0_and_probe_clean():
 
 
 def _digest_tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_reading_the_samples_changes_no_file_and_creates_no_wal_or_shm(cli, tmp_path):
@@ -57,12 +64,18 @@ def test_reading_the_samples_changes_no_file_and_creates_no_wal_or_shm(cli, tmp_
 
 
 def test_pmu_metrics_pivot_into_pipeline_columns_in_microseconds():
-    path = PYTORCH_DATA / "db" / "level2" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    path = (
+        PYTORCH_DATA / "db" / "level2" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    )
     table, _ = read_profiler_db(path)
     con = connect_readonly(path)
-    ids = dict(con.execute("SELECT value, id FROM STRING_IDS WHERE value IN ('aiv_total_time', 'aiv_mte2_time')").fetchall())
+    ids = dict(
+        con.execute("SELECT value, id FROM STRING_IDS WHERE value IN ('aiv_total_time', 'aiv_mte2_time')").fetchall()
+    )
     first_key = table.column("source_row_key")[0].as_py()
-    aiv_ns = con.execute("SELECT value FROM TASK_PMU_INFO WHERE globalTaskId = ? AND name = ?", (first_key, ids["aiv_total_time"])).fetchone()[0]
+    aiv_ns = con.execute(
+        "SELECT value FROM TASK_PMU_INFO WHERE globalTaskId = ? AND name = ?", (first_key, ids["aiv_total_time"])
+    ).fetchone()[0]
     con.close()
     assert table.column("aiv_time_us")[0].as_py() == pytest.approx(aiv_ns / 1000)
     comm = [i for i, n in enumerate(table.column("name").to_pylist()) if n.startswith("hcom_")]
@@ -70,14 +83,18 @@ def test_pmu_metrics_pivot_into_pipeline_columns_in_microseconds():
 
 
 def test_level0_db_without_pmu_has_null_pipeline_not_zero():
-    path = PYTORCH_DATA / "db" / "level0" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    path = (
+        PYTORCH_DATA / "db" / "level0" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    )
     table, facts = read_profiler_db(path)
     assert "aicore_time_us" not in table.column_names  # normalize fills it with nulls
     assert any("TASK_PMU_INFO" in n for n in facts["notes"])
 
 
 def test_step_ids_come_from_step_time():
-    path = PYTORCH_DATA / "db" / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    path = (
+        PYTORCH_DATA / "db" / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    )
     table, _ = read_profiler_db(path)
     assert set(table.column("step_id").to_pylist()) == {50}
 
@@ -96,19 +113,23 @@ def make_schema_1_2_0_db(path: Path) -> None:
             (13, 'FlashAttentionScore'), (14, 'MIX_AIC');
         CREATE TABLE TASK (startNs INTEGER, endNs INTEGER, deviceId INTEGER, connectionId INTEGER, globalTaskId INTEGER,
             globalPid INTEGER, taskType INTEGER, contextId INTEGER, streamId INTEGER, taskId INTEGER, modelId INTEGER);
-        INSERT INTO TASK VALUES (1000000000000000100, 1000000000000005100, 3, 1, 500, 0, 2, 4294967295, 7, 41, 4294967295),
-                                (1000000000000006000, 1000000000000016000, 3, 2, 501, 0, 14, 4294967295, 7, 42, 4294967295);
+        INSERT INTO TASK VALUES
+            (1000000000000000100, 1000000000000005100, 3, 1, 500, 0, 2, 4294967295, 7, 41, 4294967295),
+            (1000000000000006000, 1000000000000016000, 3, 2, 501, 0, 14, 4294967295, 7, 42, 4294967295);
         CREATE TABLE COMPUTE_TASK_INFO (name INTEGER, globalTaskId INTEGER, blockNum INTEGER, mixBlockNum INTEGER,
             taskType INTEGER, opType INTEGER, inputFormats INTEGER, inputDataTypes INTEGER, inputShapes INTEGER,
-            outputFormats INTEGER, outputDataTypes INTEGER, outputShapes INTEGER, opState INTEGER, hf32Eligible INTEGER);
-        INSERT INTO COMPUTE_TASK_INFO VALUES (1, 500, 20, 0, 2, 3, 4, 5, 6, 4, 5, 6, 7, 8),
-                                             (13, 501, 24, 48, 14, 13, 4, 5, 6, 4, 5, 6, 7, 8);
+            outputFormats INTEGER, outputDataTypes INTEGER, outputShapes INTEGER, opState INTEGER,
+            hf32Eligible INTEGER);
+        INSERT INTO COMPUTE_TASK_INFO VALUES
+            (1, 500, 20, 0, 2, 3, 4, 5, 6, 4, 5, 6, 7, 8), (13, 501, 24, 48, 14, 13, 4, 5, 6, 4, 5, 6, 7, 8);
         CREATE TABLE TASK_PMU_INFO (globalTaskId INTEGER, name INTEGER, value NUMERIC);
         INSERT INTO TASK_PMU_INFO VALUES (1, 11, 4500), (1, 12, 3000), (2, 11, 9000);
         CREATE TABLE COMMUNICATION_OP (opName INTEGER, startNs INTEGER, endNs INTEGER, connectionId INTEGER,
-            groupName INTEGER, opId INTEGER PRIMARY KEY, relay INTEGER, retry INTEGER, dataType INTEGER, algType INTEGER,
+            groupName INTEGER, opId INTEGER PRIMARY KEY, relay INTEGER, retry INTEGER, dataType INTEGER,
+            algType INTEGER,
             count NUMERIC, opType INTEGER, deviceId INTEGER);
-        INSERT INTO COMMUNICATION_OP VALUES (9, 1000000000000005500, 1000000000000005900, 3, 0, 77, 0, 0, 4, 0, 1024, 10, 3);
+        INSERT INTO COMMUNICATION_OP VALUES
+            (9, 1000000000000005500, 1000000000000005900, 3, 0, 77, 0, 0, 4, 0, 1024, 10, 3);
         """
     )
     con.commit()
@@ -122,7 +143,11 @@ def test_schema_1_2_0_columns_map_onto_the_same_fields(tmp_path):
     assert checked.ok and checked.schema_version == "1.2.0"
     table, _ = read_profiler_db(path)
     rows = table.to_pylist()
-    assert [r["name"] for r in rows] == ["aclnnMatmul_MatMulV3_MatMulV3", "hcom_allReduce__123_0_1", "FlashAttentionScore"]
+    assert [r["name"] for r in rows] == [
+        "aclnnMatmul_MatMulV3_MatMulV3",
+        "hcom_allReduce__123_0_1",
+        "FlashAttentionScore",
+    ]
     matmul, hccl, fa = rows
     assert matmul["block_dim"] == 20 and matmul["op_state"] == "dynamic" and matmul["hf32_eligible"] == "NO"
     assert matmul["input_shapes"] == "4096,512;512,1024"

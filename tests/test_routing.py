@@ -1,4 +1,5 @@
 """Queue routing by storage: a root goes to the queue of the storage (path prefix) that holds it."""
+
 from __future__ import annotations
 
 from npuprof.workers import settings

@@ -1,4 +1,5 @@
 """Kernel categorisation and op_type on real kernel names."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,11 +8,26 @@ from npuprof.pipeline.signatures import classify_kernel, op_type_of_core
 
 # (Name, Type, Accelerator Core) as they appear in real captures -> categories that must be present.
 CURATED = [
-    ("aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore", "FlashAttentionScore", "MIX_AIC", {"attention.flash_score"}),
-    ("aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad", "FlashAttentionScoreGrad", "MIX_AIC", {"attention.flash_score", "training.backward"}),
+    (
+        "aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore",
+        "FlashAttentionScore",
+        "MIX_AIC",
+        {"attention.flash_score"},
+    ),
+    (
+        "aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad",
+        "FlashAttentionScoreGrad",
+        "MIX_AIC",
+        {"attention.flash_score", "training.backward"},
+    ),
     ("FusedInferAttentionScore", "FusedInferAttentionScore", "MIX_AIC", {"attention.flash_score"}),
     ("MlaPrologV2", "MlaPrologV2", "MIX_AIC", {"attention.mla", "attention.mla.preprocess"}),
-    ("KvRmsNormRopeCache", "KvRmsNormRopeCache", "AI_VECTOR_CORE", {"attention.mla.kv_norm_rope_cache", "attention.rope"}),
+    (
+        "KvRmsNormRopeCache",
+        "KvRmsNormRopeCache",
+        "AI_VECTOR_CORE",
+        {"attention.mla.kv_norm_rope_cache", "attention.rope"},
+    ),
     ("SparseFlashAttention", "SparseFlashAttention", "MIX_AIC", {"attention.sparse_sharedkv"}),
     ("LightningIndexer", "LightningIndexer", "MIX_AIC", {"attention.lightning_indexer"}),
     ("aclnnMatmul_MatMulV3Common_MatMulV3", "MatMulV3", "AI_CORE", {"compute.matmul"}),
@@ -25,12 +41,27 @@ CURATED = [
     ("RmsNormGrad", "RmsNormGrad", "MIX_AIV", {"normalization", "training.backward"}),
     ("aclnnSwiGlu_SwiGlu_SwiGlu", "SwiGlu", "AI_VECTOR_CORE", {"ffn.activation"}),
     ("SwiGluGrad", "SwiGluGrad", "AI_VECTOR_CORE", {"ffn.activation", "training.backward"}),
-    ("aclnnRotaryPositionEmbedding_RotaryPositionEmbedding", "RotaryPositionEmbedding", "AI_VECTOR_CORE", {"attention.rope"}),
+    (
+        "aclnnRotaryPositionEmbedding_RotaryPositionEmbedding",
+        "RotaryPositionEmbedding",
+        "AI_VECTOR_CORE",
+        {"attention.rope"},
+    ),
     ("ApplyAdamWV2", "ApplyAdamWV2", "AI_VECTOR_CORE", {"optimizer.update"}),
     ("EmbeddingDenseGradV2", "EmbeddingDenseGradV2", "MIX_AIV", {"embedding", "training.backward"}),
     ("hcom_allReduce__586_0_1", "hcom_allReduce_", "HCCL", {"communication.collective", "communication.allreduce"}),
-    ("hcom_reduceScatter__170_2_1", "hcom_reduceScatter_", "COMMUNICATION", {"communication.collective", "communication.reducescatter"}),
-    ("hcom_allGather__170_3_1", "hcom_allGather_", "COMMUNICATION", {"communication.collective", "communication.allgather"}),
+    (
+        "hcom_reduceScatter__170_2_1",
+        "hcom_reduceScatter_",
+        "COMMUNICATION",
+        {"communication.collective", "communication.reducescatter"},
+    ),
+    (
+        "hcom_allGather__170_3_1",
+        "hcom_allGather_",
+        "COMMUNICATION",
+        {"communication.collective", "communication.allgather"},
+    ),
     ("hcom_broadcast__483_0", "hcom_broadcast_", "HCCL", {"communication.broadcast", "communication.collective"}),
     ("hcom_batchSendRecv__128_3_1", "hcom_batchSendRecv_", "COMMUNICATION", {"communication.p2p"}),
     ("ArgMaxWithValue", "ArgMaxWithValue", "AI_VECTOR_CORE", {"sampling.argmax"}),
@@ -62,9 +93,21 @@ def test_broadcast_compute_kernel_is_not_communication():
 
 @pytest.mark.parametrize(
     "core, op_type",
-    [("AI_CORE", "aic"), ("AI_VECTOR_CORE", "aiv"), ("MIX_AIC", "mix_cv"), ("MIX_AIV", "mix_cv"), ("HCCL", "communication"),
-     ("COMMUNICATION", "communication"), ("AI_CPU", "aicpu"), ("DSA_SQE", "dsa"), (None, "unknown"), ("N/A", "unknown"),
-     ("SOMETHING_MIX_NEW", "mix_cv"), ("NEW_VECTOR", "aiv"), ("FUTURE_CORE", "aic")],
+    [
+        ("AI_CORE", "aic"),
+        ("AI_VECTOR_CORE", "aiv"),
+        ("MIX_AIC", "mix_cv"),
+        ("MIX_AIV", "mix_cv"),
+        ("HCCL", "communication"),
+        ("COMMUNICATION", "communication"),
+        ("AI_CPU", "aicpu"),
+        ("DSA_SQE", "dsa"),
+        (None, "unknown"),
+        ("N/A", "unknown"),
+        ("SOMETHING_MIX_NEW", "mix_cv"),
+        ("NEW_VECTOR", "aiv"),
+        ("FUTURE_CORE", "aic"),
+    ],
 )
 def test_op_type_from_accelerator_core(core, op_type):
     assert op_type_of_core(core) == op_type

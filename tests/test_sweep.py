@@ -1,4 +1,5 @@
 """Local sweep: roots found and folded, each analyzed alone, failures isolated, rollup from the archive."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample
+
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
 from npuprof.synth import generate
 
@@ -40,7 +41,10 @@ def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root,
     assert run.returncode == 0, run.stderr
     summary = run.result
     assert summary["status"] == "partial" and summary["status_counts"] == {"ok": 4, "failed": 1}
-    assert summary["failed_roots"][0]["root"].endswith("team_b/broken") and "Start Time(us)" in summary["failed_roots"][0]["error"]
+    assert (
+        summary["failed_roots"][0]["root"].endswith("team_b/broken")
+        and "Start Time(us)" in summary["failed_roots"][0]["error"]
+    )
     rollup = pd.read_csv(out / "sweep_class_rollup.csv")
     assert len(rollup) == 5 and rollup["slug"].is_unique
     row = rollup.set_index(rollup["root"].str.rsplit("/", n=2).str[-2:].str.join("/"))
@@ -49,7 +53,10 @@ def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root,
     assert pd.isna(row.loc["team_a/cnn_level1", "layers_per_pass"])  # no transformer layers: nothing invented
     # the planted slow rank shows as all-reduce rank skew: its peers wait, it does not
     assert row.loc["team_b/slow", "hccl_top_kind"] == "allreduce"
-    assert row.loc["team_b/slow", "hccl_top_kind_rank_skew_ratio"] > 5 * row.loc["team_b/clean", "hccl_top_kind_rank_skew_ratio"]
+    assert (
+        row.loc["team_b/slow", "hccl_top_kind_rank_skew_ratio"]
+        > 5 * row.loc["team_b/clean", "hccl_top_kind_rank_skew_ratio"]
+    )
     assert not list(out.glob(".*work*")), "no half-written root dir is left behind"
     assert json.loads((out / "sweep_summary.json").read_text())["status_counts"] == {"ok": 4, "failed": 1}
 
@@ -61,7 +68,9 @@ def test_reuse_existing_skips_finished_roots_and_limit_caps(cli, search_root, tm
     run = cli("sweep", "--search-root", str(search_root), "-o", str(out), "--reuse-existing", "--progress", "none")
     assert run.result["reused_roots"] == 4  # the broken root is retried, the 4 finished ones are not
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/manifest.json")} == manifests
-    limited = cli("sweep", "--search-root", str(search_root), "-o", str(tmp_path / "two"), "--limit", "2", "--progress", "none")
+    limited = cli(
+        "sweep", "--search-root", str(search_root), "-o", str(tmp_path / "two"), "--limit", "2", "--progress", "none"
+    )
     assert limited.result["root_count"] == 2
 
 

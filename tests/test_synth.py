@@ -1,4 +1,5 @@
 """synth: every scenario generates, the physics hold, and planted faults have their planted size."""
+
 from __future__ import annotations
 
 import csv
@@ -26,7 +27,11 @@ def truth(root: Path) -> dict:
 
 
 def kernel_rows(root: Path, rank: int) -> pd.DataFrame:
-    path = next(root.glob(f"*_ascend_pt/profiler_info_{rank}.json")).parent / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    path = (
+        next(root.glob(f"*_ascend_pt/profiler_info_{rank}.json")).parent
+        / "ASCEND_PROFILER_OUTPUT"
+        / "kernel_details.csv"
+    )
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     frame["start_ns"] = frame["Start Time(us)"].str.strip().str.replace(".", "", regex=False).astype("int64")
     frame["dur_us"] = frame["Duration(us)"].astype(float)
@@ -35,14 +40,19 @@ def kernel_rows(root: Path, rank: int) -> pd.DataFrame:
 
 
 def comm_json(root: Path, rank: int, name: str = "communication.json") -> dict:
-    return json.loads((next(root.glob(f"*_ascend_pt/profiler_info_{rank}.json")).parent / "ASCEND_PROFILER_OUTPUT" / name).read_text())
+    return json.loads(
+        (next(root.glob(f"*_ascend_pt/profiler_info_{rank}.json")).parent / "ASCEND_PROFILER_OUTPUT" / name).read_text()
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_every_scenario_generates_a_root_npuprof_reads_whole(roots, tmp_path, name):
     root = roots[name]
     gt = truth(root)
-    assert gt["scenario"] == name and gt["faults"] == [f.as_dict() | ({"step_ids": gt["faults"][i]["step_ids"]} if "step_ids" in gt["faults"][i] else {}) for i, f in enumerate(SCENARIOS[name].faults)]
+    assert gt["scenario"] == name and gt["faults"] == [
+        f.as_dict() | ({"step_ids": gt["faults"][i]["step_ids"]} if "step_ids" in gt["faults"][i] else {})
+        for i, f in enumerate(SCENARIOS[name].faults)
+    ]
     assert set(gt["ranks"]) == {str(r) for r in range(SCENARIOS[name].ranks)}
     for key in ("step_ids", "complete_steps", "expected_findings", "unexpected_findings", "model", "workload"):
         assert key in gt
@@ -72,7 +82,9 @@ def test_collectives_end_together_and_early_ranks_wait(roots):
     frames = {r: kernel_rows(root, r) for r in range(4)}
     hcom = {r: f[f["Name"].str.startswith("hcom_")].set_index("Name") for r, f in frames.items()}
     names = hcom[0].index
-    assert all(list(h.index) == list(names) for h in hcom.values()), "a collective has the same op sequence on every rank"
+    assert all(list(h.index) == list(names) for h in hcom.values()), (
+        "a collective has the same op sequence on every rank"
+    )
     ends = np.array([hcom[r].loc[names, "end_ns"].to_numpy() for r in range(4)])
     assert (ends.max(axis=0) - ends.min(axis=0)).max() < 5_000  # within 5 µs
     durations = np.array([hcom[r].loc[names, "dur_us"].to_numpy() for r in range(4)])
@@ -175,7 +187,9 @@ def test_pipeline_fields_add_up_and_fit_in_the_duration(roots, tmp_path):
     analyze(roots["clean"], tmp_path / "o", jobs=1)
     events = Analysis(tmp_path / "o").events()
     compute = events[events["op_type"].isin(["aic", "aiv", "mix_cv"])]
-    aic_stages = compute[["aic_mac_time_us", "aic_mte1_time_us", "aic_mte2_time_us", "aic_fixpipe_time_us", "aic_scalar_time_us"]].sum(axis=1)
+    aic_stages = compute[
+        ["aic_mac_time_us", "aic_mte1_time_us", "aic_mte2_time_us", "aic_fixpipe_time_us", "aic_scalar_time_us"]
+    ].sum(axis=1)
     aiv_stages = compute[["aiv_vec_time_us", "aiv_mte2_time_us", "aiv_mte3_time_us", "aiv_scalar_time_us"]].sum(axis=1)
     assert (aic_stages <= compute["aicore_time_us"] + 0.01).all()
     assert (aiv_stages <= compute["aiv_time_us"] + 0.01).all()
@@ -190,8 +204,21 @@ def test_synthetic_kernels_classify_like_real_ones(roots, tmp_path):
     analyze(roots["clean"], tmp_path / "dense", jobs=1)
     moe = set(Analysis(tmp_path / "moe").events()["categories"].explode().dropna())
     dense = set(Analysis(tmp_path / "dense").events()["categories"].explode().dropna())
-    assert {"attention.mla", "moe.gating", "moe.expert_matmul", "communication.alltoallv", "optimizer.update", "training.backward"} <= moe
-    assert {"attention.flash_score", "ffn.activation", "normalization", "attention.rope", "communication.allreduce"} <= dense
+    assert {
+        "attention.mla",
+        "moe.gating",
+        "moe.expert_matmul",
+        "communication.alltoallv",
+        "optimizer.update",
+        "training.backward",
+    } <= moe
+    assert {
+        "attention.flash_score",
+        "ffn.activation",
+        "normalization",
+        "attention.rope",
+        "communication.allreduce",
+    } <= dense
     inference = Analysis(tmp_path / "moe_inf").events()
     assert set(inference.loc[inference["type"].str.startswith("MoeDistribute"), "op_type"]) == {"mix_comm_aiv"}
 
@@ -200,7 +227,10 @@ def test_training_steps_hold_forward_and_backward_layers_per_micro_batch(roots):
     root = roots["clean"]
     gt = truth(root)
     sc = SCENARIOS["clean"]
-    assert gt["ranks"]["0"]["layer_instances_per_complete_step"] == {"forward": sc.layers * sc.micro_batches, "backward": sc.layers * sc.micro_batches}
+    assert gt["ranks"]["0"]["layer_instances_per_complete_step"] == {
+        "forward": sc.layers * sc.micro_batches,
+        "backward": sc.layers * sc.micro_batches,
+    }
     frame = kernel_rows(root, 0)
     step = frame[frame["Step Id"] == str(gt["complete_steps"][0])]
     assert (step["Type"] == "FlashAttentionScore").sum() == sc.layers * sc.micro_batches
@@ -232,9 +262,15 @@ def test_db_and_text_exports_of_one_root_normalize_to_the_same_events(tmp_path):
     analyze(root, tmp_path / "csv", jobs=1, options=AnalyzeOptions(source="csv"))
     db = Analysis(tmp_path / "db").events().sort_values(["rank_id", "start_ns"]).reset_index(drop=True)
     text = Analysis(tmp_path / "csv").events().sort_values(["rank_id", "start_ns"]).reset_index(drop=True)
-    assert {r["source_kind"] for r in Analysis(tmp_path / "db").manifest("normalize")["rank_summaries"]} == {"profiler_db"}
+    assert {r["source_kind"] for r in Analysis(tmp_path / "db").manifest("normalize")["rank_summaries"]} == {
+        "profiler_db"
+    }
     for column in ("name", "type", "accelerator_core", "op_type", "start_ns", "duration_ns", "step_id", "input_shapes"):
-        pd.testing.assert_series_equal(db[column].astype(object).where(db[column].notna(), None), text[column].astype(object).where(text[column].notna(), None), check_names=False)
+        pd.testing.assert_series_equal(
+            db[column].astype(object).where(db[column].notna(), None),
+            text[column].astype(object).where(text[column].notna(), None),
+            check_names=False,
+        )
     for column in ("aicore_time_us", "aiv_time_us", "aic_mac_time_us", "aiv_mte2_time_us", "block_dim"):
         np.testing.assert_allclose(db[column].astype(float), text[column].astype(float), rtol=1e-9, equal_nan=True)
 
@@ -250,7 +286,14 @@ def test_trace_view_is_a_chrome_trace_with_the_exporter_quirks(roots):
     timed = [e for e in events if "ts" in e]
     assert all(isinstance(e["ts"], str) and len(e["ts"].split(".")[1]) == 3 for e in timed)
     kernels = kernel_rows(root, fault["ranks"][0])
-    device = [e for e in events if e["ph"] == "X" and e["pid"] in (processes["Ascend Hardware"], processes["HCCL"]) and e.get("tid") in (0, 2) and e["name"] != "Memcpy"]
+    device = [
+        e
+        for e in events
+        if e["ph"] == "X"
+        and e["pid"] in (processes["Ascend Hardware"], processes["HCCL"])
+        and e.get("tid") in (0, 2)
+        and e["name"] != "Memcpy"
+    ]
     assert sorted(e["ts"] for e in device) == sorted(kernels["Start Time(us)"].str.strip())
     starts = {e["id"] for e in events if e["ph"] == "s" and e.get("cat") == "async_npu"}
     finishes = {e["id"] for e in events if e["ph"] == "f" and e.get("cat") == "async_npu"}
@@ -269,13 +312,22 @@ def test_pipeline_stages_hold_their_layers_and_exchange_with_send_recv(roots):
     for rank, facts in gt["ranks"].items():
         stage = int(rank) // (sc.ranks // sc.pp)
         assert facts["decoder_layers_held"] == list(range(stage * per_stage, (stage + 1) * per_stage))
-        assert facts["layer_instances_per_complete_step"] == {"forward": per_stage * sc.micro_batches, "backward": per_stage * sc.micro_batches}
+        assert facts["layer_instances_per_complete_step"] == {
+            "forward": per_stage * sc.micro_batches,
+            "backward": per_stage * sc.micro_batches,
+        }
     first, last = kernel_rows(root, 0), kernel_rows(root, 2)  # ranks 0 and 2 form one pp group
-    assert (first["Type"] == "GatherV2").any() and not (last["Type"] == "GatherV2").any()  # embedding on the first stage
-    assert (last["Type"] == "CrossEntropyLoss").any() and not (first["Type"] == "CrossEntropyLoss").any()  # loss on the last
+    assert (first["Type"] == "GatherV2").any() and not (
+        last["Type"] == "GatherV2"
+    ).any()  # embedding on the first stage
+    assert (last["Type"] == "CrossEntropyLoss").any() and not (
+        first["Type"] == "CrossEntropyLoss"
+    ).any()  # loss on the last
     p2p = {r: f[f["Type"] == "hcom_batchSendRecv_"].set_index("Name") for r, f in ((0, first), (2, last))}
     assert list(p2p[0].index) == list(p2p[2].index) and len(p2p[0]) == 2 * sc.micro_batches * sc.steps
     ends = np.abs(p2p[0]["end_ns"].to_numpy() - p2p[2]["end_ns"].to_numpy())
     assert ends.max() < 5_000  # a send/recv pair ends together on both stages
     communication = comm_json(root, 0)["step10"]
-    assert communication["p2p"] and all(k.startswith("hcom_batchSendRecv_") or k == "Total Op Info" for k in communication["p2p"])
+    assert communication["p2p"] and all(
+        k.startswith("hcom_batchSendRecv_") or k == "Total Op Info" for k in communication["p2p"]
+    )

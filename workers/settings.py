@@ -1,4 +1,5 @@
 """Service settings from the environment (one place, read by the app, the client and the tests)."""
+
 from __future__ import annotations
 
 import os

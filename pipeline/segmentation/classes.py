@@ -4,6 +4,7 @@ Equality is strict and order-sensitive. Each event gets a stable 64-bit token fr
 normalised kernel name and input shapes (computed once per distinct pair), so a class id means the
 same thing on every rank and in every root.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,14 +31,24 @@ def event_tokens(names: pd.Series, shapes: pd.Series) -> tuple[np.ndarray, np.nd
     keys = names.fillna("").astype(str) + "\x1f" + shapes.astype(str)
     codes, uniques = pd.factorize(keys)
     digests = np.array(
-        [int.from_bytes(hashlib.blake2b(f"{normalized_kernel_name(k.split(chr(31))[0])}|{k.split(chr(31), 1)[1]}".encode(), digest_size=8).digest(), "little")
-         for k in uniques] or [0],
+        [
+            int.from_bytes(
+                hashlib.blake2b(
+                    f"{normalized_kernel_name(k.split(chr(31))[0])}|{k.split(chr(31), 1)[1]}".encode(), digest_size=8
+                ).digest(),
+                "little",
+            )
+            for k in uniques
+        ]
+        or [0],
         dtype=np.uint64,
     )
     return digests[codes], (shapes != "").to_numpy()
 
 
-def class_ids(prefix: str, tokens: np.ndarray, has_shape: np.ndarray, starts: np.ndarray, ends: np.ndarray, scopes: list[str]) -> tuple[list[str], list[bool]]:
+def class_ids(
+    prefix: str, tokens: np.ndarray, has_shape: np.ndarray, starts: np.ndarray, ends: np.ndarray, scopes: list[str]
+) -> tuple[list[str], list[bool]]:
     """Class id of each window [start, end]: a hash of its scope label and token sequence.
 
     Windows without any shape information get no shared class: ``<prefix>_unknown_shape_<hash>``.

@@ -3,6 +3,7 @@
 A step is a contiguous window of the rank's events in device order. Edge steps with clearly
 fewer events than the rank's typical step are partial captures (PARTIAL_CAPTURE_BOUNDARY).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,7 +41,9 @@ def _runs(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist()))
 
 
-def step_windows(step_ids: np.ndarray, features: EventFeatures, training: bool) -> tuple[list[StepWindow], list[tuple[int, int]]]:
+def step_windows(
+    step_ids: np.ndarray, features: EventFeatures, training: bool
+) -> tuple[list[StepWindow], list[tuple[int, int]]]:
     """Step windows and the interior islands (events between steps that belong to none).
 
     ``step_ids`` is float with NaN where the capture marks no step.

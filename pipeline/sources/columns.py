@@ -3,6 +3,7 @@
 Every converter reports the first bad cell as a ``BadInput`` with its line, so a malformed file
 fails with one clear line instead of a stack trace.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -70,7 +71,9 @@ def to_float(raw, *, path: Path, column: str, line_of: LineOf) -> pa.ChunkedArra
         return pc.cast(text, pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
-    numeric = pc.cast(pc.if_else(pc.match_substring_regex(text, r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"), text, None), pa.float64())
+    numeric = pc.cast(
+        pc.if_else(pc.match_substring_regex(text, r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"), text, None), pa.float64()
+    )
     bad = _first_bad(text, numeric)
     if bad is not None:
         _raise_bad(path, column, text, bad, line_of, "not a number")

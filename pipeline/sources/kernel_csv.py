@@ -6,6 +6,7 @@ Variants handled (shared/spec/input-formats.md §2.5, shared/samples/README.md):
 shapes; UTF-8 BOM; CRLF. The file is read once by Arrow's multi-threaded CSV reader with every
 column as text, then converted column by column, so a bad cell is reported with its line.
 """
+
 from __future__ import annotations
 
 import csv
@@ -116,7 +117,9 @@ def _locate_read_error(path: Path, header_len: int, exc: Exception) -> BadInput:
             try:
                 raw_line.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as err:
-                return BadInput(path, f"not UTF-8 text (byte 0x{raw_line[err.start]:02x} at column offset {err.start})", line=lineno)
+                return BadInput(
+                    path, f"not UTF-8 text (byte 0x{raw_line[err.start]:02x} at column offset {err.start})", line=lineno
+                )
     malformed = _malformed_lines(path, header_len)
     if malformed:
         lineno, fields = malformed[0]
@@ -153,11 +156,15 @@ def _quarantine(path: Path, header_len: int, kept_rows: int) -> list[dict]:
     last_line, last_fields = malformed[-1]
     total_lines = kept_rows + len(malformed) + 1
     if last_line == total_lines and not _ends_with_newline(path):
-        raise BadInput(path, f"file is truncated: the last row has {last_fields} of {header_len} fields", line=last_line)
+        raise BadInput(
+            path, f"file is truncated: the last row has {last_fields} of {header_len} fields", line=last_line
+        )
     allowed = min(MAX_QUARANTINE_ROWS, max(1, int(MAX_QUARANTINE_SHARE * (kept_rows + len(malformed)))))
     if len(malformed) > allowed:
         line, fields = malformed[0]
-        raise BadInput(path, f"expected {header_len} fields, found {fields}; {len(malformed)} rows are malformed", line=line)
+        raise BadInput(
+            path, f"expected {header_len} fields, found {fields}; {len(malformed)} rows are malformed", line=line
+        )
     return [{"line": line, "fields": fields, "expected_fields": header_len} for line, fields in malformed]
 
 
@@ -171,7 +178,9 @@ def _typed_columns(header: list[str], mapping: dict[str, str]) -> dict[str, pa.D
     return types
 
 
-def _read_raw(path: Path, header: list[str], wanted: list[str], column_types: dict[str, pa.DataType]) -> tuple[pa.Table, list]:
+def _read_raw(
+    path: Path, header: list[str], wanted: list[str], column_types: dict[str, pa.DataType]
+) -> tuple[pa.Table, list]:
     """Arrow's multi-threaded CSV read; rows with a wrong field count are collected, not fatal (yet)."""
     skipped: list[object] = []
 
@@ -195,7 +204,11 @@ def _read_raw(path: Path, header: list[str], wanted: list[str], column_types: di
     except UnicodeDecodeError as exc:
         raise _locate_read_error(path, len(header), exc) from None
     except pa.ArrowInvalid as exc:
-        if "conversion error" in str(exc) and "UTF8" not in str(exc) and any(t != pa.string() for t in column_types.values()):
+        if (
+            "conversion error" in str(exc)
+            and "UTF8" not in str(exc)
+            and any(t != pa.string() for t in column_types.values())
+        ):
             raise  # the caller retries as text to find the bad cell
         raise _locate_read_error(path, len(header), exc) from None
     except OSError as exc:
@@ -231,6 +244,7 @@ def read_kernel_csv(path: Path) -> tuple[pa.Table, dict]:
 
     def line_of(index: int) -> int:
         return int(source_rows[index]) + 2
+
     out: dict[str, pa.ChunkedArray] = {}
     for field, column in mapping.items():
         kind = CSV_FIELDS[field][1]

@@ -1,9 +1,10 @@
 """Fixtures that start the real service parts; each test gets its own Redis and workers."""
+
 from __future__ import annotations
 
 import shutil
-import pytest
 
+import pytest
 from service_harness import RedisServer, Worker
 
 E2E_ENV = {"NPUPROF_VISIBILITY_TIMEOUT": "8"}  # short, so a lost message comes back within the test
@@ -25,7 +26,11 @@ def workers(redis_server, tmp_path):
 
     def start(count: int = 2, queues: str = "npuprof", env: dict | None = None) -> list[Worker]:
         for index in range(count):
-            started.append(Worker(f"w{len(started) + 1}", redis_server.url, tmp_path / "logs", {**E2E_ENV, **(env or {})}, queues).start())
+            started.append(
+                Worker(
+                    f"w{len(started) + 1}", redis_server.url, tmp_path / "logs", {**E2E_ENV, **(env or {})}, queues
+                ).start()
+            )
         return started
 
     yield start

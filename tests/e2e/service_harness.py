@@ -1,4 +1,5 @@
 """Real service parts for end-to-end tests: a private redis-server, Celery worker processes, Flower."""
+
 from __future__ import annotations
 
 import os
@@ -41,9 +42,23 @@ class RedisServer:
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--dir", str(self.workdir)],
-            stdout=open(self.workdir / "redis.log", "ab"), stderr=subprocess.STDOUT,
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=open(self.workdir / "redis.log", "ab"),
+            stderr=subprocess.STDOUT,
         )
         wait_until(self._ping, 20, "redis-server to answer")
 
@@ -75,14 +90,32 @@ class Worker:
         self.name = name
         self.log = logdir / f"{name}.log"
         self.env = {**os.environ, "NPUPROF_BROKER_URL": broker, **(env or {})}
-        self.command = [sys.executable, "-m", "celery", "-A", "npuprof.workers.app", "worker", "-Q", queues, "-c", "1",
-                        "-n", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+        self.command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "npuprof.workers.app",
+            "worker",
+            "-Q",
+            queues,
+            "-c",
+            "1",
+            "-n",
+            f"{name}@%h",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+        ]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Worker":
         logdir = self.log.parent
         logdir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(self.command, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
+        )
         wait_until(lambda: "ready." in self.log.read_text(errors="replace"), 60, f"worker {self.name} to be ready")
         return self
 

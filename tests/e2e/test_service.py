@@ -1,4 +1,5 @@
 """The service end to end: real redis-server, real Celery worker processes, real Flower, the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import QWEN_TRAINING, copy_sample, run_cli
-from npuprof.synth import generate
 from service_harness import free_port, wait_until
+
+from npuprof.synth import generate
 
 pytestmark = pytest.mark.e2e
 
@@ -44,16 +45,34 @@ def status(broker: str, sweep_id: str) -> dict:
 
 
 def wait_done(broker: str, sweep_id: str, timeout: float = 240) -> dict:
-    return wait_until(lambda: (s := status(broker, sweep_id))["state"] == "done" and s, timeout, f"sweep {sweep_id}", interval=1.0)
+    return wait_until(
+        lambda: (s := status(broker, sweep_id))["state"] == "done" and s, timeout, f"sweep {sweep_id}", interval=1.0
+    )
 
 
 def rollup(archive: Path) -> pd.DataFrame:
-    return pd.read_csv(archive / "sweep_class_rollup.csv").drop(columns=COMPARED_OUT).sort_values("root").reset_index(drop=True)
+    return (
+        pd.read_csv(archive / "sweep_class_rollup.csv")
+        .drop(columns=COMPARED_OUT)
+        .sort_values("root")
+        .reset_index(drop=True)
+    )
 
 
 def test_ten_root_sweep_through_two_workers_matches_the_local_sweep(redis_server, workers, tmp_path):
-    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank", "ep_imbalance", "host_bubble", "partial_capture", "mixed",
-                                                       "pipeline_parallel", "dummy_rank"])
+    search = build_search_root(
+        tmp_path / "captures",
+        [
+            "clean",
+            "slow_rank",
+            "ep_imbalance",
+            "host_bubble",
+            "partial_capture",
+            "mixed",
+            "pipeline_parallel",
+            "dummy_rank",
+        ],
+    )
     pool = workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
     final = wait_done(redis_server.url, sweep_id)
@@ -73,13 +92,27 @@ def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
     search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=60, layers=28)
     first, second = workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
-    victim = wait_until(lambda: next((w for w in (first, second) if "analyze_rank" in w.log_text() and "succeeded" not in w.log_text().split("analyze_rank")[-1]), None),
-                        60, "a worker to be in the middle of a rank task", interval=0.05)
+    victim = wait_until(
+        lambda: next(
+            (
+                w
+                for w in (first, second)
+                if "analyze_rank" in w.log_text() and "succeeded" not in w.log_text().split("analyze_rank")[-1]
+            ),
+            None,
+        ),
+        60,
+        "a worker to be in the middle of a rank task",
+        interval=0.05,
+    )
     (victim.kill_child if how == "pool_child" else victim.kill_main)()
     final = wait_done(redis_server.url, sweep_id, timeout=300)
     assert final["totals"] == {"SUCCESS": 2}
     archive = tmp_path / "archive"
-    assert sorted(p.name.split("-")[0] for p in archive.iterdir() if p.is_dir()) == ["captures__case_00_clean", "captures__case_01_slow_rank"]
+    assert sorted(p.name.split("-")[0] for p in archive.iterdir() if p.is_dir()) == [
+        "captures__case_00_clean",
+        "captures__case_01_slow_rank",
+    ]
     for out in archive.iterdir():
         if out.is_dir():
             assert (out / "manifest.json").exists() and (out / "classify_manifest.json").exists()
@@ -87,7 +120,9 @@ def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
 
 
 def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_path):
-    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=40, layers=16)
+    search = build_search_root(
+        tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=40, layers=16
+    )
     workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
     wait_until(lambda: status(redis_server.url, sweep_id)["state"] == "running", 60, "the sweep to be planned")
@@ -103,7 +138,11 @@ def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, wo
     archive = tmp_path / "archive"
     sweep_id = submit(redis_server.url, search, archive)
     again = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", redis_server.url)
-    assert again.result == {"sweep_id": sweep_id, "state": again.result["state"], "resubmitted": False}  # still running: not sent again
+    assert again.result == {
+        "sweep_id": sweep_id,
+        "state": again.result["state"],
+        "resubmitted": False,
+    }  # still running: not sent again
     wait_done(redis_server.url, sweep_id)
     manifests = {p: p.stat().st_mtime_ns for p in archive.glob("*/manifest.json")}
     assert len(manifests) == 3
@@ -118,16 +157,31 @@ def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
     workers(1)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
     wait_done(redis_server.url, sweep_id)
-    run = run_cli("fetch", sweep_id, "--root", "case_00_clean", "-o", str(tmp_path / "dest"), "--broker", redis_server.url)
+    run = run_cli(
+        "fetch", sweep_id, "--root", "case_00_clean", "-o", str(tmp_path / "dest"), "--broker", redis_server.url
+    )
     assert run.returncode == 0, run.stderr
     names = {Path(p).name for p in run.result["copied"]}
     assert {"sweep_class_rollup.csv", "sweep_summary.json", "manifest.json", "step_summary.csv"} <= names
-    assert run_cli("fetch", sweep_id, "--root", "../../etc", "-o", str(tmp_path / "d2"), "--broker", redis_server.url).returncode == 2
+    assert (
+        run_cli(
+            "fetch", sweep_id, "--root", "../../etc", "-o", str(tmp_path / "d2"), "--broker", redis_server.url
+        ).returncode
+        == 2
+    )
     assert run_cli("status", "no-such-sweep", "--broker", redis_server.url).returncode == 2
 
 
 def test_unreachable_broker_is_a_clean_error(tmp_path):
-    run = run_cli("submit", "--search-root", str(tmp_path), "-o", str(tmp_path / "a"), "--broker", f"redis://127.0.0.1:{free_port()}/0")
+    run = run_cli(
+        "submit",
+        "--search-root",
+        str(tmp_path),
+        "-o",
+        str(tmp_path / "a"),
+        "--broker",
+        f"redis://127.0.0.1:{free_port()}/0",
+    )
     assert run.returncode == 6 and run.result["kind"] == "service_unavailable"
     assert len(run.stderr.strip().splitlines()) == 1
 
@@ -137,9 +191,15 @@ def test_flower_shows_the_workers_and_the_sweep_tasks(redis_server, workers, tmp
     workers(1)
     port = free_port()
     env = {**os.environ, "FLOWER_UNAUTHENTICATED_API": "true"}
-    flower = subprocess.Popen([sys.executable, "-m", "npuprof.api.cli", "flower", "--port", str(port), "--broker", redis_server.url],
-                              env=env, stdout=open(tmp_path / "flower.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    flower = subprocess.Popen(
+        [sys.executable, "-m", "npuprof.api.cli", "flower", "--port", str(port), "--broker", redis_server.url],
+        env=env,
+        stdout=open(tmp_path / "flower.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
+
         def get(path: str):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
@@ -152,7 +212,11 @@ def test_flower_shows_the_workers_and_the_sweep_tasks(redis_server, workers, tmp
         wait_done(redis_server.url, sweep_id)
         workers_seen = wait_until(lambda: get("/api/workers?refresh=1"), 30, "Flower to see a worker")
         assert any(name.startswith("w1@") for name in workers_seen)
-        tasks = wait_until(lambda: (t := get("/api/tasks")) and any(v.get("name") == "npuprof.merge_sweep" for v in t.values()) and t, 60, "Flower to list the sweep's tasks")
+        tasks = wait_until(
+            lambda: (t := get("/api/tasks")) and any(v.get("name") == "npuprof.merge_sweep" for v in t.values()) and t,
+            60,
+            "Flower to list the sweep's tasks",
+        )
         names = {v.get("name") for v in tasks.values()}
         assert {"npuprof.plan_sweep", "npuprof.analyze_rank", "npuprof.reduce_root", "npuprof.merge_sweep"} <= names
     finally:
@@ -164,7 +228,16 @@ def test_roots_are_routed_to_the_queue_of_their_storage(redis_server, workers, t
     search = build_search_root(tmp_path / "lab" / "captures", ["clean"], extra_samples=False)
     storage = {"NPUPROF_STORAGE_MAP": f"lab={tmp_path / 'lab'}"}
     (worker,) = workers(1, queues="storage.lab", env=storage)  # the only worker listens on the lab storage's queue
-    run = run_cli("submit", "--search-root", str(search), "-o", str(tmp_path / "lab" / "archive"), "--broker", redis_server.url, env=storage)
+    run = run_cli(
+        "submit",
+        "--search-root",
+        str(search),
+        "-o",
+        str(tmp_path / "lab" / "archive"),
+        "--broker",
+        redis_server.url,
+        env=storage,
+    )
     assert run.returncode == 0, run.stderr
     final = wait_done(redis_server.url, run.result["sweep_id"])
     assert final["totals"] == {"SUCCESS": 1}
