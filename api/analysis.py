@@ -1,13 +1,12 @@
 """``Analysis(out_dir)``: the outputs of one analyzed root as DataFrames, for notebooks."""
+
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from npuprof.pipeline import schema
-from npuprof.pipeline.stages.base import read_dataset
+from npuprof.pipeline import io, schema
 
 
 class Analysis:
@@ -16,7 +15,9 @@ class Analysis:
     def __init__(self, out_dir: str | Path) -> None:
         self.out_dir = Path(out_dir)
         if not (self.out_dir / schema.stage_manifest_name("normalize")).exists():
-            raise FileNotFoundError(f"{self.out_dir} holds no completed npuprof analysis (normalize_manifest.json missing)")
+            raise FileNotFoundError(
+                f"{self.out_dir} holds no completed npuprof analysis (normalize_manifest.json missing)"
+            )
 
     def events(self, rank_id: int | None = None) -> pd.DataFrame:
         """Normalized device events: one row per kernel / communication op.
@@ -27,42 +28,44 @@ class Analysis:
         dims, shapes, dtypes, formats, the 11 pipeline fields in µs (null when not captured),
         categories, roles.
         """
-        table = read_dataset(self.out_dir, schema.NORMALIZED_EVENTS, rank_id)
+        table = io.read_dataset(self.out_dir, schema.NORMALIZED_EVENTS, rank_id)
         frame = table.to_pandas()
         if rank_id is not None:
             frame.insert(0, "rank_id", rank_id)
         return frame
 
-    def _view(self, name: str, stage: str) -> pd.DataFrame:
-        path = self.out_dir / name
+    def _view(self, view: schema.CsvView, stage: str) -> pd.DataFrame:
+        path = self.out_dir / view.file
         if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: run the {stage} stage (npuprof analyze ... --from-stage {stage})")
+            raise FileNotFoundError(
+                f"{path} is missing: run the {stage} stage (npuprof analyze ... --from-stage {stage})"
+            )
         return pd.read_csv(path)
 
     def steps(self) -> pd.DataFrame:
         """One row per step and rank: step_id, complete, layer counts (forward / backward / recompute /
         speculative), passes (micro-batches), evidence rows and times, wall / busy / bubble metrics,
         step_class_id, anomaly_tags."""
-        return self._view("step_summary.csv", "classify")
+        return self._view(schema.STEP_SUMMARY, "classify")
 
     def layers(self) -> pd.DataFrame:
         """One row per layer instance: step, pass_index, layer_index, layer_role, anchor kernel,
         evidence rows and times, block_kinds, layer_class_id, time metrics."""
-        return self._view("layer_summary.csv", "classify")
+        return self._view(schema.LAYER_SUMMARY, "classify")
 
     def blocks(self) -> pd.DataFrame:
         """One row per block (attention / ffn / moe ...) of every layer, with class ids and metrics."""
-        return self._view("block_summary.csv", "classify")
+        return self._view(schema.BLOCK_SUMMARY, "classify")
 
     def step_anatomy(self) -> pd.DataFrame:
         """Head / main / tail windows of every step with wall, busy and bubble time."""
-        return self._view("step_anatomy.csv", "classify")
+        return self._view(schema.STEP_ANATOMY_CSV, "classify")
 
     def manifest(self, stage: str | None = None) -> dict:
         """The top-level manifest, or one stage's manifest."""
         name = schema.TOP_MANIFEST if stage is None else schema.stage_manifest_name(stage)
-        return json.loads((self.out_dir / name).read_text(encoding="utf-8"))
+        return io.read_json(self.out_dir / name)
 
     def capture_info(self) -> dict:
         """How each rank was captured (profiler level, metrics, versions, parallel groups)."""
-        return json.loads((self.out_dir / schema.CAPTURE_INFO).read_text(encoding="utf-8"))
+        return io.read_json(self.out_dir / schema.CAPTURE_INFO)

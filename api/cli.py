@@ -3,6 +3,7 @@
 Stdout carries exactly one JSON object per command (the result, or ``{"status": "failed", ...}``);
 everything meant for people (progress, one-line errors) goes to stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,18 +13,21 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from npuprof.pipeline import __version__
+from npuprof.pipeline import __version__, schema
 from npuprof.pipeline.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
     EXIT_MANIFEST_NOT_OK,
     EXIT_MISSING_PREREQUISITES,
+    EXIT_SERVICE_UNAVAILABLE,
     EXIT_USAGE,
     NpuprofError,
+    ServiceUnavailable,
     UsageError,
+    failure_object,
 )
 from npuprof.pipeline.progress import make_progress
-from npuprof.pipeline.runner import StageWindow, analyze, failure_object
+from npuprof.pipeline.runner import StageWindow, analyze
 from npuprof.pipeline.stages import STAGE_NAMES
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import SCENARIOS, generate
@@ -35,8 +39,10 @@ EXIT_CODES_HELP = f"""exit codes:
   {EXIT_BAD_INPUT}   bad input data (unreadable, truncated or malformed profiling files)
   {EXIT_MANIFEST_NOT_OK}   collection manifest.json whose analysis_status is not "ok"
   {EXIT_MISSING_PREREQUISITES}   a stage window needs artifacts of earlier stages that are missing
-  6   the service's broker (Redis) cannot be reached
+  {EXIT_SERVICE_UNAVAILABLE}   the service's broker (Redis) cannot be reached, or the service extra is not installed
 """
+SERVICE_EXTRA_HINT = "the service needs its extra: pip install 'npuprof[service]'"
+PROGRESS_CHOICES = ("auto", "bar", "json", "none")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,16 +52,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="npuprof",
-        description="Analyze Ascend NPU profiling roots (torch_npu / CANN) into traceable answers.",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"npuprof {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
+def _add_analyze(commands) -> None:
     run = commands.add_parser(
         "analyze",
         help="analyze one profiling root",
@@ -66,45 +63,88 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("root", nargs="?", help="profiling root (not needed with --from-stage/--only-stage past normalize)")
-    run.add_argument("-o", "--output", required=True, help="output directory (refused if non-empty, unless --overwrite or a resume window)")
-    run.add_argument("--mode", choices=("fast", "full"), default="fast", help="fast (default) skips xlsx, host-trace attribution and the full HTML")
+    run.add_argument(
+        "root", nargs="?", help="profiling root (not needed with --from-stage/--only-stage past normalize)"
+    )
+    run.add_argument(
+        "-o", "--output", required=True, help="output directory (refused if non-empty, unless --overwrite or resuming)"
+    )
     run.add_argument("--from-stage", choices=STAGE_NAMES, help="start at this stage, reusing earlier artifacts")
     run.add_argument("--to-stage", choices=STAGE_NAMES, help="stop after this stage")
     run.add_argument("--only-stage", choices=STAGE_NAMES, help="run just this stage on existing artifacts")
-    run.add_argument("--source", choices=("auto", "csv", "db"), default="auto", help="kernel source: auto prefers a profiler db that passes the schema probe, else CSV")
-    run.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto", help="progress on stderr: a bar on a TTY (auto), JSON lines, or nothing")
+    run.add_argument(
+        "--source",
+        choices=("auto", "csv", "db"),
+        default="auto",
+        help="kernel source: auto prefers a profiler db that passes the schema probe, else CSV",
+    )
+    run.add_argument(
+        "--progress",
+        choices=PROGRESS_CHOICES,
+        default="auto",
+        help="progress on stderr: a bar on a TTY (auto), JSON lines, or nothing",
+    )
     run.add_argument("--jobs", type=int, default=None, help="processes for rank-local stages (default: CPU cores)")
-    run.add_argument("--model-config", help="the model's config.json (num_hidden_layers sets the expected layer count; default: ROOT/config.json if present)")
-    run.add_argument("--model-id", help="a model of knowledge/model_catalog.yaml (e.g. Qwen3-0.6B), used when there is no config.json")
-    run.add_argument("--hash-sources", action="store_true", help="record each input file's sha256 in manifest.json (reads every byte)")
-    run.add_argument("--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir")
+    run.add_argument(
+        "--model-config",
+        help="the model's config.json: num_hidden_layers sets the expected layer count (default: ROOT/config.json)",
+    )
+    run.add_argument(
+        "--model-id",
+        help="a model of knowledge/model_catalog.yaml (e.g. Qwen3-0.6B), used when there is no config.json",
+    )
+    run.add_argument(
+        "--hash-sources",
+        action="store_true",
+        help="record each input file's sha256 in manifest.json (reads every byte)",
+    )
+    run.add_argument(
+        "--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir"
+    )
 
+
+def _add_sweep(commands) -> None:
     sweep = commands.add_parser(
         "sweep",
         help="analyze every profiling root under search roots and compare them in one table",
-        description="Discover profiling roots (dirs with kernel_details.csv or a profiler db; rank dirs fold into their case "
-        "root), analyze each into OUT/<root-slug>/ in a local process pool, and write OUT/sweep_summary.json and "
-        "OUT/sweep_class_rollup.csv. A failing root never stops the sweep.",
+        description="Discover profiling roots (dirs with kernel_details.csv, a profiler db or op_summary csvs; rank "
+        "dirs fold into their case root), analyze each into OUT/<root-slug>/ in a local process pool, and write "
+        "OUT/sweep_summary.json and OUT/sweep_class_rollup.csv. A failing root never stops the sweep.",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sweep.add_argument("--search-root", action="append", required=True, help="directory to search (repeatable)")
     sweep.add_argument("-o", "--output", required=True, help="archive directory for per-root outputs and the rollup")
     sweep.add_argument("--jobs", type=int, default=None, help="roots analyzed at once (default: CPU cores)")
-    sweep.add_argument("--reuse-existing", action="store_true", help="skip roots whose output is complete for this npuprof version and options")
+    sweep.add_argument(
+        "--reuse-existing",
+        action="store_true",
+        help="skip roots whose output is complete for this npuprof version and options",
+    )
     sweep.add_argument("--limit", type=int, default=None, help="analyze at most N roots")
-    sweep.add_argument("--mode", choices=("fast", "full"), default="fast")
-    sweep.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto")
+    sweep.add_argument("--progress", choices=PROGRESS_CHOICES, default="auto")
 
-    submit = commands.add_parser("submit", help="send a sweep to the service (Celery workers on a Redis queue)",
-                                 description="Send a sweep to the workers; prints {\"sweep_id\": ...}. The same sweep (roots, archive, options, "
-                                 "npuprof version) gets the same id: resubmitting it reuses finished roots and never runs a root twice.")
-    submit.add_argument("--search-root", action="append", required=True, help="directory to search on the workers' storage (repeatable)")
-    submit.add_argument("-o", "--output", required=True, help="archive directory (on the shared storage) for per-root outputs and the rollup")
-    submit.add_argument("--queue", help="queue to plan on (default: storage.<name> from NPUPROF_STORAGE_MAP, else 'npuprof')")
+
+def _add_service(commands) -> None:
+    submit = commands.add_parser(
+        "submit",
+        help="send a sweep to the service (Celery workers on a Redis queue)",
+        description='Send a sweep to the workers; prints {"sweep_id": ...}. The same sweep (roots, archive, options, '
+        "npuprof version) gets the same id: resubmitting it reuses finished roots and never runs a root twice.",
+    )
+    submit.add_argument(
+        "--search-root", action="append", required=True, help="directory to search on the workers' storage (repeatable)"
+    )
+    submit.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="archive directory (on the shared storage) for per-root outputs and rollup",
+    )
+    submit.add_argument(
+        "--queue", help="queue to plan on (default: storage.<name> from NPUPROF_STORAGE_MAP, else 'npuprof')"
+    )
     submit.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
-    submit.add_argument("--mode", choices=("fast", "full"), default="fast")
 
     status_cmd = commands.add_parser("status", help="per-root state and progress of a sweep")
     status_cmd.add_argument("sweep_id")
@@ -123,30 +163,45 @@ def build_parser() -> argparse.ArgumentParser:
     cancel_cmd.add_argument("sweep_id")
     cancel_cmd.add_argument("--broker")
 
-    worker = commands.add_parser("worker", help="start a Celery worker with npuprof's app")
-    worker.add_argument("-Q", "--queues", default=None, help="comma-separated queues (e.g. storage.lustre); default: npuprof")
-    worker.add_argument("-c", "--concurrency", type=int, default=None)
-    worker.add_argument("--broker")
-    worker.add_argument("extra", nargs=argparse.REMAINDER, help="more celery worker options after --")
+    worker = commands.add_parser(
+        "worker",
+        help="start a Celery worker with npuprof's app",
+        description="Start a Celery worker with npuprof's app. Any other Celery worker option passes through "
+        "unchanged (-n/--hostname, -l/--loglevel, --autoscale, --max-tasks-per-child, ...; see celery worker --help).",
+        allow_abbrev=False,
+    )
+    worker.add_argument(
+        "-Q", "--queues", default=None, help="comma-separated queues (e.g. storage.lustre); default: npuprof"
+    )
+    worker.add_argument("-c", "--concurrency", type=int, default=None, help="worker processes (default: CPU cores)")
+    worker.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
 
     flower = commands.add_parser("flower", help="start Flower (the Celery web monitor) for npuprof's app")
     flower.add_argument("--port", type=int, default=5555)
     flower.add_argument("--address", default="127.0.0.1")
     flower.add_argument("--broker")
 
+
+def _add_synth_and_demo(commands) -> None:
     synth = commands.add_parser(
         "synth",
         help="generate a synthetic profiling root with planted faults",
         description="Generate a realistic synthetic profiling root (torch_npu text export) with planted faults "
-        "and OUT/ground_truth.json. Deterministic for a seed. Scenarios: " + ", ".join(f"{n} ({s.description})" for n, s in SCENARIOS.items()),
+        "and OUT/ground_truth.json. Deterministic for a seed. Scenarios: "
+        + ", ".join(f"{n} ({s.description})" for n, s in SCENARIOS.items()),
     )
     synth.add_argument("out", help="directory to create (refused if non-empty, unless --overwrite)")
-    synth.add_argument("--scenario", default="clean", choices=sorted(SCENARIOS), metavar="NAME", help="scenario name (default: clean)")
+    synth.add_argument("--scenario", default="clean", choices=sorted(SCENARIOS), metavar="NAME", help="scenario name")
     synth.add_argument("--ranks", type=int, help="number of ranks (default: the scenario's)")
     synth.add_argument("--steps", type=int, help="steps captured per rank")
     synth.add_argument("--layers", type=int, help="decoder layers")
     synth.add_argument("--scale", type=float, default=1.0, help="multiply tokens per step (and so kernel durations)")
-    synth.add_argument("--export", choices=("text", "db", "both"), default="text", help="text files, profiler dbs (schema 1.0.0 + analysis.db), or both (default: text)")
+    synth.add_argument(
+        "--export",
+        choices=("text", "db", "both"),
+        default="text",
+        help="text files, profiler dbs (schema 1.0.0 + analysis.db), or both (default: text)",
+    )
     synth.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
     synth.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
 
@@ -157,22 +212,48 @@ def build_parser() -> argparse.ArgumentParser:
         "npuprof analyze on it with every stage that is built; prints where the outputs are.",
     )
     demo.add_argument("--dir", default="npuprof-demo", help="working directory (default: ./npuprof-demo)")
-    demo.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto")
+    demo.add_argument("--progress", choices=PROGRESS_CHOICES, default="auto")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every npuprof command."""
+    parser = _Parser(
+        prog="npuprof",
+        description="Analyze Ascend NPU profiling roots (torch_npu / CANN) into traceable answers.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"npuprof {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_analyze(commands)
+    _add_sweep(commands)
+    _add_service(commands)
+    _add_synth_and_demo(commands)
     return parser
+
+
+def _require_positive(args: argparse.Namespace, *flags: str) -> None:
+    for flag in flags:
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag} must be at least 1")
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from npuprof.pipeline.sweep.local import run_sweep
 
-    for flag in ("jobs", "limit"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise UsageError(f"--{flag} must be at least 1")
+    _require_positive(args, "jobs", "limit")
     missing = [s for s in args.search_root if not Path(s).is_dir()]
     if missing:
         raise UsageError(f"--search-root {missing[0]} is not a directory")
-    summary = run_sweep(args.search_root, args.output, options=AnalyzeOptions(mode=args.mode), jobs=args.jobs,
-                        reuse_existing=args.reuse_existing, limit=args.limit, progress=make_progress(args.progress))
+    summary = run_sweep(
+        args.search_root,
+        args.output,
+        jobs=args.jobs,
+        reuse_existing=args.reuse_existing,
+        limit=args.limit,
+        progress=make_progress(args.progress),
+    )
     _print_json({"status": "ok" if not summary["failed_roots"] else "partial", **summary})
     return 0
 
@@ -181,14 +262,17 @@ def _cmd_service(args: argparse.Namespace) -> int:
     from npuprof.api import service
 
     if args.command == "submit":
-        result = service.submit(args.search_root, args.output, options=AnalyzeOptions(mode=args.mode), queue=args.queue, broker=args.broker)
+        result = service.submit(args.search_root, args.output, queue=args.queue, broker=args.broker)
     elif args.command == "status":
+
         def show(current: dict) -> None:
             if not args.json:
                 _status_table(current)
 
         if args.watch:
-            result = service.wait(args.sweep_id, poll=args.interval, broker=args.broker, on_poll=show, timeout=7 * 24 * 3600)
+            result = service.wait(
+                args.sweep_id, poll=args.interval, broker=args.broker, on_poll=show, timeout=7 * 24 * 3600
+            )
         else:
             result = service.status(args.sweep_id, broker=args.broker)
             show(result)
@@ -209,35 +293,61 @@ def _status_table(current: dict) -> None:
         sys.stderr.write(f"  {row['state']:<9}{extra} {row['root']}{error}\n")
 
 
-def _cmd_celery(args: argparse.Namespace) -> int:
+def _require_service_extra(*modules: str) -> None:
+    """One clear line instead of a traceback when the service extra is not installed."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ServiceUnavailable(f"{SERVICE_EXTRA_HINT} ({exc})") from None
+
+
+def celery_command(args: argparse.Namespace, passthrough: list[str]) -> list[str]:
+    """The ``celery`` command line for ``npuprof worker`` / ``npuprof flower``; Celery's own worker
+    options in ``passthrough`` go through unchanged."""
+    base = [sys.executable, "-m", "celery", "-A", "npuprof.workers.app"]
+    if args.command == "flower":
+        return base + ["flower", f"--port={args.port}", f"--address={args.address}"]
+    command = base + ["worker"]
+    if not any(a in ("-l", "--loglevel") or a.startswith(("--loglevel=", "-l")) for a in passthrough):
+        command += ["--loglevel", "INFO"]
+    if args.queues:
+        command += ["-Q", args.queues]
+    if args.concurrency:
+        command += ["-c", str(args.concurrency)]
+    return command + [a for a in passthrough if a != "--"]
+
+
+def _cmd_celery(args: argparse.Namespace, passthrough: list[str]) -> int:
     """Hand over to Celery with npuprof's app (exec: signals and exit codes are Celery's)."""
+    _require_service_extra("celery", "redis", *(["flower"] if args.command == "flower" else []))
     env = dict(os.environ)
     if args.broker:
         env["NPUPROF_BROKER_URL"] = args.broker
-    if args.command == "worker":
-        command = [sys.executable, "-m", "celery", "-A", "npuprof.workers.app", "worker", "--loglevel", "INFO"]
-        if args.queues:
-            command += ["-Q", args.queues]
-        if args.concurrency:
-            command += ["-c", str(args.concurrency)]
-        command += [a for a in args.extra if a != "--"]
-    else:
-        command = [sys.executable, "-m", "celery", "-A", "npuprof.workers.app", "flower", f"--port={args.port}", f"--address={args.address}"]
+    command = celery_command(args, passthrough)
     sys.stdout.flush()
     os.execvpe(command[0], command, env)
     return 0  # not reached
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    for flag in ("ranks", "steps", "layers"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise UsageError(f"--{flag} must be at least 1")
+    _require_positive(args, "ranks", "steps", "layers")
     if args.scale <= 0:
         raise UsageError("--scale must be positive")
     try:
-        result = generate(args.out, args.scenario, ranks=args.ranks, steps=args.steps, layers=args.layers,
-                          scale=args.scale, seed=args.seed, export=args.export, overwrite=args.overwrite)
+        result = generate(
+            args.out,
+            args.scenario,
+            ranks=args.ranks,
+            steps=args.steps,
+            layers=args.layers,
+            scale=args.scale,
+            seed=args.seed,
+            export=args.export,
+            overwrite=args.overwrite,
+        )
     except (ValueError, FileExistsError) as exc:
         raise UsageError(f"npuprof synth: {exc}") from None
     _print_json(result)
@@ -263,7 +373,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         "root": str(root),
         "ground_truth": str(root / "ground_truth.json"),
         "planted": SCENARIOS["demo"].description,
-        "events_parquet": str(out / "normalized_events"),
+        "events_parquet": str(out / schema.NORMALIZED_EVENTS),
     }
     _print_json(result)
     return 0
@@ -275,15 +385,19 @@ def _print_json(payload: dict) -> None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError("--jobs must be at least 1")
+    _require_positive(args, "jobs")
     window = StageWindow(args.from_stage, args.to_stage, args.only_stage)
     if args.root is None and (window.from_stage in (None, "normalize") and window.only_stage in (None, "normalize")):
-        raise UsageError("npuprof analyze: a profiling ROOT is required (it may be omitted only when resuming past normalize)")
+        raise UsageError(
+            "npuprof analyze: a profiling ROOT is required (it may be omitted only when resuming past normalize)"
+        )
+    options = AnalyzeOptions(
+        source=args.source, hash_sources=args.hash_sources, model_config=args.model_config, model_id=args.model_id
+    )
     result = analyze(
         args.root,
         args.output,
-        options=AnalyzeOptions(mode=args.mode, source=args.source, hash_sources=args.hash_sources, model_config=args.model_config, model_id=args.model_id),
+        options=options,
         window=window,
         jobs=args.jobs,
         overwrite=args.overwrite,
@@ -293,27 +407,33 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+_HANDLERS = {
+    "analyze": _cmd_analyze,
+    "sweep": _cmd_sweep,
+    "submit": _cmd_service,
+    "status": _cmd_service,
+    "fetch": _cmd_service,
+    "cancel": _cmd_service,
+    "synth": _cmd_synth,
+    "demo": _cmd_demo,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``npuprof`` console script; returns the exit code."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, passthrough = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help(sys.stderr)
             raise UsageError("npuprof: a COMMAND is required (see npuprof --help)")
-        if args.command == "analyze":
-            return _cmd_analyze(args)
-        if args.command in ("submit", "status", "fetch", "cancel"):
-            return _cmd_service(args)
-        if args.command in ("worker", "flower"):
-            return _cmd_celery(args)
-        if args.command == "sweep":
-            return _cmd_sweep(args)
-        if args.command == "synth":
-            return _cmd_synth(args)
-        if args.command == "demo":
-            return _cmd_demo(args)
-        raise UsageError(f"npuprof: unknown command {args.command!r}")
+        if args.command == "worker":
+            return _cmd_celery(args, passthrough)
+        if passthrough:
+            raise UsageError(f"npuprof {args.command}: unrecognized arguments: {' '.join(passthrough)}")
+        if args.command == "flower":
+            return _cmd_celery(args, [])
+        return _HANDLERS[args.command](args)
     except NpuprofError as exc:
         failure = failure_object(exc)
         sys.stderr.write(f"npuprof: error [{failure['phase']}]: {exc.one_line()}\n")

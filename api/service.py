@@ -3,78 +3,110 @@
 The client needs only the broker (Redis). It never walks the storage itself: planning runs on a
 worker that mounts it. ``fetch`` copies from the archive when this machine mounts it too.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from npuprof.pipeline import __version__
-from npuprof.pipeline.errors import BadInput, NpuprofError, UsageError
+from npuprof.pipeline import __version__, io, schema
+from npuprof.pipeline.errors import BadInput, ServiceUnavailable, UsageError
 from npuprof.pipeline.stages.base import AnalyzeOptions
 
-EXIT_SERVICE_UNAVAILABLE = 6
-
-FETCHABLE = ("analysis_summary.json", "report/analysis_summary.json", "report/report.md", "diagnosis_findings.json", "manifest.json",
-             "step_summary.csv", "segment_manifest.json")
-ROLLUP_FILES = ("sweep_class_rollup.csv", "sweep_summary.json")
+SERVICE_EXTRA_HINT = "the service needs its extra: pip install 'npuprof[service]'"
 
 
-class ServiceUnavailable(NpuprofError):
-    """The broker cannot be reached."""
+@dataclass
+class Connection:
+    """A client's handle on one broker: a Celery app built for it, and its URL."""
 
-    exit_code = EXIT_SERVICE_UNAVAILABLE
-    kind = "service_unavailable"
+    app: Any
+    url: str
+
+    def load(self, sweep_id: str) -> dict:
+        """The sweep's record, or UsageError when this broker does not know it."""
+        from npuprof.workers import records
+
+        record = records.load(sweep_id, self.url)
+        if record is None:
+            raise UsageError(f"no sweep {sweep_id!r} is known to this broker")
+        return record
 
 
-def _connect(broker: str | None):
-    import os
-
-    if broker:
-        os.environ["NPUPROF_BROKER_URL"] = broker
-    from npuprof.workers import records, settings
-    from npuprof.workers.app import app
-
-    if broker and app.conf.broker_url != broker:
-        # the app caches its connection pool and result backend: drop them with the old URL
-        app.conf.broker_url = broker
-        app.conf.result_backend = broker
-        app._local.__dict__.pop("backend", None)
-        app._pool = None
-        app.amqp._producer_pool = None
+def _connect(broker: str | None) -> Connection:
+    """An app for ``broker`` (default: NPUPROF_BROKER_URL), after one ping that proves it is reachable."""
     try:
-        records._client(settings.broker_url()).ping()
+        from npuprof.workers import records, settings
+        from npuprof.workers.app import make_app
+    except ImportError as exc:  # celery / redis are the service extra, not core dependencies
+        raise ServiceUnavailable(f"{SERVICE_EXTRA_HINT} ({exc})") from None
+    url = broker or settings.broker_url()
+    try:
+        records._client(url).ping()
     except Exception as exc:  # redis raises several connection error types
-        raise ServiceUnavailable(f"cannot reach the broker at {settings.broker_url()}: {exc}") from None
-    return app, records, settings
+        raise ServiceUnavailable(f"cannot reach the broker at {_redacted(url)}: {exc}") from None
+    return Connection(make_app(url), url)
+
+
+def _redacted(url: str) -> str:
+    """The broker URL without its password (it never goes to output)."""
+    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 def sweep_id_for(search_roots: list[str], archive: str, options: AnalyzeOptions) -> str:
     """The same sweep (roots, archive, options, version) always gets the same id."""
-    text = json.dumps([sorted(str(Path(s).resolve()) for s in search_roots), str(Path(archive).resolve()), options.to_dict(), __version__])
+    text = json.dumps(
+        [
+            sorted(str(Path(s).resolve()) for s in search_roots),
+            str(Path(archive).resolve()),
+            options.to_dict(),
+            __version__,
+        ]
+    )
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def submit(search_roots: list[str], archive: str, *, options: AnalyzeOptions = AnalyzeOptions(), queue: str | None = None,
-           broker: str | None = None) -> dict:
+def submit(
+    search_roots: list[str],
+    archive: str,
+    *,
+    options: AnalyzeOptions = AnalyzeOptions(),
+    queue: str | None = None,
+    broker: str | None = None,
+) -> dict:
     """Send a sweep; a sweep with the same id that is still running is not sent again."""
-    app, records, settings = _connect(broker)
-    from npuprof.workers.tasks import plan_sweep
+    conn = _connect(broker)
+    from npuprof.workers import records, settings
 
     roots = [str(Path(s).resolve()) for s in search_roots]
     archive = str(Path(archive).resolve())
     sweep_id = sweep_id_for(roots, archive, options)
-    existing = records.load(sweep_id)
+    existing = records.load(sweep_id, conn.url)
     if existing and existing.get("state") in ("planning", "running"):
         return {"sweep_id": sweep_id, "state": existing["state"], "resubmitted": False}
     queue = queue or settings.queue_for(roots[0])
-    record = {"sweep_id": sweep_id, "search_roots": roots, "archive": archive, "options": options.to_dict(), "queue": queue,
-              "state": "planning", "submitted_at": time.time(), "roots": [], "npuprof_version": __version__,
-              "plan_id": f"npuprof-plan-{sweep_id}-{int(time.time() * 1000)}"}
-    records.save(record)
-    plan_sweep.apply_async(args=(sweep_id, roots, archive, options.to_dict()), task_id=record["plan_id"], queue=queue)
+    record = {
+        "sweep_id": sweep_id,
+        "search_roots": roots,
+        "archive": archive,
+        "options": options.to_dict(),
+        "queue": queue,
+        "state": "planning",
+        "submitted_at": time.time(),
+        "roots": [],
+        "npuprof_version": __version__,
+        "plan_id": f"npuprof-plan-{sweep_id}-{int(time.time() * 1000)}",
+    }
+    records.save(record, conn.url)
+    conn.app.send_task(
+        "npuprof.plan_sweep", args=(sweep_id, roots, archive, options.to_dict()), task_id=record["plan_id"], queue=queue
+    )
     return {"sweep_id": sweep_id, "state": "planning", "resubmitted": existing is not None}
 
 
@@ -87,10 +119,9 @@ def _task_state(app, task_id: str) -> dict:
 
 def status(sweep_id: str, *, broker: str | None = None) -> dict:
     """Per-root state and progress, totals and failures of a sweep."""
-    app, records, _ = _connect(broker)
-    record = records.load(sweep_id)
-    if record is None:
-        raise UsageError(f"no sweep {sweep_id!r} is known to this broker")
+    conn = _connect(broker)
+    app = conn.app
+    record = conn.load(sweep_id)
     roots = []
     for entry in record.get("roots", []):
         if entry.get("reused"):
@@ -107,25 +138,34 @@ def status(sweep_id: str, *, broker: str | None = None) -> dict:
             state = "FAILURE"
         elif state == "PENDING" and any(r["state"] in ("STARTED", "PROGRESS", "SUCCESS", "RETRY") for r in ranks):
             state = "PROGRESS"
-        percent = 100.0 if reduce["state"] == "SUCCESS" else round(sum(r.get("percent", 100.0 if r["state"] == "SUCCESS" else 0.0) for r in ranks) / max(len(ranks), 1) * 0.95, 1)
+        percent = (
+            100.0
+            if reduce["state"] == "SUCCESS"
+            else round(
+                sum(r.get("percent", 100.0 if r["state"] == "SUCCESS" else 0.0) for r in ranks)
+                / max(len(ranks), 1)
+                * 0.95,
+                1,
+            )
+        )
         row = {"root": entry["root"], "state": state, "percent": percent, "ranks_done": done_ranks, "ranks": len(ranks)}
         if state == "FAILURE":
-            row["error"] = _failure_of(Path(record["archive"]) / entry["slug"]) or reduce.get("error")
+            failure = io.read_failure(Path(record["archive"]) / entry["slug"]) or {}
+            row["error"] = failure.get("error") or reduce.get("error")
         roots.append(row)
     totals: dict = {}
     for row in roots:
         totals[row["state"]] = totals.get(row["state"], 0) + 1
     merge = _task_state(app, record["merge_id"]) if record.get("merge_id") else {"state": "PENDING"}
-    return {"sweep_id": sweep_id, "state": record["state"], "archive": record["archive"], "totals": totals, "merge": merge["state"],
-            "roots": roots, "summary": record.get("summary")}
-
-
-def _failure_of(out_dir: Path) -> str | None:
-    path = out_dir / "failure.json"
-    try:
-        return json.loads(path.read_text())["error"] if path.exists() else None
-    except (OSError, ValueError, KeyError):
-        return None
+    return {
+        "sweep_id": sweep_id,
+        "state": record["state"],
+        "archive": record["archive"],
+        "totals": totals,
+        "merge": merge["state"],
+        "roots": roots,
+        "summary": record.get("summary"),
+    }
 
 
 def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str | None = None, on_poll=None) -> dict:
@@ -134,7 +174,7 @@ def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str
     Without ``on_poll`` only the sweep record is read while waiting (one Redis read a poll, not one
     per task), so a waiting client does not load the broker of a large sweep.
     """
-    _, records, _ = _connect(broker)
+    conn = _connect(broker)
     deadline = time.monotonic() + timeout
     while True:
         if on_poll:
@@ -142,10 +182,7 @@ def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str
             on_poll(current)
             state = current["state"]
         else:
-            record = records.load(sweep_id)
-            if record is None:
-                raise UsageError(f"no sweep {sweep_id!r} is known to this broker")
-            state = record["state"]
+            state = conn.load(sweep_id)["state"]
         if state in ("done", "cancelled") or time.monotonic() > deadline:
             return status(sweep_id, broker=broker)
         time.sleep(poll)
@@ -153,14 +190,16 @@ def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str
 
 def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
     """Revoke every task of the sweep that has not run yet and mark the sweep cancelled."""
-    app, records, _ = _connect(broker)
-    record = records.load(sweep_id)
-    if record is None:
-        raise UsageError(f"no sweep {sweep_id!r} is known to this broker")
-    ids = [record.get("plan_id"), record.get("merge_id")] + [i for e in record.get("roots", []) for i in (e.get("rank_ids", []) + [e.get("reduce_id")])]
+    from npuprof.workers import records
+
+    conn = _connect(broker)
+    record = conn.load(sweep_id)
+    ids = [record.get("plan_id"), record.get("merge_id")] + [
+        i for e in record.get("roots", []) for i in (e.get("rank_ids", []) + [e.get("reduce_id")])
+    ]
     ids = [i for i in ids if i]
-    app.control.revoke(ids)
-    records.update(sweep_id, state="cancelled", cancelled_at=time.time())
+    conn.app.control.revoke(ids)
+    records.update(sweep_id, conn.url, state="cancelled", cancelled_at=time.time())
     return {"sweep_id": sweep_id, "state": "cancelled", "revoked": len(ids)}
 
 
@@ -169,22 +208,21 @@ def fetch(sweep_id: str, dest: str, *, root: str | None = None, broker: str | No
 
     Only paths inside the sweep's archive dir are read, whatever the record or ``root`` say.
     """
-    _, records, _ = _connect(broker)
-    record = records.load(sweep_id)
-    if record is None:
-        raise UsageError(f"no sweep {sweep_id!r} is known to this broker")
+    record = _connect(broker).load(sweep_id)
     archive = Path(record["archive"]).resolve()
     if not archive.is_dir():
         raise UsageError(f"the archive {archive} is not mounted on this machine (fetch over SFTP is not built yet)")
     target = Path(dest)
     target.mkdir(parents=True, exist_ok=True)
     copied = []
-    sources = [archive / name for name in ROLLUP_FILES]
+    sources = [archive / name for name in (schema.SWEEP_ROLLUP, schema.SWEEP_SUMMARY)]
     if root is not None:
-        entry = next((e for e in record.get("roots", []) if root in (e["root"], e["slug"]) or Path(e["root"]).name == root), None)
+        entry = next(
+            (e for e in record.get("roots", []) if root in (e["root"], e["slug"]) or Path(e["root"]).name == root), None
+        )
         if entry is None:
             raise UsageError(f"root {root!r} is not part of sweep {sweep_id}")
-        sources += [archive / entry["slug"] / name for name in FETCHABLE]
+        sources += [archive / entry["slug"] / name for name in schema.FETCHABLE]
     for source in sources:
         resolved = source.resolve()
         if archive not in resolved.parents:

@@ -2,6 +2,7 @@
 
 Each error knows its exit code and renders itself as a single line that says what and where.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +14,7 @@ EXIT_USAGE = 2
 EXIT_BAD_INPUT = 3
 EXIT_MANIFEST_NOT_OK = 4
 EXIT_MISSING_PREREQUISITES = 5
+EXIT_SERVICE_UNAVAILABLE = 6
 
 
 class NpuprofError(Exception):
@@ -106,12 +108,18 @@ class MissingPrerequisites(NpuprofError):
         self.stage = stage
         self.missing = missing
         super().__init__(
-            f"stage {stage!r} needs artifacts that are missing: {', '.join(missing)} "
-            f"(run the earlier stages first)"
+            f"stage {stage!r} needs artifacts that are missing: {', '.join(missing)} (run the earlier stages first)"
         )
 
     def __reduce__(self):
         return (MissingPrerequisites, (self.stage, self.missing))
+
+
+class ServiceUnavailable(NpuprofError):
+    """The service's broker (Redis) cannot be reached, or the service extra is not installed."""
+
+    exit_code = EXIT_SERVICE_UNAVAILABLE
+    kind = "service_unavailable"
 
 
 class StageFailed(NpuprofError):
@@ -133,3 +141,15 @@ class StageFailed(NpuprofError):
 
 def _rebuild_bad_input(path: str, reason: str, line: int | None, row: int | None, column: str | None) -> BadInput:
     return BadInput(path, reason, line=line, row=row, column=column)
+
+
+def failure_object(exc: NpuprofError) -> dict:
+    """The one JSON object that reports ``exc``: printed on stdout, stored in failure.json and in
+    service markers. Its ``phase`` says where (``normalize (rank 2)``, ``setup``, ``discover``)."""
+    phase = exc.phase if isinstance(exc, StageFailed) else getattr(exc, "phase", "setup")
+    return {"status": "failed", "phase": phase, "exit_code": exc.exit_code, **exc.as_dict()}
+
+
+def traceback_of(exc: NpuprofError) -> str | None:
+    """The traceback an internal error carries (kept for failure.json, never printed)."""
+    return getattr(getattr(exc, "cause", exc), "traceback", None)

@@ -4,6 +4,7 @@ Both work on the *unique* (name, type, core) keys of a table, never per event: a
 has a few thousand distinct kernels, so the Python loop here runs over those and the result is
 joined back with a vectorised Arrow ``take``.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,9 +47,7 @@ class SignatureRule:
             return False
         if self.starts_with_any and not folded_name.startswith(self.starts_with_any):
             return False
-        if self.unless_category_prefix and any(
-            c.startswith(self.unless_category_prefix) for c in categories_so_far
-        ):
+        if self.unless_category_prefix and any(c.startswith(self.unless_category_prefix) for c in categories_so_far):
             return False
         return True
 
@@ -95,12 +94,16 @@ def classify_kernel(name: object, kernel_type: object = "", core: object = "") -
 
 def _codes(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list]:
     """Dictionary codes (nulls → code of None) and the distinct values of a string column."""
-    encoded = pc.dictionary_encode(pa.chunked_array([values]) if isinstance(values, pa.Array) else values, null_encoding="encode")
+    encoded = pc.dictionary_encode(
+        pa.chunked_array([values]) if isinstance(values, pa.Array) else values, null_encoding="encode"
+    )
     combined = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
     return combined.indices.to_numpy(zero_copy_only=False).astype(np.int64), combined.dictionary.to_pylist()
 
 
-def categorize(name: pa.ChunkedArray, kernel_type: pa.ChunkedArray, core: pa.ChunkedArray) -> tuple[pa.Array, pa.Array, pa.Array]:
+def categorize(
+    name: pa.ChunkedArray, kernel_type: pa.ChunkedArray, core: pa.ChunkedArray
+) -> tuple[pa.Array, pa.Array, pa.Array]:
     """Per-event categories (list), roles (list) and primary category, computed once per distinct kernel.
 
     The kernel identity is ``Type`` when present, else ``Name`` (see ``classify_kernel``).
@@ -112,7 +115,9 @@ def categorize(name: pa.ChunkedArray, kernel_type: pa.ChunkedArray, core: pa.Chu
     keys, inverse = np.unique(combined, return_inverse=True)
     unique_cats, unique_roles = [], []
     for key in keys.tolist():  # a loop over distinct kernels, not over events
-        cats, roles = classify_kernel(id_values[key // max(len(core_values), 1)], "", core_values[key % max(len(core_values), 1)])
+        cats, roles = classify_kernel(
+            id_values[key // max(len(core_values), 1)], "", core_values[key % max(len(core_values), 1)]
+        )
         unique_cats.append(cats)
         unique_roles.append(roles)
     take = pa.array(inverse.astype(np.int64).ravel())
@@ -124,40 +129,20 @@ def categorize(name: pa.ChunkedArray, kernel_type: pa.ChunkedArray, core: pa.Chu
 
 # --- op_type from Accelerator Core (reference-analyzer §3.2) ----------------------------------
 
-_EXACT_CORE = {
-    "AI_CORE": "aic",
-    "AICORE": "aic",
-    "AI_VECTOR_CORE": "aiv",
-    "AIVECTOR": "aiv",
-    "AI_VECTORCORE": "aiv",
-    "MIX_AIC": "mix_cv",
-    "MIX_AIV": "mix_cv",
-    "MIX_AICAIV": "mix_cv",
-    "MIX_AIC_AIV": "mix_cv",
-    "COMMUNICATION": "communication",
-    "HCCL": "communication",
-    "AI_CPU": "aicpu",
-    "AICPU": "aicpu",
-    "DSA_SQE": "dsa",
-}
-
 
 def op_type_of_core(core: object) -> str:
-    """op_type of one Accelerator Core string (before the mix_comm_aiv refinement)."""
+    """op_type of one Accelerator Core string (before the mix_comm_aiv refinement), by the
+    ``op_type_by_core`` rules of kernel_signatures.yaml."""
+    rules = knowledge.load("kernel_signatures")["op_type_by_core"]
     if core is None or (isinstance(core, float) and np.isnan(core)):
-        return "unknown"
+        return rules["default"]
     text = str(core).strip().upper()
-    if text in _EXACT_CORE:
-        return _EXACT_CORE[text]
-    if "MIX" in text:
-        return "mix_cv"
-    if "COMM" in text or "HCCL" in text:
-        return "communication"
-    if "VECTOR" in text or text.endswith("_AIV"):
-        return "aiv"
-    if "CORE" in text:
-        return "aic"
-    return "unknown"
+    if text in rules["exact"]:
+        return rules["exact"][text]
+    for rule in rules["fallback"]:
+        if ("contains" in rule and rule["contains"] in text) or ("suffix" in rule and text.endswith(rule["suffix"])):
+            return rule["op_type"]
+    return rules["default"]
 
 
 def op_types(core: pa.ChunkedArray, aiv_work: np.ndarray) -> pa.Array:

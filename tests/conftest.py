@@ -1,4 +1,5 @@
 """Shared fixtures: the real samples, and running the real ``npuprof`` CLI."""
+
 from __future__ import annotations
 
 import json
@@ -38,9 +39,24 @@ SAMPLE_ROOTS: dict[str, tuple[Path, int]] = {
 }
 
 
+SAMPLE_NAMES = ("SAMPLES", "MSINSIGHT", "PYTORCH_DATA", "QWEN_TRAINING", "SERVER_DATA", "MSTT", "SAMPLE_ROOTS")
+MISSING_SAMPLES = (
+    f"the real sample set is not at {SAMPLES}: set NPUPROF_SAMPLES to the samples dir "
+    "(the shared/samples folder beside this repository; see README, 'Run the tests')"
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    if not SAMPLES.is_dir():
-        raise pytest.UsageError(f"real samples not found at {SAMPLES} (set NPUPROF_SAMPLES)")
+    """Without the real samples, tests that read them skip with one reason; CI must have them."""
+    if SAMPLES.is_dir():
+        return
+    if os.environ.get("CI") == "true":
+        raise pytest.UsageError(MISSING_SAMPLES)
+    skip = pytest.mark.skip(reason=MISSING_SAMPLES)
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and any(hasattr(module, name) for name in SAMPLE_NAMES):
+            item.add_marker(skip)
 
 
 @dataclass
@@ -60,7 +76,9 @@ class CliRun:
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> CliRun:
     """Run the installed ``npuprof`` console script as a user would."""
     exe = shutil.which("npuprof") or str(Path(sys.executable).with_name("npuprof"))
-    proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [exe, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
     return CliRun(proc.returncode, proc.stdout, proc.stderr)
 
 

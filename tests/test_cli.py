@@ -1,4 +1,5 @@
 """The CLI contract: one JSON object on stdout, one error line on stderr, documented exit codes."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,11 +10,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample
+
 from npuprof.pipeline.errors import MissingPrerequisites
-from npuprof.pipeline.runner import check_prerequisites
 from npuprof.pipeline.stages import stage
+from npuprof.pipeline.window import check_prerequisites
 
 RANK0 = "rank_0_ascend_pt"
 
@@ -111,7 +112,10 @@ def test_db_of_another_schema_fails(cli, tmp_path):
     rank_dir.mkdir(parents=True)
     db = rank_dir / "ascend_pytorch_profiler_0.db"
     con = sqlite3.connect(db)
-    con.executescript("CREATE TABLE META_DATA (name TEXT, value TEXT); INSERT INTO META_DATA VALUES ('SCHEMA_VERSION', '1.0.0'); CREATE TABLE EVENTS (x INTEGER);")
+    con.executescript(
+        "CREATE TABLE META_DATA (name TEXT, value TEXT); INSERT INTO META_DATA VALUES ('SCHEMA_VERSION', '1.0.0'); "
+        "CREATE TABLE EVENTS (x INTEGER);"
+    )
     con.commit()
     con.close()
     out = tmp_path / "out"
@@ -186,7 +190,10 @@ def test_non_empty_output_is_refused_without_overwrite(cli, tmp_path):
 def test_stage_that_is_not_built_is_refused_clearly(cli, tmp_path):
     run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out"), "--to-stage", "report")
     assert run.returncode == 2
-    assert "is not built yet" in run.result["error"] and "built stages: normalize, segment, classify" in run.result["error"]
+    assert (
+        "is not built yet" in run.result["error"]
+        and "built stages: normalize, segment, classify" in run.result["error"]
+    )
 
 
 def test_missing_prerequisites_are_named(cli, tmp_path):
@@ -203,7 +210,10 @@ def test_missing_prerequisites_are_named(cli, tmp_path):
 
 def test_from_stage_reruns_segment_on_existing_normalize_output(cli, tmp_path):
     out = tmp_path / "out"
-    assert cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--to-stage", "normalize", "--progress", "none").returncode == 0
+    assert (
+        cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--to-stage", "normalize", "--progress", "none").returncode
+        == 0
+    )
     run = cli("analyze", "-o", str(out), "--from-stage", "segment", "--progress", "none")
     assert run.returncode == 0, run.stderr
     assert run.result["stages_executed"] == ["segment", "classify"] and run.result["rank_count"] == 4
@@ -221,7 +231,7 @@ def test_only_stage_reruns_on_an_existing_output(cli, tmp_path):
 
 
 def test_usage_errors_are_one_json_object_with_exit_2(cli, tmp_path):
-    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "o"), "--mode", "turbo")
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "o"), "--source", "turbo")
     assert run.returncode == 2 and run.result["status"] == "failed" and run.result["kind"] == "usage_error"
     run = cli()
     assert run.returncode == 2 and run.result["status"] == "failed"
@@ -230,7 +240,17 @@ def test_usage_errors_are_one_json_object_with_exit_2(cli, tmp_path):
 def test_help_documents_commands_flags_and_exit_codes(cli):
     run = cli("analyze", "--help")
     assert run.returncode == 0
-    for text in ("--from-stage", "--to-stage", "--only-stage", "--source", "--progress", "--overwrite", "--jobs", "exit codes", "bad input data"):
+    for text in (
+        "--from-stage",
+        "--to-stage",
+        "--only-stage",
+        "--source",
+        "--progress",
+        "--overwrite",
+        "--jobs",
+        "exit codes",
+        "bad input data",
+    ):
         assert text in run.stdout
 
 
@@ -261,7 +281,20 @@ def test_manifest_records_version_timings_and_input_facts_with_optional_sha256(c
 
 
 def test_synth_command_writes_text_and_db_roots_and_refuses_bad_requests(cli, tmp_path):
-    run = cli("synth", str(tmp_path / "root"), "--scenario", "slow_rank", "--ranks", "3", "--steps", "2", "--layers", "2", "--seed", "5")
+    run = cli(
+        "synth",
+        str(tmp_path / "root"),
+        "--scenario",
+        "slow_rank",
+        "--ranks",
+        "3",
+        "--steps",
+        "2",
+        "--layers",
+        "2",
+        "--seed",
+        "5",
+    )
     assert run.returncode == 0, run.stderr
     result = run.result
     assert result["ranks"] == 3 and result["rows"] > 0
@@ -297,7 +330,12 @@ def test_progress_bar_is_drawn_on_a_tty_and_stdout_keeps_one_json_object(tmp_pat
 
     exe = shutil.which("npuprof")
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([exe, "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=follower, text=True)
+    proc = subprocess.Popen(
+        [exe, "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        text=True,
+    )
     stdout, _ = proc.communicate(timeout=120)
     os.close(follower)
     drawn = b""
@@ -321,7 +359,10 @@ def test_analyze_from_code_read_on_stdin_still_runs(tmp_path):
     import subprocess
     import sys
 
-    code = f"from npuprof.pipeline.runner import analyze\nprint(analyze({str(QWEN_TRAINING)!r}, {str(tmp_path / 'o')!r}, jobs=2)['status'])\n"
+    code = (
+        "from npuprof.pipeline.runner import analyze\n"
+        f"print(analyze({str(QWEN_TRAINING)!r}, {str(tmp_path / 'o')!r}, jobs=2)['status'])\n"
+    )
     proc = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"

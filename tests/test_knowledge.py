@@ -1,4 +1,5 @@
 """The YAML knowledge and the code agree: every enum value emitted is declared, and vice versa."""
+
 from __future__ import annotations
 
 import re
@@ -23,7 +24,9 @@ def test_rule_categories_and_roles_are_exactly_the_declared_ones():
 def test_op_types_emitted_are_exactly_the_declared_ones():
     declared = set(knowledge.load("semantic_conventions")["op_type"])
     source = (REPO / "pipeline" / "signatures.py").read_text()
+    by_core = knowledge.load("kernel_signatures")["op_type_by_core"]
     emitted = set(re.findall(r'"(aic|aiv|mix_cv|mix_comm_aiv|communication|aicpu|dsa|unknown)"', source))
+    emitted |= set(by_core["exact"].values()) | {r["op_type"] for r in by_core["fallback"]} | {by_core["default"]}
     assert emitted == declared
     for core in ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "COMMUNICATION", "AI_CPU", "DSA_SQE", None):
         assert signatures.op_type_of_core(core) in declared

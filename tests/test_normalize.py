@@ -1,4 +1,5 @@
 """normalize end to end through the real CLI, on every real sample root."""
+
 from __future__ import annotations
 
 import collections
@@ -9,8 +10,8 @@ import sqlite3
 
 import pandas as pd
 import pytest
-
 from conftest import PYTORCH_DATA, QWEN_TRAINING, SAMPLE_ROOTS
+
 from npuprof.api import Analysis
 from npuprof.pipeline import schema
 
@@ -22,7 +23,9 @@ def expected_event_count(root) -> int:
         if db.name == "analysis.db":
             continue
         con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
-        total += con.execute("SELECT COUNT(*) FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId").fetchone()[0]
+        total += con.execute(
+            "SELECT COUNT(*) FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId"
+        ).fetchone()[0]
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "COMMUNICATION_OP" in tables:
             total += con.execute("SELECT COUNT(*) FROM COMMUNICATION_OP").fetchone()[0]
@@ -147,11 +150,21 @@ def test_parallel_map_writes_the_same_tables_as_one_process(tmp_path):
 
 def test_source_auto_prefers_db_and_csv_forces_csv(tmp_path, cli):
     from npuprof.pipeline.runner import analyze
+
     analyze(PYTORCH_DATA / "db" / "level1", tmp_path / "auto", jobs=1)
     manifest = Analysis(tmp_path / "auto").manifest("normalize")
     assert {r["source_kind"] for r in manifest["rank_summaries"]} == {"profiler_db"}
     assert all("schema probe" in r["source_choice"] for r in manifest["rank_summaries"])
-    run = cli("analyze", str(PYTORCH_DATA / "db" / "level1"), "-o", str(tmp_path / "csv"), "--source", "csv", "--progress", "none")
+    run = cli(
+        "analyze",
+        str(PYTORCH_DATA / "db" / "level1"),
+        "-o",
+        str(tmp_path / "csv"),
+        "--source",
+        "csv",
+        "--progress",
+        "none",
+    )
     assert run.returncode == 3 and "--source csv" in run.result["error"]
 
 
@@ -160,25 +173,34 @@ def test_process_pool_map_matches_threads_and_carries_errors_across_processes(tm
     import dataclasses
 
     from conftest import copy_sample
+
     from npuprof.pipeline.errors import StageFailed
+    from npuprof.pipeline.execution import map_ranks
     from npuprof.pipeline.progress import no_progress
-    from npuprof.pipeline.runner import _map_ranks
     from npuprof.pipeline.sources.discovery import discover
     from npuprof.pipeline.stages import stage
     from npuprof.pipeline.stages.base import AnalyzeOptions
 
     in_processes = dataclasses.replace(stage("normalize"), map_in_threads=False)
     inputs = discover(QWEN_TRAINING)
-    manifests = _map_ranks(in_processes, tmp_path / "p", inputs, AnalyzeOptions(), 2, no_progress)
+    manifests = map_ranks(in_processes, tmp_path / "p", inputs, AnalyzeOptions(), 2, no_progress)
     assert sorted(m["event_count"] for m in manifests) == [0, 0, 2463, 2587]
-    by_process = pd.read_parquet(tmp_path / "p" / schema.NORMALIZED_EVENTS).sort_values(["rank_id", "row_idx"]).reset_index(drop=True)
-    _map_ranks(stage("normalize"), tmp_path / "t", inputs, AnalyzeOptions(), 2, no_progress)
-    by_thread = pd.read_parquet(tmp_path / "t" / schema.NORMALIZED_EVENTS).sort_values(["rank_id", "row_idx"]).reset_index(drop=True)
+    by_process = (
+        pd.read_parquet(tmp_path / "p" / schema.NORMALIZED_EVENTS)
+        .sort_values(["rank_id", "row_idx"])
+        .reset_index(drop=True)
+    )
+    map_ranks(stage("normalize"), tmp_path / "t", inputs, AnalyzeOptions(), 2, no_progress)
+    by_thread = (
+        pd.read_parquet(tmp_path / "t" / schema.NORMALIZED_EVENTS)
+        .sort_values(["rank_id", "row_idx"])
+        .reset_index(drop=True)
+    )
     pd.testing.assert_frame_equal(by_process, by_thread)
 
     broken = copy_sample(QWEN_TRAINING, tmp_path / "broken")
     (broken / "rank_2_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").write_bytes(b"")
     with pytest.raises(StageFailed) as raised:
-        _map_ranks(in_processes, tmp_path / "b", discover(broken), AnalyzeOptions(), 2, no_progress)
+        map_ranks(in_processes, tmp_path / "b", discover(broken), AnalyzeOptions(), 2, no_progress)
     assert raised.value.phase == "normalize (rank 2)" and raised.value.exit_code == 3
     assert "empty file" in raised.value.one_line()

@@ -1,4 +1,5 @@
 """segment: steps and layers equal the synthetic ground truth, and are right on real captures."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import PYTORCH_DATA, QWEN_TRAINING, analyze_scenarios
+
 from npuprof.pipeline.runner import StageWindow, analyze
 from npuprof.synth import SCENARIOS, generate
 
@@ -54,9 +55,14 @@ def test_layer_boundaries_are_exactly_the_planted_rows(analyzed, name):
     _, layers, _ = frames(out)
     first_complete = truth["complete_steps"][0]
     for rank, facts in truth["ranks"].items():
-        found = layers[(layers["rank_id"] == int(rank)) & (layers["step_id"] == first_complete)].sort_values("layer_ordinal")
+        found = layers[(layers["rank_id"] == int(rank)) & (layers["step_id"] == first_complete)].sort_values(
+            "layer_ordinal"
+        )
         held = facts["decoder_layers_held"]
-        expected = [(l["row_start"], l["row_end"], l["role"], l["layer_index"] - held[0]) for l in facts["layers_first_complete_step"]]
+        expected = [
+            (layer["row_start"], layer["row_end"], layer["role"], layer["layer_index"] - held[0])
+            for layer in facts["layers_first_complete_step"]
+        ]
         got = list(zip(found["row_start"], found["row_end"], found["layer_role"], found["layer_index"]))
         assert got == expected, (rank, got[:4], expected[:4])
 
@@ -70,12 +76,29 @@ def test_qwen3_training_capture_holds_14_layers_per_stage_and_two_micro_batches(
     assert ranks[0]["micro_batches_per_step"] == 2 and ranks[2]["micro_batches_per_step"] == 2
     for rank in (0, 2):
         step = steps[steps["rank_id"] == rank].iloc[0]
-        assert (step["step_id"], step["forward_layers"], step["backward_layers"], step["recompute_layers"]) == (13, 28, 28, 0)
+        assert (step["step_id"], step["forward_layers"], step["backward_layers"], step["recompute_layers"]) == (
+            13,
+            28,
+            28,
+            0,
+        )
         order = layers[layers["rank_id"] == rank].groupby("pass_index")["layer_role"].first().tolist()
         # stage 0 runs both forwards before the backwards; the last stage (rank 2) alternates: 1F1B
-        assert order == (["forward", "forward", "backward", "backward"] if rank == 0 else ["forward", "backward", "forward", "backward"])
-        assert set(layers.loc[(layers["rank_id"] == rank) & (layers["layer_role"] == "forward"), "anchor_name"].str.contains("FlashAttentionScore_"))
-        assert layers.loc[(layers["rank_id"] == rank) & (layers["layer_role"] == "backward"), "anchor_name"].str.contains("FlashAttentionScoreGrad").all()
+        assert order == (
+            ["forward", "forward", "backward", "backward"]
+            if rank == 0
+            else ["forward", "backward", "forward", "backward"]
+        )
+        assert set(
+            layers.loc[(layers["rank_id"] == rank) & (layers["layer_role"] == "forward"), "anchor_name"].str.contains(
+                "FlashAttentionScore_"
+            )
+        )
+        assert (
+            layers.loc[(layers["rank_id"] == rank) & (layers["layer_role"] == "backward"), "anchor_name"]
+            .str.contains("FlashAttentionScoreGrad")
+            .all()
+        )
     assert ranks[1]["step_count"] == 0 and ranks[3]["step_count"] == 0  # communication files only
     assert manifest["hard_error_count"] == 0
 
@@ -91,6 +114,7 @@ def test_cnn_captures_have_no_transformer_layers_and_say_so(tmp_path, level):
 
 
 # --- the earlier analyzer's counterexamples, as synthetic kernel sequences -----------------------
+
 
 def write_rank(tmp_path: Path, sequences: list[list[str]], steps: int = 2) -> Path:
     """A one-rank root whose kernel_details.csv repeats ``sequences`` (Type names) per step."""
@@ -116,73 +140,163 @@ def segment(tmp_path: Path, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_deepseek_mla_prologue_order_starts_layers_at_the_fused_add_norm(tmp_path):
-    # AddRmsNormBias → projections → KvRmsNormRopeCache → FIA → TransposeBatchMatMul → o_proj → allReduce → AddRmsNormBias → MoE
-    layer = ["AddRmsNormBias", "QuantBatchMatmul", "MatMulV3", "KvRmsNormRopeCache", "FusedInferAttentionScore", "TransposeBatchMatMul",
-             "MatMulV3", "hcom_allReduce_", "AddRmsNormBias", "MoeGatingTopK", "MoeDistributeDispatch", "GroupedMatmul", "GroupedMatmul", "MoeDistributeCombine"]
+    # AddRmsNormBias → projections → KvRmsNormRopeCache → FIA → TransposeBatchMatMul → o_proj → allReduce
+    # → AddRmsNormBias → MoE
+    layer = [
+        "AddRmsNormBias",
+        "QuantBatchMatmul",
+        "MatMulV3",
+        "KvRmsNormRopeCache",
+        "FusedInferAttentionScore",
+        "TransposeBatchMatMul",
+        "MatMulV3",
+        "hcom_allReduce_",
+        "AddRmsNormBias",
+        "MoeGatingTopK",
+        "MoeDistributeDispatch",
+        "GroupedMatmul",
+        "GroupedMatmul",
+        "MoeDistributeCombine",
+    ]
     head, tail = ["GatherV2"], ["RmsNorm", "MatMulV3", "ArgMaxWithValue"]
     steps, layers = segment(tmp_path, write_rank(tmp_path, [head] + [layer] * 5 + [tail]))
     assert (steps["main_layer_count"] == 5).all()
     first = layers[layers["step_ordinal"] == 0].sort_values("layer_ordinal")
-    assert list(first["pos_start"]) == [1 + 14 * k for k in range(5)]  # the first AddRmsNormBias of each layer, not KvRmsNormRopeCache
+    assert list(first["pos_start"]) == [
+        1 + 14 * k for k in range(5)
+    ]  # the first AddRmsNormBias of each layer, not KvRmsNormRopeCache
 
 
 def test_glm5_mla_markers_alone_set_the_layer_count_and_mtp_layers_are_speculative(tmp_path):
-    layer = ["AddRmsNorm", "MlaPrologV3", "KvQuantSparseFlashAttention", "TransposeBatchMatMul", "MatMulV3", "AddRmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    layer = [
+        "AddRmsNorm",
+        "MlaPrologV3",
+        "KvQuantSparseFlashAttention",
+        "TransposeBatchMatMul",
+        "MatMulV3",
+        "AddRmsNorm",
+        "MatMulV3",
+        "SwiGlu",
+        "MatMulV3",
+    ]
     main = [["GatherV2"]] + [layer] * 6 + [["RmsNorm", "MatMulV3", "ArgMaxWithValue"]]
     mtp = [["GatherV2", "MatMulV3"], layer, ["RmsNorm", "MatMulV3", "ArgMaxWithValue"]]
     steps, layers = segment(tmp_path, write_rank(tmp_path, main + mtp))
     assert (steps["main_layer_count"] == 6).all() and (steps["speculative_layers"] == 1).all()
-    assert set(layers["anchor_name"]) == {"MlaPrologV3"}  # sparse attention and V-up-proj inside the layer do not anchor
+    assert set(layers["anchor_name"]) == {
+        "MlaPrologV3"
+    }  # sparse attention and V-up-proj inside the layer do not anchor
 
 
 def test_hybrid_mla_and_kda_layers_anchor_on_their_union(tmp_path):
     kda = ["RmsNorm", "MatMulV3", "ChunkKda", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
-    mla = ["RmsNorm", "MlaPrologV2", "FusedInferAttentionScore", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    mla = [
+        "RmsNorm",
+        "MlaPrologV2",
+        "FusedInferAttentionScore",
+        "MatMulV3",
+        "RmsNorm",
+        "MatMulV3",
+        "SwiGlu",
+        "MatMulV3",
+    ]
     body = [kda, kda, kda, mla] * 3
-    steps, layers = segment(tmp_path, write_rank(tmp_path, [["GatherV2"]] + body + [["RmsNorm", "MatMulV3", "ArgMaxWithValue"]]))
+    steps, layers = segment(
+        tmp_path, write_rank(tmp_path, [["GatherV2"]] + body + [["RmsNorm", "MatMulV3", "ArgMaxWithValue"]])
+    )
     assert (steps["main_layer_count"] == 12).all()
     assert steps["attention_family"].iloc[0] == "hybrid:mla+linear"
 
 
 def test_dsv4_alternating_sparse_and_flash_layers_all_count(tmp_path):
-    csa = ["HcPre", "RmsNorm", "KvCompressEpilog", "LightningIndexer", "SparseFlashAttention", "MatMulV3", "HcPost", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
-    hca = ["HcPre", "RmsNorm", "KvCompressEpilog", "FlashAttentionScore", "MatMulV3", "HcPost", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
-    steps, layers = segment(tmp_path, write_rank(tmp_path, [["GatherV2"]] + [csa, hca] * 4 + [["RmsNorm", "MatMulV3", "ArgMaxWithValue"]]))
+    csa = [
+        "HcPre",
+        "RmsNorm",
+        "KvCompressEpilog",
+        "LightningIndexer",
+        "SparseFlashAttention",
+        "MatMulV3",
+        "HcPost",
+        "RmsNorm",
+        "MatMulV3",
+        "SwiGlu",
+        "MatMulV3",
+    ]
+    hca = [
+        "HcPre",
+        "RmsNorm",
+        "KvCompressEpilog",
+        "FlashAttentionScore",
+        "MatMulV3",
+        "HcPost",
+        "RmsNorm",
+        "MatMulV3",
+        "SwiGlu",
+        "MatMulV3",
+    ]
+    steps, layers = segment(
+        tmp_path, write_rank(tmp_path, [["GatherV2"]] + [csa, hca] * 4 + [["RmsNorm", "MatMulV3", "ArgMaxWithValue"]])
+    )
     assert (steps["main_layer_count"] == 8).all()
-    assert list(layers[layers["step_ordinal"] == 0]["anchor_name"]) == ["SparseFlashAttention", "FlashAttentionScore"] * 4
+    assert (
+        list(layers[layers["step_ordinal"] == 0]["anchor_name"]) == ["SparseFlashAttention", "FlashAttentionScore"] * 4
+    )
 
 
 def test_argmax_is_not_a_step_boundary_when_steps_are_marked(tmp_path):
     layer = ["RmsNorm", "MatMulV3", "FlashAttentionScore", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
-    steps, _ = segment(tmp_path, write_rank(tmp_path, [["GatherV2"], layer, ["ArgMaxWithValue"], layer, ["ArgMaxWithValue"]], steps=3))
+    steps, _ = segment(
+        tmp_path, write_rank(tmp_path, [["GatherV2"], layer, ["ArgMaxWithValue"], layer, ["ArgMaxWithValue"]], steps=3)
+    )
     assert len(steps) == 3 and set(steps["source"]) == {"step_id"}
 
 
 def test_without_step_marks_inference_steps_end_at_sampling(tmp_path):
-    root = write_rank(tmp_path, [["GatherV2"], ["RmsNorm", "MatMulV3", "FlashAttentionScore", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"] * 1,
-                                 ["RmsNorm", "MatMulV3", "ArgMaxWithValue"]], steps=4)
+    root = write_rank(
+        tmp_path,
+        [
+            ["GatherV2"],
+            ["RmsNorm", "MatMulV3", "FlashAttentionScore", "MatMulV3", "RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"] * 1,
+            ["RmsNorm", "MatMulV3", "ArgMaxWithValue"],
+        ],
+        steps=4,
+    )
     csv_path = next(root.rglob("kernel_details.csv"))
     text = csv_path.read_text().splitlines()
-    csv_path.write_text("\n".join([text[0]] + ["," + line.split(",", 1)[1] for line in text[1:]]) + "\n")  # erase Step Id
+    csv_path.write_text(
+        "\n".join([text[0]] + ["," + line.split(",", 1)[1] for line in text[1:]]) + "\n"
+    )  # erase Step Id
     steps, layers = segment(tmp_path, root)
     assert len(steps) == 4 and set(steps["source"]) == {"structure"}
     assert (steps["layer_count"] == 1).all()
 
 
 def test_expected_layers_come_from_config_or_catalog_and_are_checked(tmp_path, cli):
-    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "a"), "--model-id", "Qwen3-0.6B", "--progress", "none")
+    run = cli(
+        "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "a"), "--model-id", "Qwen3-0.6B", "--progress", "none"
+    )
     assert run.returncode == 0, run.stderr
     validation = run.result["segment"]["layer_validation"]
     # 14 observed layers on each captured rank × 2 pipeline stages = the catalog's 28
-    assert validation == {"status": "ok", "expected_layers": 28, "expected_source": "catalog", "pipeline_stages": 2, "observed_total_layers": [28]}
+    assert validation == {
+        "status": "ok",
+        "expected_layers": 28,
+        "expected_source": "catalog",
+        "pipeline_stages": 2,
+        "observed_total_layers": [28],
+    }
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"num_hidden_layers": 32}))
-    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "b"), "--model-config", str(config), "--progress", "none")
+    run = cli(
+        "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "b"), "--model-config", str(config), "--progress", "none"
+    )
     assert run.result["segment"]["layer_validation"]["status"] == "mismatch"
     assert any("config says 32" in w for w in run.result["warnings"])
     run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "c"), "--progress", "none")
     assert run.result["segment"]["layer_validation"]["status"] == "unknown"  # nothing given: no guess
-    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "d"), "--model-id", "NoSuchModel", "--progress", "none")
+    run = cli(
+        "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "d"), "--model-id", "NoSuchModel", "--progress", "none"
+    )
     assert run.returncode == 2 and "model catalog" in run.result["error"]
 
 
@@ -196,8 +310,22 @@ def test_config_json_in_a_synthetic_root_validates_pipeline_stage_layers(tmp_pat
 
 def test_without_attention_only_an_exactly_periodic_fallback_gives_layers_with_low_confidence(tmp_path):
     block = ["RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
-    steps, layers = segment(tmp_path / "periodic", write_rank(tmp_path / "periodic", [["GatherV2"]] + [block] * 6 + [["ArgMaxWithValue"]]))
+    steps, layers = segment(
+        tmp_path / "periodic", write_rank(tmp_path / "periodic", [["GatherV2"]] + [block] * 6 + [["ArgMaxWithValue"]])
+    )
     assert (steps["layer_confidence"] == "low").all() and (steps["layer_count"] > 0).all()
     ragged = [["GatherV2"], block, ["MatMulV3"], block + ["Add"], ["MatMulV3", "Cast"], ["ArgMaxWithValue"]]
     steps, layers = segment(tmp_path / "ragged", write_rank(tmp_path / "ragged", ragged))
     assert len(layers) == 0 and (steps["layer_confidence"] == "none").all()
+
+
+def test_a_layer_found_without_attention_gets_no_attention_block(tmp_path):
+    block = ["RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
+    root = write_rank(tmp_path / "periodic", [["GatherV2"]] + [block] * 6 + [["ArgMaxWithValue"]])
+    analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="classify"))
+    layers = pd.read_parquet(tmp_path / "out" / "layer_segments")
+    blocks = pd.read_parquet(tmp_path / "out" / "block_segments")
+    assert len(layers) and (layers["attention_family"] == "fallback_periodic").all()
+    assert "attention" not in set(blocks["block_kind"])
+    assert blocks.groupby(["rank_id", "step_ordinal", "layer_ordinal"]).size().eq(1).all()
+    assert (blocks["block_kind"] == "ffn").all()

@@ -1,34 +1,51 @@
-"""The Celery app: Redis broker and backend, reliability settings (design.md §3)."""
+"""The Celery app: Redis broker and backend, reliability settings (design.md §3).
+
+``make_app(broker)`` builds an app for one broker URL: workers use the module's ``app`` (the URL of
+``NPUPROF_BROKER_URL``), and a client that talks to another broker builds its own and sends tasks
+by name, so nothing global is mutated.
+"""
+
 from __future__ import annotations
 
 from celery import Celery
 
 from npuprof.workers import settings
 
-app = Celery("npuprof", broker=settings.broker_url(), backend=settings.broker_url(), include=["npuprof.workers.tasks"])
-app.conf.update(
-    # a task is acknowledged only when it finished: a worker that dies mid-task loses nothing
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    broker_transport_options={"visibility_timeout": settings.visibility_timeout()},
-    result_backend_transport_options={"visibility_timeout": settings.visibility_timeout(), "retry_policy": {"timeout": 5.0}},
-    task_soft_time_limit=settings.soft_time_limit(),
-    task_time_limit=settings.hard_time_limit(),
-    task_default_queue=settings.DEFAULT_QUEUE,
-    task_track_started=True,
-    task_send_sent_event=True,
-    worker_send_task_events=True,
-    result_extended=True,
-    result_expires=7 * 24 * 3600,
-    # a result that cannot be stored while Redis restarts is retried, not turned into a task failure
-    result_backend_always_retry=True,
-    result_backend_max_retries=120,
-    result_backend_base_sleep_between_retries_ms=500,
-    result_backend_max_sleep_between_retries_ms=5000,
-    broker_connection_retry_on_startup=True,
-    broker_connection_max_retries=None,
-    task_serializer="json",
-    result_serializer="json",
-    accept_content=["json"],
-)
+
+def make_app(broker: str | None = None) -> Celery:
+    """A Celery app for ``broker`` (default: ``NPUPROF_BROKER_URL``) with npuprof's settings."""
+    url = broker or settings.broker_url()
+    celery_app = Celery("npuprof", broker=url, backend=url, include=["npuprof.workers.tasks"])
+    celery_app.conf.update(
+        # a task is acknowledged only when it finished: a worker that dies mid-task loses nothing
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout()},
+        result_backend_transport_options={
+            "visibility_timeout": settings.visibility_timeout(),
+            "retry_policy": {"timeout": 5.0},
+        },
+        task_soft_time_limit=settings.soft_time_limit(),
+        task_time_limit=settings.hard_time_limit(),
+        task_default_queue=settings.DEFAULT_QUEUE,
+        task_track_started=True,
+        task_send_sent_event=True,
+        worker_send_task_events=True,
+        result_extended=True,
+        result_expires=7 * 24 * 3600,
+        # a result that cannot be stored while Redis restarts is retried, not turned into a task failure
+        result_backend_always_retry=True,
+        result_backend_max_retries=120,
+        result_backend_base_sleep_between_retries_ms=500,
+        result_backend_max_sleep_between_retries_ms=5000,
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+    )
+    return celery_app
+
+
+app = make_app()

@@ -1,4 +1,5 @@
 """Sweep records in Redis (root → task ids, options, archive dir), so any client can ask about a sweep."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,13 @@ _PREFIX = "npuprof:sweep:"
 
 
 def _client(url: str | None = None) -> redis.Redis:
-    return redis.Redis.from_url(url or settings.broker_url(), socket_connect_timeout=5, socket_timeout=10,
-                                retry_on_timeout=True, health_check_interval=30)
+    return redis.Redis.from_url(
+        url or settings.broker_url(),
+        socket_connect_timeout=5,
+        socket_timeout=10,
+        retry_on_timeout=True,
+        health_check_interval=30,
+    )
 
 
 def save(record: dict, url: str | None = None) -> None:

@@ -7,6 +7,7 @@ write artifacts straight into the archive and return small dicts. Chord bookkeep
 by a task that ran twice, so the reduce and merge steps trust the archive, not their arguments:
 ``reduce_root`` waits for every rank's marker file and ``merge_sweep`` for every root's output.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,11 +18,12 @@ from pathlib import Path
 
 from celery import chord, group
 
-from npuprof.pipeline import __version__, atomic, schema
-from npuprof.pipeline.errors import NpuprofError
-from npuprof.pipeline.runner import StageWindow, analyze, finish_root, run_rank_chain, write_failure
-from npuprof.pipeline.sources.discovery import discover, read_json
-from npuprof.pipeline.stages import STAGES
+from npuprof.pipeline import __version__, io
+from npuprof.pipeline.errors import EXIT_INTERNAL, NpuprofError, failure_object, traceback_of
+from npuprof.pipeline.execution import run_rank_chain
+from npuprof.pipeline.runner import StageWindow, analyze, finish_root, write_failure
+from npuprof.pipeline.sources.discovery import discover
+from npuprof.pipeline.stages import built_stage_names
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.local import is_reusable
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
@@ -39,18 +41,25 @@ def root_key(root: str, options: dict) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def built_stages() -> list[str]:
-    return [s.name for s in STAGES if s.built]
-
-
 def _progress_reporter(task):
     def report(stage: str, done: int, total: int, message: str = "") -> None:
         percent = round(100.0 * done / total, 1) if total else 100.0
-        task.update_state(state="PROGRESS", meta={"stage": stage, "done": done, "total": total, "percent": percent, "message": message})
+        task.update_state(
+            state="PROGRESS",
+            meta={"stage": stage, "done": done, "total": total, "percent": percent, "message": message},
+        )
+
     return report
 
 
-@app.task(bind=True, name="npuprof.analyze_rank", autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=300, max_retries=5)
+@app.task(
+    bind=True,
+    name="npuprof.analyze_rank",
+    autoretry_for=TRANSIENT,
+    retry_backoff=True,
+    retry_backoff_max=300,
+    max_retries=5,
+)
 def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[str]) -> dict:
     """Rank-local stages of one rank; leaves a marker file that says it finished (or why it failed)."""
     marker = Path(work_dir) / MARKERS / f"rank_{rank['rank_id']}.json"
@@ -58,9 +67,13 @@ def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[st
         results = run_rank_chain(work_dir, rank, options, stages, progress=_progress_reporter(self))
         payload = {"rank_id": rank["rank_id"], "status": "ok", "results": results}
     except NpuprofError as exc:  # bad data fails this root, never the worker or the sweep
-        payload = {"rank_id": rank["rank_id"], "status": "failed", "phase": getattr(exc, "phase", "rank"), "error": exc.one_line(),
-                   "exit_code": exc.exit_code, "kind": exc.kind}
-    atomic.write_json(marker, payload)
+        payload = {
+            "rank_id": rank["rank_id"],
+            "status": "failed",
+            "failure": failure_object(exc),
+            "traceback": traceback_of(exc),
+        }
+    io.write_json(marker, payload)
     return {"rank_id": rank["rank_id"], "status": payload["status"]}
 
 
@@ -70,7 +83,7 @@ def _finalize(work: Path, final: Path, options: dict) -> str:
     if final.exists() and is_reusable(final, AnalyzeOptions.from_dict(options)):
         shutil.rmtree(work, ignore_errors=True)
         return "duplicate"
-    atomic.move_dir_into_place(work, final)
+    io.move_dir_into_place(work, final)
     return "moved"
 
 
@@ -79,18 +92,21 @@ def reduce_root(self, work_dir: str, final_dir: str, inputs: dict, options: dict
     """Cluster-level stages of one root once every rank's marker is on disk; then the atomic rename."""
     work, final = Path(work_dir), Path(final_dir)
     if not work.exists():
-        return {"status": root_status(final), "root": inputs["root"], "output_dir": final_dir, "note": "already finalized"}
+        return {
+            "status": root_status(final),
+            "root": inputs["root"],
+            "output_dir": final_dir,
+            "note": "already finalized",
+        }
     ranks = [r["rank_id"] for r in inputs["ranks"]]
     markers = {r: work / MARKERS / f"rank_{r}.json" for r in ranks}
     missing = [r for r, path in markers.items() if not path.exists()]
     if missing:  # a rank task was redelivered after a worker died: wait for it, not for the chord counter
         raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for ranks {missing}"))
-    payloads = [read_json(path) for path in markers.values()]
+    payloads = [io.read_json(path) for path in markers.values()]
     failed = [p for p in payloads if p["status"] != "ok"]
     if failed:
-        first = failed[0]
-        atomic.write_json(work / schema.FAILURE_JSON, {"status": "failed", "phase": first["phase"], "kind": first.get("kind"),
-                                                       "error": first["error"], "exit_code": first.get("exit_code")})
+        io.write_failure(work, failed[0]["failure"], failed[0].get("traceback"))
         status = "failed"
     else:
         try:
@@ -101,7 +117,11 @@ def reduce_root(self, work_dir: str, final_dir: str, inputs: dict, options: dict
             status = "failed"
     how = _finalize(work, final, options)
     root_rollup(inputs["root"], final.name, final)  # cache the rollup row here, in parallel, not in the merge
-    return {"status": root_status(final) if how == "duplicate" else status, "root": inputs["root"], "output_dir": final_dir}
+    return {
+        "status": root_status(final) if how == "duplicate" else status,
+        "root": inputs["root"],
+        "output_dir": final_dir,
+    }
 
 
 def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
@@ -109,7 +129,7 @@ def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     write_failure(work, exc)
-    atomic.move_dir_into_place(work, final)
+    io.move_dir_into_place(work, final)
 
 
 @app.task(bind=True, name="npuprof.plan_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
@@ -117,14 +137,21 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     """On a worker that mounts the storage: find the roots and their ranks, launch the sweep chord."""
     archive_dir = Path(archive)
     archive_dir.mkdir(parents=True, exist_ok=True)
-    stages = built_stages()
+    stages = built_stage_names()
     plan, root_chords = [], []
     for root in find_roots(search_roots):
         slug = root_slug(root, search_roots)
         key = root_key(str(root), options)
         final = archive_dir / slug
         queue = settings.queue_for(root)
-        entry = {"root": str(root), "slug": slug, "key": key, "queue": queue, "reduce_id": f"npuprof-root-{key}", "rank_ids": []}
+        entry = {
+            "root": str(root),
+            "slug": slug,
+            "key": key,
+            "queue": queue,
+            "reduce_id": f"npuprof-root-{key}",
+            "rank_ids": [],
+        }
         if is_reusable(final, AnalyzeOptions.from_dict(options)):
             entry["reused"] = True
         else:
@@ -141,13 +168,19 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
             for rank in inputs.ranks:
                 task_id = f"npuprof-rank-{key}-{rank.rank_id}"
                 entry["rank_ids"].append(task_id)
-                rank_tasks.append(analyze_rank.si(str(work), vars(rank), options, stages).set(task_id=task_id, queue=queue))
-            body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages).set(task_id=entry["reduce_id"], queue=queue)
+                rank_tasks.append(
+                    analyze_rank.si(str(work), vars(rank), options, stages).set(task_id=task_id, queue=queue)
+                )
+            body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages).set(
+                task_id=entry["reduce_id"], queue=queue
+            )
             root_chords.append(chord(group(rank_tasks), body))
         plan.append(entry)
     merge_id = f"npuprof-merge-{sweep_id}"
     records.update(sweep_id, roots=plan, merge_id=merge_id, state="running", stages=stages, planned_at=time.time())
-    merge = merge_sweep_task.si(sweep_id).set(task_id=merge_id, queue=self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE)
+    merge = merge_sweep_task.si(sweep_id).set(
+        task_id=merge_id, queue=self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE
+    )
     if root_chords:
         chord(root_chords, merge).apply_async()
     else:
@@ -166,11 +199,22 @@ def merge_sweep_task(self, sweep_id: str) -> dict:
     waiting = [e["root"] for e in waiting if root_status(archive / e["slug"]) == "missing"]
     if waiting:
         raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for {len(waiting)} roots"))
-    meta = {"sweep_id": sweep_id, "search_roots": record["search_roots"], "options": record["options"], "npuprof_version": __version__,
-            "reused_roots": sum(1 for e in record["roots"] if e.get("reused")), "mode": "service",
-            "wall_seconds": round(time.time() - record["submitted_at"], 3)}
+    meta = {
+        "sweep_id": sweep_id,
+        "search_roots": record["search_roots"],
+        "options": record["options"],
+        "npuprof_version": __version__,
+        "reused_roots": sum(1 for e in record["roots"] if e.get("reused")),
+        "mode": "service",
+        "wall_seconds": round(time.time() - record["submitted_at"], 3),
+    }
     summary = merge_sweep(archive, [(e["root"], e["slug"]) for e in record["roots"]], meta)
-    records.update(sweep_id, state="done", summary={k: summary[k] for k in ("status_counts", "failed_roots", "root_count")}, finished_at=time.time())
+    records.update(
+        sweep_id,
+        state="done",
+        summary={k: summary[k] for k in ("status_counts", "failed_roots", "root_count")},
+        finished_at=time.time(),
+    )
     return {"status": "done", "status_counts": summary["status_counts"], "rollup": summary["rollup"]}
 
 
@@ -192,7 +236,9 @@ def _recover_root(entry: dict, record: dict) -> None:
     if lost:
         work = Path(entry["work_dir"])
         error = f"rank tasks failed in the service, not on the data: {', '.join(lost)}"
-        atomic.write_json(work / schema.FAILURE_JSON, {"status": "failed", "phase": "service", "kind": "service_error", "error": error})
+        io.write_failure(
+            work, {"phase": "service", "kind": "service_error", "error": error, "exit_code": EXIT_INTERNAL}
+        )
         _finalize(work, Path(entry["final_dir"]), record["options"])
 
 
@@ -200,7 +246,13 @@ def _recover_root(entry: dict, record: dict) -> None:
 def run_stages(self, out_dir: str, from_stage: str | None, to_stage: str | None, options: dict) -> dict:
     """Re-run a window of stages on an existing output dir (e.g. after a new npuprof adds a stage)."""
     try:
-        return analyze(None, out_dir, options=AnalyzeOptions.from_dict(options), window=StageWindow(from_stage, to_stage), jobs=1,
-                       progress=_progress_reporter(self))
+        return analyze(
+            None,
+            out_dir,
+            options=AnalyzeOptions.from_dict(options),
+            window=StageWindow(from_stage, to_stage),
+            jobs=1,
+            progress=_progress_reporter(self),
+        )
     except NpuprofError as exc:
-        return {"status": "failed", "phase": getattr(exc, "phase", "setup"), "error": exc.one_line()}
+        return failure_object(exc)

@@ -5,15 +5,25 @@ opening event (post-attention norm / fused add-norm) after the attention core; a
 attention grads start after the last norm-grad before its attention core. Without such an event
 the split goes right after the last attention kernel (before it, going backward).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
+from npuprof import knowledge
 from npuprof.pipeline.segmentation.features import EventFeatures
 
 
-def split_layer(start: int, end: int, anchor: int, direction: str, features: EventFeatures) -> list[tuple[int, int, str]]:
-    """(start, end, kind) of the blocks of one layer, in device order."""
+def split_layer(
+    start: int, end: int, anchor: int, direction: str, features: EventFeatures, has_attention: bool = True
+) -> list[tuple[int, int, str]]:
+    """(start, end, kind) of the blocks of one layer, in device order.
+
+    A layer without attention (found by a fallback anchor) is one block of its own kind: it gets
+    no attention block.
+    """
+    if not has_attention:
+        return [(start, end, _rest_kind(start, end, features))]
     attention = features.role_flags["attention"] | features.role_flags["attention_aux"]
     if direction == "forward":
         after = np.flatnonzero(features.opening[anchor + 1 : end + 1])
@@ -46,7 +56,7 @@ def _rest_kind(lo: int, hi: int, features: EventFeatures) -> str:
     window = slice(lo, hi + 1)
     if features.role_flags["moe"][window].any():
         return "moe"
-    if features.role_flags["aicpu"][window].mean() >= 0.5:
+    if features.role_flags["aicpu"][window].mean() >= knowledge.load("segmentation_rules")["blocks"]["aicpu_min_share"]:
         return "aicpu"
     if features.role_flags["ffn"][window].any() or features.role_flags["compute"][window].any():
         return "ffn"

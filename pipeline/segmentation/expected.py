@@ -1,11 +1,12 @@
 """The expected decoder-layer count: from a config.json or the model catalog, never from a guess."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput, UsageError
-from npuprof.pipeline.sources.discovery import read_json
+from npuprof.pipeline.io import read_json
 
 
 def expected_model(model_config: str | None, model_id: str | None, root: str) -> dict:
@@ -20,15 +21,25 @@ def expected_model(model_config: str | None, model_id: str | None, root: str) ->
         layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
         if not isinstance(layers, int) or layers <= 0:
             raise BadInput(path, "config has no positive integer num_hidden_layers")
-        return {"expected_layers": layers, "source": "config", "detail": str(path),
-                "mtp_layers": int(config.get("num_nextn_predict_layers") or 0)}
+        return {
+            "expected_layers": layers,
+            "source": "config",
+            "detail": str(path),
+            "mtp_layers": int(config.get("num_nextn_predict_layers") or 0),
+        }
     if model_id:
         catalog = knowledge.load("model_catalog")["models"]
         if model_id not in catalog:
-            raise UsageError(f"--model-id {model_id!r} is not in the model catalog; known: {', '.join(sorted(catalog))}")
+            raise UsageError(
+                f"--model-id {model_id!r} is not in the model catalog; known: {', '.join(sorted(catalog))}"
+            )
         entry = catalog[model_id]
-        return {"expected_layers": entry["num_hidden_layers"], "source": "catalog", "detail": model_id,
-                "mtp_layers": int(entry.get("num_nextn_predict_layers", 0))}
+        return {
+            "expected_layers": entry["num_hidden_layers"],
+            "source": "catalog",
+            "detail": model_id,
+            "mtp_layers": int(entry.get("num_nextn_predict_layers", 0)),
+        }
     return {"expected_layers": None, "source": "unknown", "detail": None, "mtp_layers": 0}
 
 
@@ -37,9 +48,15 @@ def layer_validation(expected: dict, ranks: list[dict], pipeline_stages: int | N
     observed = {r["rank_id"]: r["decoder_layers_observed"] for r in ranks if r["decoder_layers_observed"]}
     stages = pipeline_stages or 1
     totals = sorted({v * stages for v in observed.values()})
-    result = {"expected_layers": expected["expected_layers"], "expected_source": expected["source"], "expected_detail": expected["detail"],
-              "pipeline_stages": stages, "observed_layers_per_rank": {str(k): v for k, v in observed.items()},
-              "observed_total_layers": totals, "per_rank_consistent": len(set(observed.values())) <= 1}
+    result = {
+        "expected_layers": expected["expected_layers"],
+        "expected_source": expected["source"],
+        "expected_detail": expected["detail"],
+        "pipeline_stages": stages,
+        "observed_layers_per_rank": {str(k): v for k, v in observed.items()},
+        "observed_total_layers": totals,
+        "per_rank_consistent": len(set(observed.values())) <= 1,
+    }
     if expected["expected_layers"] is None or not observed:
         result["status"] = "unknown"
     elif totals == [expected["expected_layers"]]:

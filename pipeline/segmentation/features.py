@@ -1,7 +1,9 @@
 """Per-event flags that segmentation needs, computed once per distinct kernel and joined back."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -9,6 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof import knowledge
+from npuprof.pipeline import schema
+
+if TYPE_CHECKING:
+    from npuprof.pipeline.stages.base import RankContext
 
 
 @dataclass
@@ -25,8 +31,11 @@ class EventFeatures:
     pass_marker: np.ndarray  # bool: marks the edge of a pass (p2p send/recv, embedding, sampling, optimizer)
 
 
-# Kernels that only run between passes, never inside a transformer layer.
-PASS_MARKER_CATEGORIES = {"communication.p2p", "embedding", "sampling.argmax", "sampling.top_k_top_p", "optimizer.update"}
+def ordered_events(ctx: RankContext, columns: list[str]) -> pa.Table:
+    """The rank's events (only ``columns``) in device order (start time, then source row): the
+    order that segment's and classify's positions index."""
+    table = ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns)
+    return table.sort_by([("start_ns", "ascending"), ("row_idx", "ascending")])
 
 
 def _joined(values: pa.ChunkedArray | pa.Array) -> pd.Series:
@@ -40,6 +49,7 @@ def event_features(events: pa.Table) -> EventFeatures:
     family_of = {cat: fam["family"] for fam in rules["attention_families"] for cat in fam["anchors"]}
     fallback_categories = set(rules["fallback_anchors"]["categories"])
     opening_roles = set(rules["opening_roles"])
+    pass_marker_categories = set(rules["pass_marker_categories"])
 
     categories = _joined(events.column("categories"))
     roles = _joined(events.column("roles"))
@@ -56,18 +66,18 @@ def event_features(events: pa.Table) -> EventFeatures:
 
     primary = events.column("primary_category").to_pandas().fillna("")
     prim_codes, prim_values = pd.factorize(primary)
-    fam_table = np.array([family_of.get(p, "") if p not in companions else "" for p in prim_values] or [""], dtype=object)
+    fam_table = np.array(
+        [family_of.get(p, "") if p not in companions else "" for p in prim_values] or [""], dtype=object
+    )
     anchor_family = fam_table[prim_codes] if len(prim_codes) else fam_table[:0]
 
     backward = per_category(lambda c: "training.backward" in c)
     is_opening_role = per_role(lambda r: bool(r & opening_roles))
-    role_flags = {role: per_role(lambda r, role=role: role in r) for role in
-                  ("attention", "attention_aux", "moe", "ffn", "compute", "communication", "normalization", "block_head",
-                   "selection", "sampling", "optimizer", "aicpu", "embedding")}
+    role_flags = {role: per_role(lambda r, role=role: role in r) for role in rules["feature_roles"]}
     identity = events.column("type").to_pandas().fillna(events.column("name").to_pandas())
     kernel_key, _ = pd.factorize(identity)
     fallback = per_category(lambda c: bool(c & fallback_categories))
-    pass_marker = per_category(lambda c: bool(c & PASS_MARKER_CATEGORIES))
+    pass_marker = per_category(lambda c: bool(c & pass_marker_categories))
     return EventFeatures(
         anchor_family=anchor_family,
         backward=backward.astype(bool),

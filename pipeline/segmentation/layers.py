@@ -11,8 +11,10 @@ the input norm apart from the post-attention norm. Rows between runs are interlu
 embedding grad, pipeline send/recv); rows before the first and after the last layer are the
 step's head and tail. Layer counts are observed, never assumed.
 """
+
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,9 +62,6 @@ def choose_family(features: EventFeatures) -> tuple[str, np.ndarray]:
     return name, np.isin(features.anchor_family, chosen)
 
 
-MAX_FALLBACK_PERIOD = 8  # candidate anchors per layer tried (two matmuls a layer, gate + up + down, ...)
-
-
 def fallback_anchors(features: EventFeatures) -> np.ndarray:
     """Without attention: fallback anchors only where the kernel sequence repeats exactly.
 
@@ -77,14 +76,14 @@ def fallback_anchors(features: EventFeatures) -> np.ndarray:
     none = np.zeros(len(features.fallback), dtype=bool)
     if len(positions) < rules["min_periods"] + 1:
         return none
-    for period in range(1, MAX_FALLBACK_PERIOD + 1):
+    for period in range(1, rules["max_period"] + 1):
         anchors = positions[::period]
         if len(anchors) < rules["min_periods"] + 1:
             break
         windows = [keys[a:b].tobytes() for a, b in zip(anchors[:-1], anchors[1:])]  # one per anchor pair, not per event
         values, counts = np.unique(np.array(windows, dtype=object), return_counts=True)
         best = int(counts.max())
-        if best >= rules["min_periods"] and best >= 0.8 * len(windows):
+        if best >= rules["min_periods"] and best >= rules["min_pair_share"] * len(windows):
             mask = none.copy()
             mask[anchors] = True
             return mask
@@ -117,8 +116,9 @@ def _best_offset(anchors: np.ndarray, lower: int, upper: int, boundary: np.ndarr
         fits = inside & boundary[np.clip(pos, 0, n - 1)] & ~(boundary[np.clip(neighbour, 0, n - 1)] & neighbour_inside)
         outer = fits[0] if forward else fits[-1]
         scores.append((d, int(fits.sum()), bool(outer)))
-    half = (len(anchors) + 1) // 2
-    eligible = [(d, score) for d, score, outer in scores if outer and score >= half]
+    share = knowledge.load("segmentation_rules")["offset_min_fit_share"]
+    least = math.ceil(share * len(anchors))
+    eligible = [(d, score) for d, score, outer in scores if outer and score >= least]
     if eligible:
         return max(eligible)
     best = max(scores, key=lambda item: (item[1], item[0]))
@@ -143,20 +143,18 @@ def _template_extent(keys: np.ndarray, template_start: int, template_end: int, a
     return at - (int(miss[0]) if miss.size else limit) + 1
 
 
-MAX_INSERTED_EVENTS = 2  # extra kernels tolerated inside one layer (an AICPU op, a copy)
-
-
 def _runs_of(anchors: np.ndarray, features: EventFeatures, modal_gap: dict[bool, int]) -> list[np.ndarray]:
     """Split anchors into runs: same direction, the modal distance (give or take a few inserted
     kernels), and no pass marker (send/recv, embedding, sampling, optimizer) in between."""
     backward = features.backward
+    inserted = knowledge.load("segmentation_rules")["max_inserted_events"]
     marker_count = np.concatenate(([0], np.cumsum(features.pass_marker)))
     runs, current = [], [anchors[0]]
     for prev, cur in zip(anchors[:-1], anchors[1:]):
         modal = modal_gap.get(bool(backward[cur]), -1)
         same_pass = (
             backward[prev] == backward[cur]
-            and modal <= cur - prev <= modal + MAX_INSERTED_EVENTS
+            and modal <= cur - prev <= modal + inserted
             and marker_count[cur] == marker_count[prev + 1]
         )
         if same_pass:
@@ -175,7 +173,9 @@ def _fits(pos: int, lower: int, upper: int, boundary: np.ndarray, forward: bool)
     return not (lower <= neighbour <= upper and boundary[neighbour])
 
 
-def _cuts(run: np.ndarray, lower: int, upper: int, boundary: np.ndarray, forward: bool, known: int | None) -> tuple[np.ndarray, bool, int]:
+def _cuts(
+    run: np.ndarray, lower: int, upper: int, boundary: np.ndarray, forward: bool, known: int | None
+) -> tuple[np.ndarray, bool, int]:
     """Per-layer cut positions (forward: first event; backward: last event), whether all fit, and the offset.
 
     One offset serves the run; a layer it does not fit (a kernel inserted into that layer) gets the
@@ -226,7 +226,15 @@ def modal_gaps(anchor_mask: np.ndarray, backward: np.ndarray) -> dict[bool, int]
     return gaps
 
 
-def step_layers(start: int, end: int, anchor_mask: np.ndarray, features: EventFeatures, family: str, gaps: dict[bool, int], templates: dict) -> StepLayers:
+def step_layers(
+    start: int,
+    end: int,
+    anchor_mask: np.ndarray,
+    features: EventFeatures,
+    family: str,
+    gaps: dict[bool, int],
+    templates: dict,
+) -> StepLayers:
     """Layers of the step [start, end]. ``templates`` carries per-direction layer templates across steps."""
     anchors = np.flatnonzero(anchor_mask[start : end + 1]) + start
     if anchors.size == 0:

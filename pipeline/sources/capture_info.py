@@ -3,13 +3,15 @@
 Read from profiler_info_<N>.json, profiler_metadata.json and, for db captures, the db's META_DATA
 and NPU_INFO. Missing facts stay null: nothing here is guessed.
 """
+
 from __future__ import annotations
 
 import json
 import sqlite3
 from pathlib import Path
 
-from npuprof.pipeline.sources.discovery import RankInput, RootInputs, read_json
+from npuprof.pipeline.io import read_json
+from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 from npuprof.pipeline.sources.profiler_db import connect_readonly
 
 

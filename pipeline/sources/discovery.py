@@ -7,15 +7,17 @@ Accepted inputs: a cluster root (one dir per rank, at any depth), one rank dir, 
 ``…_rankN``, ``dpX_ppY_tpZ`` with the parallel sizes from profiler_metadata.json), then the ordinal
 of the dir. Two dirs with one rank id are an error that names both.
 """
+
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput, ManifestNotOk
+from npuprof.pipeline.io import read_json
 
 PROFILER_OUTPUT = "ASCEND_PROFILER_OUTPUT"
 KERNEL_DETAILS = "kernel_details.csv"
@@ -24,11 +26,14 @@ MAX_DEPTH = 10
 _PROFILER_INFO = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _PROFILER_DB = re.compile(r"^(?:ascend_pytorch_profiler(?:_(\d+))?|msprof(?:_\d+)*)\.db$")
 _OP_SUMMARY = re.compile(r"^op_summary(?:_[0-9A-Za-z]+)*\.csv$")
+# The one grammar of rank dir names: rank ids in them, and names that say "one rank of a case".
 _RANK_IN_NAME = (
     re.compile(r"(?:^|[_-])rank[_-]?(\d+)(?:$|[_-])", re.IGNORECASE),
     re.compile(r"rank[_-]?(\d+)", re.IGNORECASE),
 )
 _DP_PP_TP = re.compile(r"dp(\d+)_pp(\d+)_tp(\d+)", re.IGNORECASE)
+_ONE_RANK_SUFFIX = re.compile(r"_ascend_pt$|^device[_-]?\d+$", re.IGNORECASE)
+_PROF_EXPORT_OP_SUMMARY = "PROF_*/mindstudio_profiler_output/op_summary*.csv"
 _SKIP_DIR_NAMES = {"__pycache__", "cluster_analysis_output", "FRAMEWORK", "logs", "mindstudio_profiler_log"}
 
 # Registered per rank for later stages (paths only; normalize does not parse them).
@@ -82,22 +87,6 @@ class RootInputs:
         return cls(data["requested_path"], data["root"], ranks, data.get("collection_manifest"))
 
 
-def read_json(path: Path) -> object:
-    """Parse a small JSON file; BadInput with line and column when it is broken."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise BadInput(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(path, f"broken JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
-
-
 def _resolve_collection_manifest(path: Path) -> tuple[Path, Path]:
     """(profile root, manifest path) of a collection manifest whose analysis_status is ok."""
     data = read_json(path)
@@ -126,10 +115,17 @@ def _is_collection_manifest(path: Path) -> bool:
     return isinstance(data, dict) and "analysis_status" in data
 
 
-def _is_npuprof_output(path: Path) -> bool:
-    return (path / "normalize_manifest.json").exists() or (path / "normalized_events").is_dir() or (
-        (path / "manifest.json").is_file() and (path / "capture_info.json").exists()
+def is_npuprof_output(path: Path) -> bool:
+    """An output dir of npuprof (never profiling data to analyze)."""
+    return (
+        (path / schema.stage_manifest_name("normalize")).exists()
+        or (path / schema.NORMALIZED_EVENTS).is_dir()
+        or ((path / schema.TOP_MANIFEST).is_file() and (path / schema.CAPTURE_INFO).exists())
     )
+
+
+def _is_kernel_file(name: str) -> bool:
+    return name == KERNEL_DETAILS or bool(_PROFILER_DB.match(name)) or bool(_OP_SUMMARY.match(name))
 
 
 def _direct_kernel_files(path: Path) -> bool:
@@ -137,7 +133,25 @@ def _direct_kernel_files(path: Path) -> bool:
         names = os.listdir(path)
     except OSError:
         return False
-    return any(n == KERNEL_DETAILS or _PROFILER_DB.match(n) or _OP_SUMMARY.match(n) for n in names)
+    return any(_is_kernel_file(n) for n in names)
+
+
+def holds_kernel_source(path: Path) -> bool:
+    """``path`` holds a kernel source that normalize reads: kernel_details.csv, a profiler db or an
+    op_summary csv, directly, in its ASCEND_PROFILER_OUTPUT, or in a PROF_*/ msprof export."""
+    path = Path(path)
+    if _direct_kernel_files(path) or _direct_kernel_files(path / PROFILER_OUTPUT):
+        return True
+    return any(_OP_SUMMARY.match(p.name) for p in path.glob(_PROF_EXPORT_OP_SUMMARY))
+
+
+def names_one_rank(name: str) -> bool:
+    """The dir name says it is one rank of a larger case (``rank_3``, ``dp0_pp1_tp0``, ``*_ascend_pt``)."""
+    return (
+        any(p.search(name) for p in _RANK_IN_NAME)
+        or bool(_DP_PP_TP.search(name))
+        or bool(_ONE_RANK_SUFFIX.search(name))
+    )
 
 
 def is_rank_dir(path: Path) -> bool:
@@ -153,7 +167,8 @@ def is_rank_dir(path: Path) -> bool:
     return _direct_kernel_files(path)
 
 
-def _skip_dir(name: str) -> bool:
+def skip_dir(name: str) -> bool:
+    """Dirs never searched for ranks: hidden, backups (``.bak``, ``bak_*``), PROF_* internals, logs."""
     lowered = name.lower()
     return (
         name in _SKIP_DIR_NAMES
@@ -172,11 +187,11 @@ def find_rank_dirs(root: Path) -> list[Path]:
     base_depth = len(root.parts)
     for current, dirnames, _files in os.walk(root, followlinks=False):
         here = Path(current)
-        dirnames[:] = sorted(d for d in dirnames if not _skip_dir(d))
+        dirnames[:] = sorted(d for d in dirnames if not skip_dir(d))
         keep = []
         for name in dirnames:
             child = here / name
-            if _is_npuprof_output(child):
+            if is_npuprof_output(child):
                 continue
             if is_rank_dir(child):
                 found.append(child)
@@ -203,7 +218,7 @@ def _files_of_rank(rank_dir: Path) -> dict:
             if kind not in found["supplemental"] and filename in names:
                 found["supplemental"][kind] = str(directory / filename)
     if not found["op_summary_csvs"]:
-        exports = sorted(rank_dir.glob("PROF_*/mindstudio_profiler_output/op_summary*.csv"))
+        exports = sorted(rank_dir.glob(_PROF_EXPORT_OP_SUMMARY))
         found["op_summary_csvs"] = [str(p) for p in exports if _OP_SUMMARY.match(p.name)]
     return found
 
@@ -282,7 +297,11 @@ def discover(path: str | Path) -> RootInputs:
 
     rank_dirs = find_rank_dirs(root)
     if not rank_dirs:
-        raise BadInput(root, "no profiling data found (no ASCEND_PROFILER_OUTPUT, kernel_details.csv, profiler db or profiler_info json)")
+        raise BadInput(
+            root,
+            "no profiling data found "
+            "(no ASCEND_PROFILER_OUTPUT, kernel_details.csv, profiler db or profiler_info json)",
+        )
     ranks: list[RankInput] = []
     seen: dict[int, Path] = {}
     for ordinal, rank_dir in enumerate(rank_dirs):
@@ -305,6 +324,9 @@ def discover(path: str | Path) -> RootInputs:
             )
         )
     if not any(r.has_kernel_source() for r in ranks):
-        raise BadInput(root, f"none of the {len(ranks)} rank dirs holds kernel data (kernel_details.csv, op_summary csv or profiler db)")
+        raise BadInput(
+            root,
+            f"none of the {len(ranks)} rank dirs holds kernel data (kernel_details.csv, op_summary csv or profiler db)",
+        )
     ranks.sort(key=lambda r: r.rank_id)
     return RootInputs(str(requested), str(root), ranks, str(manifest_path) if manifest_path else None)

@@ -7,6 +7,7 @@ into the user's archive. Column names differ between schema versions (1.0.0 in t
 normalized column. Rows are rebuilt as kernel_details.csv would list them: one per
 COMPUTE_TASK_INFO ⋈ TASK row plus one per COMMUNICATION_OP, ordered by start time.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -59,7 +60,9 @@ def probe(path: Path) -> DbProbe:
         return DbProbe(path, False, f"not a readable sqlite db ({exc})")
     for table, required in mapping["required_columns"].items():
         if table not in tables:
-            return DbProbe(path, False, f"table {table} is missing (not a profiler db of a known schema)", version, tables)
+            return DbProbe(
+                path, False, f"table {table} is missing (not a profiler db of a known schema)", version, tables
+            )
         missing = [c for c in required if c not in tables[table]]
         if missing:
             return DbProbe(path, False, f"table {table} lacks columns {', '.join(missing)}", version, tables)
@@ -74,7 +77,9 @@ def _first_present(candidates: list[str], columns: list[str]) -> str | None:
     return next((c for c in candidates if c in columns), None)
 
 
-def _select_list(alias: str, wanted: dict[str, list[str]], columns: list[str], string_ids: set[str], joins: list[str]) -> list[str]:
+def _select_list(
+    alias: str, wanted: dict[str, list[str]], columns: list[str], string_ids: set[str], joins: list[str]
+) -> list[str]:
     """SELECT items for the wanted normalized fields; STRING_IDS columns resolved with a LEFT JOIN."""
     items = []
     for out_name, candidates in wanted.items():
@@ -123,9 +128,11 @@ def _read_pmu(con: sqlite3.Connection, tables: dict[str, list[str]], mapping: di
     if "TASK_PMU_INFO" not in tables:
         return pd.DataFrame()
     metrics = mapping["pmu_metrics"]
-    ids = dict(con.execute(
-        f"SELECT value, id FROM STRING_IDS WHERE value IN ({', '.join('?' * len(metrics))})", list(metrics)
-    ).fetchall())
+    ids = dict(
+        con.execute(
+            f"SELECT value, id FROM STRING_IDS WHERE value IN ({', '.join('?' * len(metrics))})", list(metrics)
+        ).fetchall()
+    )
     present = {name: spec for name, spec in metrics.items() if name in ids}
     if not present:
         return pd.DataFrame()
@@ -151,6 +158,45 @@ def _step_ids(con: sqlite3.Connection, tables: dict[str, list[str]], start_ns: n
     result = np.full(len(start_ns), np.nan)
     result[inside] = steps["id"].to_numpy(dtype=np.float64)[pos[inside]]
     return result
+
+
+def _fill_wait_ns(events: pd.DataFrame) -> list[str]:
+    """wait_ns from the db where it has one, else the gap to the previous task's end; the notes say which."""
+    derived_wait = _derived_wait_ns(events)
+    if "wait_ns" not in events:
+        events["wait_ns"] = derived_wait
+        return ["db stores no wait time: wait_ns is the gap to the previous task's end"]
+    missing = events["wait_ns"].isna()
+    events["wait_ns"] = events["wait_ns"].fillna(pd.Series(derived_wait, index=events.index))
+    if missing.any():
+        return [f"wait_ns derived from the gap to the previous task for {int(missing.sum())} rows"]
+    return []
+
+
+_NA_TEXT_COLUMNS = (
+    "type",
+    "accelerator_core",
+    "op_state",
+    "hf32_eligible",
+    "input_dtypes",
+    "input_formats",
+    "output_dtypes",
+    "output_formats",
+)
+_INVALID_ID = 4294967295  # the db's "no id" (uint32 max)
+
+
+def _clean_text_and_ids(events: pd.DataFrame) -> None:
+    """Quotes out of shapes, ``N/A`` text and the db's invalid id to null (as the CSV reader does)."""
+    for text_col in ("input_shapes", "output_shapes"):
+        if text_col in events:
+            events[text_col] = events[text_col].str.replace('"', "", regex=False)
+    for text_col in _NA_TEXT_COLUMNS:
+        if text_col in events:
+            events[text_col] = events[text_col].where(events[text_col] != "N/A")
+    for id_col in ("context_id", "model_id", "task_id", "stream_id"):
+        if id_col in events:
+            events[id_col] = events[id_col].where(events[id_col] != _INVALID_ID)
 
 
 def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
@@ -188,24 +234,8 @@ def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
     events["duration_ns"] = events["end_ns"] - events["start_ns"]
     if steps is not None:
         events["step_id"] = pd.array(steps, dtype="Int64")
-    derived_wait = _derived_wait_ns(events)
-    if "wait_ns" in events:
-        missing = events["wait_ns"].isna()
-        if missing.any():
-            notes.append(f"wait_ns derived from the gap to the previous task for {int(missing.sum())} rows")
-        events["wait_ns"] = events["wait_ns"].fillna(pd.Series(derived_wait, index=events.index))
-    else:
-        events["wait_ns"] = derived_wait
-        notes.append("db stores no wait time: wait_ns is the gap to the previous task's end")
-    for text_col in ("input_shapes", "output_shapes"):
-        if text_col in events:
-            events[text_col] = events[text_col].str.replace('"', "", regex=False)
-    for text_col in ("type", "accelerator_core", "op_state", "hf32_eligible", "input_dtypes", "input_formats", "output_dtypes", "output_formats"):
-        if text_col in events:
-            events[text_col] = events[text_col].where(events[text_col] != "N/A")
-    for id_col in ("context_id", "model_id", "task_id", "stream_id"):
-        if id_col in events:
-            events[id_col] = events[id_col].where(events[id_col] != 4294967295)
+    notes += _fill_wait_ns(events)
+    _clean_text_and_ids(events)
     events["row_idx"] = np.arange(len(events), dtype=np.int64)
     events = events.drop(columns="kind_order")
     facts = {

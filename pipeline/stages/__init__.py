@@ -1,8 +1,10 @@
 """The seven stages, registered in order (design.md §2).
 
 Stages whose module is not built yet are registered without functions; the runner refuses them
-clearly instead of pretending they ran.
+clearly instead of pretending they ran. ``built_stage_names`` is the one answer to "which stages
+are built".
 """
+
 from __future__ import annotations
 
 from npuprof.pipeline import schema
@@ -21,17 +23,25 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         name="segment",
         requires=(schema.stage_manifest_name("normalize"), schema.NORMALIZED_EVENTS),
-        produces=("step_segments", "layer_segments"),
+        produces=(schema.STEP_SEGMENTS, schema.LAYER_SEGMENTS),
         map_rank=segment.map_rank,
         reduce_root=segment.reduce_root,
+        headline=segment.headline,
     ),
     Stage(
         name="classify",
-        requires=(schema.stage_manifest_name("segment"), "step_segments", "layer_segments"),
-        produces=("block_segments", "step_classes", "layer_classes", "step_anatomy", "class_signatures.json",
-                  "step_summary.csv", "layer_summary.csv", "block_summary.csv", "step_anatomy.csv"),
+        requires=(schema.stage_manifest_name("segment"), schema.STEP_SEGMENTS, schema.LAYER_SEGMENTS),
+        produces=(
+            schema.BLOCK_SEGMENTS,
+            schema.STEP_CLASSES,
+            schema.LAYER_CLASSES,
+            schema.STEP_ANATOMY,
+            schema.CLASS_SIGNATURES,
+            *schema.CSV_VIEWS,
+        ),
         map_rank=classify.map_rank,
         reduce_root=classify.reduce_root,
+        headline=classify.headline,
     ),
     Stage(name="summarize", requires=(schema.stage_manifest_name("classify"),)),
     Stage(name="cross_rank", requires=(schema.stage_manifest_name("summarize"),)),
@@ -48,3 +58,14 @@ def stage(name: str) -> Stage:
         if candidate.name == name:
             return candidate
     raise KeyError(name)
+
+
+def built_stage_names() -> list[str]:
+    """The stages this npuprof can run, in pipeline order."""
+    return [s.name for s in STAGES if s.built]
+
+
+def not_built_after(name: str | None) -> list[str]:
+    """Registered stages after ``name`` (all, for None) that are not built yet."""
+    start = STAGE_NAMES.index(name) + 1 if name else 0
+    return [s.name for s in STAGES[start:] if not s.built]

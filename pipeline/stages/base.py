@@ -1,8 +1,10 @@
 """What a stage is: functions over tables, with a context to read inputs and a result to write.
 
-A stage never chooses a file format and never touches the CLI: it returns tables, and the runner
-writes them (Parquet partitions, CSV views, JSON) atomically, its manifest last.
+A stage never chooses a file format and never touches the CLI: it returns tables (keyed by their
+declaration in ``npuprof.pipeline.schema``), CSV views, JSON documents and rendered artifacts, and
+the runner writes them atomically, its manifest last.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,8 +13,9 @@ from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 
+from npuprof.pipeline import io, schema
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 
 
@@ -20,13 +23,12 @@ from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 class AnalyzeOptions:
     """Options that change what the analysis computes (and so belong in task ids and manifests)."""
 
-    mode: str = "fast"  # fast | full
     source: str = "auto"  # auto | csv | db
     hash_sources: bool = False
     model_config: str | None = None  # a HuggingFace-style config.json (num_hidden_layers, ...)
     model_id: str | None = None  # a key of knowledge/model_catalog.yaml
 
-    _KEYS = ("mode", "source", "hash_sources", "model_config", "model_id")
+    _KEYS = ("source", "hash_sources", "model_config", "model_id")
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self._KEYS}
@@ -38,23 +40,19 @@ class AnalyzeOptions:
 
 @dataclass
 class StageResult:
-    """What a stage returns: Parquet tables, CSV views, JSON documents and its manifest."""
+    """What a stage returns; the runner writes every part atomically and the manifest last.
 
-    tables: dict[str, pa.Table] = field(default_factory=dict)
-    csv_views: dict[str, pd.DataFrame] = field(default_factory=dict)
+    ``tables``: declared Parquet tables (DataFrame or Arrow), conformed to their declaration.
+    ``csv_views``: user-facing CSVs. ``json_files``: JSON documents by artifact file name.
+    ``rendered``: rendered artifacts (markdown, xlsx, html and its gz assets, trace.json) as bytes
+    or text, by path relative to the output dir (``report/report.md``).
+    """
+
+    tables: dict[schema.Table, pd.DataFrame | pa.Table] = field(default_factory=dict)
+    csv_views: dict[schema.CsvView, pd.DataFrame] = field(default_factory=dict)
     json_files: dict[str, Any] = field(default_factory=dict)
+    rendered: dict[str, bytes | str] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
-
-
-def read_dataset(out_dir: Path, table: str, rank_id: int | None = None) -> pa.Table:
-    """Read a per-rank Parquet table (all ranks, or one rank's partition) with an int rank_id column."""
-    path = Path(out_dir) / table
-    if rank_id is not None:
-        path = path / f"rank_id={rank_id}"
-        return ds.dataset(path, format="parquet").to_table()
-    dataset = ds.dataset(path, format="parquet", partitioning="hive")
-    result = dataset.to_table()
-    return result.set_column(result.schema.get_field_index("rank_id"), "rank_id", result.column("rank_id").cast(pa.int32()))
 
 
 @dataclass
@@ -65,8 +63,11 @@ class RankContext:
     rank: RankInput
     options: AnalyzeOptions
 
-    def read_table(self, table: str) -> pa.Table:
-        return read_dataset(self.out_dir, table, self.rank.rank_id)
+    def read_table(
+        self, table: schema.Table, columns: list[str] | None = None, filter: pc.Expression | None = None
+    ) -> pa.Table:
+        """This rank's partition of ``table`` (only ``columns``, rows matching ``filter``)."""
+        return io.read_dataset(self.out_dir, table, self.rank.rank_id, columns=columns, filter=filter)
 
 
 @dataclass
@@ -78,19 +79,31 @@ class RootContext:
     options: AnalyzeOptions
     rank_manifests: list[dict] = field(default_factory=list)
 
-    def read_table(self, table: str) -> pa.Table:
-        return read_dataset(self.out_dir, table)
+    def read_table(
+        self, table: schema.Table, columns: list[str] | None = None, filter: pc.Expression | None = None
+    ) -> pa.Table:
+        """``table`` over all ranks, with an int32 ``rank_id`` column."""
+        return io.read_dataset(self.out_dir, table, columns=columns, filter=filter)
+
+    def read_frame(self, table: schema.Table) -> pd.DataFrame:
+        """``table`` over all ranks as a DataFrame; empty when no rank wrote it."""
+        if not (self.out_dir / table.path).exists():
+            return pd.DataFrame(columns=[*table.columns, schema.RANK_PARTITION_KEY])
+        return self.read_table(table).to_pandas()
 
 
 @dataclass(frozen=True)
 class Stage:
-    """A registered stage: its artifacts and its map (per rank) and reduce (per root) functions."""
+    """A registered stage: its artifacts, its map (per rank) and reduce (per root) functions, and
+    the headline it contributes to the result JSON."""
 
     name: str
-    requires: tuple[str, ...] = ()  # artifacts (relative paths) that must exist before it runs
-    produces: tuple[str, ...] = ()  # artifacts it owns (removed before a re-run)
+    requires: tuple[schema.Table | schema.CsvView | str, ...] = ()  # must exist before it runs
+    produces: tuple[schema.Table | schema.CsvView | str, ...] = ()  # owned: removed before a re-run
     map_rank: Callable[[RankContext], StageResult] | None = None
     reduce_root: Callable[[RootContext], StageResult] | None = None
+    # The stage's part of the result JSON, from its manifest: (headline dict, warnings).
+    headline: Callable[[dict], tuple[dict, list[str]]] | None = None
     # Arrow-bound map steps (CSV parsing, casts, Parquet writes) release the GIL, so threads
     # parallelise them without a second copy of pandas/pyarrow per process; Python-bound
     # stages use a process pool.
@@ -99,3 +112,7 @@ class Stage:
     @property
     def built(self) -> bool:
         return self.map_rank is not None or self.reduce_root is not None
+
+    @property
+    def manifest_name(self) -> str:
+        return schema.stage_manifest_name(self.name)

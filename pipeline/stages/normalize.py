@@ -4,6 +4,7 @@ Map (per rank): pick the kernel source (profiler db or kernel_details.csv / op_s
 it, add op_type, categories and roles, and return the rank's ``normalized_events`` partition.
 Reduce (per root): ``source_index.json`` and ``normalize_manifest.json``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,7 +30,11 @@ def _pick_source(rank: RankInput, source: str) -> tuple[str, list[Path], str]:
     csvs = [Path(rank.kernel_csv)] if rank.kernel_csv else [Path(p) for p in rank.op_summary_csvs]
     csv_kind = "kernel_details_csv" if rank.kernel_csv else "op_summary_csv"
     if len(rank.profiler_dbs) > 1 and source != "csv":
-        raise BadInput(rank.rank_dir, f"several profiler dbs in one rank dir, cannot tell which to read: {', '.join(Path(d).name for d in rank.profiler_dbs)}")
+        raise BadInput(
+            rank.rank_dir,
+            "several profiler dbs in one rank dir, cannot tell which to read: "
+            + ", ".join(Path(d).name for d in rank.profiler_dbs),
+        )
     db = Path(rank.profiler_dbs[0]) if rank.profiler_dbs else None
     if source == "csv":
         if not csvs:
@@ -45,7 +50,12 @@ def _pick_source(rank: RankInput, source: str) -> tuple[str, list[Path], str]:
     if db is not None:
         checked = probe(db)
         if checked.ok:
-            return "profiler_db", [db], f"profiler db passed the schema probe (SCHEMA_VERSION {checked.schema_version or 'none, columns probed'})"
+            return (
+                "profiler_db",
+                [db],
+                "profiler db passed the schema probe "
+                f"(SCHEMA_VERSION {checked.schema_version or 'none, columns probed'})",
+            )
         if csvs:
             return csv_kind, csvs, f"profiler db {db.name} failed the schema probe ({checked.reason}); fell back to CSV"
         raise BadInput(db, f"cannot read profiler db: {checked.reason}")
@@ -93,7 +103,9 @@ def _finish_events(table: pa.Table, source_id: str) -> pa.Table:
     return pa.table(columns, schema=schema.EVENT_SCHEMA)
 
 
-def _rank_summary(rank: RankInput, events: pa.Table, kind: str, paths: list[Path], reason: str, notes: list[str], facts: dict) -> dict:
+def _rank_summary(
+    rank: RankInput, events: pa.Table, kind: str, paths: list[Path], reason: str, notes: list[str], facts: dict
+) -> dict:
     op_type = events.column("op_type")
     compute = pc.invert(pc.is_in(op_type, pa.array(["communication"])))
     has_pipeline = None
@@ -134,7 +146,10 @@ def map_rank(ctx: RankContext) -> StageResult:
     rank = ctx.rank
     if not rank.has_kernel_source():
         events = _empty_events()
-        note = "no kernel_details.csv, op_summary csv or profiler db: this rank has no device events (communication files only)"
+        note = (
+            "no kernel_details.csv, op_summary csv or profiler db: "
+            "this rank has no device events (communication files only)"
+        )
         summary = _rank_summary(rank, events, "none", [], "no kernel source", [note], {})
         return StageResult(tables={schema.NORMALIZED_EVENTS: events}, manifest=summary)
     kind, paths, reason = _pick_source(rank, ctx.options.source)
@@ -153,9 +168,21 @@ def map_rank(ctx: RankContext) -> StageResult:
             facts["header_columns"] = file_facts["header_columns"]
             for q in file_facts["quarantined_rows"]:
                 facts["quarantined_rows"].append({**q, "path": str(path)})
-                notes.append(f"{path.name} line {q['line']}: {q['fields']} fields instead of {q['expected_fields']}; row quarantined (not an event)")
+                notes.append(
+                    f"{path.name} line {q['line']}: {q['fields']} fields instead of {q['expected_fields']}; "
+                    "row quarantined (not an event)"
+                )
         tables.append(_finish_events(table, source_id))
-        sources.append({"source_id": source_id, "kind": kind, "path": str(path), "rank_id": rank.rank_id, "row_start": 0, "row_end": table.num_rows})
+        sources.append(
+            {
+                "source_id": source_id,
+                "kind": kind,
+                "path": str(path),
+                "rank_id": rank.rank_id,
+                "row_start": 0,
+                "row_end": table.num_rows,
+            }
+        )
     events = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     summary = _rank_summary(rank, events, kind, paths, reason, notes, facts)
     summary["sources"] = sources
@@ -168,7 +195,9 @@ def reduce_root(ctx: RootContext) -> StageResult:
     sources = [s for m in ranks for s in m.pop("sources", [])]
     for rank in ctx.inputs.ranks:
         for kind, path in sorted(rank.supplemental.items()):
-            sources.append({"source_id": f"r{rank.rank_id}:{kind}", "kind": kind, "path": path, "rank_id": rank.rank_id})
+            sources.append(
+                {"source_id": f"r{rank.rank_id}:{kind}", "kind": kind, "path": path, "rank_id": rank.rank_id}
+            )
     event_count = sum(m["event_count"] for m in ranks)
     pipeline_events = sum(m["pipeline_event_count"] for m in ranks)
     compute_events = sum(m["compute_event_count"] for m in ranks)

@@ -3,136 +3,222 @@
 Map (per rank): order the rank's events on the device timeline, find steps (Step Id, else
 structure), then layer instances per step (anchors of the rank's attention family), their role
 (forward / backward / recompute), passes (micro-batches) and the head / tail / interlude windows.
+Each layer keeps its anchor position and attention family, so classify never chooses them again.
 Reduce: ``segment_manifest.json`` with hard errors and interior islands (classify writes the CSV views).
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
-from npuprof.pipeline import schema
+from npuprof import knowledge
+from npuprof.pipeline import io, schema
 from npuprof.pipeline.segmentation.expected import expected_model, layer_validation
-from npuprof.pipeline.segmentation.features import event_features
-from npuprof.pipeline.sources.discovery import read_json
-from npuprof.pipeline.segmentation.layers import StepLayers, choose_family, fallback_anchors, modal_gaps, step_layers
-from npuprof.pipeline.segmentation.windows import window_reduce
-from npuprof.pipeline.segmentation.steps import step_windows
+from npuprof.pipeline.segmentation.features import EventFeatures, event_features, ordered_events
+from npuprof.pipeline.segmentation.layers import (
+    Layer,
+    choose_family,
+    fallback_anchors,
+    modal_gaps,
+    step_layers,
+)
+from npuprof.pipeline.segmentation.steps import StepWindow, step_windows
+from npuprof.pipeline.segmentation.windows import window_evidence
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 
-EVENT_COLUMNS = ["row_idx", "step_id", "start_ns", "end_ns", "name", "type", "op_type", "categories", "roles", "primary_category"]
+# The event columns segment reads (a projection of the normalized events).
+SEGMENT_INPUT_COLUMNS = [
+    "row_idx",
+    "step_id",
+    "start_ns",
+    "end_ns",
+    "name",
+    "type",
+    "op_type",
+    "categories",
+    "roles",
+    "primary_category",
+]
 
 
-def ordered_events(ctx: RankContext, columns: list[str] = EVENT_COLUMNS) -> pa.Table:
-    """The rank's events in device order (start time, then source row): the order segments index."""
-    table = ctx.read_table(schema.NORMALIZED_EVENTS).select(columns)
-    return table.sort_by([("start_ns", "ascending"), ("row_idx", "ascending")])
+def _layer_anchors(features: EventFeatures) -> tuple[str, np.ndarray, str]:
+    """(family, anchor mask, note): the attention family's anchors, else a periodic fallback, else none."""
+    family, anchors = choose_family(features)
+    if anchors.any():
+        return family, anchors, ""
+    anchors = fallback_anchors(features)
+    if anchors.any():
+        fallback = knowledge.load("segmentation_rules")["fallback_anchors"]["family"]
+        return fallback, anchors, "no attention kernels: layers from a periodic fallback anchor (low confidence)"
+    return "", anchors, "no attention kernels: transformer layers cannot be identified"
 
 
-def _window_facts(starts: np.ndarray, ends: np.ndarray, row_idx: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, np.ndarray]:
-    """Evidence anchors of windows [start, end] (positions): the source rows and times they span."""
+def _step_row(step: StepWindow, layers: list[Layer], family: str, confidence: str) -> dict:
+    """One step_segments row (without its evidence columns)."""
+    covered = sum(layer.end - layer.start + 1 for layer in layers)
+    head = layers[0].start - step.start if layers else step.event_count
+    tail = step.end - layers[-1].end if layers else 0
+    forward_passes = Counter(layer.pass_index for layer in layers if layer.role == "forward")
+    roles = Counter(layer.role for layer in layers)
     return {
-        "row_start": window_reduce(np.minimum, row_idx, starts, ends),
-        "row_end": window_reduce(np.maximum, row_idx, starts, ends),
-        "start_ns": window_reduce(np.minimum, start_ns, starts, ends),
-        "end_ns": window_reduce(np.maximum, end_ns, starts, ends),
+        "step_ordinal": step.ordinal,
+        "step_id": step.step_id,
+        "source": step.source,
+        "complete": step.complete,
+        "tags": ";".join(step.tags),
+        "pos_start": step.start,
+        "pos_end": step.end,
+        "event_count": step.event_count,
+        "layer_count": len(layers),
+        "main_layer_count": len(layers) - roles.get("speculative", 0),
+        "forward_layers": roles.get("forward", 0),
+        "backward_layers": roles.get("backward", 0),
+        "recompute_layers": roles.get("recompute", 0),
+        "speculative_layers": roles.get("speculative", 0),
+        "forward_passes": len(forward_passes),
+        "layers_per_pass": Counter(forward_passes.values()).most_common(1)[0][0] if forward_passes else 0,
+        "head_events": head,
+        "tail_events": tail,
+        "interlude_events": step.event_count - covered - head - tail,
+        "attention_family": family or None,
+        "layer_confidence": confidence if layers else "none",
     }
+
+
+def _layer_rows(step: StepWindow, layers: list[Layer], names: np.ndarray, layer_family: np.ndarray) -> list[dict]:
+    """The layer_segments rows of one step (without their evidence columns)."""
+    return [
+        {
+            "step_ordinal": step.ordinal,
+            "step_id": step.step_id,
+            "layer_ordinal": ordinal,
+            "pass_index": layer.pass_index,
+            "layer_index": layer.layer_index,
+            "layer_role": layer.role,
+            "direction": layer.direction,
+            "pos_start": layer.start,
+            "pos_end": layer.end,
+            "event_count": layer.end - layer.start + 1,
+            "anchor_pos": layer.anchor,
+            "anchor_name": names[layer.anchor],
+            "attention_family": layer_family[layer.anchor],
+            "boundary_source": layer.boundary_source,
+        }
+        for ordinal, layer in enumerate(layers)
+    ]
+
+
+def _step_hard_errors(rank: int, step: StepWindow, layers: list[Layer], step_row: dict) -> list[dict]:
+    """Overlapping layers and a coverage mismatch (head + layers + interludes + tail ≠ the step)."""
+    errors = [
+        {"kind": "overlapping_layers", "rank_id": rank, "step_ordinal": step.ordinal, "positions": [a.start, b.end]}
+        for a, b in zip(layers[:-1], layers[1:])
+        if b.start <= a.end
+    ]
+    if step_row["interlude_events"] < 0:
+        errors.append({"kind": "coverage_mismatch", "rank_id": rank, "step_ordinal": step.ordinal})
+    return errors
+
+
+def _with_evidence(frame: pd.DataFrame, evidence_arrays: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Add each window's source rows and time span (every column, also for a rank without steps)."""
+    starts = frame["pos_start"].to_numpy(dtype=np.int64)
+    ends = frame["pos_end"].to_numpy(dtype=np.int64)
+    for key, values in window_evidence(starts, ends, **evidence_arrays).items():
+        frame[key] = values
+    return frame
 
 
 def map_rank(ctx: RankContext) -> StageResult:
     """Steps and layers of one rank."""
-    events = ordered_events(ctx)
+    events = ordered_events(ctx, SEGMENT_INPUT_COLUMNS)
     rank = ctx.rank.rank_id
-    n = events.num_rows
     features = event_features(events)
     training = bool(features.backward.any())
-    family, anchors = choose_family(features)
-    note = ""
-    if not anchors.any():
-        anchors = fallback_anchors(features)
-        family = "fallback_periodic" if anchors.any() else ""
-        note = "no attention kernels: transformer layers cannot be identified" if not anchors.any() else "no attention kernels: layers from a periodic fallback anchor (low confidence)"
-    step_ids = events.column("step_id").to_numpy(zero_copy_only=False).astype(float)
-    steps, islands = step_windows(step_ids, features, training)
+    family, anchors, note = _layer_anchors(features)
+    fallback_family = knowledge.load("segmentation_rules")["fallback_anchors"]["family"]
+    layer_family = np.where(anchors, features.anchor_family, "")
+    if family == fallback_family:
+        layer_family = np.where(anchors, fallback_family, "")
+    steps, islands = step_windows(
+        events.column("step_id").to_numpy(zero_copy_only=False).astype(float), features, training
+    )
     gaps = modal_gaps(anchors, features.backward)
     templates: dict = {}
     names = events.column("name").to_numpy(zero_copy_only=False)
-    row_idx = events.column("row_idx").to_numpy()
-    start_ns = events.column("start_ns").to_numpy()
-    end_ns = events.column("end_ns").to_numpy()
+    evidence_arrays = {
+        "row_idx": events.column("row_idx").to_numpy(),
+        "start_ns": events.column("start_ns").to_numpy(),
+        "end_ns": events.column("end_ns").to_numpy(),
+    }
 
     step_rows, layer_rows, hard_errors = [], [], []
     for step in steps:
-        found: StepLayers = step_layers(step.start, step.end, anchors, features, family, gaps, templates)
-        if family == "fallback_periodic" and found.layers:
-            found.confidence = "low"
-        layers = found.layers
-        covered = sum(l.end - l.start + 1 for l in layers)
-        for a, b in zip(layers[:-1], layers[1:]):
-            if b.start <= a.end:
-                hard_errors.append({"kind": "overlapping_layers", "rank_id": rank, "step_ordinal": step.ordinal, "positions": [a.start, b.end]})
-        head = layers[0].start - step.start if layers else step.event_count
-        tail = step.end - layers[-1].end if layers else 0
-        interlude = step.event_count - covered - head - tail
-        if interlude < 0:
-            hard_errors.append({"kind": "coverage_mismatch", "rank_id": rank, "step_ordinal": step.ordinal})
-        forward_passes = Counter(l.pass_index for l in layers if l.role == "forward")
-        roles = Counter(l.role for l in layers)
-        step_rows.append({
-            "step_ordinal": step.ordinal, "step_id": step.step_id, "source": step.source, "complete": step.complete,
-            "tags": ";".join(step.tags), "pos_start": step.start, "pos_end": step.end, "event_count": step.event_count,
-            "layer_count": len(layers), "main_layer_count": len(layers) - roles.get("speculative", 0), "forward_layers": roles.get("forward", 0), "backward_layers": roles.get("backward", 0),
-            "recompute_layers": roles.get("recompute", 0), "speculative_layers": roles.get("speculative", 0), "forward_passes": len(forward_passes),
-            "layers_per_pass": Counter(forward_passes.values()).most_common(1)[0][0] if forward_passes else 0,
-            "head_events": head, "tail_events": tail, "interlude_events": interlude,
-            "attention_family": found.family or None, "layer_confidence": found.confidence if layers else "none",
-        })
-        for ordinal, layer in enumerate(layers):
-            layer_rows.append({
-                "step_ordinal": step.ordinal, "step_id": step.step_id, "layer_ordinal": ordinal, "pass_index": layer.pass_index,
-                "layer_index": layer.layer_index, "layer_role": layer.role, "direction": layer.direction,
-                "pos_start": layer.start, "pos_end": layer.end, "event_count": layer.end - layer.start + 1,
-                "anchor_name": names[layer.anchor], "boundary_source": layer.boundary_source,
-            })
-    steps_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS[:-4])
-    layers_frame = pd.DataFrame(layer_rows, columns=LAYER_COLUMNS[:-4])
-    for frame in (steps_frame, layers_frame):
-        if len(frame):
-            facts = _window_facts(frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy(), row_idx, start_ns, end_ns)
-        else:  # a rank without steps still writes a table with every column
-            facts = {key: np.array([], dtype=np.int64) for key in ("row_start", "row_end", "start_ns", "end_ns")}
-        for key, values in facts.items():
-            frame[key] = values
-        # µs floats for people; start_ns / end_ns stay the exact evidence anchor
-        frame["start_us"] = frame["start_ns"] / 1000.0
-        frame["end_us"] = frame["end_ns"] / 1000.0
-    island_rows = int(sum(e - s + 1 for s, e in islands))
-    for s, e in islands:
-        hard_errors.append({"kind": "interior_unclassified_island", "rank_id": rank, "positions": [s, e], "rows": [int(row_idx[s:e + 1].min()), int(row_idx[s:e + 1].max())]})
+        found = step_layers(step.start, step.end, anchors, features, family, gaps, templates)
+        confidence = "low" if family == fallback_family and found.layers else found.confidence
+        row = _step_row(step, found.layers, found.family, confidence)
+        step_rows.append(row)
+        hard_errors += _step_hard_errors(rank, step, found.layers, row)
+        layer_rows += _layer_rows(step, found.layers, names, layer_family)
+    steps_frame = _with_evidence(pd.DataFrame(step_rows, columns=_own_columns(schema.STEP_SEGMENTS)), evidence_arrays)
+    layers_frame = _with_evidence(
+        pd.DataFrame(layer_rows, columns=_own_columns(schema.LAYER_SEGMENTS)), evidence_arrays
+    )
+    row_idx = evidence_arrays["row_idx"]
+    hard_errors += [
+        {
+            "kind": "interior_unclassified_island",
+            "rank_id": rank,
+            "positions": [s, e],
+            "rows": [int(row_idx[s : e + 1].min()), int(row_idx[s : e + 1].max())],
+        }
+        for s, e in islands
+    ]
+    manifest = _rank_manifest(rank, events.num_rows, training, family, steps, step_rows, islands, hard_errors, note)
+    return StageResult(
+        tables={schema.STEP_SEGMENTS: steps_frame, schema.LAYER_SEGMENTS: layers_frame}, manifest=manifest
+    )
+
+
+def _own_columns(table: schema.Table) -> list[str]:
+    """The columns a segment table holds before its evidence columns are added."""
+    evidence = {name for name, _ in schema.WINDOW_EVIDENCE}
+    return [c for c in table.columns if c not in evidence]
+
+
+def _rank_manifest(
+    rank: int,
+    event_count: int,
+    training: bool,
+    family: str,
+    steps: list[StepWindow],
+    step_rows: list[dict],
+    islands: list[tuple[int, int]],
+    hard_errors: list[dict],
+    note: str,
+) -> dict:
     complete_layers = [r["layers_per_pass"] for r in step_rows if r["complete"] and r["layer_count"]]
-    manifest = {
-        "rank_id": rank, "event_count": n, "training": training, "attention_family": family or None,
-        "step_count": len(steps), "complete_step_count": sum(1 for s in steps if s.complete),
+    passes = Counter(r["forward_passes"] for r in step_rows if r["complete"])
+    return {
+        "rank_id": rank,
+        "event_count": event_count,
+        "training": training,
+        "attention_family": family or None,
+        "step_count": len(steps),
+        "complete_step_count": sum(1 for s in steps if s.complete),
         "partial_steps": [s.step_id if s.step_id is not None else s.ordinal for s in steps if not s.complete],
         "step_source": steps[0].source if steps else None,
         "layers_per_pass_inventory": dict(Counter(complete_layers)),
         "decoder_layers_observed": Counter(complete_layers).most_common(1)[0][0] if complete_layers else None,
-        "micro_batches_per_step": Counter(r["forward_passes"] for r in step_rows if r["complete"]).most_common(1)[0][0] if step_rows else 0,
+        "micro_batches_per_step": passes.most_common(1)[0][0] if step_rows else 0,
         "layer_confidence": _rank_confidence(step_rows),
-        "interior_island_total": island_rows, "hard_errors": hard_errors, "notes": [note] if note else [],
+        "interior_island_total": int(sum(e - s + 1 for s, e in islands)),
+        "hard_errors": hard_errors,
+        "notes": [note] if note else [],
     }
-    return StageResult(tables={"step_segments": _to_table(steps_frame), "layer_segments": _to_table(layers_frame)}, manifest=manifest)
-
-
-STEP_COLUMNS = ["step_ordinal", "step_id", "source", "complete", "tags", "pos_start", "pos_end", "event_count", "layer_count", "main_layer_count",
-                "forward_layers", "backward_layers", "recompute_layers", "speculative_layers", "forward_passes", "layers_per_pass", "head_events", "tail_events", "interlude_events",
-                "attention_family", "layer_confidence", "row_start", "row_end", "start_ns", "end_ns"]
-
-
-LAYER_COLUMNS = ["step_ordinal", "step_id", "layer_ordinal", "pass_index", "layer_index", "layer_role", "direction", "pos_start", "pos_end",
-                 "event_count", "anchor_name", "boundary_source", "row_start", "row_end", "start_ns", "end_ns"]
 
 
 def _rank_confidence(step_rows: list[dict]) -> str:
@@ -144,10 +230,6 @@ def _rank_confidence(step_rows: list[dict]) -> str:
     return "none"
 
 
-def _to_table(frame: pd.DataFrame) -> pa.Table:
-    return pa.Table.from_pandas(frame, preserve_index=False)
-
-
 def reduce_root(ctx: RootContext) -> StageResult:
     """segment_manifest.json: hard errors, interior islands and the layer inventory of every rank."""
     ranks = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
@@ -156,7 +238,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
     for m in ranks:
         inventory.update({int(k): v for k, v in m["layers_per_pass_inventory"].items()})
     expected = expected_model(ctx.options.model_config, ctx.options.model_id, ctx.inputs.root)
-    capture = read_json(ctx.out_dir / schema.CAPTURE_INFO) if (ctx.out_dir / schema.CAPTURE_INFO).exists() else {}
+    capture = io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO)
     stages = ((capture.get("common") or {}).get("distributed_args") or {}).get("pipeline_model_parallel_size")
     manifest = {
         "rank_count": len(ranks),
@@ -170,3 +252,39 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "rank_summaries": ranks,
     }
     return StageResult(manifest=manifest)
+
+
+def headline(manifest: dict) -> tuple[dict, list[str]]:
+    """segment's part of the result JSON: hard errors, layer inventory and validation, per-rank counts."""
+    validation = manifest["layer_validation"]
+    summary = {
+        "hard_error_count": manifest["hard_error_count"],
+        "interior_island_total": manifest["interior_island_total"],
+        "layers_per_pass_inventory": manifest["layers_per_pass_inventory"],
+        "layer_validation": {
+            k: validation[k]
+            for k in ("status", "expected_layers", "expected_source", "pipeline_stages", "observed_total_layers")
+        },
+        "ranks": {
+            str(r["rank_id"]): {
+                "steps": r["step_count"],
+                "complete_steps": r["complete_step_count"],
+                "decoder_layers_observed": r["decoder_layers_observed"],
+                "micro_batches_per_step": r["micro_batches_per_step"],
+                "layer_confidence": r["layer_confidence"],
+            }
+            for r in manifest["rank_summaries"]
+        },
+    }
+    warnings = []
+    if manifest["hard_error_count"] or manifest["interior_island_total"]:
+        warnings.append(
+            f"segment: {manifest['hard_error_count']} hard errors, {manifest['interior_island_total']} rows in "
+            f"interior islands (see {schema.stage_manifest_name('segment')})"
+        )
+    if validation["status"] == "mismatch":
+        warnings.append(
+            f"segment: observed {validation['observed_total_layers']} decoder layers, "
+            f"the {validation['expected_source']} says {validation['expected_layers']}"
+        )
+    return summary, warnings

@@ -1,4 +1,5 @@
 """The embedded sweep: every root analyzed in a local process pool, then one merged rollup."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -8,11 +9,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from npuprof.pipeline import __version__, atomic, schema
+from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import NpuprofError
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.runner import analyze, write_failure
-from npuprof.pipeline.sources.discovery import read_json
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
@@ -22,7 +22,7 @@ def is_reusable(out_dir: Path, options: AnalyzeOptions) -> bool:
     """A finished output of this npuprof version with the same options (so it can be reused)."""
     if root_status(out_dir) != "ok":
         return False
-    top = read_json(out_dir / schema.TOP_MANIFEST)
+    top = io.read_json(out_dir / schema.TOP_MANIFEST)
     return top.get("npuprof_version") == __version__ and top.get("options") == options.to_dict()
 
 
@@ -40,11 +40,11 @@ def analyze_into(root: str, final_dir: str, options: dict) -> dict:
         analyze(root, work, options=AnalyzeOptions.from_dict(options), jobs=1)
         result = {"status": "ok"}
     except NpuprofError as exc:
-        if not (work / schema.FAILURE_JSON).exists():
+        if io.read_failure(work) is None:
             work.mkdir(parents=True, exist_ok=True)
             write_failure(work, exc)
         result = {"status": "failed", "error": exc.one_line(), "exit_code": exc.exit_code}
-    atomic.move_dir_into_place(work, final)
+    io.move_dir_into_place(work, final)
     root_rollup(root, final.name, final)  # cache the rollup row while still in the pool
     result.update({"root": root, "output_dir": str(final), "seconds": round(time.perf_counter() - started, 3)})
     return result
@@ -73,11 +73,19 @@ def run_sweep(
         workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
         context = multiprocessing.get_context("forkserver")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = {pool.submit(analyze_into, root, str(archive / slug), options.to_dict()): root for root, slug in todo}
+            futures = {
+                pool.submit(analyze_into, root, str(archive / slug), options.to_dict()): root for root, slug in todo
+            }
             for future in as_completed(futures):
                 result = future.result()
                 done += 1
                 progress("sweep", done, len(plan), f"{result['status']}: {Path(futures[future]).name}")
-    meta = {"search_roots": [str(s) for s in search_roots], "options": options.to_dict(), "npuprof_version": __version__,
-            "reused_roots": len(plan) - len(todo), "wall_seconds": round(time.perf_counter() - started, 3), "mode": "local"}
+    meta = {
+        "search_roots": [str(s) for s in search_roots],
+        "options": options.to_dict(),
+        "npuprof_version": __version__,
+        "reused_roots": len(plan) - len(todo),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "mode": "local",
+    }
     return merge_sweep(archive, plan, meta)

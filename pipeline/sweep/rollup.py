@@ -3,6 +3,7 @@
 Rows hold only what the root's artifacts say; a stage that did not run leaves its columns empty
 rather than zero.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,19 +13,53 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline import atomic, schema
+from npuprof import knowledge
+from npuprof.pipeline import io, schema
 
 ROLLUP_COLUMNS = [
-    "root", "slug", "status", "phase", "error", "output_dir", "npuprof_version", "rank_count", "event_count", "step_count",
-    "complete_step_count", "layers_per_pass", "layer_validation", "wall_ms_sum", "step_class_count",
-    "top_step_class_id", "top_step_class_members", "top_step_class_wall_ms_mean", "top_step_class_wall_ms_p90",
-    "top_step_class_bubble_ratio_mean", "block_wall_share_attention", "block_wall_share_ffn", "block_wall_share_moe",
-    "hccl_total_ms", "hccl_share_of_wall", "hccl_top_kind", "hccl_top_kind_ms", "hccl_top_kind_rank_skew_ratio",
-    "findings_total", "findings_by_type", "elapsed_s",
+    "root",
+    "slug",
+    "status",
+    "phase",
+    "error",
+    "output_dir",
+    "npuprof_version",
+    "rank_count",
+    "event_count",
+    "step_count",
+    "complete_step_count",
+    "layers_per_pass",
+    "layer_validation",
+    "wall_ms_sum",
+    "step_class_count",
+    "top_step_class_id",
+    "top_step_class_members",
+    "top_step_class_wall_ms_mean",
+    "top_step_class_wall_ms_p90",
+    "top_step_class_bubble_ratio_mean",
+    "block_wall_share_attention",
+    "block_wall_share_ffn",
+    "block_wall_share_moe",
+    "hccl_total_ms",
+    "hccl_share_of_wall",
+    "hccl_top_kind",
+    "hccl_top_kind_ms",
+    "hccl_top_kind_rank_skew_ratio",
+    "findings_total",
+    "findings_by_type",
+    "elapsed_s",
 ]
 TIMING_COLUMNS = ("elapsed_s",)
-INTEGER_COLUMNS = ("rank_count", "event_count", "step_count", "complete_step_count", "layers_per_pass", "step_class_count",
-                   "top_step_class_members", "findings_total")
+INTEGER_COLUMNS = (
+    "rank_count",
+    "event_count",
+    "step_count",
+    "complete_step_count",
+    "layers_per_pass",
+    "step_class_count",
+    "top_step_class_members",
+    "findings_total",
+)
 
 
 def root_status(out_dir: Path) -> str:
@@ -36,15 +71,17 @@ def root_status(out_dir: Path) -> str:
     return "missing"
 
 
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+def communication_figures(out_dir: Path) -> dict:
+    """The rollup's HCCL columns of one root.
 
-
-def _hccl(out_dir: Path) -> dict:
+    Until summarize writes its communication tables this reads the projected event columns it
+    needs; the summarize issue replaces this function by a read of those tables.
+    """
     events_dir = out_dir / schema.NORMALIZED_EVENTS
     if not events_dir.exists():
         return {}
-    events = pd.read_parquet(events_dir, columns=["rank_id", "type", "name", "op_type", "start_ns", "end_ns", "duration_ns"])
+    columns = ["type", "name", "op_type", "start_ns", "end_ns", "duration_ns"]
+    events = io.read_dataset(out_dir, schema.NORMALIZED_EVENTS, columns=columns).to_pandas()
     if events.empty:
         return {}
     rank_wall = events.groupby("rank_id", observed=True).agg(lo=("start_ns", "min"), hi=("end_ns", "max"))
@@ -52,37 +89,52 @@ def _hccl(out_dir: Path) -> dict:
     comm = events[events["op_type"].isin(["communication", "mix_comm_aiv"])].copy()
     if comm.empty:
         return {"hccl_total_ms": 0.0, "hccl_share_of_wall": 0.0}
-    comm["kind"] = comm["type"].fillna(comm["name"]).str.lower().str.replace(r"^hcom_", "", regex=True).str.strip("_")
+    prefix = knowledge.load("kernel_signatures")["communication_kind_prefix"]
+    comm["kind"] = comm["type"].fillna(comm["name"]).str.lower().str.replace(prefix, "", regex=True).str.strip("_")
     per_kind = comm.groupby("kind")["duration_ns"].sum().sort_values(ascending=False)
     top = per_kind.index[0]
     per_rank = comm[comm["kind"] == top].groupby("rank_id", observed=True)["duration_ns"].mean()
     skew = float((per_rank.max() - per_rank.min()) / per_rank.mean()) if len(per_rank) > 1 and per_rank.mean() else 0.0
     total = float(comm["duration_ns"].sum())
-    return {"hccl_total_ms": total / 1e6, "hccl_share_of_wall": total / wall_ns if wall_ns else None,
-            "hccl_top_kind": top, "hccl_top_kind_ms": float(per_kind.iloc[0]) / 1e6, "hccl_top_kind_rank_skew_ratio": skew}
+    return {
+        "hccl_total_ms": total / 1e6,
+        "hccl_share_of_wall": total / wall_ns if wall_ns else None,
+        "hccl_top_kind": top,
+        "hccl_top_kind_ms": float(per_kind.iloc[0]) / 1e6,
+        "hccl_top_kind_rank_skew_ratio": skew,
+    }
 
 
 def _steps(out_dir: Path) -> dict:
-    path = out_dir / "step_summary.csv"
+    path = out_dir / schema.STEP_SUMMARY.file
     if not path.exists():
         return {}
     steps = pd.read_csv(path)
     complete = steps[steps["complete"]] if "complete" in steps else steps
-    row = {"step_count": int(len(steps)), "complete_step_count": int(len(complete)),
-           "wall_ms_sum": float(complete["wall_ms"].sum()) if "wall_ms" in complete else None}
+    row = {
+        "step_count": int(len(steps)),
+        "complete_step_count": int(len(complete)),
+        "wall_ms_sum": float(complete["wall_ms"].sum()) if "wall_ms" in complete else None,
+    }
     if "step_class_id" in complete and len(complete):
         counts = complete["step_class_id"].value_counts()
         top = counts.index[0]
         members = complete[complete["step_class_id"] == top]
-        row.update({"step_class_count": int(len(counts)), "top_step_class_id": top, "top_step_class_members": int(counts.iloc[0]),
-                    "top_step_class_wall_ms_mean": float(members["wall_ms"].mean()),
-                    "top_step_class_wall_ms_p90": float(np.percentile(members["wall_ms"], 90)),
-                    "top_step_class_bubble_ratio_mean": float(members["underfeed_ratio"].mean())})
+        row.update(
+            {
+                "step_class_count": int(len(counts)),
+                "top_step_class_id": top,
+                "top_step_class_members": int(counts.iloc[0]),
+                "top_step_class_wall_ms_mean": float(members["wall_ms"].mean()),
+                "top_step_class_wall_ms_p90": float(np.percentile(members["wall_ms"], 90)),
+                "top_step_class_bubble_ratio_mean": float(members["underfeed_ratio"].mean()),
+            }
+        )
     return row
 
 
 def _blocks(out_dir: Path) -> dict:
-    path = out_dir / "block_summary.csv"
+    path = out_dir / schema.BLOCK_SUMMARY.file
     if not path.exists():
         return {}
     blocks = pd.read_csv(path)
@@ -90,10 +142,11 @@ def _blocks(out_dir: Path) -> dict:
         return {}
     wall = blocks.groupby("block_kind")["wall_ms"].sum()
     total = float(wall.sum())
-    return {f"block_wall_share_{kind}": float(wall.get(kind, 0.0)) / total for kind in ("attention", "ffn", "moe")} if total else {}
-
-
-ROW_CACHE = "rollup_row.json"
+    return (
+        {f"block_wall_share_{kind}": float(wall.get(kind, 0.0)) / total for kind in ("attention", "ffn", "moe")}
+        if total
+        else {}
+    )
 
 
 def root_rollup(root: str, slug: str, out_dir: Path) -> dict:
@@ -104,12 +157,12 @@ def root_rollup(root: str, slug: str, out_dir: Path) -> dict:
     """
     status = root_status(out_dir)
     if status == "ok":
-        stamp = _read_json(out_dir / schema.TOP_MANIFEST).get("updated_at")
-        cached = _read_json(out_dir / ROW_CACHE)
+        stamp = io.read_json_or_empty(out_dir / schema.TOP_MANIFEST).get("updated_at")
+        cached = io.read_json_or_empty(out_dir / schema.ROLLUP_ROW_CACHE)
         if cached.get("manifest_updated_at") == stamp and cached.get("row", {}).get("root") == str(root):
             return {**cached["row"], "slug": slug, "output_dir": str(out_dir)}
         row = _fresh_row(root, slug, out_dir, status)
-        atomic.write_json(out_dir / ROW_CACHE, {"manifest_updated_at": stamp, "row": row})
+        io.write_json(out_dir / schema.ROLLUP_ROW_CACHE, {"manifest_updated_at": stamp, "row": row})
         return row
     return _fresh_row(root, slug, out_dir, status)
 
@@ -117,16 +170,22 @@ def root_rollup(root: str, slug: str, out_dir: Path) -> dict:
 def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
     row: dict = {"root": str(root), "slug": slug, "output_dir": str(out_dir), "status": status}
     if row["status"] == "failed":
-        failure = _read_json(out_dir / schema.FAILURE_JSON)
+        failure = io.read_failure(out_dir) or {}
         row.update({"phase": failure.get("phase"), "error": failure.get("error")})
         return row
     if row["status"] != "ok":
         return row
-    top = _read_json(out_dir / schema.TOP_MANIFEST)
-    normalize = _read_json(out_dir / schema.stage_manifest_name("normalize"))
-    segment = _read_json(out_dir / schema.stage_manifest_name("segment"))
-    row.update({"npuprof_version": top.get("npuprof_version"), "rank_count": normalize.get("rank_count"), "event_count": normalize.get("event_count"),
-                "elapsed_s": round(sum(top.get("stage_timings", {}).values()), 3)})
+    top = io.read_json_or_empty(out_dir / schema.TOP_MANIFEST)
+    normalize = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize"))
+    segment = io.read_json_or_empty(out_dir / schema.stage_manifest_name("segment"))
+    row.update(
+        {
+            "npuprof_version": top.get("npuprof_version"),
+            "rank_count": normalize.get("rank_count"),
+            "event_count": normalize.get("event_count"),
+            "elapsed_s": round(sum(top.get("stage_timings", {}).values()), 3),
+        }
+    )
     if segment:
         inventory = segment.get("layers_per_pass_inventory") or {}
         if inventory:  # the most common decoder-layer count per pass over the root's ranks
@@ -134,11 +193,13 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
         row["layer_validation"] = segment.get("layer_validation", {}).get("status")
     row.update(_steps(out_dir))
     row.update(_blocks(out_dir))
-    row.update(_hccl(out_dir))
-    findings = _read_json(out_dir / "diagnosis_findings.json")
+    row.update(communication_figures(out_dir))
+    findings = io.read_json_or_empty(out_dir / schema.DIAGNOSIS_FINDINGS)
     if findings:
         by_type = Counter(f.get("type") for f in findings.get("findings", []))
-        row.update({"findings_total": sum(by_type.values()), "findings_by_type": json.dumps(dict(sorted(by_type.items())))})
+        row.update(
+            {"findings_total": sum(by_type.values()), "findings_by_type": json.dumps(dict(sorted(by_type.items())))}
+        )
     return row
 
 
@@ -150,18 +211,24 @@ def merge_sweep(archive: Path, roots: list[tuple[str, str]], meta: dict) -> dict
         frame[column] = pd.array(frame[column], dtype="Int64")
     for column in frame.select_dtypes("float").columns:
         frame[column] = frame[column].round(6)
-    atomic.write_with(archive / "sweep_class_rollup.csv", lambda tmp: frame.to_csv(tmp, index=False))  # small; pandas keeps NA cells empty
+    io.write_with(
+        archive / schema.SWEEP_ROLLUP, lambda tmp: frame.to_csv(tmp, index=False)
+    )  # small; pandas keeps NA cells empty
     statuses = Counter(r["status"] for r in rows)
     inventory = Counter(r.get("layers_per_pass") for r in rows if r.get("layers_per_pass"))
     summary = {
         **meta,
         "root_count": len(rows),
         "status_counts": dict(statuses),
-        "failed_roots": [{"root": r["root"], "phase": r.get("phase"), "error": r.get("error")} for r in rows if r["status"] == "failed"],
+        "failed_roots": [
+            {"root": r["root"], "phase": r.get("phase"), "error": r.get("error")}
+            for r in rows
+            if r["status"] == "failed"
+        ],
         "missing_roots": [r["root"] for r in rows if r["status"] == "missing"],
         "layer_inventory": dict(inventory),
         "analysis_seconds_sum": round(sum(r.get("elapsed_s") or 0 for r in rows), 3),
-        "rollup": str(archive / "sweep_class_rollup.csv"),
+        "rollup": str(archive / schema.SWEEP_ROLLUP),
     }
-    atomic.write_json(archive / "sweep_summary.json", summary)
+    io.write_json(archive / schema.SWEEP_SUMMARY, summary)
     return summary

@@ -1,15 +1,16 @@
-"""Column names and types of the tables npuprof writes, declared once.
-
-Writers, readers, tests and reports import these names instead of spelling strings again.
+"""The normalized event table: one row per device task (kernel or communication op) of a rank.
 
 Timestamps: absolute device times have 16+ significant digits in µs (``1736408883704643.212``),
 more than a float64 holds exactly, so every time in the normalized event table is **int64
 nanoseconds** (``start_ns``, ``end_ns``, ``duration_ns``, ``wait_ns``). Pipeline (PMU) fields are
 short durations and stay float64 µs.
 """
+
 from __future__ import annotations
 
 import pyarrow as pa
+
+from npuprof.pipeline.schema.table import Table
 
 # The 11 pipeline fields (µs), null where the capture has no PMU signal — never 0.
 PIPELINE_FIELDS: tuple[str, ...] = (
@@ -75,19 +76,4 @@ STRING_EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA if f.type == pa.string
 INT_EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA if f.type == pa.int64())
 FLOAT_EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA if f.type == pa.float64())
 
-# Names of tables and artifacts (design.md §2 "Outputs of one root").
-NORMALIZED_EVENTS = "normalized_events"
-SOURCE_INDEX = "source_index.json"
-CAPTURE_INFO = "capture_info.json"
-TOP_MANIFEST = "manifest.json"
-FAILURE_JSON = "failure.json"
-
-
-def stage_manifest_name(stage: str) -> str:
-    """File name of the manifest that marks ``stage`` complete."""
-    return f"{stage}_manifest.json"
-
-
-def rank_partition_dir(table: str, rank_id: int) -> str:
-    """Hive-style partition directory of one rank inside a per-rank table."""
-    return f"{table}/rank_id={rank_id}"
+NORMALIZED_EVENTS = Table("normalized_events", EVENT_SCHEMA)

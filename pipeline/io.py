@@ -1,0 +1,174 @@
+"""The one I/O layer of output dirs: atomic writes, JSON reads, the failure document, table reads.
+
+Every artifact is written to a temp path beside its target, then renamed, so a reader sees either
+the old complete file or the new complete file, never a half one. ``failure.json`` is written by
+``write_failure`` and read by ``read_failure`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.errors import BadInput
+
+
+def _tmp_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.tmp")
+
+
+def write_with(target: Path, writer: Callable[[Path], None]) -> Path:
+    """Run ``writer(tmp)`` and rename tmp onto ``target``; the temp file is removed on failure."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_path(target)
+    try:
+        writer(tmp)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return target
+
+
+def write_json(target: Path, payload: Any) -> Path:
+    """Write ``payload`` as indented UTF-8 JSON, atomically."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False, default=_json_default)
+
+    def _write(tmp: Path) -> None:
+        tmp.write_text(text + "\n", encoding="utf-8")
+
+    return write_with(target, _write)
+
+
+def write_parquet(target: Path, table: pa.Table) -> Path:
+    """Write an Arrow table as one Parquet file, atomically.
+
+    Dictionary-encode the text columns (kernel names, types, shapes repeat a lot) and keep
+    min/max statistics only on integer columns (times, rows, steps: what filters push down on);
+    statistics on text columns cost a third of the write time and serve no query of ours.
+    """
+    text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_list(f.type)]
+    integers = [f.name for f in table.schema if pa.types.is_integer(f.type)]
+
+    def _write(tmp: Path) -> None:
+        pq.write_table(table, tmp, compression="lz4", use_dictionary=text, write_statistics=integers)
+
+    return write_with(target, _write)
+
+
+def write_bytes(target: Path, payload: bytes | str) -> Path:
+    """Write rendered bytes (text is UTF-8 encoded), atomically."""
+    data = payload.encode("utf-8") if isinstance(payload, str) else payload
+    return write_with(target, lambda tmp: tmp.write_bytes(data))
+
+
+def write_csv(target: Path, frame) -> Path:
+    """Write a DataFrame as CSV (Arrow's multi-threaded writer), atomically; the header is always written."""
+    import pyarrow.csv as pacsv
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return write_with(target, lambda tmp: pacsv.write_csv(table, tmp))
+
+
+def move_dir_into_place(work: Path, final: Path) -> None:
+    """Replace ``final`` by the finished directory ``work`` (a rename; an older ``final`` is removed first)."""
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(work, final)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO 8601 seconds (the stamp of manifests and failures)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_json(path: Path) -> Any:
+    """Parse a small JSON file; BadInput with line and column when it is broken."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadInput(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(path, f"broken JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
+
+
+def read_json_or_empty(path: Path) -> dict:
+    """An artifact npuprof wrote, or ``{}`` when it does not exist (a stage that did not run)."""
+    return read_json(path) if Path(path).exists() else {}
+
+
+def write_failure(out_dir: Path, failure: dict, traceback: str | None = None) -> dict:
+    """Write ``failure.json``: the failure object (status, phase, kind, error, exit_code, …) and when.
+
+    ``failure`` is what ``errors.failure_object`` returns (also carried inside service markers);
+    the traceback of an internal error is kept in the file, never printed.
+    """
+    payload = {"status": "failed", **failure, "failed_at": utc_now()}
+    if traceback:
+        payload["traceback"] = traceback
+    write_json(Path(out_dir) / schema.FAILURE_JSON, payload)
+    return payload
+
+
+def read_failure(out_dir: Path) -> dict | None:
+    """The failure document of an output dir, or None when it has none (or it is unreadable)."""
+    path = Path(out_dir) / schema.FAILURE_JSON
+    if not path.exists():
+        return None
+    try:
+        failure = read_json(path)
+    except BadInput:
+        return {"status": "failed", "phase": "unknown", "error": f"{path} is unreadable"}
+    return failure if isinstance(failure, dict) else None
+
+
+def read_dataset(
+    out_dir: Path,
+    table: schema.Table,
+    rank_id: int | None = None,
+    *,
+    columns: list[str] | tuple[str, ...] | None = None,
+    filter: pc.Expression | None = None,
+) -> pa.Table:
+    """Read a per-rank table (all ranks with an int32 ``rank_id`` column, or one rank's partition).
+
+    ``columns`` projects (only those columns are read from disk) and ``filter`` is pushed down into
+    the scan, so a stage reads only what it needs.
+    """
+    path = Path(out_dir) / table.path
+    if rank_id is not None:
+        return ds.dataset(path / f"{schema.RANK_PARTITION_KEY}={rank_id}", format="parquet").to_table(
+            columns=list(columns) if columns is not None else None, filter=filter
+        )
+    dataset = ds.dataset(path, format="parquet", partitioning="hive")
+    wanted = None
+    if columns is not None:
+        wanted = [c for c in columns if c != schema.RANK_PARTITION_KEY] + [schema.RANK_PARTITION_KEY]
+    result = dataset.to_table(columns=wanted, filter=filter)
+    index = result.schema.get_field_index(schema.RANK_PARTITION_KEY)
+    return result.set_column(index, schema.RANK_PARTITION_KEY, result.column(index).cast(pa.int32()))

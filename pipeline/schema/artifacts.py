@@ -1,0 +1,20 @@
+"""File names of the JSON documents and other artifacts of one output dir, a sweep archive, and the
+service (design.md §2 "Outputs of one root"). Tables and CSV views are declared in their family modules."""
+
+from __future__ import annotations
+
+# one root
+SOURCE_INDEX = "source_index.json"  # normalize: every source file by source_id, the discovered layout
+CAPTURE_INFO = "capture_info.json"  # normalize: how each rank was captured
+CLASS_SIGNATURES = "class_signatures.json"  # classify: every step / layer / block class
+TOP_MANIFEST = "manifest.json"  # version, options, stage timings, input facts
+FAILURE_JSON = "failure.json"  # only after a failure
+DIAGNOSIS_FINDINGS = "diagnosis_findings.json"
+REPORT_DIR = "report"
+ANALYSIS_SUMMARY = f"{REPORT_DIR}/analysis_summary.json"
+REPORT_MD = f"{REPORT_DIR}/report.md"
+
+# a sweep archive
+SWEEP_ROLLUP = "sweep_class_rollup.csv"
+SWEEP_SUMMARY = "sweep_summary.json"
+ROLLUP_ROW_CACHE = "rollup_row.json"  # one root's rollup row, beside its outputs

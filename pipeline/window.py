@@ -1,0 +1,62 @@
+"""Which stages a run executes: the whole built pipeline, or a --from / --to / --only window, and
+whether the artifacts the window builds on exist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from npuprof.pipeline import __version__, schema
+from npuprof.pipeline.errors import MissingPrerequisites, UsageError
+from npuprof.pipeline.stages import STAGE_NAMES, built_stage_names, not_built_after, stage
+from npuprof.pipeline.stages.base import Stage
+
+
+@dataclass(frozen=True)
+class StageWindow:
+    """Which stages to run: the whole built pipeline, or a --from/--to/--only window."""
+
+    from_stage: str | None = None
+    to_stage: str | None = None
+    only_stage: str | None = None
+
+    @property
+    def resumes(self) -> bool:
+        """True when the window builds on artifacts of an earlier run."""
+        return self.only_stage is not None or self.from_stage is not None
+
+
+def resolve_window(window: StageWindow) -> tuple[list[Stage], list[str]]:
+    """(stages to run, registered stages after them that are not built yet)."""
+    for name in (window.from_stage, window.to_stage, window.only_stage):
+        if name is not None and name not in STAGE_NAMES:
+            raise UsageError(f"unknown stage {name!r}; stages are: {', '.join(STAGE_NAMES)}")
+    if window.only_stage and (window.from_stage or window.to_stage):
+        raise UsageError("--only-stage cannot be combined with --from-stage or --to-stage")
+    built = built_stage_names()
+    if window.only_stage:
+        names = [window.only_stage]
+    else:
+        first = STAGE_NAMES.index(window.from_stage) if window.from_stage else 0
+        last = STAGE_NAMES.index(window.to_stage) if window.to_stage else STAGE_NAMES.index(built[-1])
+        if last < first:
+            raise UsageError(f"--to-stage {window.to_stage} comes before --from-stage {window.from_stage}")
+        names = list(STAGE_NAMES[first : last + 1])
+    unbuilt = [n for n in names if not stage(n).built]
+    if unbuilt:
+        raise UsageError(
+            f"stage {unbuilt[0]!r} is not built yet in npuprof {__version__} (built stages: {', '.join(built)})"
+        )
+    return [stage(n) for n in names], not_built_after(names[-1])
+
+
+def check_prerequisites(out_dir: Path, stages: list[Stage]) -> None:
+    """Every artifact a selected stage needs exists, or an earlier selected stage makes it."""
+    will_exist: set[str] = set()
+    for current in stages:
+        needed = [schema.as_path(a) for a in current.requires]
+        missing = [a for a in needed if a not in will_exist and not (out_dir / a).exists()]
+        if missing:
+            raise MissingPrerequisites(current.name, missing)
+        will_exist.update(schema.as_path(a) for a in current.produces)
+        will_exist.add(current.manifest_name)

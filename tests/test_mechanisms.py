@@ -1,0 +1,144 @@
+"""Table-driven tests of the segmentation mechanisms on hand-made event sequences: the cut offset of
+a pass, cut placement with an inserted kernel, window metrics, and the block split of a layer.
+
+Sequences are strings of one-letter kernels so each case reads as what it tests:
+``N`` a norm (opens a forward layer / block), ``A`` an attention core (the anchor), ``M`` a matmul,
+``S`` a SwiGlu / FFN kernel, ``X`` anything else, ``G`` a norm-grad (closes a backward layer),
+``B`` a backward attention core, ``E`` an expert (MoE) kernel, ``C`` an AI CPU op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from npuprof.pipeline.segmentation.blocks import split_layer
+from npuprof.pipeline.segmentation.features import EventFeatures
+from npuprof.pipeline.segmentation.layers import _best_offset, _cuts
+from npuprof.pipeline.segmentation.windows import window_metrics
+
+ROLES = {
+    "N": {"normalization"},
+    "A": {"attention"},
+    "M": {"compute"},
+    "S": {"ffn", "compute"},
+    "X": set(),
+    "G": {"normalization"},
+    "B": {"attention"},
+    "E": {"moe", "compute"},
+    "C": {"aicpu"},
+}
+ALL_ROLES = ("attention", "attention_aux", "moe", "ffn", "compute", "normalization", "aicpu", "selection", "sampling")
+
+
+def features_of(sequence: str) -> EventFeatures:
+    """EventFeatures of a one-letter kernel sequence (backward kernels: G and B)."""
+    letters = np.array(list(sequence))
+    backward = np.isin(letters, ["G", "B"])
+    role_flags = {role: np.array([role in ROLES[c] for c in sequence], dtype=bool) for role in ALL_ROLES}
+    return EventFeatures(
+        anchor_family=np.where(np.isin(letters, ["A", "B"]), "flash", ""),
+        backward=backward,
+        opening=role_flags["normalization"] & ~backward,
+        closing=role_flags["normalization"] & backward,
+        role_flags=role_flags,
+        kernel_key=np.unique(letters, return_inverse=True)[1].astype(np.int64),
+        fallback=role_flags["compute"],
+        pass_marker=np.zeros(len(sequence), dtype=bool),
+    )
+
+
+def anchors_of(sequence: str, letter: str) -> np.ndarray:
+    return np.array([i for i, c in enumerate(sequence) if c == letter])
+
+
+@pytest.mark.parametrize(
+    ("sequence", "expected_offset", "why"),
+    [
+        ("NMAMNSM" * 3, 2, "plain layers: the input norm is 2 before attention"),
+        ("NMNNAMNSM" * 3, 4, "QK-norm: a norm right before attention too; the first layer decides the outer one"),
+        ("XX" + "NMAMNSM" * 3, 2, "a head before the first layer does not move the offset"),
+    ],
+)
+def test_forward_offset_is_the_one_that_fits_the_outermost_layer(sequence, expected_offset, why):
+    features = features_of(sequence)
+    anchors = anchors_of(sequence, "A")
+    offset, fits = _best_offset(anchors, 0, len(sequence) - 1, features.opening, forward=True)
+    assert offset == expected_offset, why
+    assert fits == len(anchors)
+
+
+def test_backward_offset_cuts_after_the_closing_norm_grad():
+    sequence = "MBMG" * 3  # backward layer: grads of the ffn, attention grad, then the input-norm grad
+    features = features_of(sequence)
+    offset, fits = _best_offset(anchors_of(sequence, "B"), 0, len(sequence) - 1, features.closing, forward=False)
+    assert (offset, fits) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("sequence", "expected_starts"),
+    [
+        ("NMAMNSM" * 3, [0, 7, 14]),
+        ("NMAMNSM" + "NMAMCNSM" + "NMAMNSM", [0, 7, 15]),  # an AI CPU op inserted inside the second layer
+        ("NMAMNSM" + "NCMAMNSM" + "NMAMNSM", [0, 7, 15]),  # one inserted before attention: that layer's own offset
+    ],
+)
+def test_cuts_place_every_layer_start_at_its_opening_norm(sequence, expected_starts):
+    features = features_of(sequence)
+    starts, all_fit, _ = _cuts(anchors_of(sequence, "A"), 0, len(sequence) - 1, features.opening, True, None)
+    assert starts.tolist() == expected_starts and all_fit
+
+
+@pytest.mark.parametrize(
+    ("intervals", "expected"),
+    [
+        # (start, end) in ns of the window's events → wall, busy, underfeed, bubbles ≥ 50 µs, largest
+        ([(0, 100_000), (100_000, 200_000)], (0.2, 0.2, 0.0, 0.0, 0.0, 0)),
+        ([(0, 100_000), (160_000, 200_000)], (0.2, 0.14, 0.06, 0.06, 0.06, 1)),
+        ([(0, 100_000), (120_000, 200_000)], (0.2, 0.18, 0.02, 0.0, 0.0, 0)),  # a 20 µs gap is launch noise
+        ([(0, 300_000), (50_000, 100_000), (400_000, 500_000)], (0.5, 0.4, 0.1, 0.1, 0.1, 1)),  # nested kernel
+    ],
+)
+def test_window_metrics_wall_busy_and_bubbles(intervals, expected):
+    start = np.array([s for s, _ in intervals], dtype=np.int64)
+    end = np.array([e for _, e in intervals], dtype=np.int64)
+    metrics = window_metrics(
+        np.array([0]), np.array([len(intervals) - 1]), start, end, np.zeros(len(intervals), np.int64), 50_000
+    )
+    row = metrics.iloc[0]
+    got = (
+        row["wall_ms"],
+        row["busy_ms"],
+        row["underfeed_ms"],
+        row["internal_bubble_total_ms"],
+        row["largest_internal_bubble_ms"],
+        row["bubble_count"],
+    )
+    assert got == pytest.approx(expected)
+
+
+def test_window_metrics_of_several_windows_are_independent():
+    start = np.array([0, 100, 1_000_000, 1_000_100], dtype=np.int64)
+    end = start + 50
+    metrics = window_metrics(np.array([0, 2]), np.array([1, 3]), start, end, np.zeros(4, np.int64), 50_000)
+    assert metrics["wall_ms"].tolist() == pytest.approx(
+        [150 / 1e6, 150 / 1e6]
+    )  # the gap between them counts in neither
+
+
+@pytest.mark.parametrize(
+    ("sequence", "direction", "has_attention", "expected"),
+    [
+        ("NMAMNSM", "forward", True, [(0, 3, "attention"), (4, 6, "ffn")]),
+        ("NMAMNEE", "forward", True, [(0, 3, "attention"), (4, 6, "moe")]),
+        ("NMAMNCC", "forward", True, [(0, 3, "attention"), (4, 6, "aicpu")]),
+        ("NMAMNXX", "forward", True, [(0, 3, "attention"), (4, 6, "other")]),
+        ("MSMGMBMG", "backward", True, [(0, 3, "ffn"), (4, 7, "attention")]),
+        ("NMSMNMSM", "forward", False, [(0, 7, "ffn")]),  # a fallback-anchored layer has no attention block
+    ],
+)
+def test_block_split_at_the_post_attention_norm(sequence, direction, has_attention, expected):
+    features = features_of(sequence)
+    anchor = sequence.index("A") if "A" in sequence else sequence.index("B") if "B" in sequence else 0
+    blocks = split_layer(0, len(sequence) - 1, anchor, direction, features, has_attention)
+    assert blocks == expected

@@ -1,0 +1,259 @@
+"""The shape of the code: tables declared once, one I/O layer, stages that supply their own headline,
+projected reads, rules as data, and service commands that behave as users expect."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from npuprof import knowledge
+from npuprof.api.cli import build_parser, celery_command
+from npuprof.pipeline import io, schema
+from npuprof.pipeline.errors import EXIT_SERVICE_UNAVAILABLE
+from npuprof.pipeline.execution import write_result
+from npuprof.pipeline.stages import STAGES, built_stage_names, stage
+from npuprof.pipeline.stages.base import StageResult
+from npuprof.pipeline.sweep.roots import find_roots
+from npuprof.pipeline.window import StageWindow, resolve_window
+from npuprof.synth import generate
+
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT_DIRS = ("pipeline", "workers", "api")
+# An input file that happens to share an artifact's name: the collection manifest a capture ships.
+INPUT_NAMES_ALLOWED = {("pipeline/sources/discovery.py", schema.TOP_MANIFEST)}
+
+
+def _declared_names() -> set[str]:
+    names = {t.name for t in schema.TABLES} | {v.file for v in schema.CSV_VIEWS}
+    names |= {
+        value
+        for key, value in vars(schema).items()
+        if key.isupper() and isinstance(value, str) and value.endswith((".json", ".csv", ".md", ".parquet"))
+    }
+    names |= {schema.stage_manifest_name(s.name) for s in STAGES}
+    return names
+
+
+def _product_files() -> list[Path]:
+    return [
+        p
+        for d in PRODUCT_DIRS
+        for p in sorted((REPO / d).rglob("*.py"))
+        if "schema" not in p.relative_to(REPO).parts[:2] or p.relative_to(REPO).parts[0] != "pipeline"
+    ]
+
+
+def _string_constants(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+def test_no_table_or_artifact_name_is_spelled_outside_the_schema_modules():
+    declared = _declared_names()
+    found = []
+    for path in _product_files():
+        relative = str(path.relative_to(REPO))
+        for line, value in _string_constants(path):
+            if (value in declared or "rank_id=" in value) and (relative, value) not in INPUT_NAMES_ALLOWED:
+                found.append(f"{relative}:{line}: {value!r}")
+    assert not found, "table / artifact names spelled outside pipeline/schema/:\n" + "\n".join(found)
+
+
+def test_each_event_projection_is_declared_once():
+    event_columns = [
+        f"{path.relative_to(REPO)}"
+        for path in _product_files()
+        if "EVENT_COLUMNS =" in path.read_text(encoding="utf-8")
+    ]
+    assert event_columns == []
+    assert schema.EVENT_COLUMNS == tuple(schema.EVENT_SCHEMA.names)
+
+
+def test_functions_of_the_product_stay_short():
+    long_functions = []
+    for path in _product_files() + sorted((REPO / "pipeline" / "schema").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > 60:
+                    long_functions.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({length} lines)")
+    assert not long_functions, long_functions
+
+
+def test_read_dataset_projects_columns_and_pushes_filters_down(tmp_path):
+    for rank in (0, 1):
+        frame = pd.DataFrame(
+            {
+                "step_ordinal": [0, 1, 2],
+                "step_id": [1, 2, 3],
+                **{c: [None] * 3 for c in schema.STEP_SEGMENTS.columns if c not in ("step_ordinal", "step_id")},
+            }
+        )
+        frame["complete"] = [True, True, rank == 0]
+        result = StageResult(tables={schema.STEP_SEGMENTS: frame})
+        write_result(tmp_path, result, rank_id=rank)
+    table = io.read_dataset(
+        tmp_path, schema.STEP_SEGMENTS, columns=["step_id"], filter=pc.field("complete") == pa.scalar(False)
+    )
+    assert table.column_names == ["step_id", "rank_id"]
+    assert table.to_pylist() == [{"step_id": 3, "rank_id": 1}]
+    one_rank = io.read_dataset(tmp_path, schema.STEP_SEGMENTS, 0, columns=["step_ordinal"])
+    assert one_rank.column_names == ["step_ordinal"] and one_rank.num_rows == 3
+
+
+def test_tables_conform_to_their_declaration_and_undeclared_columns_are_refused():
+    empty = schema.LAYER_CLASSES.conform(pd.DataFrame())
+    assert empty.schema == schema.LAYER_CLASSES.schema and empty.num_rows == 0
+    with pytest.raises(ValueError, match="undeclared"):
+        schema.LAYER_CLASSES.conform(pd.DataFrame({c: [1] for c in (*schema.LAYER_CLASSES.columns, "surprise")}))
+
+
+def test_rendered_artifacts_are_written_atomically_where_the_stage_says(tmp_path):
+    result = StageResult(
+        rendered={schema.REPORT_MD: "# report\n", f"{schema.REPORT_DIR}/assets/x.json.gz": b"\x1f\x8b"}
+    )
+    write_result(tmp_path, result, rank_id=None)
+    assert (tmp_path / schema.REPORT_MD).read_text() == "# report\n"
+    assert (tmp_path / schema.REPORT_DIR / "assets" / "x.json.gz").read_bytes() == b"\x1f\x8b"
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_failure_json_has_one_writer_and_one_reader(tmp_path):
+    written = io.write_failure(
+        tmp_path, {"phase": "normalize (rank 2)", "kind": "bad_input", "error": "x", "exit_code": 3}
+    )
+    assert io.read_failure(tmp_path) == written
+    assert written["status"] == "failed" and written["failed_at"] and written["exit_code"] == 3
+    # only pipeline/io.py reads or writes the document; others may only ask whether it exists
+    hand_built = [
+        str(p.relative_to(REPO))
+        for p in _product_files()
+        if p.name != "io.py"
+        and re.search(
+            r"(write_json|read_json\w*|json\.loads?)\([^)]*(FAILURE_JSON|failure\.json)", p.read_text("utf-8")
+        )
+    ]
+    assert hand_built == []
+    assert io.read_failure(tmp_path / "nothing") is None
+
+
+def test_which_stages_are_built_is_answered_in_one_place():
+    stages, not_built = resolve_window(StageWindow())
+    assert [s.name for s in stages] == built_stage_names() == ["normalize", "segment", "classify"]
+    assert not_built == ["summarize", "cross_rank", "diagnostics", "report"]
+    assert all(stage(name).headline is not None for name in ("segment", "classify"))
+
+
+def test_rules_named_by_segmentation_are_declared_categories_and_roles():
+    conventions = knowledge.load("semantic_conventions")
+    rules = knowledge.load("segmentation_rules")
+    categories = set(rules["pass_marker_categories"]) | set(rules["fallback_anchors"]["categories"])
+    categories |= set(rules["companion_only"]) | {c for f in rules["attention_families"] for c in f["anchors"]}
+    assert categories <= set(conventions["categories"]), categories - set(conventions["categories"])
+    roles = set(rules["feature_roles"]) | set(rules["opening_roles"])
+    roles |= set(rules["step_terminators"]["inference_roles"]) | set(rules["step_terminators"]["training_roles"])
+    assert roles <= set(conventions["roles"]), roles - set(conventions["roles"])
+
+
+def test_every_anomaly_tag_has_its_wording():
+    for tag, rule in knowledge.load("diagnosis_rules")["anomaly_tags"].items():
+        assert rule.get("text"), tag
+
+
+def test_sweep_finds_a_root_that_holds_only_op_summary_csvs(tmp_path):
+    rank = tmp_path / "search" / "msprof_case" / "rank_0" / "PROF_000001" / "mindstudio_profiler_output"
+    rank.mkdir(parents=True)
+    (rank / "op_summary_0_1.csv").write_text("Op Name,OP Type\n")
+    flat = tmp_path / "search" / "flat_case"
+    flat.mkdir()
+    (flat / "op_summary_1.csv").write_text("Op Name,OP Type\n")
+    found = [str(p.relative_to(tmp_path / "search")) for p in find_roots([tmp_path / "search"])]
+    assert found == ["flat_case", "msprof_case"]
+
+
+def test_worker_passes_celery_options_through_without_a_separator():
+    parser = build_parser()
+    args, extra = parser.parse_known_args(
+        [
+            "worker",
+            "-Q",
+            "storage.lustre",
+            "-n",
+            "a@%h",
+            "-l",
+            "DEBUG",
+            "--autoscale",
+            "4,1",
+            "--max-tasks-per-child",
+            "5",
+        ]
+    )
+    command = celery_command(args, extra)
+    tail = command[command.index("worker") + 1 :]
+    assert tail == [
+        "-Q",
+        "storage.lustre",
+        "-n",
+        "a@%h",
+        "-l",
+        "DEBUG",
+        "--autoscale",
+        "4,1",
+        "--max-tasks-per-child",
+        "5",
+    ]
+    args, extra = parser.parse_known_args(["worker"])
+    assert celery_command(args, extra)[-2:] == ["--loglevel", "INFO"]
+
+
+@pytest.mark.parametrize(
+    "command", [["status", "abc"], ["submit", "--search-root", ".", "-o", "x"], ["worker"], ["flower"]]
+)
+def test_service_commands_without_the_service_extra_say_how_to_install_it(command):
+    block = "import sys; sys.modules['redis'] = None; sys.modules['celery'] = None; sys.modules['flower'] = None\n"
+    code = block + f"from npuprof.api.cli import main; sys.exit(main({command!r}))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == EXIT_SERVICE_UNAVAILABLE, run.stderr
+    assert run.stderr.count("\n") == 1 and "pip install 'npuprof[service]'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_analyze_has_no_option_that_does_nothing(cli):
+    run = cli("analyze", "--help")
+    assert re.search(r"--mode\b", run.stdout) is None  # until the report stage gives fast / full a meaning
+
+
+def test_anomaly_tags_carry_their_wording_from_the_rules(tmp_path):
+    root = generate(tmp_path / "root", "host_bubble", seed=5)["root"]
+    from npuprof.pipeline.runner import analyze
+
+    analyze(root, tmp_path / "out", jobs=1)
+    steps = pd.read_csv(tmp_path / "out" / schema.STEP_SUMMARY.file)
+    tagged = steps[steps["anomaly_tags"].fillna("").str.contains("INTERNAL_BUBBLE_HEAVY")]
+    assert len(tagged)
+    for _, row in tagged.iterrows():
+        assert f"a {row['largest_internal_bubble_ms']:.2f} ms idle gap inside the step" in row["anomaly_text"]
+    untagged = steps[steps["anomaly_tags"].fillna("") == ""]
+    assert untagged["anomaly_text"].fillna("").eq("").all()
+    assert os.path.exists(tmp_path / "out" / schema.CLASS_SIGNATURES)
