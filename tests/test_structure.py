@@ -194,35 +194,10 @@ def test_sweep_finds_a_root_that_holds_only_op_summary_csvs(tmp_path):
 
 def test_worker_passes_celery_options_through_without_a_separator():
     parser = build_parser()
-    args, extra = parser.parse_known_args(
-        [
-            "worker",
-            "-Q",
-            "storage.lustre",
-            "-n",
-            "a@%h",
-            "-l",
-            "DEBUG",
-            "--autoscale",
-            "4,1",
-            "--max-tasks-per-child",
-            "5",
-        ]
-    )
+    options = "-Q storage.lustre -n a@%h -l DEBUG --autoscale 4,1 --max-tasks-per-child 5".split()
+    args, extra = parser.parse_known_args(["worker", *options])
     command = celery_command(args, extra)
-    tail = command[command.index("worker") + 1 :]
-    assert tail == [
-        "-Q",
-        "storage.lustre",
-        "-n",
-        "a@%h",
-        "-l",
-        "DEBUG",
-        "--autoscale",
-        "4,1",
-        "--max-tasks-per-child",
-        "5",
-    ]
+    assert command[command.index("worker") + 1 :] == options
     args, extra = parser.parse_known_args(["worker"])
     assert celery_command(args, extra)[-2:] == ["--loglevel", "INFO"]
 
