@@ -7,18 +7,18 @@ everything meant for people (progress, one-line errors) goes to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from npuprof.pipeline import __version__, schema
+from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
     EXIT_MANIFEST_NOT_OK,
     EXIT_MISSING_PREREQUISITES,
+    EXIT_PARTIAL,
     EXIT_SERVICE_UNAVAILABLE,
     EXIT_USAGE,
     NpuprofError,
@@ -40,6 +40,7 @@ EXIT_CODES_HELP = f"""exit codes:
   {EXIT_MANIFEST_NOT_OK}   collection manifest.json whose analysis_status is not "ok"
   {EXIT_MISSING_PREREQUISITES}   a stage window needs artifacts of earlier stages that are missing
   {EXIT_SERVICE_UNAVAILABLE}   the service's broker (Redis) cannot be reached, or the service extra is not installed
+  {EXIT_PARTIAL}   a sweep finished, but some roots failed (sweep, status --watch; each error is in the rollup)
 """
 SERVICE_EXTRA_HINT = "the service needs its extra: pip install 'npuprof[service]'"
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
@@ -255,7 +256,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         progress=make_progress(args.progress),
     )
     _print_json({"status": "ok" if not summary["failed_roots"] else "partial", **summary})
-    return 0
+    return EXIT_PARTIAL if summary["failed_roots"] else 0
 
 
 def _cmd_service(args: argparse.Namespace) -> int:
@@ -281,6 +282,8 @@ def _cmd_service(args: argparse.Namespace) -> int:
     else:
         result = service.cancel(args.sweep_id, broker=args.broker)
     _print_json(result)
+    if args.command == "status" and args.watch and result["state"] == "done" and result["totals"].get("FAILURE"):
+        return EXIT_PARTIAL
     return 0
 
 
@@ -380,7 +383,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _print_json(payload: dict) -> None:
-    sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+    sys.stdout.write(io.json_text(payload) + "\n")
     sys.stdout.flush()
 
 

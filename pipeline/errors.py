@@ -15,6 +15,7 @@ EXIT_BAD_INPUT = 3
 EXIT_MANIFEST_NOT_OK = 4
 EXIT_MISSING_PREREQUISITES = 5
 EXIT_SERVICE_UNAVAILABLE = 6
+EXIT_PARTIAL = 7  # a sweep finished, but some roots failed (each with its error in the rollup)
 
 
 class NpuprofError(Exception):
@@ -89,13 +90,18 @@ class ManifestNotOk(NpuprofError):
     exit_code = EXIT_MANIFEST_NOT_OK
     kind = "manifest_not_ok"
 
-    def __init__(self, path: str | Path, status: object) -> None:
+    def __init__(self, path: str | Path, status: object, reason: str | None = None) -> None:
         self.path = str(path)
         self.status = status
-        super().__init__(f"{path}: collection analysis_status is {status!r}, not 'ok'; refusing to analyze")
+        self.reason = reason
+        what = reason or f"collection analysis_status is {status!r}, not 'ok'"
+        super().__init__(f"{path}: {what}; refusing to analyze")
 
     def __reduce__(self):
-        return (ManifestNotOk, (self.path, self.status))
+        return (_rebuild_manifest_not_ok, (self.path, self.status, self.reason))
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "path": self.path}
 
 
 class MissingPrerequisites(NpuprofError):
@@ -137,6 +143,10 @@ class StageFailed(NpuprofError):
 
     def as_dict(self) -> dict:
         return self.cause.as_dict()
+
+
+def _rebuild_manifest_not_ok(path: str, status: object, reason: str | None) -> ManifestNotOk:
+    return ManifestNotOk(path, status, reason=reason)
 
 
 def _rebuild_bad_input(path: str, reason: str, line: int | None, row: int | None, column: str | None) -> BadInput:

@@ -41,9 +41,23 @@ def write_with(target: Path, writer: Callable[[Path], None]) -> Path:
     return target
 
 
+def json_text(payload: Any, indent: int | None = None) -> str:
+    """``payload`` as JSON text that always encodes as UTF-8.
+
+    Paths from the filesystem may hold bytes that are not UTF-8 (Python keeps them as lone
+    surrogates); such a document is written with ASCII escapes, which read back to the same path.
+    """
+    text = json.dumps(payload, indent=indent, ensure_ascii=False, default=_json_default)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(payload, indent=indent, ensure_ascii=True, default=_json_default)
+    return text
+
+
 def write_json(target: Path, payload: Any) -> Path:
     """Write ``payload`` as indented UTF-8 JSON, atomically."""
-    text = json.dumps(payload, indent=2, ensure_ascii=False, default=_json_default)
+    text = json_text(payload, indent=2)
 
     def _write(tmp: Path) -> None:
         tmp.write_text(text + "\n", encoding="utf-8")

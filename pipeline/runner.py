@@ -8,16 +8,19 @@ ranks and reduces once per root (``execution``), and writes manifest.json and th
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from npuprof.pipeline import io, schema
-from npuprof.pipeline.errors import NpuprofError, UsageError, failure_object, traceback_of
+from npuprof.pipeline.errors import BadInput, NpuprofError, UsageError, failure_object, traceback_of
 from npuprof.pipeline.execution import clear_stage_outputs, guard, map_ranks, run_root_stage
 from npuprof.pipeline.manifests import result_object, write_top_manifest
 from npuprof.pipeline.progress import Progress, no_progress
-from npuprof.pipeline.sources.discovery import RootInputs, discover
+from npuprof.pipeline.sources.discovery import RootInputs, discover, is_rank_dir
 from npuprof.pipeline.stages import STAGES, not_built_after
 from npuprof.pipeline.stages.base import AnalyzeOptions, Stage
 from npuprof.pipeline.window import StageWindow, check_prerequisites, resolve_window
@@ -25,12 +28,54 @@ from npuprof.pipeline.window import StageWindow, check_prerequisites, resolve_wi
 __all__ = ["StageWindow", "analyze", "finish_root", "write_failure"]
 
 
+def check_output_location(out_dir: Path, root: str | Path | None) -> None:
+    """Refuse an output dir that would write into the user's capture: the profiling root itself, a
+    dir inside one of its rank dirs, or a dir that contains the root."""
+    out = out_dir.resolve()
+    for parent in (out, *out.parents):
+        if is_rank_dir(parent):
+            raise UsageError(f"output dir {out_dir} is inside the rank dir {parent}: write the analysis elsewhere")
+    if root is None or not Path(root).exists():
+        return
+    source = Path(root).resolve()
+    if out == source:
+        raise UsageError(f"output dir {out_dir} is the profiling root itself: write the analysis elsewhere")
+    if out in source.parents:
+        raise UsageError(f"output dir {out_dir} contains the profiling root {root}: write the analysis elsewhere")
+
+
+def _foreign_entries(out_dir: Path) -> list[str]:
+    """Entries of ``out_dir`` that npuprof did not write (never removed, not even with --overwrite)."""
+    ours = {schema.TOP_MANIFEST, schema.FAILURE_JSON, schema.ROLLUP_ROW_CACHE, schema.REPORT_DIR, schema.RUN_LOCK}
+    for registered in STAGES:
+        ours.add(registered.manifest_name)
+        ours.update(schema.as_path(a) for a in registered.produces)
+    foreign = [p.name for p in out_dir.iterdir() if p.name not in ours and not p.name.endswith(".tmp")]
+    top = out_dir / schema.TOP_MANIFEST
+    if top.is_file():
+        try:
+            written_by_us = "npuprof_version" in io.read_json(top)
+        except (BadInput, TypeError):
+            written_by_us = False
+        if not written_by_us:
+            foreign.append(schema.TOP_MANIFEST)
+    return sorted(foreign)
+
+
 def prepare_output_dir(out_dir: Path, window: StageWindow, overwrite: bool) -> None:
-    """Refuse a non-empty output dir unless asked to overwrite it or to resume a stage window."""
+    """Refuse a non-empty output dir unless asked to overwrite npuprof's own outputs in it or to
+    resume a stage window; --overwrite never removes a file npuprof did not write."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output path {out_dir} exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()):
+    entries = [p for p in out_dir.iterdir() if p.name != schema.RUN_LOCK] if out_dir.is_dir() else []
+    if entries:
         if overwrite:
+            foreign = _foreign_entries(out_dir)
+            if foreign:
+                raise UsageError(
+                    f"output dir {out_dir} holds files npuprof did not write ({', '.join(foreign[:5])}); "
+                    "--overwrite replaces only npuprof's own outputs: choose another dir"
+                )
             for registered in STAGES:
                 clear_stage_outputs(out_dir, registered)
             for name in (schema.TOP_MANIFEST, schema.FAILURE_JSON):
@@ -41,9 +86,40 @@ def prepare_output_dir(out_dir: Path, window: StageWindow, overwrite: bool) -> N
                 f"output dir {out_dir} is not empty; pass --overwrite to replace it, "
                 "or --from-stage / --only-stage to resume"
             )
-    out_dir.mkdir(parents=True, exist_ok=True)
     if (out_dir / schema.FAILURE_JSON).exists():
         (out_dir / schema.FAILURE_JSON).unlink()
+
+
+def make_output_dir(out_dir: Path) -> None:
+    """Create the output dir (and its parents), or say in one line why it cannot be."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create output dir {out_dir}: {exc.strerror or exc}") from None
+
+
+@contextmanager
+def run_lock(out_dir: Path) -> Iterator[None]:
+    """Hold the output dir for one run: a second run into the same dir is refused, not interleaved.
+
+    An advisory ``flock`` on ``OUT/.npuprof.lock``: the kernel releases it when the process ends,
+    so a killed run never leaves a stale lock behind.
+    """
+    handle = open(out_dir / schema.RUN_LOCK, "a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UsageError(f"output dir {out_dir} is being written by another npuprof run ({holder})") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
 
 
 def load_inputs(out_dir: Path) -> RootInputs:
@@ -76,12 +152,15 @@ def analyze(
     """
     out = Path(out_dir)
     stages, not_built = resolve_window(window)
-    prepare_output_dir(out, window, overwrite)
-    try:
-        return _analyze(root, out, stages, not_built, options, window, jobs or os.cpu_count() or 1, progress)
-    except NpuprofError as exc:
-        write_failure(out, exc)
-        raise
+    check_output_location(out, root)
+    make_output_dir(out)
+    with run_lock(out):
+        prepare_output_dir(out, window, overwrite)
+        try:
+            return _analyze(root, out, stages, not_built, options, window, jobs or os.cpu_count() or 1, progress)
+        except NpuprofError as exc:
+            write_failure(out, exc)
+            raise
 
 
 def _analyze(

@@ -183,8 +183,12 @@ def test_non_empty_output_is_refused_without_overwrite(cli, tmp_path):
     run = cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none")
     assert run.returncode == 2 and "--overwrite" in run.result["error"]
     run = cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none", "--overwrite")
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 2 and "something.txt" in run.result["error"]  # not ours: refused, named
     assert (out / "something.txt").read_text() == "keep me"  # overwrite replaces our artifacts only
+    (out / "something.txt").unlink()
+    assert cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none").returncode == 0
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none", "--overwrite")
+    assert run.returncode == 0, run.stderr  # an earlier npuprof output is replaced
 
 
 def test_stage_that_is_not_built_is_refused_clearly(cli, tmp_path):

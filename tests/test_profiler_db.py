@@ -182,3 +182,34 @@ def test_a_file_that_is_not_sqlite_fails_the_probe(tmp_path):
 def test_msprof_db_without_meta_data_is_probed_by_columns():
     checked = probe(SERVER_DATA / "full_db" / "msprof_0.db")
     assert checked.ok and checked.schema_version is None
+
+
+def test_a_hot_journal_is_rolled_back_in_a_private_copy_and_nothing_is_written_beside_the_db(tmp_path):
+    from badinputs.corpus import DB0, DB_ROOT, hot_journal_db
+
+    original, _ = read_profiler_db(DB_ROOT / DB0)
+    root = hot_journal_db(tmp_path)
+    before = sorted(p.name for p in (root / DB0).parent.iterdir())
+    first_start = "SELECT min(startNs) FROM TASK"
+    with sqlite3.connect(f"file:{root / DB0}?mode=ro&immutable=1", uri=True) as con:
+        torn = con.execute(first_start).fetchone()[0]
+    with sqlite3.connect(f"file:{DB_ROOT / DB0}?mode=ro&immutable=1", uri=True) as con:
+        assert torn == con.execute(first_start).fetchone()[0] + 7  # the db file holds the uncommitted write
+    recovered, facts = read_profiler_db(root / DB0)
+    assert recovered.column("start_ns").equals(original.column("start_ns"))  # rolled back, as sqlite would
+    assert any("-journal" in note for note in facts["notes"])
+    assert sorted(p.name for p in (root / DB0).parent.iterdir()) == before
+
+
+def test_rows_committed_only_to_the_wal_are_read(tmp_path):
+    from badinputs.corpus import DB0, DB_ROOT, wal_db
+
+    original, _ = read_profiler_db(DB_ROOT / DB0)
+    root = wal_db(tmp_path)
+    with sqlite3.connect(f"file:{root / DB0}?mode=ro&immutable=1", uri=True) as con:
+        in_db_file = con.execute("SELECT count(*) FROM TASK").fetchone()[0]
+    with sqlite3.connect(f"file:{DB_ROOT / DB0}?mode=ro&immutable=1", uri=True) as con:
+        assert in_db_file == con.execute("SELECT count(*) FROM TASK").fetchone()[0]  # the new row is only in -wal
+    events, facts = read_profiler_db(root / DB0)
+    assert events.num_rows == original.num_rows + 1
+    assert any("-wal" in note for note in facts["notes"])

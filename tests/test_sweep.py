@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample
 
+from npuprof.pipeline.errors import EXIT_PARTIAL
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
 from npuprof.synth import generate
 
@@ -38,7 +39,7 @@ def test_roots_are_case_dirs_with_rank_dirs_folded_in(search_root):
 def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root, tmp_path):
     out = tmp_path / "archive"
     run = cli("sweep", "--search-root", str(search_root), "-o", str(out), "--jobs", "2", "--progress", "none")
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == EXIT_PARTIAL, run.stderr  # automation tells a partial sweep from an all-ok one
     summary = run.result
     assert summary["status"] == "partial" and summary["status_counts"] == {"ok": 4, "failed": 1}
     assert (
@@ -63,7 +64,9 @@ def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root,
 
 def test_reuse_existing_skips_finished_roots_and_limit_caps(cli, search_root, tmp_path):
     out = tmp_path / "archive"
-    assert cli("sweep", "--search-root", str(search_root), "-o", str(out), "--progress", "none").returncode == 0
+    assert (
+        cli("sweep", "--search-root", str(search_root), "-o", str(out), "--progress", "none").returncode == EXIT_PARTIAL
+    )
     manifests = {p: p.stat().st_mtime_ns for p in out.glob("*/manifest.json")}
     run = cli("sweep", "--search-root", str(search_root), "-o", str(out), "--reuse-existing", "--progress", "none")
     assert run.result["reused_roots"] == 4  # the broken root is retried, the 4 finished ones are not

@@ -9,6 +9,7 @@ CAPTURE_INFO = "capture_info.json"  # normalize: how each rank was captured
 CLASS_SIGNATURES = "class_signatures.json"  # classify: every step / layer / block class
 TOP_MANIFEST = "manifest.json"  # version, options, stage timings, input facts
 FAILURE_JSON = "failure.json"  # only after a failure
+RUN_LOCK = ".npuprof.lock"  # flock-ed by the run that writes the dir
 DIAGNOSIS_FINDINGS = "diagnosis_findings.json"
 REPORT_DIR = "report"
 ANALYSIS_SUMMARY = f"{REPORT_DIR}/analysis_summary.json"

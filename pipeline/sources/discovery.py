@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput, ManifestNotOk
 from npuprof.pipeline.io import read_json
+from npuprof.pipeline.sources.integrity import file_state
 
 PROFILER_OUTPUT = "ASCEND_PROFILER_OUTPUT"
+COLLECTION_MANIFEST = "manifest.json"  # written by the capture's collection tooling (an input)
 KERNEL_DETAILS = "kernel_details.csv"
-MAX_DEPTH = 10
+MAX_RANK_ID = 2**31 - 1  # rank ids are int32 in every table
 
 _PROFILER_INFO = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _PROFILER_DB = re.compile(r"^(?:ascend_pytorch_profiler(?:_(\d+))?|msprof(?:_\d+)*)\.db$")
@@ -34,7 +37,7 @@ _RANK_IN_NAME = (
 _DP_PP_TP = re.compile(r"dp(\d+)_pp(\d+)_tp(\d+)", re.IGNORECASE)
 _ONE_RANK_SUFFIX = re.compile(r"_ascend_pt$|^device[_-]?\d+$", re.IGNORECASE)
 _PROF_EXPORT_OP_SUMMARY = "PROF_*/mindstudio_profiler_output/op_summary*.csv"
-_SKIP_DIR_NAMES = {"__pycache__", "cluster_analysis_output", "FRAMEWORK", "logs", "mindstudio_profiler_log"}
+_SKIP_DIR_NAMES = {"__pycache__", "cluster_analysis_output", "FRAMEWORK", "mindstudio_profiler_log"}
 
 # Registered per rank for later stages (paths only; normalize does not parse them).
 SUPPLEMENTAL = {
@@ -59,6 +62,8 @@ class RankInput:
     profiler_info: str | None = None
     profiler_metadata: str | None = None
     supplemental: dict[str, str] = field(default_factory=dict)
+    # [size, mtime_ns] of each kernel source when discovered: normalize refuses a file that changed
+    source_states: dict[str, list[int]] = field(default_factory=dict)
 
     def input_files(self) -> list[str]:
         """Every file of this rank that npuprof reads or registers."""
@@ -106,12 +111,14 @@ def _resolve_collection_manifest(path: Path) -> tuple[Path, Path]:
 
 
 def _is_collection_manifest(path: Path) -> bool:
-    if path.name != "manifest.json" or not path.is_file():
+    """A collection manifest.json (it has ``analysis_status``). One that cannot be read is refused
+    with exit 4: its ``analysis_status`` gate cannot be checked, so it must not be bypassed."""
+    if path.name != COLLECTION_MANIFEST or not os.path.lexists(path):
         return False
     try:
-        data = read_json(path)
-    except BadInput:
-        return False
+        data = read_json(regular_file(path))
+    except BadInput as exc:
+        raise ManifestNotOk(path, None, reason=f"{exc.reason}; cannot check its analysis_status") from None
     return isinstance(data, dict) and "analysis_status" in data
 
 
@@ -179,26 +186,51 @@ def skip_dir(name: str) -> bool:
     )
 
 
-def find_rank_dirs(root: Path) -> list[Path]:
-    """Rank dirs under ``root`` (depth ≤ 10), sorted by path; never descends into a rank dir."""
+def find_rank_dirs(root: Path) -> tuple[list[Path], list[Path]]:
+    """(rank dirs under ``root`` at any depth, sorted by path; dirs passed over as backups or
+    internals). Never descends into a rank dir; symlinked dirs are not followed (no loops)."""
     if is_rank_dir(root):
-        return [root]
+        return [root], []
     found: list[Path] = []
-    base_depth = len(root.parts)
+    passed_over: list[Path] = []
     for current, dirnames, _files in os.walk(root, followlinks=False):
         here = Path(current)
-        dirnames[:] = sorted(d for d in dirnames if not skip_dir(d))
+        passed_over += [here / d for d in dirnames if skip_dir(d) and not d.startswith((".", "__"))]
         keep = []
-        for name in dirnames:
+        for name in sorted(d for d in dirnames if not skip_dir(d)):
             child = here / name
             if is_npuprof_output(child):
                 continue
             if is_rank_dir(child):
                 found.append(child)
-            elif len(child.parts) - base_depth < MAX_DEPTH:
+            else:
                 keep.append(name)
         dirnames[:] = keep
-    return sorted(found)
+    return sorted(found), sorted(passed_over)
+
+
+def regular_file(path: Path) -> Path:
+    """``path`` if it is a regular file (symlinks followed); BadInput naming what it is otherwise.
+
+    A FIFO would block every reader forever, a device never ends, a directory cannot be parsed:
+    they are refused here, where files enter.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        what = "a broken or looping symlink" if os.path.islink(path) else (exc.strerror or str(exc))
+        raise BadInput(path, f"cannot read file: {what}") from None
+    if not stat.S_ISREG(mode):
+        kinds = {
+            stat.S_ISDIR: "a directory",
+            stat.S_ISFIFO: "a FIFO (named pipe)",
+            stat.S_ISSOCK: "a socket",
+            stat.S_ISCHR: "a character device",
+            stat.S_ISBLK: "a block device",
+        }
+        kind = next((name for test, name in kinds.items() if test(mode)), "not a plain file")
+        raise BadInput(path, f"not a regular file ({kind})")
+    return path
 
 
 def _files_of_rank(rank_dir: Path) -> dict:
@@ -209,23 +241,23 @@ def _files_of_rank(rank_dir: Path) -> dict:
     for directory in search:
         names = sorted(os.listdir(directory))
         if found["kernel_csv"] is None and KERNEL_DETAILS in names:
-            found["kernel_csv"] = str(directory / KERNEL_DETAILS)
+            found["kernel_csv"] = str(regular_file(directory / KERNEL_DETAILS))
         if not found["profiler_dbs"]:
-            found["profiler_dbs"] = [str(directory / n) for n in names if _PROFILER_DB.match(n)]
+            found["profiler_dbs"] = [str(regular_file(directory / n)) for n in names if _PROFILER_DB.match(n)]
         if not found["op_summary_csvs"]:
-            found["op_summary_csvs"] = [str(directory / n) for n in names if _OP_SUMMARY.match(n)]
+            found["op_summary_csvs"] = [str(regular_file(directory / n)) for n in names if _OP_SUMMARY.match(n)]
         for kind, filename in SUPPLEMENTAL.items():
             if kind not in found["supplemental"] and filename in names:
-                found["supplemental"][kind] = str(directory / filename)
+                found["supplemental"][kind] = str(regular_file(directory / filename))
     if not found["op_summary_csvs"]:
         exports = sorted(rank_dir.glob(_PROF_EXPORT_OP_SUMMARY))
-        found["op_summary_csvs"] = [str(p) for p in exports if _OP_SUMMARY.match(p.name)]
+        found["op_summary_csvs"] = [str(regular_file(p)) for p in exports if _OP_SUMMARY.match(p.name)]
     return found
 
 
 def _profiler_info_file(rank_dir: Path) -> tuple[Path | None, int | None]:
     """The rank's profiler_info json and the rank number in its file name, if any."""
-    candidates = sorted(p for p in rank_dir.glob("profiler_info*.json") if _PROFILER_INFO.match(p.name))
+    candidates = sorted(regular_file(p) for p in rank_dir.glob("profiler_info*.json") if _PROFILER_INFO.match(p.name))
     for path in candidates:
         number = _PROFILER_INFO.match(path.name).group(1)
         if number is not None:
@@ -235,8 +267,8 @@ def _profiler_info_file(rank_dir: Path) -> tuple[Path | None, int | None]:
 
 def _metadata_file(rank_dir: Path) -> Path | None:
     for candidate in (rank_dir / "profiler_metadata.json", rank_dir / "FRAMEWORK" / "profiler_metadata.json"):
-        if candidate.is_file():
-            return candidate
+        if os.path.lexists(candidate):
+            return regular_file(candidate)
     return None
 
 
@@ -260,21 +292,31 @@ def _rank_from_dir_name(name: str, metadata_path: Path | None) -> int | None:
 def _rank_identity(rank_dir: Path, ordinal: int, files: dict) -> tuple[int, str, Path | None, Path | None]:
     info_path, info_number = _profiler_info_file(rank_dir)
     metadata_path = _metadata_file(rank_dir)
+    rank, source, evidence = _rank_number(rank_dir, ordinal, files, info_path, info_number, metadata_path)
+    if not 0 <= rank <= MAX_RANK_ID:
+        raise BadInput(evidence, f"rank id {rank} is out of range (0 to {MAX_RANK_ID})")
+    return rank, source, info_path, metadata_path
+
+
+def _rank_number(
+    rank_dir: Path, ordinal: int, files: dict, info_path: Path | None, info_number: int | None, metadata: Path | None
+) -> tuple[int, str, Path]:
+    """(rank id, where it came from, the file or dir that says so)."""
     if info_number is not None:
-        return info_number, "profiler_info_filename", info_path, metadata_path
+        return info_number, "profiler_info_filename", info_path
     if info_path is not None:
         info = read_json(info_path)
         rank = info.get("rank_id") if isinstance(info, dict) else None
         if isinstance(rank, int) or (isinstance(rank, str) and rank.strip().lstrip("-").isdigit()):
-            return int(rank), "profiler_info_rank_id", info_path, metadata_path
+            return int(rank), "profiler_info_rank_id", info_path
     for db in files["profiler_dbs"]:
         match = _PROFILER_DB.match(Path(db).name)
         if match and match.group(1) is not None:
-            return int(match.group(1)), "profiler_db_filename", info_path, metadata_path
-    from_name = _rank_from_dir_name(rank_dir.name, metadata_path)
+            return int(match.group(1)), "profiler_db_filename", Path(db)
+    from_name = _rank_from_dir_name(rank_dir.name, metadata)
     if from_name is not None:
-        return from_name, "dir_name", info_path, metadata_path
-    return ordinal, "ordinal", info_path, metadata_path
+        return from_name, "dir_name", rank_dir
+    return ordinal, "ordinal", rank_dir
 
 
 def discover(path: str | Path) -> RootInputs:
@@ -288,19 +330,20 @@ def discover(path: str | Path) -> RootInputs:
         if not _is_collection_manifest(requested):
             raise BadInput(requested, "expected a profiling directory or a collection manifest.json")
         root, manifest_path = _resolve_collection_manifest(requested)
-    elif (requested / "manifest.json").is_file() and _is_collection_manifest(requested / "manifest.json"):
-        root, manifest_path = _resolve_collection_manifest(requested / "manifest.json")
+    elif _is_collection_manifest(requested / COLLECTION_MANIFEST):
+        root, manifest_path = _resolve_collection_manifest(requested / COLLECTION_MANIFEST)
     if root.name == PROFILER_OUTPUT:
         root = root.parent
     if not os.access(root, os.R_OK | os.X_OK):
         raise BadInput(root, "directory is not readable")
 
-    rank_dirs = find_rank_dirs(root)
+    rank_dirs, passed_over = find_rank_dirs(root)
     if not rank_dirs:
+        skipped = f"; passed over as backups or internals: {', '.join(p.name for p in passed_over[:5])}"
         raise BadInput(
             root,
-            "no profiling data found "
-            "(no ASCEND_PROFILER_OUTPUT, kernel_details.csv, profiler db or profiler_info json)",
+            "no profiling data found (no ASCEND_PROFILER_OUTPUT, kernel_details.csv, profiler db or profiler_info "
+            f"json){skipped if passed_over else ''}",
         )
     ranks: list[RankInput] = []
     seen: dict[int, Path] = {}
@@ -321,6 +364,11 @@ def discover(path: str | Path) -> RootInputs:
                 profiler_info=str(info_path) if info_path else None,
                 profiler_metadata=str(metadata_path) if metadata_path else None,
                 supplemental=files["supplemental"],
+                source_states={
+                    path: file_state(path)
+                    for path in [files["kernel_csv"], *files["op_summary_csvs"], *files["profiler_dbs"]]
+                    if path
+                },
             )
         )
     if not any(r.has_kernel_source() for r in ranks):

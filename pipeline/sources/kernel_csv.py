@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +74,8 @@ _ID_FIELDS = ("model_id", "context_id", "task_id", "stream_id")
 # more than this share of the rows means the file is broken, not the row.
 MAX_QUARANTINE_SHARE = 0.01
 MAX_QUARANTINE_ROWS = 100
+# Arrow reads in 1 MiB blocks and refuses a row that straddles two; real rows are a few KiB.
+MAX_ROW_BYTES = 1 << 20
 
 
 def _key(header_name: str) -> str:
@@ -82,9 +86,10 @@ def read_header(path: Path) -> list[str]:
     """The header row of a CSV (BOM and CRLF tolerated); BadInput if empty or not UTF-8."""
     try:
         with open(path, "rb") as handle:
-            first = handle.readline()
+            first = handle.read(MAX_ROW_BYTES)
     except OSError as exc:
         raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
+    first = re.split(rb"\r\n|\n|\r", first, maxsplit=1)[0]  # any line ending: LF, CRLF, or CR alone
     if not first.strip():
         raise BadInput(path, "empty file (no header row)")
     try:
@@ -96,6 +101,11 @@ def read_header(path: Path) -> list[str]:
 
 def map_header(path: Path, header: list[str]) -> dict[str, str]:
     """canonical field -> header column, for the fields this file has; BadInput if a required one is missing."""
+    seen: set[str] = set()
+    for name in header:
+        if name and _key(name) in seen:
+            raise BadInput(path, f"column {name!r} appears twice in the header: cannot tell which to read", line=1)
+        seen.add(_key(name))
     by_key = {_key(h): h for h in header if h}
     mapping: dict[str, str] = {}
     for field, (aliases, _kind) in CSV_FIELDS.items():
@@ -114,6 +124,10 @@ def _locate_read_error(path: Path, header_len: int, exc: Exception) -> BadInput:
     """Find where Arrow's CSV reader failed (error path only, so a plain line scan is fine)."""
     with open(path, "rb") as handle:
         for lineno, raw_line in enumerate(handle, start=1):
+            if len(raw_line) > MAX_ROW_BYTES:
+                return BadInput(
+                    path, f"a row of {len(raw_line)} bytes, longer than {MAX_ROW_BYTES} (corrupt row)", line=lineno
+                )
             try:
                 raw_line.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as err:
@@ -145,7 +159,7 @@ def _ends_with_newline(path: Path) -> bool:
         if handle.tell() == 0:
             return False
         handle.seek(-1, 2)
-        return handle.read(1) == b"\n"
+        return handle.read(1) in (b"\n", b"\r")
 
 
 def _quarantine(path: Path, header_len: int, kept_rows: int) -> list[dict]:
@@ -190,7 +204,7 @@ def _read_raw(
 
     try:
         raw = pacsv.read_csv(
-            path,
+            pa.OSFile(os.fsencode(path)),  # bytes: a dir name that is not UTF-8 still opens
             read_options=pacsv.ReadOptions(column_names=header, skip_rows=1),
             parse_options=pacsv.ParseOptions(newlines_in_values=False, invalid_row_handler=_skip_invalid),
             convert_options=pacsv.ConvertOptions(

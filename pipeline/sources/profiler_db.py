@@ -10,10 +10,13 @@ COMPUTE_TASK_INFO ⋈ TASK row plus one per COMMUNICATION_OP, ordered by start t
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.request import pathname2url
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -21,6 +24,8 @@ import pyarrow as pa
 
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.sources.columns import MAX_TIMESTAMP_US
+from npuprof.pipeline.sources.integrity import repeated_rows
 
 
 @dataclass
@@ -34,15 +39,70 @@ class DbProbe:
     tables: dict[str, list[str]] = field(default_factory=dict)
 
 
+# A db copied while its writer was open keeps committed rows in ``-wal`` (or a half-done
+# transaction in ``-journal``) beside it. Opening the db immutable ignores them and would lose or
+# corrupt rows; opening it normally would write ``-shm`` into the user's archive. So the db and
+# its side file are copied to a private temp dir once per process, and sqlite recovers the copy.
+_SIDE_FILES = ("-wal", "-journal")
+_snapshots: dict[tuple[str, int, int], Path] = {}
+_snapshot_root: tempfile.TemporaryDirectory | None = None
+
+
+def pending_side_files(path: Path) -> list[Path]:
+    """The non-empty ``-wal`` / ``-journal`` files beside a db: changes not yet in the db file."""
+    found = []
+    for suffix in _SIDE_FILES:
+        side = Path(f"{path}{suffix}")
+        if side.is_file() and side.stat().st_size > 0:
+            found.append(side)
+    return found
+
+
+def _snapshot(path: Path, side_files: list[Path]) -> Path:
+    """A private, recovered copy of ``path`` with its side files applied (cached per process)."""
+    global _snapshot_root
+    info = path.stat()
+    key = (str(path.resolve()), info.st_size, info.st_mtime_ns)
+    if key in _snapshots and _snapshots[key].exists():
+        return _snapshots[key]
+    if _snapshot_root is None:
+        _snapshot_root = tempfile.TemporaryDirectory(prefix="npuprof-db-")
+    target_dir = Path(tempfile.mkdtemp(dir=_snapshot_root.name))
+    copy = target_dir / path.name
+    shutil.copyfile(path, copy)
+    for side in side_files:
+        shutil.copyfile(side, target_dir / (path.name + side.name[len(path.name) :]))
+    with sqlite3.connect(copy) as con:  # our copy: sqlite may roll back a journal / read the WAL
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if any(side.name.endswith("-wal") for side in side_files):
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    _snapshots[key] = copy
+    return copy
+
+
+def snapshot_note(path: Path) -> str | None:
+    """What a manifest says when a db was read through a recovered private copy."""
+    sides = pending_side_files(path)
+    if not sides:
+        return None
+    names = ", ".join(side.name for side in sides)
+    return f"{Path(path).name}: {names} beside it holds changes not yet in the db file; read a recovered private copy"
+
+
 def connect_readonly(path: Path) -> sqlite3.Connection:
-    """Open ``path`` read-only and immutable, so nothing is ever written beside it."""
-    uri = f"file:{pathname2url(str(Path(path).resolve()))}?mode=ro&immutable=1"
+    """Open ``path`` read-only and immutable, so nothing is ever written beside it (a db with a
+    pending ``-wal`` / ``-journal`` is read through a recovered private copy)."""
+    path = Path(path)
+    sides = pending_side_files(path)
+    target = _snapshot(path, sides) if sides else path
+    uri = f"file:{quote(os.fsencode(target.resolve()))}?mode=ro&immutable=1"  # bytes: any dir name
     return sqlite3.connect(uri, uri=True)
 
 
 def _table_columns(con: sqlite3.Connection) -> dict[str, list[str]]:
     names = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    return {name: [col[1] for col in con.execute(f'PRAGMA table_info("{name}")')] for name in names}
+    # a bound parameter, never a name pasted into SQL: table names are data (one may hold a quote)
+    return {name: [col[0] for col in con.execute("SELECT name FROM pragma_table_info(?)", (name,))] for name in names}
 
 
 def probe(path: Path) -> DbProbe:
@@ -199,6 +259,40 @@ def _clean_text_and_ids(events: pd.DataFrame) -> None:
             events[id_col] = events[id_col].where(events[id_col] != _INVALID_ID)
 
 
+_TIME_COLUMNS = {"TASK": "globalTaskId", "COMMUNICATION_OP": "opId"}
+
+
+def _check_time_types(con: sqlite3.Connection, path: Path, tables: dict[str, list[str]]) -> None:
+    """Every start / end time is an integer (sqlite stores whatever it is given: text, reals, NULL)."""
+    for table, key in _TIME_COLUMNS.items():
+        columns = tables.get(table, [])
+        if not {"startNs", "endNs"} <= set(columns):
+            continue
+        key_sql = key if key in columns else "rowid"
+        for column in ("startNs", "endNs"):
+            bad = con.execute(
+                f"SELECT {key_sql}, {column}, typeof({column}) FROM {table} WHERE typeof({column}) != 'integer' LIMIT 1"
+            ).fetchone()
+            if bad is not None:
+                raise BadInput(path, f"{table}.{column} is not an integer time: {bad[1]!r} ({bad[2]})", row=bad[0])
+
+
+def _check_event_values(events: pd.DataFrame, path: Path) -> None:
+    """Times in range, no task ending before it starts, every kernel named."""
+    start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    checks = (
+        (start < 0, "negative start time"),
+        (start > MAX_TIMESTAMP_US * 1000, "start time out of range"),
+        (end < start, "the task ends before it starts"),
+        (events["name"].isna().to_numpy() | (events["name"] == "").to_numpy(), "empty kernel name (STRING_IDS)"),
+    )
+    for mask, what in checks:
+        if mask.any():
+            first = int(np.flatnonzero(mask)[0])
+            key = events["source_row_key"].iloc[first] if "source_row_key" in events else None
+            raise BadInput(path, what, row=None if pd.isna(key) else int(key))
+
+
 def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
     """Read one profiler db into normalized event columns (no categories / op_type yet)."""
     path = Path(path)
@@ -206,9 +300,10 @@ def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
     if not checked.ok:
         raise BadInput(path, f"cannot read profiler db: {checked.reason}")
     mapping = knowledge.load("db_source_mapping")
-    notes: list[str] = []
+    notes: list[str] = [note for note in (snapshot_note(path),) if note]
     try:
         with connect_readonly(path) as con:
+            _check_time_types(con, path, checked.tables)
             compute = _read_compute(con, checked.tables, mapping)
             pmu = _read_pmu(con, checked.tables, mapping)
             communication = _read_communication(con, checked.tables, mapping)
@@ -223,6 +318,11 @@ def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
             events = pd.concat([compute, communication], ignore_index=True) if not communication.empty else compute
             if events.empty:
                 raise BadInput(path, "no compute or communication rows (the rank captured no kernels)")
+            _check_event_values(events, path)
+            repeated = repeated_rows(events)
+            if repeated.any():  # a TASK row stored twice fans the join out: one event, not two
+                events = events.loc[~repeated]
+                notes.append(f"{int(repeated.sum())} duplicate rows dropped (identical to an earlier row of the db)")
             events = events.sort_values(
                 ["start_ns", "kind_order"] + [c for c in ("task_id", "source_row_key") if c in events],
                 kind="stable",

@@ -18,6 +18,7 @@ from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.signatures import categorize, op_types
 from npuprof.pipeline.sources.capture_info import capture_info
 from npuprof.pipeline.sources.discovery import RankInput
+from npuprof.pipeline.sources.integrity import check_unchanged, drop_exact_duplicates
 from npuprof.pipeline.sources.kernel_csv import read_kernel_csv
 from npuprof.pipeline.sources.profiler_db import probe, read_profiler_db
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
@@ -135,6 +136,7 @@ def _rank_summary(
         "pipeline_event_count": int(covered),
         "pipeline_coverage": (covered / compute_count) if compute_count else None,
         "quarantined_rows": facts.get("quarantined_rows", []),
+        "duplicate_rows_dropped": facts.get("duplicate_rows_dropped", 0),
         "header_columns": facts.get("header_columns"),
         "db_schema_version": facts.get("schema_version"),
         "notes": notes,
@@ -159,6 +161,8 @@ def map_rank(ctx: RankContext) -> StageResult:
     sources = []
     for index, path in enumerate(paths):
         source_id = f"r{rank.rank_id}:{kind}" + (f":{index}" if len(paths) > 1 else "")
+        recorded = rank.source_states.get(str(path))
+        check_unchanged(path, recorded)
         if kind == "profiler_db":
             table, file_facts = read_profiler_db(path)
             notes.extend(file_facts.get("notes", []))
@@ -172,6 +176,16 @@ def map_rank(ctx: RankContext) -> StageResult:
                     f"{path.name} line {q['line']}: {q['fields']} fields instead of {q['expected_fields']}; "
                     "row quarantined (not an event)"
                 )
+        check_unchanged(path, recorded)  # again: a file that grew during the read is not what was read
+        table, repeated = drop_exact_duplicates(table)
+        if len(repeated):
+            facts["duplicate_rows_dropped"] = facts.get("duplicate_rows_dropped", 0) + len(repeated)
+            where = "lines" if kind != "profiler_db" else "rows"
+            shown = ", ".join(str(int(r) + (2 if kind != "profiler_db" else 0)) for r in repeated[:5])
+            notes.append(
+                f"{path.name}: {len(repeated)} duplicate row{'s' if len(repeated) > 1 else ''} dropped "
+                f"(identical to an earlier row; {where} {shown}{', ...' if len(repeated) > 5 else ''})"
+            )
         tables.append(_finish_events(table, source_id))
         sources.append(
             {
@@ -180,7 +194,7 @@ def map_rank(ctx: RankContext) -> StageResult:
                 "path": str(path),
                 "rank_id": rank.rank_id,
                 "row_start": 0,
-                "row_end": table.num_rows,
+                "row_end": int(pc.max(table.column("row_idx")).as_py()) + 1 if table.num_rows else 0,
             }
         )
     events = pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -144,3 +144,18 @@ class Worker:
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+
+
+def redis_values(url: str) -> list[str]:
+    """Every string value and hash / list member in a Redis (what a client could read back)."""
+    client = redis.Redis.from_url(url)
+    values = []
+    for key in client.scan_iter(count=1000):
+        kind = client.type(key)
+        if kind == b"string":
+            values.append(client.get(key).decode("utf-8", "replace"))
+        elif kind == b"hash":
+            values += [v.decode("utf-8", "replace") for v in client.hvals(key)]
+        elif kind == b"list":
+            values += [v.decode("utf-8", "replace") for v in client.lrange(key, 0, -1)]
+    return values

@@ -14,6 +14,7 @@ import pytest
 from conftest import QWEN_TRAINING, copy_sample, run_cli
 from service_harness import free_port, wait_until
 
+from npuprof.pipeline.errors import EXIT_PARTIAL
 from npuprof.synth import generate
 
 pytestmark = pytest.mark.e2e
@@ -80,7 +81,7 @@ def test_ten_root_sweep_through_two_workers_matches_the_local_sweep(redis_server
     failed = [r for r in final["roots"] if r["state"] == "FAILURE"]
     assert failed[0]["root"].endswith("broken_case") and "Start Time(us)" in failed[0]["error"]
     local = run_cli("sweep", "--search-root", str(search), "-o", str(tmp_path / "local"), "--progress", "none")
-    assert local.returncode == 0
+    assert local.returncode == EXIT_PARTIAL  # the broken case failed; the sweep says so in its exit code
     pd.testing.assert_frame_equal(rollup(tmp_path / "archive"), rollup(tmp_path / "local"))
     # both workers took work: one root's ranks spread over the pool
     assert all("npuprof.analyze_rank" in w.log_text() for w in pool)
@@ -242,3 +243,44 @@ def test_roots_are_routed_to_the_queue_of_their_storage(redis_server, workers, t
     final = wait_done(redis_server.url, run.result["sweep_id"])
     assert final["totals"] == {"SUCCESS": 1}
     assert "npuprof.reduce_root" in worker.log_text()
+
+
+BAD_ROOTS_THROUGH_THE_SERVICE = [
+    "duration_nan",
+    "start_overflow",
+    "kernel_csv_is_a_fifo",
+    "header_column_twice",
+    "db_text_timestamp",
+    "collection_manifest_not_ok",
+    "rank_id_too_large",
+]
+
+
+def test_bad_roots_fail_alone_through_the_service_with_the_cli_error(redis_server, workers, tmp_path):
+    from badinputs.corpus import CASES
+    from service_harness import redis_values
+
+    search = tmp_path / "captures"
+    cases = {c.name: c for c in CASES}
+    for name in BAD_ROOTS_THROUGH_THE_SERVICE:
+        root = cases[name].build(search / name)
+        expected = run_cli("analyze", str(root), "-o", str(tmp_path / "local" / name), "--progress", "none")
+        assert expected.returncode == cases[name].exit_code, expected.stderr
+        cases[name] = expected.result["error"]
+    generate(search / "good" / "clean", "clean", seed=1)
+    workers(1)
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+    wait_done(redis_server.url, sweep_id)
+    watch = run_cli("status", sweep_id, "--watch", "--json", "--broker", redis_server.url)
+    assert watch.returncode == EXIT_PARTIAL  # done, with failed roots: not the all-ok exit code
+    final = watch.result
+    assert final["totals"] == {"SUCCESS": 1, "FAILURE": len(BAD_ROOTS_THROUGH_THE_SERVICE)}
+    case_of = lambda root: Path(root).relative_to(search.resolve()).parts[0]  # noqa: E731
+    by_root = {case_of(r["root"]): r for r in final["roots"]}
+    table = pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")
+    rollup_errors = {case_of(root): error for root, error in zip(table["root"], table["error"])}
+    for name in BAD_ROOTS_THROUGH_THE_SERVICE:
+        assert by_root[name]["state"] == "FAILURE"
+        assert by_root[name]["error"] == cases[name], name  # the same one line as `npuprof analyze`
+        assert rollup_errors[name] == cases[name], name
+    assert not [v for v in redis_values(redis_server.url) if "Traceback" in v], "a traceback reached Redis"

@@ -1,0 +1,63 @@
+"""Concurrent and changing inputs: one run per output dir, and a source that changes is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTORCH_DATA, copy_sample, run_cli
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.errors import BadInput, StageFailed
+from npuprof.pipeline.execution import map_ranks
+from npuprof.pipeline.progress import no_progress
+from npuprof.pipeline.sources.discovery import discover
+from npuprof.pipeline.stages import stage
+from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.synth import generate
+
+
+def test_a_second_run_into_the_same_output_dir_is_refused_while_the_first_writes(tmp_path):
+    root = generate(tmp_path / "root", "clean", steps=150, layers=24, seed=2)["root"]  # ~6 s to analyze
+    out = tmp_path / "out"
+    first = subprocess.Popen(
+        ["npuprof", "analyze", root, "-o", str(out), "--progress", "none", "--jobs", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lock = out / schema.RUN_LOCK
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and lock.read_text().startswith("pid")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = run_cli("analyze", root, "-o", str(out), "--overwrite", "--progress", "none")
+    stdout, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    assert second.returncode == 2 and "being written by another npuprof run" in second.result["error"]
+    assert f"pid {first.pid}" in second.result["error"]
+    assert json.loads(stdout)["status"] == "ok"
+    again = run_cli("analyze", root, "-o", str(out), "--overwrite", "--progress", "none")
+    assert again.returncode == 0, again.stderr  # the lock went with the first run's process
+
+
+def test_a_kernel_source_that_changed_since_discovery_fails_its_rank(tmp_path):
+    root = copy_sample(PYTORCH_DATA / "text" / "level0", tmp_path / "root")
+    inputs = discover(root)
+    kernels = root / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    with open(kernels, "a", encoding="utf-8") as handle:  # the capture is still being written
+        handle.write("50,late_kernel,N/A,N/A,1736405443999999.000\t,1.0,0,0\n")
+    with pytest.raises(StageFailed) as raised:
+        map_ranks(stage("normalize"), tmp_path / "out", inputs, AnalyzeOptions(), 1, no_progress)
+    assert raised.value.phase == "normalize (rank 0)" and isinstance(raised.value.cause, BadInput)
+    assert "changed while npuprof read it" in raised.value.one_line() and str(kernels) in raised.value.one_line()
+
+
+def test_an_unchanged_source_records_the_state_it_was_read_in(tmp_path):
+    root = copy_sample(PYTORCH_DATA / "text" / "level0", tmp_path / "root")
+    inputs = discover(root)
+    kernels = str(root / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    rank0 = next(r for r in inputs.ranks if r.rank_id == 0)
+    assert rank0.source_states[kernels] == [Path(kernels).stat().st_size, Path(kernels).stat().st_mtime_ns]
