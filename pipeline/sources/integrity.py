@@ -13,29 +13,51 @@ import pyarrow as pa
 from npuprof.pipeline.errors import BadInput
 
 
-def repeated_rows(frame: pd.DataFrame) -> np.ndarray:
-    """Bool mask of rows that repeat an earlier row in every column. Two rows of one task cannot
-    start in the same nanosecond, so only rows sharing a start time are compared (a few, not all)."""
-    start = frame["start_ns"].to_numpy()
-    _, inverse, counts = np.unique(start, return_inverse=True, return_counts=True)
-    candidates = counts[inverse] > 1
-    mask = np.zeros(len(frame), dtype=bool)
-    if candidates.any():
-        mask[np.flatnonzero(candidates)] = frame.loc[candidates].astype(str).duplicated().to_numpy()
+def shared_starts(start: np.ndarray) -> np.ndarray | None:
+    """Mask of rows whose start time another row shares, or None when none does.
+
+    Kernel lists are written in start order, so the common answer costs one ``diff``; only an
+    unordered list is sorted. Two rows of one task cannot start in the same nanosecond, so only
+    these rows can repeat each other.
+    """
+    if len(start) < 2 or (np.diff(start) > 0).all():
+        return None
+    order = np.argsort(start, kind="stable")
+    equal = start[order][1:] == start[order][:-1]
+    if not equal.any():
+        return None
+    in_order = np.zeros(len(start), dtype=bool)
+    in_order[1:] |= equal
+    in_order[:-1] |= equal
+    mask = np.empty_like(in_order)
+    mask[order] = in_order
     return mask
+
+
+def repeated_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Bool mask of rows that repeat an earlier row in every column (compared among rows that share
+    a start time only: a few, not the table)."""
+    repeated = np.zeros(len(frame), dtype=bool)
+    candidates = shared_starts(frame["start_ns"].to_numpy())
+    if candidates is not None:
+        repeated[np.flatnonzero(candidates)] = frame.loc[candidates].astype(str).duplicated().to_numpy()
+    return repeated
 
 
 def drop_exact_duplicates(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """``table`` without rows that repeat an earlier row in every column but ``row_idx``, and the
     ``row_idx`` of the dropped rows."""
-    start = table.column("start_ns").to_numpy(zero_copy_only=False)
-    if len(np.unique(start)) == len(start):
-        return table, np.array([], dtype=np.int64)
-    repeated = repeated_rows(table.drop_columns(["row_idx"]).to_pandas())
+    none = np.array([], dtype=np.int64)
+    candidates = shared_starts(table.column("start_ns").to_numpy(zero_copy_only=False))
+    if candidates is None:
+        return table, none
+    subset = table.filter(pa.array(candidates))
+    repeated = subset.drop_columns(["row_idx"]).to_pandas().astype(str).duplicated().to_numpy()
     if not repeated.any():
-        return table, np.array([], dtype=np.int64)
-    dropped_rows = table.column("row_idx").to_numpy()[repeated]
-    return table.filter(pa.array(~repeated)), dropped_rows
+        return table, none
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[np.flatnonzero(candidates)[repeated]] = False
+    return table.filter(pa.array(keep)), subset.column("row_idx").to_numpy()[repeated]
 
 
 def file_state(path: str | Path) -> list[int]:
