@@ -196,7 +196,7 @@ def test_stage_that_is_not_built_is_refused_clearly(cli, tmp_path):
     assert run.returncode == 2
     assert (
         "is not built yet" in run.result["error"]
-        and "built stages: normalize, segment, classify" in run.result["error"]
+        and "built stages: normalize, segment, classify, summarize" in run.result["error"]
     )
 
 
@@ -220,7 +220,7 @@ def test_from_stage_reruns_segment_on_existing_normalize_output(cli, tmp_path):
     )
     run = cli("analyze", "-o", str(out), "--from-stage", "segment", "--progress", "none")
     assert run.returncode == 0, run.stderr
-    assert run.result["stages_executed"] == ["segment", "classify"] and run.result["rank_count"] == 4
+    assert run.result["stages_executed"] == ["segment", "classify", "summarize"] and run.result["rank_count"] == 4
     assert (out / "segment_manifest.json").is_file() and (out / "step_segments").is_dir()
 
 

@@ -160,9 +160,9 @@ def test_failure_json_has_one_writer_and_one_reader(tmp_path):
 
 def test_which_stages_are_built_is_answered_in_one_place():
     stages, not_built = resolve_window(StageWindow())
-    assert [s.name for s in stages] == built_stage_names() == ["normalize", "segment", "classify"]
-    assert not_built == ["summarize", "cross_rank", "diagnostics", "report"]
-    assert all(stage(name).headline is not None for name in ("segment", "classify"))
+    assert [s.name for s in stages] == built_stage_names() == ["normalize", "segment", "classify", "summarize"]
+    assert not_built == ["cross_rank", "diagnostics", "report"]
+    assert all(stage(name).headline is not None for name in ("segment", "classify", "summarize"))
 
 
 def test_rules_named_by_segmentation_are_declared_categories_and_roles():

@@ -45,6 +45,21 @@ from npuprof.pipeline.schema.events import (
     STRING_EVENT_COLUMNS,
 )
 from npuprof.pipeline.schema.segments import LAYER_SEGMENTS, STEP_SEGMENTS, WINDOW_EVIDENCE
+from npuprof.pipeline.schema.summaries import (
+    COMMUNICATION_EVENTS,
+    HCCL_CLASS_SUMMARY,
+    HCCL_CLASS_SUMMARY_CSV,
+    HCCL_OP_SUMMARY,
+    HCCL_OP_SUMMARY_CSV,
+    OPERATOR_CLASS_SUMMARY,
+    OPERATOR_CLASS_SUMMARY_CSV,
+    OPERATOR_SUMMARY,
+    OPERATOR_SUMMARY_CSV,
+    RANK_SUMMARY,
+    RANK_SUMMARY_CSV,
+    STEP_TIME_ACCOUNTING,
+    STEP_TIME_ACCOUNTING_CSV,
+)
 from npuprof.pipeline.schema.table import RANK_PARTITION_KEY, CsvView, Table, as_path, join_view, stage_manifest_name
 
 TABLES: tuple[Table, ...] = (
@@ -55,8 +70,21 @@ TABLES: tuple[Table, ...] = (
     STEP_CLASSES,
     LAYER_CLASSES,
     STEP_ANATOMY,
+    OPERATOR_SUMMARY,
+    STEP_TIME_ACCOUNTING,
+    COMMUNICATION_EVENTS,
 )
+# classify's views of its per-rank tables
 CSV_VIEWS: tuple[CsvView, ...] = (STEP_SUMMARY, LAYER_SUMMARY, BLOCK_SUMMARY, STEP_ANATOMY_CSV)
+# summarize's user-facing tables
+SUMMARY_CSVS: tuple[CsvView, ...] = (
+    OPERATOR_SUMMARY_CSV,
+    OPERATOR_CLASS_SUMMARY_CSV,
+    HCCL_OP_SUMMARY_CSV,
+    HCCL_CLASS_SUMMARY_CSV,
+    STEP_TIME_ACCOUNTING_CSV,
+    RANK_SUMMARY_CSV,
+)
 
 # What `npuprof fetch --root` copies of one root (those that exist).
 FETCHABLE: tuple[str, ...] = (
@@ -69,6 +97,20 @@ FETCHABLE: tuple[str, ...] = (
 )
 
 __all__ = [
+    "COMMUNICATION_EVENTS",
+    "HCCL_CLASS_SUMMARY",
+    "HCCL_CLASS_SUMMARY_CSV",
+    "HCCL_OP_SUMMARY",
+    "HCCL_OP_SUMMARY_CSV",
+    "OPERATOR_CLASS_SUMMARY",
+    "OPERATOR_CLASS_SUMMARY_CSV",
+    "OPERATOR_SUMMARY",
+    "OPERATOR_SUMMARY_CSV",
+    "RANK_SUMMARY",
+    "RANK_SUMMARY_CSV",
+    "STEP_TIME_ACCOUNTING",
+    "STEP_TIME_ACCOUNTING_CSV",
+    "SUMMARY_CSVS",
     "ANALYSIS_SUMMARY",
     "BLOCK_SEGMENTS",
     "BLOCK_SUMMARY",

@@ -68,7 +68,8 @@ class Table:
 
 @dataclass(frozen=True)
 class CsvView:
-    """A user-facing CSV of all ranks: per-rank tables joined on ``keys``, sorted by ``keys``.
+    """A user-facing CSV: per-rank tables joined on ``keys`` and sorted by them (stable), or one
+    per-root table as it is.
 
     Columns come from the tables in order; a column already given by an earlier table is not
     repeated (the earlier table holds its authoritative value).
@@ -82,7 +83,8 @@ class CsvView:
     def columns(self) -> tuple[str, ...]:
         """The first table's columns, rank_id, then each later table's new columns."""
         seen: dict[str, None] = dict.fromkeys(self.tables[0].columns)
-        seen.setdefault(RANK_PARTITION_KEY, None)
+        if self.tables[0].per_rank:
+            seen.setdefault(RANK_PARTITION_KEY, None)
         for table in self.tables[1:]:
             for column in table.columns:
                 seen.setdefault(column, None)
@@ -105,7 +107,10 @@ def join_view(view: CsvView, frames: list[pd.DataFrame]) -> pd.DataFrame:
         joined = joined.merge(frame[own], on=[k for k in view.keys if k in frame.columns], how="left")
     if joined.empty:
         return pd.DataFrame(columns=list(view.columns))
-    return joined[list(view.columns)].sort_values(list(view.keys)).reset_index(drop=True)
+    joined = joined[list(view.columns)]
+    if view.keys:
+        joined = joined.sort_values(list(view.keys), kind="stable")
+    return joined.reset_index(drop=True)
 
 
 def stage_manifest_name(stage: str) -> str:

@@ -8,7 +8,7 @@ are built".
 from __future__ import annotations
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.stages import classify, normalize, segment
+from npuprof.pipeline.stages import classify, normalize, segment, summarize
 from npuprof.pipeline.stages.base import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -43,7 +43,19 @@ STAGES: tuple[Stage, ...] = (
         reduce_root=classify.reduce_root,
         headline=classify.headline,
     ),
-    Stage(name="summarize", requires=(schema.stage_manifest_name("classify"),)),
+    Stage(
+        name="summarize",
+        requires=(schema.stage_manifest_name("classify"), schema.STEP_CLASSES, schema.STEP_SEGMENTS),
+        produces=(
+            schema.OPERATOR_SUMMARY,
+            schema.STEP_TIME_ACCOUNTING,
+            schema.COMMUNICATION_EVENTS,
+            *schema.SUMMARY_CSVS,
+        ),
+        map_rank=summarize.map_rank,
+        reduce_root=summarize.reduce_root,
+        headline=summarize.headline,
+    ),
     Stage(name="cross_rank", requires=(schema.stage_manifest_name("summarize"),)),
     Stage(name="diagnostics", requires=(schema.stage_manifest_name("cross_rank"),)),
     Stage(name="report", requires=(schema.stage_manifest_name("diagnostics"),)),

@@ -1,0 +1,187 @@
+"""summarize's tables: operators, communication ops, per-step time accounting and ranks.
+
+Times here are µs for operator and HCCL tables (kernels are µs-sized) and ms for step-level tables
+(steps are ms-sized), as the column names say.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from npuprof.pipeline.schema.events import PIPELINE_FIELDS
+from npuprof.pipeline.schema.table import CsvView, Table
+
+BOUND_LABELS: list[tuple[str, pa.DataType]] = [
+    ("bound_stage", pa.string()),  # the pipeline stage with the most time (or the op type's own kind)
+    ("bound_family", pa.string()),  # cube | vector | aic_mte | aiv_mte | scalar | mixed | aicpu | ...
+    ("dominant_core", pa.string()),  # aic | aiv | mix | none
+    ("pipeline_signal", pa.bool_()),  # the capture has PMU data for these events
+]
+
+OPERATOR_SUMMARY = Table(
+    "operator_summary",
+    pa.schema(
+        [
+            ("name", pa.string()),
+            ("type", pa.string()),
+            ("op_type", pa.string()),
+            ("primary_category", pa.string()),
+            ("categories", pa.string()),  # '|'-joined
+            ("roles", pa.string()),  # '|'-joined
+            ("call_count", pa.int64()),
+            ("duration_sum_us", pa.float64()),
+            ("duration_avg_us", pa.float64()),
+            ("wait_sum_us", pa.float64()),
+            ("total_cost_us", pa.float64()),  # duration + wait
+            ("wait_ratio", pa.float64()),  # wait / total cost
+            ("stream_count", pa.int64()),
+            ("row_start", pa.int64()),  # evidence: the first and last source rows of the operator
+            ("row_end", pa.int64()),
+            ("sample_rows", pa.string()),  # up to 5 source rows, ';'-joined
+            *BOUND_LABELS,
+            *[(f"{field}_sum", pa.float64()) for field in PIPELINE_FIELDS],
+        ]
+    ),
+)
+
+COMMUNICATION_EVENTS = Table(
+    "communication_events",
+    pa.schema(
+        [
+            ("step_ordinal", pa.float64()),  # null outside every step
+            ("row_idx", pa.int64()),
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("name", pa.string()),
+            ("kind", pa.string()),
+            ("comm_aiv_fused", pa.bool_()),
+            ("parallel_role", pa.string()),
+            ("duration_us", pa.float64()),
+            ("wait_us", pa.float64()),
+        ]
+    ),
+)
+
+OPERATOR_CLASS_SUMMARY = Table(
+    "operator_class_summary",
+    pa.schema(
+        [
+            ("name", pa.string()),
+            ("type", pa.string()),
+            ("op_type", pa.string()),
+            ("primary_category", pa.string()),
+            ("rank_count", pa.int64()),
+            ("call_count", pa.int64()),
+            ("duration_sum_us", pa.float64()),
+            ("duration_avg_us", pa.float64()),
+            ("wait_sum_us", pa.float64()),
+            ("wait_ratio", pa.float64()),
+            ("rank_duration_min_us", pa.float64()),  # of the per-rank duration sums
+            ("rank_duration_max_us", pa.float64()),
+            ("rank_duration_p50_us", pa.float64()),
+            ("rank_duration_skew_ratio", pa.float64()),  # (max - min) / mean over ranks
+            *BOUND_LABELS,
+            *[(f"{field}_sum", pa.float64()) for field in PIPELINE_FIELDS],
+        ]
+    ),
+    per_rank=False,
+)
+
+HCCL_OP_SUMMARY = Table(
+    "hccl_op_summary",
+    pa.schema(
+        [
+            ("kind", pa.string()),  # allreduce | allgather | reducescatter | alltoallv | send_recv | ...
+            ("comm_aiv_fused", pa.bool_()),  # communication fused with AIV work (mix_comm_aiv)
+            ("parallel_role", pa.string()),  # DP | TP | PP | EP | CP | WORLD | unknown
+            ("rank_id", pa.int32()),
+            ("name_count", pa.int64()),
+            ("call_count", pa.int64()),
+            ("duration_sum_us", pa.float64()),
+            ("duration_avg_us", pa.float64()),
+            ("duration_min_us", pa.float64()),
+            ("duration_p50_us", pa.float64()),
+            ("duration_p90_us", pa.float64()),
+            ("duration_max_us", pa.float64()),
+            ("wait_sum_us", pa.float64()),
+            ("wait_ratio", pa.float64()),
+        ]
+    ),
+    per_rank=False,
+)
+
+HCCL_CLASS_SUMMARY = Table(
+    "hccl_class_summary",
+    pa.schema(
+        [
+            ("kind", pa.string()),
+            ("comm_aiv_fused", pa.bool_()),
+            ("parallel_role", pa.string()),
+            ("rank_count", pa.int64()),
+            ("call_count", pa.int64()),
+            ("duration_sum_us", pa.float64()),
+            ("rank_avg_min_us", pa.float64()),  # of the per-rank mean durations
+            ("rank_avg_max_us", pa.float64()),
+            ("rank_avg_mean_us", pa.float64()),
+            ("rank_skew_ratio", pa.float64()),  # (max - min) / mean of the per-rank means
+            ("duration_max_us", pa.float64()),
+            # the rank whose ops take longest on average (it waits most) and shortest (it arrives
+            # last, so it waits least: the slow-rank suspect)
+            ("max_avg_rank", pa.int32()),
+            ("min_avg_rank", pa.int32()),
+        ]
+    ),
+    per_rank=False,
+)
+
+STEP_TIME_ACCOUNTING = Table(
+    "step_time_accounting",
+    pa.schema(
+        [
+            ("step_ordinal", pa.int64()),
+            ("step_id", pa.int64()),
+            ("complete", pa.bool_()),
+            ("wall_ms", pa.float64()),
+            # primary: compute (by bound family), communication (by kind), overlap, idle (by window):
+            # these rows add up to wall_ms. comm_by_role / compute_by_op_type re-split one category.
+            ("breakdown", pa.string()),
+            ("category", pa.string()),  # compute | communication | overlap | idle
+            ("component", pa.string()),
+            ("ms", pa.float64()),
+            ("share", pa.float64()),  # of wall_ms
+        ]
+    ),
+)
+
+RANK_SUMMARY = Table(
+    "rank_summary",
+    pa.schema(
+        [
+            ("rank_id", pa.int32()),
+            ("event_count", pa.int64()),
+            ("step_count", pa.int64()),
+            ("complete_step_count", pa.int64()),
+            ("wall_ms_mean", pa.float64()),  # over complete steps
+            ("wall_ms_p50", pa.float64()),
+            ("wall_ms_p90", pa.float64()),
+            ("wall_ms_max", pa.float64()),
+            ("busy_ms_mean", pa.float64()),
+            ("bubble_share", pa.float64()),  # idle / wall over complete steps
+            ("compute_share", pa.float64()),
+            ("communication_share", pa.float64()),  # exposed (not overlapped with compute)
+            ("overlap_share", pa.float64()),
+            ("bubbling_step_count", pa.int64()),  # complete steps with an internal bubble
+            ("bubble_recurrence_ratio", pa.float64()),  # bubbling / complete steps
+            ("recurring_bubble_pattern", pa.bool_()),
+            ("dominant_idle_pattern", pa.string()),  # prelaunch | internal | tail | none
+        ]
+    ),
+    per_rank=False,
+)
+
+OPERATOR_SUMMARY_CSV = CsvView("operator_summary.csv", (OPERATOR_SUMMARY,), ("rank_id",))
+STEP_TIME_ACCOUNTING_CSV = CsvView("step_time_accounting.csv", (STEP_TIME_ACCOUNTING,), ("rank_id", "step_ordinal"))
+OPERATOR_CLASS_SUMMARY_CSV = CsvView("operator_class_summary.csv", (OPERATOR_CLASS_SUMMARY,), ())
+HCCL_OP_SUMMARY_CSV = CsvView("hccl_op_summary.csv", (HCCL_OP_SUMMARY,), ())
+HCCL_CLASS_SUMMARY_CSV = CsvView("hccl_class_summary.csv", (HCCL_CLASS_SUMMARY,), ())
+RANK_SUMMARY_CSV = CsvView("rank_summary.csv", (RANK_SUMMARY,), ())

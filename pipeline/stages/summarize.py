@@ -1,0 +1,166 @@
+"""summarize: operators, communication ops, where each step's time goes, and per-rank rollups.
+
+Map (per rank): label every event (bound family, communication kind and parallel role), then the
+rank's operator table and its step time accounting (compute by bound family, exposed
+communication by kind and role, overlap, idle by anatomy window: the parts add up to each step's
+wall). Reduce: operators merged over ranks, HCCL tables with rank skew, rank summary and the
+summary manifest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+
+from npuprof.pipeline import io, schema
+from npuprof.pipeline.schema import PIPELINE_FIELDS
+from npuprof.pipeline.segmentation.features import ordered_events
+from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+from npuprof.pipeline.summaries.accounting import step_time_accounting
+from npuprof.pipeline.summaries.bound import bound_labels
+from npuprof.pipeline.summaries.communication import (
+    COMMUNICATION_OP_TYPES,
+    communication_kinds,
+    hccl_class_summary,
+    hccl_op_summary,
+    parallel_roles,
+)
+from npuprof.pipeline.summaries.operators import operator_class_summary, operator_summary
+from npuprof.pipeline.summaries.ranks import rank_summary
+
+SUMMARIZE_INPUT_COLUMNS = [
+    "row_idx",
+    "start_ns",
+    "end_ns",
+    "duration_ns",
+    "wait_ns",
+    "stream_id",
+    "name",
+    "type",
+    "op_type",
+    "categories",
+    "roles",
+    "primary_category",
+    *PIPELINE_FIELDS,
+]
+
+
+def _labelled_events(ctx: RankContext, group_info: dict | None) -> pd.DataFrame:
+    """The rank's events in device order with their bound family, and kind and role when they communicate."""
+    table = ordered_events(ctx, SUMMARIZE_INPUT_COLUMNS)
+    events = table.drop_columns(["categories", "roles"]).to_pandas()
+    for column in ("categories", "roles"):
+        events[column] = pc.fill_null(pc.binary_join(table.column(column), "|"), "").to_pandas()
+    events = pd.concat([events, bound_labels(events["op_type"], events[list(PIPELINE_FIELDS)])], axis=1)
+    events["is_comm"] = events["op_type"].isin(COMMUNICATION_OP_TYPES)
+    identity = events["type"].fillna(events["name"])
+    events["kind"] = np.where(events["is_comm"], communication_kinds(identity), None)
+    events["parallel_role"] = np.where(events["is_comm"], parallel_roles(events["name"], group_info), None)
+    return events
+
+
+def _step_of_events(event_count: int, steps: pd.DataFrame) -> np.ndarray:
+    """The step ordinal of each event (by segment's positions), NaN for events outside every step."""
+    ordinal = np.full(event_count, np.nan)
+    starts = steps["pos_start"].to_numpy(np.int64)
+    lengths = steps["pos_end"].to_numpy(np.int64) - starts + 1
+    if lengths.sum():
+        offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        ordinal[np.repeat(starts, lengths) + offsets] = np.repeat(steps["step_ordinal"].to_numpy(), lengths)
+    return ordinal
+
+
+def map_rank(ctx: RankContext) -> StageResult:
+    """Operators and step time accounting of one rank."""
+    capture = io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO)
+    rank_info = next((r for r in capture.get("ranks", []) if r.get("rank_id") == ctx.rank.rank_id), {})
+    events = _labelled_events(ctx, rank_info.get("parallel_group_info"))
+    steps = ctx.read_table(schema.STEP_SEGMENTS).to_pandas().sort_values("step_ordinal").reset_index(drop=True)
+    layers = ctx.read_table(schema.LAYER_SEGMENTS, columns=["step_ordinal", "start_ns", "end_ns"]).to_pandas()
+    spans = layers.groupby("step_ordinal").agg(main_start_ns=("start_ns", "min"), main_end_ns=("end_ns", "max"))
+    events["step_ordinal"] = _step_of_events(len(events), steps)
+    operators = operator_summary(events) if len(events) else pd.DataFrame()
+    accounting = step_time_accounting(events, steps, spans.reset_index()) if len(steps) else pd.DataFrame()
+    comm = events[events["is_comm"]]
+    comm_rows = comm.assign(
+        duration_us=comm["duration_ns"] / 1000.0,
+        wait_us=comm["wait_ns"].fillna(0) / 1000.0,
+        comm_aiv_fused=comm["op_type"] == "mix_comm_aiv",
+    )[list(schema.COMMUNICATION_EVENTS.columns)]
+    manifest = {
+        "rank_id": ctx.rank.rank_id,
+        "event_count": int(len(events)),
+        "operator_count": int(len(operators)),
+        "pipeline_event_count": int(events["pipeline_signal"].sum()) if len(events) else 0,
+        "communication_event_count": int(len(comm)),
+        "communication_roles": {str(k): int(v) for k, v in comm["parallel_role"].value_counts().items()},
+        "communication_groups_known": bool(rank_info.get("parallel_group_info")),
+    }
+    return StageResult(
+        tables={
+            schema.OPERATOR_SUMMARY: operators,
+            schema.STEP_TIME_ACCOUNTING: accounting,
+            schema.COMMUNICATION_EVENTS: comm_rows,
+        },
+        manifest=manifest,
+    )
+
+
+def reduce_root(ctx: RootContext) -> StageResult:
+    """Operators over ranks, HCCL tables with rank skew, rank summary, the summarize manifest."""
+    operators = ctx.read_frame(schema.OPERATOR_SUMMARY)
+    comm = ctx.read_frame(schema.COMMUNICATION_EVENTS)
+    accounting = ctx.read_frame(schema.STEP_TIME_ACCOUNTING)
+    step_classes = ctx.read_frame(schema.STEP_CLASSES)
+    operator_classes = operator_class_summary(operators) if len(operators) else pd.DataFrame()
+    hccl_ops = hccl_op_summary(comm) if len(comm) else pd.DataFrame()
+    hccl_classes = hccl_class_summary(hccl_ops) if len(hccl_ops) else pd.DataFrame()
+    ranks = rank_summary(ctx.rank_manifests, step_classes, accounting)
+    views = {
+        schema.OPERATOR_SUMMARY_CSV: schema.join_view(schema.OPERATOR_SUMMARY_CSV, [operators]),
+        schema.STEP_TIME_ACCOUNTING_CSV: schema.join_view(schema.STEP_TIME_ACCOUNTING_CSV, [accounting]),
+        schema.OPERATOR_CLASS_SUMMARY_CSV: _conformed(schema.OPERATOR_CLASS_SUMMARY, operator_classes),
+        schema.HCCL_OP_SUMMARY_CSV: _conformed(schema.HCCL_OP_SUMMARY, hccl_ops),
+        schema.HCCL_CLASS_SUMMARY_CSV: _conformed(schema.HCCL_CLASS_SUMMARY, hccl_classes),
+        schema.RANK_SUMMARY_CSV: _conformed(schema.RANK_SUMMARY, ranks),
+    }
+    rank_manifests = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
+    events = sum(m["event_count"] for m in rank_manifests)
+    with_pipeline = sum(m["pipeline_event_count"] for m in rank_manifests)
+    limitations = []
+    if not all(m["communication_groups_known"] for m in rank_manifests if m["communication_event_count"]):
+        limitations.append("some ranks have no parallel_group_info: their communication roles are unknown")
+    if events and not with_pipeline:
+        limitations.append("no PMU (pipeline) data: compute is not split by bound family (unknown)")
+    manifest = {
+        "rank_count": len(rank_manifests),
+        "event_count": events,
+        "operator_class_count": int(len(operator_classes)),
+        "pipeline_coverage": {
+            "events_with_pipeline": with_pipeline,
+            "event_share": with_pipeline / events if events else None,
+        },
+        "inputs": {
+            "operators": "normalized_events (kernel_details.csv / profiler db)",
+            "communication": "normalized_events communication ops; roles from profiler_metadata parallel_group_info",
+            "time_accounting": "normalized_events in segment's steps; anatomy windows from layer_segments",
+        },
+        "limitations": limitations,
+        "rank_summaries": rank_manifests,
+    }
+    return StageResult(csv_views=views, manifest=manifest)
+
+
+def _conformed(table: schema.Table, frame: pd.DataFrame) -> pd.DataFrame:
+    """A root-level table with exactly its declared columns (all of them, also when empty)."""
+    return table.conform(frame).to_pandas()
+
+
+def headline(manifest: dict) -> tuple[dict, list[str]]:
+    """summarize's part of the result JSON: coverage and limitations."""
+    return {
+        "operator_class_count": manifest["operator_class_count"],
+        "pipeline_event_share": manifest["pipeline_coverage"]["event_share"],
+        "limitations": manifest["limitations"],
+    }, []

@@ -1,0 +1,125 @@
+"""Where each step's wall time goes: compute by bound family, exposed communication by kind (and
+by parallel role), compute-communication overlap, and idle time by anatomy window. The parts of the
+primary breakdown add up to the step's wall time.
+
+One sweep over every event boundary of the rank (all steps at once): between two consecutive
+boundaries the set of running events is constant, so that stretch is idle, compute only,
+communication only, or overlap. Compute-only time is shared among the compute events running then
+in proportion to their count (two concurrent cube kernels split it), and the same for
+communication kinds and roles, so every nanosecond is counted exactly once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+
+COMMUNICATION = "communication"
+
+
+def _shares(delta_by_label: dict[str, np.ndarray], length: np.ndarray, active_total: np.ndarray, where: np.ndarray):
+    """Σ length × (active of label / active total) over the stretches in ``where``, per label."""
+    out = {}
+    total = np.where(active_total > 0, active_total, 1)
+    for label, delta in delta_by_label.items():
+        active = np.cumsum(delta)[:-1]
+        out[label] = np.where(where, length * active / total, 0.0)
+    return out
+
+
+def _boundaries(inside: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every start (+1) and end (-1) of the events, ordered by step, time, ends first; and the event
+    of each boundary. Ends before starts at one instant: touching kernels never overlap."""
+    n = len(inside)
+    step = np.concatenate([inside["step_ordinal"].to_numpy(np.int64)] * 2)
+    time = np.concatenate([inside["start_ns"].to_numpy(np.int64), inside["end_ns"].to_numpy(np.int64)])
+    sign = np.concatenate([np.ones(n), -np.ones(n)])
+    order = np.lexsort((sign, time, step))
+    return step[order], time[order], sign[order], np.concatenate([np.arange(n)] * 2)[order]
+
+
+def _idle_window(stretch_step: np.ndarray, stretch_start: np.ndarray, layer_spans: pd.DataFrame) -> np.ndarray:
+    """The anatomy window (prelaunch / internal / tail) each stretch starts in."""
+    rules = knowledge.load("summary_rules")
+    names = rules["idle_by_window"]
+    main = layer_spans.set_index("step_ordinal")
+    main_start = main["main_start_ns"].reindex(stretch_step).to_numpy(float)
+    main_end = main["main_end_ns"].reindex(stretch_step).to_numpy(float)
+    in_layers = np.where(
+        stretch_start < main_start, names["head"], np.where(stretch_start >= main_end, names["tail"], names["main"])
+    )
+    return np.where(np.isnan(main_start), rules["idle_head_only"], in_layers)
+
+
+def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
+    """Long table: per step, breakdown / category / component / ms / share.
+
+    ``events``: step_ordinal (null outside steps), start_ns, end_ns, is_comm, bound_family, kind,
+    parallel_role, op_type. ``steps``: step_ordinal, step_id, complete, start_ns, end_ns.
+    ``layer_spans``: step_ordinal, main_start_ns, main_end_ns (the span of the step's layers).
+    """
+    inside = events[events["step_ordinal"].notna()]
+    step, time, sign, event_of = _boundaries(inside)
+    same_step = step[1:] == step[:-1]
+    length = np.where(same_step, np.diff(time), 0).astype(float)
+
+    def deltas(mask: np.ndarray) -> np.ndarray:
+        """+1 / -1 at the boundaries of the events in ``mask`` (one value per boundary)."""
+        return np.where(mask[event_of], sign, 0.0)
+
+    is_comm = inside["is_comm"].to_numpy(bool)
+    comm_active = np.cumsum(deltas(is_comm))[:-1]  # running after each boundary, for the stretch after it
+    compute_active = np.cumsum(deltas(~is_comm))[:-1]
+    compute_only = same_step & (compute_active > 0) & (comm_active == 0)
+    comm_only = same_step & (comm_active > 0) & (compute_active == 0)
+    rows: list[tuple[str, str, str, np.ndarray]] = []
+
+    def split(breakdown: str, category: str, column: str, selector: np.ndarray, where: np.ndarray, total) -> None:
+        labels = inside[column].to_numpy(object)
+        values = {label: deltas(selector & (labels == label)) for label in pd.unique(labels[selector])}
+        for label, per_stretch in _shares(values, length, total, where).items():
+            rows.append((breakdown, category, str(label), per_stretch))
+
+    split("primary", "compute", "bound_family", ~is_comm, compute_only, compute_active)
+    split("primary", COMMUNICATION, "kind", is_comm, comm_only, comm_active)
+    overlap = same_step & (comm_active > 0) & (compute_active > 0)
+    rows.append(("primary", "overlap", "compute+communication", np.where(overlap, length, 0.0)))
+    split("comm_by_role", COMMUNICATION, "parallel_role", is_comm, comm_only, comm_active)
+    split("compute_by_op_type", "compute", "op_type", ~is_comm, compute_only, compute_active)
+    idle = same_step & (comm_active == 0) & (compute_active == 0)
+    window = _idle_window(step[:-1], time[:-1], layer_spans)
+    for name in knowledge.load("summary_rules")["idle_by_window"].values():
+        rows.append(("primary", "idle", name, np.where(idle & (window == name), length, 0.0)))
+    return _per_step(rows, step[:-1], steps)
+
+
+def _per_step(rows, stretch_step: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
+    """Sum each row's stretches per step and lay them out long, with the step's wall and share."""
+    ordinals = steps["step_ordinal"].to_numpy(np.int64)
+    position = np.searchsorted(ordinals, stretch_step)
+    wall_ms = (steps["end_ns"] - steps["start_ns"]).to_numpy(float) / 1e6
+    frames = []
+    for breakdown, category, component, per_stretch in rows:
+        ns = np.bincount(position, weights=per_stretch, minlength=len(ordinals))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "step_ordinal": ordinals,
+                    "step_id": steps["step_id"].to_numpy(),
+                    "complete": steps["complete"].to_numpy(bool),
+                    "wall_ms": wall_ms,
+                    "breakdown": breakdown,
+                    "category": category,
+                    "component": component,
+                    "ms": ns / 1e6,
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    table = table[(table["ms"] > 0) | (table["category"] == "idle")]
+    table["share"] = np.where(table["wall_ms"] > 0, table["ms"] / table["wall_ms"].where(table["wall_ms"] > 0, 1), 0.0)
+    return table.sort_values(["step_ordinal"], kind="stable").reset_index(drop=True)

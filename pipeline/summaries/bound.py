@@ -1,0 +1,66 @@
+"""What bounds an operator: the pipeline stage with the most time, its family, and its core
+(reference §3.3, thresholds in knowledge/summary_rules.yaml). Vectorised over rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+
+
+def bound_labels(op_type: pd.Series, stages: pd.DataFrame) -> pd.DataFrame:
+    """bound_stage, bound_family, dominant_core, pipeline_signal for each row.
+
+    ``stages`` holds the 9 pipeline stage times (µs, null where not captured) per row, named as in
+    the event table; ``op_type`` the row's op type. Communication, AI CPU and DSA rows are bound by
+    their own kind; fused communication + AIV rows by their AIV stage.
+    """
+    rules = knowledge.load("summary_rules")["bound"]
+    margin = rules["mixed_margin"]
+    stage_names = list(rules["stages"])
+    values = stages.reindex(columns=stage_names).astype(float).fillna(0.0).to_numpy()
+    signal = stages.reindex(columns=stage_names).notna().any(axis=1).to_numpy() & (values.sum(axis=1) > 0)
+    top_stage = np.array(stage_names, dtype=object)[values.argmax(axis=1)]
+
+    families = sorted(set(rules["stages"].values()))
+    family_time = np.column_stack(
+        [values[:, [i for i, s in enumerate(stage_names) if rules["stages"][s] == f]].sum(axis=1) for f in families]
+    )
+    order = np.sort(family_time, axis=1)
+    total = family_time.sum(axis=1)
+    gap = (order[:, -1] - order[:, -2]) / np.where(total > 0, total, 1.0)
+    family = np.where(gap < margin, "mixed", np.array(families, dtype=object)[family_time.argmax(axis=1)])
+
+    aic = values[:, [stage_names.index(s) for s in rules["aic_stages"]]].sum(axis=1)
+    aiv = values[:, [stage_names.index(s) for s in rules["aiv_stages"]]].sum(axis=1)
+    larger = np.maximum(aic, aiv)
+    close = np.abs(aic - aiv) / np.where(larger > 0, larger, 1.0) < margin
+    core = np.where(
+        aic == 0, "aiv", np.where(aiv == 0, "aic", np.where(close, "mix", np.where(aic > aiv, "aic", "aiv")))
+    )
+
+    labels = pd.DataFrame(
+        {
+            "bound_stage": np.where(signal, top_stage, "unknown"),
+            "bound_family": np.where(signal, family, "unknown"),
+            "dominant_core": np.where(signal, core, "none"),
+            "pipeline_signal": signal,
+        },
+        index=stages.index,
+    )
+    kinds = op_type.map(rules["by_op_type"])
+    own = kinds.notna().to_numpy()
+    labels.loc[own, ["bound_stage", "bound_family"]] = np.column_stack([kinds[own], kinds[own]])
+    labels.loc[own, "dominant_core"] = "none"
+    fused = (op_type == "mix_comm_aiv").to_numpy()
+    if fused.any():
+        aiv_names = rules["aiv_stages"]
+        aiv_values = values[fused][:, [stage_names.index(s) for s in aiv_names]]
+        has_aiv = aiv_values.sum(axis=1) > 0
+        labels.loc[fused, "bound_stage"] = np.where(
+            has_aiv, np.array(aiv_names, dtype=object)[aiv_values.argmax(axis=1)], "communication"
+        )
+        labels.loc[fused, "bound_family"] = rules["comm_aiv_family"]
+        labels.loc[fused, "dominant_core"] = np.where(has_aiv, "aiv", "none")
+    return labels

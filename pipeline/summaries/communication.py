@@ -1,0 +1,111 @@
+"""Communication ops: their kind (allreduce, send_recv, ...) and the parallel role (DP, TP, PP, EP)
+of the group they ran in, per event; then per-rank and rank-merged HCCL tables."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+from npuprof.pipeline.signatures import fold
+
+COMMUNICATION_OP_TYPES = ("communication", "mix_comm_aiv")
+
+
+def communication_kinds(identity: pd.Series) -> np.ndarray:
+    """The kind of each communication op from its Type (else Name), one rule pass per distinct name."""
+    rules = knowledge.load("summary_rules")
+    codes, uniques = pd.factorize(identity.fillna(""))
+    kinds = []
+    for text in uniques:
+        folded = fold(text)
+        kind = next((r["kind"] for r in rules["communication_kinds"] if any(t in folded for t in r["any_of"])), None)
+        kinds.append(kind or rules["communication_kind_default"])
+    table = np.array(kinds or [rules["communication_kind_default"]], dtype=object)
+    return table[codes] if len(codes) else table[:0]
+
+
+def double_hash(text: str) -> int:
+    """torch_npu's group hash (input-formats §2.3): two 32-bit polynomial hashes packed (h1 << 32) | h2."""
+    h1 = h2 = 0
+    for char in text:
+        h1 = (h1 * 29 + ord(char)) & 0xFFFFFFFF
+        h2 = (h2 * 131 + ord(char)) & 0xFFFFFFFF
+    return (h1 << 32) | h2
+
+
+def role_by_group_suffix(parallel_group_info: dict | None) -> dict[str, str]:
+    """{last 3 digits of a group's hash: its parallel role}; a suffix two groups share is left out
+    (it cannot tell them apart)."""
+    rules = knowledge.load("summary_rules")
+    found: dict[str, set[str]] = {}
+    for key, group in (parallel_group_info or {}).items():
+        if not isinstance(group, dict):
+            continue
+        role = rules["parallel_roles"].get(str(group.get("group_name")), rules["parallel_role_unknown"])
+        found.setdefault(str(double_hash(str(key)))[-3:], set()).add(role)
+    return {suffix: roles.pop() for suffix, roles in found.items() if len(roles) == 1}
+
+
+def parallel_roles(names: pd.Series, parallel_group_info: dict | None) -> np.ndarray:
+    """The parallel role of each communication op from the group hash digits in its name."""
+    rules = knowledge.load("summary_rules")
+    pattern = re.compile(rules["hccl_name_pattern"])
+    by_suffix = role_by_group_suffix(parallel_group_info)
+    codes, uniques = pd.factorize(names.fillna(""))
+    roles = []
+    for name in uniques:
+        match = pattern.match(name)
+        roles.append(by_suffix.get(match.group("group_suffix"), rules["parallel_role_unknown"]) if match else None)
+    table = np.array([r or rules["parallel_role_unknown"] for r in roles] or [""], dtype=object)
+    return table[codes] if len(codes) else table[:0]
+
+
+def hccl_op_summary(comm: pd.DataFrame) -> pd.DataFrame:
+    """Per (kind, fused, role, rank): calls and duration statistics of the communication ops (µs)."""
+    keys = ["kind", "comm_aiv_fused", "parallel_role", "rank_id"]
+    grouped = comm.groupby(keys, observed=True, sort=True)
+    duration = grouped["duration_us"]
+    table = pd.DataFrame(
+        {
+            "name_count": grouped["name"].nunique(),
+            "call_count": duration.size(),
+            "duration_sum_us": duration.sum(),
+            "duration_avg_us": duration.mean(),
+            "duration_min_us": duration.min(),
+            "duration_p50_us": duration.quantile(0.5),
+            "duration_p90_us": duration.quantile(0.9),
+            "duration_max_us": duration.max(),
+            "wait_sum_us": grouped["wait_us"].sum(),
+        }
+    ).reset_index()
+    cost = table["duration_sum_us"] + table["wait_sum_us"]
+    table["wait_ratio"] = np.where(cost > 0, table["wait_sum_us"] / cost.where(cost > 0, 1.0), 0.0)
+    return table
+
+
+def hccl_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
+    """Per (kind, fused, role) over ranks: how far the ranks' mean durations spread (rank skew)."""
+    keys = ["kind", "comm_aiv_fused", "parallel_role"]
+    frame = per_rank.assign(rank_avg=per_rank["duration_sum_us"] / per_rank["call_count"])
+    grouped = frame.groupby(keys, observed=True, sort=True)
+    table = pd.DataFrame(
+        {
+            "rank_count": grouped["rank_id"].nunique(),
+            "call_count": grouped["call_count"].sum(),
+            "duration_sum_us": grouped["duration_sum_us"].sum(),
+            "rank_avg_min_us": grouped["rank_avg"].min(),
+            "rank_avg_max_us": grouped["rank_avg"].max(),
+            "rank_avg_mean_us": grouped["rank_avg"].mean(),
+            "duration_max_us": grouped["duration_max_us"].max(),
+        }
+    ).reset_index()
+    mean = table["rank_avg_mean_us"]
+    table["rank_skew_ratio"] = np.where(
+        mean > 0, (table["rank_avg_max_us"] - table["rank_avg_min_us"]) / mean.where(mean > 0, 1.0), 0.0
+    )
+    longest = frame.loc[grouped["rank_avg"].idxmax(), keys + ["rank_id"]].rename(columns={"rank_id": "max_avg_rank"})
+    shortest = frame.loc[grouped["rank_avg"].idxmin(), keys + ["rank_id"]].rename(columns={"rank_id": "min_avg_rank"})
+    return table.merge(longest, on=keys, how="left").merge(shortest, on=keys, how="left")

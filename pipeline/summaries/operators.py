@@ -1,0 +1,80 @@
+"""Operators: every distinct kernel of a rank with its calls, time, wait, evidence rows and what
+bounds it; then the same merged over ranks with how much the ranks differ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from npuprof.pipeline.schema import PIPELINE_FIELDS
+from npuprof.pipeline.summaries.bound import bound_labels
+
+OPERATOR_KEYS = ["name", "type", "op_type"]
+SAMPLE_ROWS = 5
+
+
+def operator_summary(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per (name, type, op_type) of one rank's events, heaviest first.
+
+    ``events`` needs name, type, op_type, primary_category, categories / roles ('|'-joined),
+    duration_ns, wait_ns, stream_id, row_idx and the pipeline fields.
+    """
+    frame = events.assign(
+        type=events["type"].fillna(""),
+        duration_us=events["duration_ns"] / 1000.0,
+        wait_us=events["wait_ns"].fillna(0) / 1000.0,
+    )
+    grouped = frame.groupby(OPERATOR_KEYS, sort=False, dropna=False)
+    table = grouped.agg(
+        primary_category=("primary_category", "first"),
+        categories=("categories", "first"),
+        roles=("roles", "first"),
+        call_count=("duration_us", "size"),
+        duration_sum_us=("duration_us", "sum"),
+        wait_sum_us=("wait_us", "sum"),
+        stream_count=("stream_id", "nunique"),
+        row_start=("row_idx", "min"),
+        row_end=("row_idx", "max"),
+    )
+    samples = grouped["row_idx"].apply(lambda rows: ";".join(str(r) for r in np.sort(rows.to_numpy())[:SAMPLE_ROWS]))
+    table["sample_rows"] = samples  # a loop over operators (distinct kernels), not events
+    sums = grouped[list(PIPELINE_FIELDS)].sum(min_count=1)
+    table = table.join(sums.add_suffix("_sum"))
+    table = table.reset_index()
+    table["duration_avg_us"] = table["duration_sum_us"] / table["call_count"]
+    table["total_cost_us"] = table["duration_sum_us"] + table["wait_sum_us"]
+    cost = table["total_cost_us"]
+    table["wait_ratio"] = np.where(cost > 0, table["wait_sum_us"] / cost.where(cost > 0, 1.0), 0.0)
+    stages = table[[f"{f}_sum" for f in PIPELINE_FIELDS]].rename(columns=lambda c: c[: -len("_sum")])
+    table = pd.concat([table, bound_labels(table["op_type"], stages)], axis=1)
+    table["type"] = table["type"].replace("", None)
+    return table.sort_values("duration_sum_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def operator_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
+    """Operators merged over ranks by (name, type, op_type), with the spread of their per-rank time."""
+    frame = per_rank.assign(type=per_rank["type"].fillna(""))
+    grouped = frame.groupby(OPERATOR_KEYS, sort=False, dropna=False)
+    table = grouped.agg(
+        primary_category=("primary_category", "first"),
+        rank_count=("rank_id", "nunique"),
+        call_count=("call_count", "sum"),
+        duration_sum_us=("duration_sum_us", "sum"),
+        wait_sum_us=("wait_sum_us", "sum"),
+        rank_duration_min_us=("duration_sum_us", "min"),
+        rank_duration_max_us=("duration_sum_us", "max"),
+        rank_duration_p50_us=("duration_sum_us", "median"),
+        rank_duration_mean_us=("duration_sum_us", "mean"),
+    )
+    sums = grouped[[f"{f}_sum" for f in PIPELINE_FIELDS]].sum(min_count=1)
+    table = table.join(sums).reset_index()
+    table["duration_avg_us"] = table["duration_sum_us"] / table["call_count"]
+    cost = table["duration_sum_us"] + table["wait_sum_us"]
+    table["wait_ratio"] = np.where(cost > 0, table["wait_sum_us"] / cost.where(cost > 0, 1.0), 0.0)
+    mean = table.pop("rank_duration_mean_us")
+    spread = table["rank_duration_max_us"] - table["rank_duration_min_us"]
+    table["rank_duration_skew_ratio"] = np.where(mean > 0, spread / mean.where(mean > 0, 1.0), 0.0)
+    stages = table[[f"{f}_sum" for f in PIPELINE_FIELDS]].rename(columns=lambda c: c[: -len("_sum")])
+    table = pd.concat([table, bound_labels(table["op_type"], stages)], axis=1)
+    table["type"] = table["type"].replace("", None)
+    return table.sort_values("duration_sum_us", ascending=False, kind="stable").reset_index(drop=True)

@@ -1,0 +1,71 @@
+"""One row per rank: its steps' wall time, how busy it is, how its time splits, how often it idles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+
+IDLE_PATTERNS = {"prelaunch": "prelaunch_gap_ms", "internal": "internal_bubble_total_ms", "tail": "tail_gap_ms"}
+
+
+def rank_summary(rank_manifests: list[dict], step_classes: pd.DataFrame, accounting: pd.DataFrame) -> pd.DataFrame:
+    """Rank rollup over complete steps (partial capture steps stay out of statistics)."""
+    rules = knowledge.load("summary_rules")["recurring_bubble"]
+    rows = []
+    for manifest in sorted(rank_manifests, key=lambda m: m["rank_id"]):  # a loop over ranks
+        rank = manifest["rank_id"]
+        steps = step_classes[step_classes["rank_id"] == rank] if len(step_classes) else step_classes
+        complete = steps[steps["complete"].astype(bool)] if len(steps) else steps
+        wall = complete["wall_ms"] if len(complete) else pd.Series(dtype=float)
+        row = {
+            "rank_id": rank,
+            "event_count": manifest["event_count"],
+            "step_count": int(len(steps)),
+            "complete_step_count": int(len(complete)),
+            "wall_ms_mean": wall.mean() if len(wall) else None,
+            "wall_ms_p50": float(np.percentile(wall, 50)) if len(wall) else None,
+            "wall_ms_p90": float(np.percentile(wall, 90)) if len(wall) else None,
+            "wall_ms_max": wall.max() if len(wall) else None,
+            "busy_ms_mean": complete["busy_ms"].mean() if len(complete) else None,
+            "bubble_share": complete["underfeed_ms"].sum() / wall.sum() if len(wall) and wall.sum() else None,
+        }
+        row.update(_time_shares(accounting, rank, wall.sum() if len(wall) else 0.0))
+        bubbling = int((complete["bubble_count"] > 0).sum()) if len(complete) else 0
+        ratio = bubbling / len(complete) if len(complete) else None
+        row.update(
+            {
+                "bubbling_step_count": bubbling,
+                "bubble_recurrence_ratio": ratio,
+                "recurring_bubble_pattern": bool(
+                    ratio is not None and ratio >= rules["min_ratio"] and len(complete) >= rules["min_steps"]
+                ),
+                "dominant_idle_pattern": _dominant_idle(complete),
+            }
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _time_shares(accounting: pd.DataFrame, rank: int, wall_ms: float) -> dict:
+    """compute / exposed communication / overlap shares of the rank's complete-step wall time."""
+    shares = {"compute_share": None, "communication_share": None, "overlap_share": None}
+    if not len(accounting) or not wall_ms:
+        return shares
+    mine = accounting[
+        (accounting["rank_id"] == rank) & (accounting["breakdown"] == "primary") & accounting["complete"].astype(bool)
+    ]
+    by_category = mine.groupby("category")["ms"].sum()
+    for category in ("compute", "communication", "overlap"):
+        shares[f"{category}_share"] = float(by_category.get(category, 0.0)) / wall_ms
+    return shares
+
+
+def _dominant_idle(complete: pd.DataFrame) -> str:
+    """The idle pattern with the largest mean over complete steps (none when the rank never idles)."""
+    if not len(complete):
+        return "none"
+    means = {name: float(complete[column].fillna(0).mean()) for name, column in IDLE_PATTERNS.items()}
+    best = max(means, key=means.get)
+    return best if means[best] > 0 else "none"

@@ -1,0 +1,128 @@
+"""summarize: operators, communication and time accounting add up, and show the planted faults."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import SAMPLE_ROOTS, analyze_scenarios
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.synth import SCENARIOS
+
+SCENARIO_NAMES = sorted(SCENARIOS)
+# synth's pipeline profiles (synth/kernels.py PROFILES) and the bound family each must get
+PROFILE_FAMILY = {"cube": "cube", "cube_mte2": "aic_mte", "vector": "vector", "vector_mte": "aiv_mte"}
+KERNEL_PROFILE = {"MatMulV3": "cube", "SwiGlu": "vector", "Add": "vector_mte", "RotaryPositionEmbedding": "vector_mte"}
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    return analyze_scenarios(tmp_path_factory.mktemp("summarize"), SCENARIO_NAMES, "summarize", seed=7)
+
+
+def read(out: Path, view: schema.CsvView) -> pd.DataFrame:
+    return pd.read_csv(out / view.file)
+
+
+def assert_accounting_adds_up(out: Path) -> None:
+    accounting = read(out, schema.STEP_TIME_ACCOUNTING_CSV)
+    steps = read(out, schema.STEP_SUMMARY).set_index(["rank_id", "step_ordinal"])
+    primary = accounting[accounting["breakdown"] == "primary"]
+    total = primary.groupby(["rank_id", "step_ordinal"])["ms"].sum()
+    assert len(total) == len(steps), "every step is accounted for"
+    wall = steps["wall_ms"].reindex(total.index)
+    assert ((total - wall).abs() < 1e-3).all(), (total - wall).abs().max()  # within 1 µs
+    for breakdown, category in (("comm_by_role", "communication"), ("compute_by_op_type", "compute")):
+        again = accounting[accounting["breakdown"] == breakdown].groupby(["rank_id", "step_ordinal"])["ms"].sum()
+        part = primary[primary["category"] == category].groupby(["rank_id", "step_ordinal"])["ms"].sum()
+        pd.testing.assert_series_equal(again, part.reindex(again.index), check_names=False, atol=1e-6)
+
+
+def assert_operators_add_up(out: Path) -> None:
+    events = pd.read_parquet(out / schema.NORMALIZED_EVENTS, columns=["rank_id", "duration_ns", "op_type"])
+    operators = read(out, schema.OPERATOR_SUMMARY_CSV)
+    per_rank = operators.groupby("rank_id").agg(calls=("call_count", "sum"), us=("duration_sum_us", "sum"))
+    truth = events.groupby("rank_id", observed=True).agg(calls=("duration_ns", "size"), us=("duration_ns", "sum"))
+    truth = truth[truth["calls"] > 0]
+    assert (per_rank["calls"] == truth["calls"].reindex(per_rank.index)).all()
+    assert ((per_rank["us"] - truth["us"].reindex(per_rank.index) / 1000).abs() < 1e-3).all()
+    classes = read(out, schema.OPERATOR_CLASS_SUMMARY_CSV)
+    assert classes["call_count"].sum() == len(events)
+    comm = events[events["op_type"].isin(["communication", "mix_comm_aiv"])]
+    hccl = read(out, schema.HCCL_OP_SUMMARY_CSV)
+    assert hccl["call_count"].sum() == len(comm)
+    assert abs(hccl["duration_sum_us"].sum() - comm["duration_ns"].sum() / 1000) < 1e-3
+
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+def test_every_table_adds_up_on_every_scenario(analyzed, name):
+    _, out = analyzed[name]
+    assert_accounting_adds_up(out)
+    assert_operators_add_up(out)
+    ranks = read(out, schema.RANK_SUMMARY_CSV)
+    truth = json.loads((analyzed[name][0] / "ground_truth.json").read_text())
+    assert sorted(ranks["rank_id"]) == sorted(int(r) for r in truth["ranks"])
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_ROOTS))
+def test_every_table_adds_up_on_every_real_sample(tmp_path, name):
+    root, _ = SAMPLE_ROOTS[name]
+    analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="summarize"))
+    for view in schema.SUMMARY_CSVS:
+        assert (tmp_path / "out" / view.file).exists(), view.file
+    assert_operators_add_up(tmp_path / "out")
+    if len(read(tmp_path / "out", schema.STEP_SUMMARY)):
+        assert_accounting_adds_up(tmp_path / "out")
+
+
+def test_bound_families_are_the_planted_pipeline_profiles(analyzed):
+    _, out = analyzed["clean"]
+    operators = read(out, schema.OPERATOR_CLASS_SUMMARY_CSV)
+    for kernel_type, profile in KERNEL_PROFILE.items():
+        families = set(operators.loc[operators["type"] == kernel_type, "bound_family"])
+        assert families == {PROFILE_FAMILY[profile]}, (kernel_type, families)
+    comm = operators[operators["op_type"] == "communication"]
+    assert (comm["bound_family"] == "communication").all()
+
+
+def test_the_planted_slow_rank_waits_least_in_every_all_reduce(analyzed):
+    root, out = analyzed["slow_rank"]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    slow = next(f["ranks"] for f in truth["faults"] if f["kind"] == "slow_rank")
+    classes = read(out, schema.HCCL_CLASS_SUMMARY_CSV)
+    allreduce = classes[classes["kind"] == "allreduce"].iloc[0]
+    assert [int(allreduce["min_avg_rank"])] == slow  # it arrives last, so its all-reduces are shortest
+    assert allreduce["rank_skew_ratio"] > 0.5
+    clean = read(analyzed["clean"][1], schema.HCCL_CLASS_SUMMARY_CSV)
+    assert clean[clean["kind"] == "allreduce"]["rank_skew_ratio"].iloc[0] < 0.2 * allreduce["rank_skew_ratio"]
+
+
+def test_communication_roles_come_from_the_parallel_groups(analyzed):
+    _, out = analyzed["pipeline_parallel"]
+    hccl = read(out, schema.HCCL_OP_SUMMARY_CSV)
+    assert set(hccl.loc[hccl["kind"] == "send_recv", "parallel_role"]) == {"PP"}
+    assert "unknown" not in set(hccl["parallel_role"])
+    _, out = analyzed["mixed"]
+    roles = set(read(out, schema.HCCL_OP_SUMMARY_CSV)["parallel_role"])
+    assert "unknown" not in roles and len(roles) >= 2
+
+
+def test_the_planted_host_bubble_is_internal_idle_on_its_steps(analyzed):
+    root, out = analyzed["host_bubble"]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    fault = next(f for f in truth["faults"] if f["kind"] == "host_bubble")
+    accounting = read(out, schema.STEP_TIME_ACCOUNTING_CSV)
+    idle = accounting[(accounting["category"] == "idle") & (accounting["component"] == "internal")]
+    bubbles = idle.groupby(["rank_id", "step_id"])["ms"].sum()
+    planted_ms = fault["gap_us"] / 1000
+    for rank in fault["ranks"]:
+        for step in fault["step_ids"]:
+            assert bubbles[(rank, step)] >= planted_ms
+    others = bubbles.drop([(r, s) for r in fault["ranks"] for s in fault["step_ids"]])
+    assert others.max() < 0.2 * planted_ms
+    ranks = read(out, schema.RANK_SUMMARY_CSV).set_index("rank_id")
+    assert ranks.loc[fault["ranks"][0], "bubbling_step_count"] >= len(fault["step_ids"])
