@@ -61,6 +61,32 @@ class Analysis:
         """Head / main / tail windows of every step with wall, busy and bubble time."""
         return self._view(schema.STEP_ANATOMY_CSV, "classify")
 
+    def operators(self, merged: bool = False) -> pd.DataFrame:
+        """One row per kernel (name, type, op_type) and rank, heaviest first: call_count, duration and
+        wait sums (µs), wait_ratio, stream_count, evidence rows (row_start / row_end / sample_rows),
+        bound_stage / bound_family / dominant_core and the 11 pipeline sums. ``merged=True``: one row
+        per kernel over all ranks, with rank_duration_min / max / p50_us and rank_duration_skew_ratio."""
+        view = schema.OPERATOR_CLASS_SUMMARY_CSV if merged else schema.OPERATOR_SUMMARY_CSV
+        return self._view(view, "summarize")
+
+    def communication(self, merged: bool = False) -> pd.DataFrame:
+        """Communication ops per (kind, comm_aiv_fused, parallel_role, rank): calls, duration statistics
+        (µs), wait. ``merged=True``: per (kind, fused, role) over ranks, with rank_skew_ratio and the
+        ranks with the longest (max_avg_rank) and shortest (min_avg_rank) mean duration."""
+        view = schema.HCCL_CLASS_SUMMARY_CSV if merged else schema.HCCL_OP_SUMMARY_CSV
+        return self._view(view, "summarize")
+
+    def time_accounting(self) -> pd.DataFrame:
+        """Where each step's wall time goes (long format): breakdown ``primary`` rows (compute by
+        bound family, exposed communication by kind, overlap, idle by prelaunch / internal / tail)
+        add up to wall_ms; ``comm_by_role`` and ``compute_by_op_type`` re-split one category."""
+        return self._view(schema.STEP_TIME_ACCOUNTING_CSV, "summarize")
+
+    def ranks(self) -> pd.DataFrame:
+        """One row per rank: step wall quantiles, busy time, bubble / compute / communication /
+        overlap shares, bubble recurrence and the dominant idle pattern."""
+        return self._view(schema.RANK_SUMMARY_CSV, "summarize")
+
     def manifest(self, stage: str | None = None) -> dict:
         """The top-level manifest, or one stage's manifest."""
         name = schema.TOP_MANIFEST if stage is None else schema.stage_manifest_name(stage)

@@ -126,3 +126,36 @@ def test_the_planted_host_bubble_is_internal_idle_on_its_steps(analyzed):
     assert others.max() < 0.2 * planted_ms
     ranks = read(out, schema.RANK_SUMMARY_CSV).set_index("rank_id")
     assert ranks.loc[fault["ranks"][0], "bubbling_step_count"] >= len(fault["step_ids"])
+
+
+def test_the_analysis_facade_returns_the_summaries(analyzed):
+    from npuprof.api import Analysis
+
+    _, out = analyzed["mixed"]
+    analysis = Analysis(out)
+    assert analysis.operators()["call_count"].sum() == analysis.operators(merged=True)["call_count"].sum()
+    assert set(analysis.communication(merged=True)["kind"]) <= set(analysis.communication()["kind"])
+    primary = analysis.time_accounting().query("breakdown == 'primary'")
+    assert (
+        {"compute", "communication", "idle"}
+        <= set(primary["category"])
+        <= {"compute", "communication", "overlap", "idle"}
+    )
+    assert list(analysis.ranks()["rank_id"]) == sorted(analysis.ranks()["rank_id"])
+
+
+def test_the_service_order_of_units_gives_the_local_tables(analyzed, tmp_path):
+    """The service runs every rank's map units before any reduce: a map unit must not read what a
+    reduce writes (capture_info.json, source_index.json)."""
+    from npuprof.pipeline.execution import run_rank_chain
+    from npuprof.pipeline.runner import finish_root
+    from npuprof.pipeline.sources.discovery import discover
+    from npuprof.pipeline.stages import built_stage_names
+
+    root, local = analyzed["mixed"]
+    inputs = discover(root)
+    stages = built_stage_names()
+    rank_results = [run_rank_chain(str(tmp_path), vars(rank), {}, stages) for rank in inputs.ranks]
+    finish_root(str(tmp_path), inputs.to_dict(), {}, stages, rank_results)
+    for view in schema.SUMMARY_CSVS:
+        pd.testing.assert_frame_equal(read(tmp_path, view), read(local, view), obj=view.file)

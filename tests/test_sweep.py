@@ -58,6 +58,13 @@ def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root,
         row.loc["team_b/slow", "hccl_top_kind_rank_skew_ratio"]
         > 5 * row.loc["team_b/clean", "hccl_top_kind_rank_skew_ratio"]
     )
+    # a "model x configuration" table: parallel sizes and where the time goes, from summarize
+    slow_truth = json.loads((search_root / "team_b" / "slow" / "ground_truth.json").read_text())
+    assert row.loc["team_b/slow", "world_size"] == len(slow_truth["ranks"])
+    for root in ("team_b/slow", "team_b/clean", "team_a/qwen3_step13"):
+        shares = row.loc[root, ["compute_share", "exposed_communication_share", "idle_share"]]
+        assert (shares >= 0).all() and shares.sum() <= 1 + 1e-9, shares
+    assert row.loc["team_b/slow", "hccl_max_rank_skew_ratio"] >= row.loc["team_b/slow", "hccl_top_kind_rank_skew_ratio"]
     assert not list(out.glob(".*work*")), "no half-written root dir is left behind"
     assert json.loads((out / "sweep_summary.json").read_text())["status_counts"] == {"ok": 4, "failed": 1}
 

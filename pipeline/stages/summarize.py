@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import schema
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
+from npuprof.pipeline.sources.capture_info import rank_capture_info
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.summaries.accounting import step_time_accounting
 from npuprof.pipeline.summaries.bound import bound_labels
@@ -73,8 +74,9 @@ def _step_of_events(event_count: int, steps: pd.DataFrame) -> np.ndarray:
 
 def map_rank(ctx: RankContext) -> StageResult:
     """Operators and step time accounting of one rank."""
-    capture = io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO)
-    rank_info = next((r for r in capture.get("ranks", []) if r.get("rank_id") == ctx.rank.rank_id), {})
+    # from the rank's own files: a map unit never reads what a reduce wrote (the service runs every
+    # rank's map units before any reduce of the root)
+    rank_info = rank_capture_info(ctx.rank)
     events = _labelled_events(ctx, rank_info.get("parallel_group_info"))
     steps = ctx.read_table(schema.STEP_SEGMENTS).to_pandas().sort_values("step_ordinal").reset_index(drop=True)
     layers = ctx.read_table(schema.LAYER_SEGMENTS, columns=["step_ordinal", "start_ns", "end_ns"]).to_pandas()

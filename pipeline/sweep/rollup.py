@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from npuprof import knowledge
 from npuprof.pipeline import io, schema
 
 ROLLUP_COLUMNS = [
@@ -45,6 +44,16 @@ ROLLUP_COLUMNS = [
     "hccl_top_kind",
     "hccl_top_kind_ms",
     "hccl_top_kind_rank_skew_ratio",
+    "hccl_max_rank_skew_ratio",
+    "compute_share",
+    "exposed_communication_share",
+    "idle_share",
+    "world_size",
+    "tp_size",
+    "pp_size",
+    "dp_size",
+    "ep_size",
+    "cp_size",
     "findings_total",
     "findings_by_type",
     "elapsed_s",
@@ -58,8 +67,22 @@ INTEGER_COLUMNS = (
     "layers_per_pass",
     "step_class_count",
     "top_step_class_members",
+    "world_size",
+    "tp_size",
+    "pp_size",
+    "dp_size",
+    "ep_size",
+    "cp_size",
     "findings_total",
 )
+PARALLEL_SIZES = {
+    "world_size": "world_size",
+    "tp_size": "tensor_model_parallel_size",
+    "pp_size": "pipeline_model_parallel_size",
+    "dp_size": "data_parallel_size",
+    "ep_size": "expert_model_parallel_size",
+    "cp_size": "context_parallel_size",
+}
 
 
 def root_status(out_dir: Path) -> str:
@@ -72,37 +95,64 @@ def root_status(out_dir: Path) -> str:
 
 
 def communication_figures(out_dir: Path) -> dict:
-    """The rollup's HCCL columns of one root.
+    """The rollup's HCCL columns of one root, from summarize's HCCL tables (no event is re-read).
 
-    Until summarize writes its communication tables this reads the projected event columns it
-    needs; the summarize issue replaces this function by a read of those tables.
+    Share of wall: communication time over the ranks' captured spans (normalize's manifest).
     """
-    events_dir = out_dir / schema.NORMALIZED_EVENTS
-    if not events_dir.exists():
+    per_rank_path, classes_path = (
+        out_dir / schema.HCCL_OP_SUMMARY_CSV.file,
+        out_dir / schema.HCCL_CLASS_SUMMARY_CSV.file,
+    )
+    if not per_rank_path.exists() or not classes_path.exists():
         return {}
-    columns = ["type", "name", "op_type", "start_ns", "end_ns", "duration_ns"]
-    events = io.read_dataset(out_dir, schema.NORMALIZED_EVENTS, columns=columns).to_pandas()
-    if events.empty:
-        return {}
-    rank_wall = events.groupby("rank_id", observed=True).agg(lo=("start_ns", "min"), hi=("end_ns", "max"))
-    wall_ns = float((rank_wall["hi"] - rank_wall["lo"]).sum())
-    comm = events[events["op_type"].isin(["communication", "mix_comm_aiv"])].copy()
-    if comm.empty:
+    per_rank = pd.read_csv(per_rank_path)
+    spans = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize")).get("rank_summaries", [])
+    wall_ns = float(sum((r["end_ns"] - r["start_ns"]) for r in spans if r.get("start_ns") is not None))
+    if per_rank.empty:
         return {"hccl_total_ms": 0.0, "hccl_share_of_wall": 0.0}
-    prefix = knowledge.load("kernel_signatures")["communication_kind_prefix"]
-    comm["kind"] = comm["type"].fillna(comm["name"]).str.lower().str.replace(prefix, "", regex=True).str.strip("_")
-    per_kind = comm.groupby("kind")["duration_ns"].sum().sort_values(ascending=False)
+    per_kind = per_rank.groupby("kind")["duration_sum_us"].sum().sort_values(ascending=False)
     top = per_kind.index[0]
-    per_rank = comm[comm["kind"] == top].groupby("rank_id", observed=True)["duration_ns"].mean()
-    skew = float((per_rank.max() - per_rank.min()) / per_rank.mean()) if len(per_rank) > 1 and per_rank.mean() else 0.0
-    total = float(comm["duration_ns"].sum())
+    top_rows = per_rank[per_rank["kind"] == top].groupby("rank_id")[["duration_sum_us", "call_count"]].sum()
+    rank_mean = top_rows["duration_sum_us"] / top_rows["call_count"]
+    skew = (
+        float((rank_mean.max() - rank_mean.min()) / rank_mean.mean())
+        if len(rank_mean) > 1 and rank_mean.mean()
+        else 0.0
+    )
+    classes = pd.read_csv(classes_path)
+    total_us = float(per_rank["duration_sum_us"].sum())
     return {
-        "hccl_total_ms": total / 1e6,
-        "hccl_share_of_wall": total / wall_ns if wall_ns else None,
+        "hccl_total_ms": total_us / 1e3,
+        "hccl_share_of_wall": total_us * 1e3 / wall_ns if wall_ns else None,
         "hccl_top_kind": top,
-        "hccl_top_kind_ms": float(per_kind.iloc[0]) / 1e6,
+        "hccl_top_kind_ms": float(per_kind.iloc[0]) / 1e3,
         "hccl_top_kind_rank_skew_ratio": skew,
+        "hccl_max_rank_skew_ratio": float(classes["rank_skew_ratio"].max()) if len(classes) else None,
     }
+
+
+def _time_split(out_dir: Path) -> dict:
+    """Compute / exposed communication / idle shares of the complete steps' wall, over all ranks."""
+    path = out_dir / schema.STEP_TIME_ACCOUNTING_CSV.file
+    if not path.exists():
+        return {}
+    accounting = pd.read_csv(path)
+    primary = accounting[(accounting["breakdown"] == "primary") & accounting["complete"].astype(bool)]
+    walls = primary.drop_duplicates(["rank_id", "step_ordinal"])["wall_ms"].sum()
+    if not walls:
+        return {}
+    by_category = primary.groupby("category")["ms"].sum()
+    return {
+        "compute_share": float(by_category.get("compute", 0.0)) / walls,
+        "exposed_communication_share": float(by_category.get("communication", 0.0)) / walls,
+        "idle_share": float(by_category.get("idle", 0.0)) / walls,
+    }
+
+
+def _parallel_sizes(out_dir: Path) -> dict:
+    """World / TP / PP / DP / EP / CP sizes the capture recorded (profiler_metadata distributed_args)."""
+    args = (io.read_json_or_empty(out_dir / schema.CAPTURE_INFO).get("common") or {}).get("distributed_args") or {}
+    return {column: args.get(key) for column, key in PARALLEL_SIZES.items() if isinstance(args.get(key), int)}
 
 
 def _steps(out_dir: Path) -> dict:
@@ -194,6 +244,8 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
     row.update(_steps(out_dir))
     row.update(_blocks(out_dir))
     row.update(communication_figures(out_dir))
+    row.update(_time_split(out_dir))
+    row.update(_parallel_sizes(out_dir))
     findings = io.read_json_or_empty(out_dir / schema.DIAGNOSIS_FINDINGS)
     if findings:
         by_type = Counter(f.get("type") for f in findings.get("findings", []))
