@@ -232,3 +232,17 @@ def test_anomaly_tags_carry_their_wording_from_the_rules(tmp_path):
     untagged = steps[steps["anomaly_tags"].fillna("") == ""]
     assert untagged["anomaly_text"].fillna("").eq("").all()
     assert os.path.exists(tmp_path / "out" / schema.CLASS_SIGNATURES)
+
+
+def test_every_python_package_is_in_the_wheel():
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    declared = set(config["package-dir"].values())
+    packages = {
+        str(p.parent.relative_to(REPO))
+        for d in ("pipeline", "workers", "api", "knowledge", "synth", "deploy")
+        for p in (REPO / d).rglob("__init__.py")
+    }
+    assert packages <= declared, packages - declared
+    assert set(config["packages"]) == set(config["package-dir"])
