@@ -159,3 +159,48 @@ def test_the_service_order_of_units_gives_the_local_tables(analyzed, tmp_path):
     finish_root(str(tmp_path), inputs.to_dict(), {}, stages, rank_results)
     for view in schema.SUMMARY_CSVS:
         pd.testing.assert_frame_equal(read(tmp_path, view), read(local, view), obj=view.file)
+
+
+def test_communication_files_split_each_op_and_name_its_group(tmp_path):
+    from conftest import QWEN_TRAINING
+
+    analyze(QWEN_TRAINING, tmp_path / "out", jobs=1, window=StageWindow(to_stage="summarize"))
+    ops = read(tmp_path / "out", schema.COMMUNICATION_SUMMARY_CSV)
+    assert set(ops["rank_id"]) == {0, 1, 2, 3}  # ranks 1 and 3 hold only communication files
+    assert (ops["source"] == "communication_json").all()
+    split = ops["transit_ms"] + ops["wait_ms"] + ops["idle_ms"]
+    assert ((split - ops["elapse_ms"]).abs() < 1e-6).all()  # every op's time adds up
+    metadata = json.loads((QWEN_TRAINING / "rank_0_ascend_pt" / "profiler_metadata.json").read_text())
+    from npuprof.pipeline.summaries.communication import double_hash
+
+    named = {str(double_hash(key)): group["group_name"] for key, group in metadata["parallel_group_info"].items()}
+    mine = ops[ops["rank_id"] == 0]
+    assert set(mine["group_hash"].astype(str)) <= set(named)
+    assert (mine["parallel_role"] != "unknown").all()
+    links = read(tmp_path / "out", schema.COMMUNICATION_LINKS_CSV)
+    assert {"LOCAL", "HCCS"} <= set(links["transport"]) and (links["bandwidth_gbps"] >= 0).all()
+
+
+def test_the_planted_slow_link_has_a_quarter_of_the_bandwidth(analyzed):
+    root, out = analyzed["slow_link"]
+    fault = next(f for f in json.loads((root / "ground_truth.json").read_text())["faults"] if f["kind"] == "slow_link")
+    links = read(out, schema.COMMUNICATION_LINKS_CSV)
+    remote = links[(links["transport"] != "LOCAL") & (links["tier"] != "total")]
+    pair = remote.apply(lambda r: sorted((r["src_local_rank"], r["dst_local_rank"])) == sorted(fault["link"]), axis=1)
+    ratio = remote.loc[~pair, "bandwidth_gbps"].median() / remote.loc[pair, "bandwidth_gbps"].median()
+    assert abs(ratio - fault["factor"]) / fault["factor"] < 0.1, ratio
+
+
+def test_without_communication_files_the_ops_come_from_the_events(tmp_path):
+    from conftest import PYTORCH_DATA, copy_sample
+
+    root = copy_sample(PYTORCH_DATA / "text" / "level1", tmp_path / "root")
+    for path in root.rglob("communication*.json"):
+        path.unlink()
+    result = analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="summarize"))
+    ops = read(tmp_path / "out", schema.COMMUNICATION_SUMMARY_CSV)
+    events = pd.read_parquet(tmp_path / "out" / schema.NORMALIZED_EVENTS, columns=["op_type"])
+    assert len(ops) == events["op_type"].isin(["communication", "mix_comm_aiv"]).sum()
+    assert (ops["source"] == "events").all() and ops["transit_ms"].isna().all()
+    if len(ops):
+        assert any("no communication.json" in text for text in result["summarize"]["limitations"])

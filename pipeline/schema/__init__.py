@@ -47,6 +47,10 @@ from npuprof.pipeline.schema.events import (
 from npuprof.pipeline.schema.segments import LAYER_SEGMENTS, STEP_SEGMENTS, WINDOW_EVIDENCE
 from npuprof.pipeline.schema.summaries import (
     COMMUNICATION_EVENTS,
+    COMMUNICATION_LINKS,
+    COMMUNICATION_LINKS_CSV,
+    COMMUNICATION_OPS,
+    COMMUNICATION_SUMMARY_CSV,
     HCCL_CLASS_SUMMARY,
     HCCL_CLASS_SUMMARY_CSV,
     HCCL_OP_SUMMARY,
@@ -59,6 +63,7 @@ from npuprof.pipeline.schema.summaries import (
     RANK_SUMMARY_CSV,
     STEP_TIME_ACCOUNTING,
     STEP_TIME_ACCOUNTING_CSV,
+    TRANSPORTS,
 )
 from npuprof.pipeline.schema.table import RANK_PARTITION_KEY, CsvView, Table, as_path, join_view, stage_manifest_name
 
@@ -73,6 +78,8 @@ TABLES: tuple[Table, ...] = (
     OPERATOR_SUMMARY,
     STEP_TIME_ACCOUNTING,
     COMMUNICATION_EVENTS,
+    COMMUNICATION_OPS,
+    COMMUNICATION_LINKS,
 )
 # classify's views of its per-rank tables
 CSV_VIEWS: tuple[CsvView, ...] = (STEP_SUMMARY, LAYER_SUMMARY, BLOCK_SUMMARY, STEP_ANATOMY_CSV)
@@ -84,6 +91,8 @@ SUMMARY_CSVS: tuple[CsvView, ...] = (
     HCCL_CLASS_SUMMARY_CSV,
     STEP_TIME_ACCOUNTING_CSV,
     RANK_SUMMARY_CSV,
+    COMMUNICATION_SUMMARY_CSV,
+    COMMUNICATION_LINKS_CSV,
 )
 
 # What `npuprof fetch --root` copies of one root (those that exist).
@@ -97,6 +106,11 @@ FETCHABLE: tuple[str, ...] = (
 )
 
 __all__ = [
+    "COMMUNICATION_LINKS",
+    "COMMUNICATION_LINKS_CSV",
+    "COMMUNICATION_OPS",
+    "COMMUNICATION_SUMMARY_CSV",
+    "TRANSPORTS",
     "COMMUNICATION_EVENTS",
     "HCCL_CLASS_SUMMARY",
     "HCCL_CLASS_SUMMARY_CSV",

@@ -62,6 +62,55 @@ COMMUNICATION_EVENTS = Table(
     ),
 )
 
+TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
+
+COMMUNICATION_OPS = Table(
+    "communication_ops",
+    pa.schema(
+        [
+            ("step_id", pa.int64()),
+            ("op_scope", pa.string()),  # collective | p2p
+            ("op_name", pa.string()),  # hcom_<op>__<hash3>_<seq>_1: the same on every rank of the group
+            ("group_hash", pa.string()),  # double_hash of the group key (communication.json "@" suffix)
+            ("parallel_role", pa.string()),
+            ("source", pa.string()),  # communication_json | events (no communication.json for the rank)
+            ("start_us", pa.float64()),
+            ("elapse_ms", pa.float64()),  # = transit + wait + idle
+            ("transit_ms", pa.float64()),
+            ("wait_ms", pa.float64()),
+            ("synchronization_ms", pa.float64()),
+            ("idle_ms", pa.float64()),
+            *[
+                (f"{transport.lower()}_{what}", pa.float64())
+                for transport in TRANSPORTS
+                for what in ("size_mb", "time_ms", "bandwidth_gbps")
+            ],
+            ("packet_sizes_mb", pa.string()),  # "<size>x<count>;..." of the busiest transport
+        ]
+    ),
+)
+
+COMMUNICATION_LINKS = Table(
+    "communication_links",
+    pa.schema(
+        [
+            ("step_id", pa.int64()),
+            ("op_scope", pa.string()),
+            ("op_kind", pa.string()),  # allreduce | reduce | batchsendrecv | ...
+            ("tier", pa.string()),  # top1 (fastest) | middle | bottom1..3 (slowest) | total
+            ("group_hash", pa.string()),
+            ("parallel_role", pa.string()),
+            ("src_local_rank", pa.int64()),  # ranks within the group
+            ("dst_local_rank", pa.int64()),
+            ("transport", pa.string()),  # LOCAL | HCCS | SDMA | RDMA | PCIE | SIO
+            ("size_mb", pa.float64()),
+            ("time_ms", pa.float64()),
+            ("bandwidth_gbps", pa.float64()),
+            ("op_name", pa.string()),
+        ]
+    ),
+)
+
 OPERATOR_CLASS_SUMMARY = Table(
     "operator_class_summary",
     pa.schema(
@@ -185,3 +234,5 @@ OPERATOR_CLASS_SUMMARY_CSV = CsvView("operator_class_summary.csv", (OPERATOR_CLA
 HCCL_OP_SUMMARY_CSV = CsvView("hccl_op_summary.csv", (HCCL_OP_SUMMARY,), ())
 HCCL_CLASS_SUMMARY_CSV = CsvView("hccl_class_summary.csv", (HCCL_CLASS_SUMMARY,), ())
 RANK_SUMMARY_CSV = CsvView("rank_summary.csv", (RANK_SUMMARY,), ())
+COMMUNICATION_SUMMARY_CSV = CsvView("communication_summary.csv", (COMMUNICATION_OPS,), ("rank_id",))
+COMMUNICATION_LINKS_CSV = CsvView("communication_links.csv", (COMMUNICATION_LINKS,), ("rank_id",))

@@ -50,6 +50,8 @@ STAGES: tuple[Stage, ...] = (
             schema.OPERATOR_SUMMARY,
             schema.STEP_TIME_ACCOUNTING,
             schema.COMMUNICATION_EVENTS,
+            schema.COMMUNICATION_OPS,
+            schema.COMMUNICATION_LINKS,
             *schema.SUMMARY_CSVS,
         ),
         map_rank=summarize.map_rank,

@@ -23,6 +23,7 @@ from npuprof.pipeline.summaries.bound import bound_labels
 from npuprof.pipeline.summaries.communication import (
     COMMUNICATION_OP_TYPES,
     communication_kinds,
+    communication_ops,
     hccl_class_summary,
     hccl_op_summary,
     parallel_roles,
@@ -90,8 +91,13 @@ def map_rank(ctx: RankContext) -> StageResult:
         wait_us=comm["wait_ns"].fillna(0) / 1000.0,
         comm_aiv_fused=comm["op_type"] == "mix_comm_aiv",
     )[list(schema.COMMUNICATION_EVENTS.columns)]
+    step_ids = steps.set_index("step_ordinal")["step_id"]
+    ops, links, comm_source = communication_ops(
+        ctx.rank.supplemental, comm, step_ids, rank_info.get("parallel_group_info")
+    )
     manifest = {
         "rank_id": ctx.rank.rank_id,
+        "communication_source": comm_source if len(comm) or len(ops) else None,
         "event_count": int(len(events)),
         "operator_count": int(len(operators)),
         "pipeline_event_count": int(events["pipeline_signal"].sum()) if len(events) else 0,
@@ -104,6 +110,8 @@ def map_rank(ctx: RankContext) -> StageResult:
             schema.OPERATOR_SUMMARY: operators,
             schema.STEP_TIME_ACCOUNTING: accounting,
             schema.COMMUNICATION_EVENTS: comm_rows,
+            schema.COMMUNICATION_OPS: ops,
+            schema.COMMUNICATION_LINKS: links,
         },
         manifest=manifest,
     )
@@ -126,6 +134,12 @@ def reduce_root(ctx: RootContext) -> StageResult:
         schema.HCCL_OP_SUMMARY_CSV: _conformed(schema.HCCL_OP_SUMMARY, hccl_ops),
         schema.HCCL_CLASS_SUMMARY_CSV: _conformed(schema.HCCL_CLASS_SUMMARY, hccl_classes),
         schema.RANK_SUMMARY_CSV: _conformed(schema.RANK_SUMMARY, ranks),
+        schema.COMMUNICATION_SUMMARY_CSV: schema.join_view(
+            schema.COMMUNICATION_SUMMARY_CSV, [ctx.read_frame(schema.COMMUNICATION_OPS)]
+        ),
+        schema.COMMUNICATION_LINKS_CSV: schema.join_view(
+            schema.COMMUNICATION_LINKS_CSV, [ctx.read_frame(schema.COMMUNICATION_LINKS)]
+        ),
     }
     rank_manifests = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
     events = sum(m["event_count"] for m in rank_manifests)
@@ -133,6 +147,12 @@ def reduce_root(ctx: RootContext) -> StageResult:
     limitations = []
     if not all(m["communication_groups_known"] for m in rank_manifests if m["communication_event_count"]):
         limitations.append("some ranks have no parallel_group_info: their communication roles are unknown")
+    from_events = [m["rank_id"] for m in rank_manifests if m.get("communication_source") == "events"]
+    if from_events:
+        limitations.append(
+            f"ranks {from_events} have no communication.json: their communication ops come from the events "
+            "alone (no transit / wait split, no bandwidth)"
+        )
     if events and not with_pipeline:
         limitations.append("no PMU (pipeline) data: compute is not split by bound family (unknown)")
     manifest = {
@@ -146,6 +166,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "inputs": {
             "operators": "normalized_events (kernel_details.csv / profiler db)",
             "communication": "normalized_events communication ops; roles from profiler_metadata parallel_group_info",
+            schema.COMMUNICATION_OPS.name: "communication.json per rank (else the events)",
+            schema.COMMUNICATION_LINKS.name: "communication_matrix.json per rank",
             "time_accounting": "normalized_events in segment's steps; anatomy windows from layer_segments",
         },
         "limitations": limitations,

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline import schema
 from npuprof.pipeline.signatures import fold
+from npuprof.pipeline.sources.communication_files import read_communication_json, read_communication_matrix
 
 COMMUNICATION_OP_TYPES = ("communication", "mix_comm_aiv")
 
@@ -36,16 +38,23 @@ def double_hash(text: str) -> int:
     return (h1 << 32) | h2
 
 
+def _role_of(group: object) -> str:
+    rules = knowledge.load("summary_rules")
+    name = group.get("group_name") if isinstance(group, dict) else None
+    return rules["parallel_roles"].get(str(name), rules["parallel_role_unknown"])
+
+
+def role_by_group_hash(parallel_group_info: dict | None) -> dict[str, str]:
+    """{double_hash(group key) as text: parallel role}: how communication files name groups."""
+    return {str(double_hash(str(key))): _role_of(group) for key, group in (parallel_group_info or {}).items()}
+
+
 def role_by_group_suffix(parallel_group_info: dict | None) -> dict[str, str]:
     """{last 3 digits of a group's hash: its parallel role}; a suffix two groups share is left out
     (it cannot tell them apart)."""
-    rules = knowledge.load("summary_rules")
     found: dict[str, set[str]] = {}
-    for key, group in (parallel_group_info or {}).items():
-        if not isinstance(group, dict):
-            continue
-        role = rules["parallel_roles"].get(str(group.get("group_name")), rules["parallel_role_unknown"])
-        found.setdefault(str(double_hash(str(key)))[-3:], set()).add(role)
+    for group_hash, role in role_by_group_hash(parallel_group_info).items():
+        found.setdefault(group_hash[-3:], set()).add(role)
     return {suffix: roles.pop() for suffix, roles in found.items() if len(roles) == 1}
 
 
@@ -109,3 +118,35 @@ def hccl_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
     longest = frame.loc[grouped["rank_avg"].idxmax(), keys + ["rank_id"]].rename(columns={"rank_id": "max_avg_rank"})
     shortest = frame.loc[grouped["rank_avg"].idxmin(), keys + ["rank_id"]].rename(columns={"rank_id": "min_avg_rank"})
     return table.merge(longest, on=keys, how="left").merge(shortest, on=keys, how="left")
+
+
+def communication_ops(
+    files: dict[str, str], comm_events: pd.DataFrame, step_ids: pd.Series, parallel_group_info: dict | None
+) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(ops, links, source) of one rank: from its communication.json / communication_matrix.json,
+    or, without them, the ops from its communication events (transit / wait unknown)."""
+    rules = knowledge.load("summary_rules")
+    roles = role_by_group_hash(parallel_group_info)
+    unknown = rules["parallel_role_unknown"]
+    links = pd.DataFrame()
+    if "communication_matrix_json" in files:
+        links = read_communication_matrix(files["communication_matrix_json"])
+        links["parallel_role"] = links["group_hash"].map(lambda h: roles.get(h, unknown))
+    if "communication_json" in files:
+        ops = read_communication_json(files["communication_json"])
+        ops["parallel_role"] = ops["group_hash"].map(lambda h: roles.get(h, unknown))
+        ops["source"] = "communication_json"
+        return ops, links, "communication_json"
+    ops = pd.DataFrame(
+        {
+            "step_id": step_ids.reindex(comm_events["step_ordinal"]).to_numpy(),
+            "op_scope": np.where(comm_events["kind"] == "send_recv", "p2p", "collective"),
+            "op_name": comm_events["name"].to_numpy(),
+            "group_hash": None,
+            "parallel_role": comm_events["parallel_role"].to_numpy(),
+            "source": "events",
+            "start_us": comm_events["start_ns"].to_numpy() / 1000.0,
+            "elapse_ms": comm_events["duration_ns"].to_numpy() / 1e6,
+        }
+    )
+    return ops.reindex(columns=list(schema.COMMUNICATION_OPS.columns)), links, "events"  # no split: null
