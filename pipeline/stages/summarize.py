@@ -19,7 +19,6 @@ from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.sources.capture_info import rank_capture_info
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.summaries.accounting import step_time_accounting
-from npuprof.pipeline.summaries.bound import bound_labels
 from npuprof.pipeline.summaries.communication import (
     COMMUNICATION_OP_TYPES,
     communication_kinds,
@@ -49,17 +48,26 @@ SUMMARIZE_INPUT_COLUMNS = [
 
 
 def _labelled_events(ctx: RankContext, group_info: dict | None) -> pd.DataFrame:
-    """The rank's events in device order with their bound family, and kind and role when they communicate."""
+    """The rank's events in device order with kind and role when they communicate."""
     table = ordered_events(ctx, SUMMARIZE_INPUT_COLUMNS)
     events = table.drop_columns(["categories", "roles"]).to_pandas()
     for column in ("categories", "roles"):
         events[column] = pc.fill_null(pc.binary_join(table.column(column), "|"), "").to_pandas()
-    events = pd.concat([events, bound_labels(events["op_type"], events[list(PIPELINE_FIELDS)])], axis=1)
     events["is_comm"] = events["op_type"].isin(COMMUNICATION_OP_TYPES)
     identity = events["type"].fillna(events["name"])
     events["kind"] = np.where(events["is_comm"], communication_kinds(identity), None)
     events["parallel_role"] = np.where(events["is_comm"], parallel_roles(events["name"], group_info), None)
     return events
+
+
+def _operator_family(events: pd.DataFrame, operators: pd.DataFrame) -> np.ndarray:
+    """Each event's bound family: that of its operator (the kernel's pipeline time summed over its calls)."""
+    if not len(events):
+        return np.array([], dtype=object)
+    keys = ["name", "type", "op_type"]
+    left = events[keys].fillna({"type": ""})
+    right = operators[[*keys, "bound_family"]].fillna({"type": ""})
+    return left.merge(right, on=keys, how="left")["bound_family"].to_numpy(object)
 
 
 def _step_of_events(event_count: int, steps: pd.DataFrame) -> np.ndarray:
@@ -84,6 +92,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     spans = layers.groupby("step_ordinal").agg(main_start_ns=("start_ns", "min"), main_end_ns=("end_ns", "max"))
     events["step_ordinal"] = _step_of_events(len(events), steps)
     operators = operator_summary(events) if len(events) else pd.DataFrame()
+    events["bound_family"] = _operator_family(events, operators)
     accounting = step_time_accounting(events, steps, spans.reset_index()) if len(steps) else pd.DataFrame()
     comm = events[events["is_comm"]]
     comm_rows = comm.assign(
@@ -100,7 +109,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         "communication_source": comm_source if len(comm) or len(ops) else None,
         "event_count": int(len(events)),
         "operator_count": int(len(operators)),
-        "pipeline_event_count": int(events["pipeline_signal"].sum()) if len(events) else 0,
+        "pipeline_event_count": int(events[list(PIPELINE_FIELDS)].notna().any(axis=1).sum()),
         "communication_event_count": int(len(comm)),
         "communication_roles": {str(k): int(v) for k, v in comm["parallel_role"].value_counts().items()},
         "communication_groups_known": bool(rank_info.get("parallel_group_info")),

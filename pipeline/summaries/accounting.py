@@ -77,8 +77,9 @@ def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans:
     rows: list[tuple[str, str, str, np.ndarray]] = []
 
     def split(breakdown: str, category: str, column: str, selector: np.ndarray, where: np.ndarray, total) -> None:
-        labels = inside[column].to_numpy(object)
-        values = {label: deltas(selector & (labels == label)) for label in pd.unique(labels[selector])}
+        codes, labels = pd.factorize(inside[column])  # int codes: one compare per label, not per string
+        present = np.unique(codes[selector])
+        values = {labels[k] if k >= 0 else None: deltas(selector & (codes == k)) for k in present}
         for label, per_stretch in _shares(values, length, total, where).items():
             rows.append((breakdown, category, str(label), per_stretch))
 
@@ -100,26 +101,22 @@ def _per_step(rows, stretch_step: np.ndarray, steps: pd.DataFrame) -> pd.DataFra
     ordinals = steps["step_ordinal"].to_numpy(np.int64)
     position = np.searchsorted(ordinals, stretch_step)
     wall_ms = (steps["end_ns"] - steps["start_ns"]).to_numpy(float) / 1e6
-    frames = []
-    for breakdown, category, component, per_stretch in rows:
-        ns = np.bincount(position, weights=per_stretch, minlength=len(ordinals))
-        frames.append(
-            pd.DataFrame(
-                {
-                    "step_ordinal": ordinals,
-                    "step_id": steps["step_id"].to_numpy(),
-                    "complete": steps["complete"].to_numpy(bool),
-                    "wall_ms": wall_ms,
-                    "breakdown": breakdown,
-                    "category": category,
-                    "component": component,
-                    "ms": ns / 1e6,
-                }
-            )
-        )
-    if not frames:
+    if not rows:
         return pd.DataFrame()
-    table = pd.concat(frames, ignore_index=True)
+    count = len(ordinals)
+    per_step = [np.bincount(position, weights=w, minlength=count) for *_, w in rows]
+    table = pd.DataFrame(
+        {
+            "step_ordinal": np.tile(ordinals, len(rows)),
+            "step_id": np.tile(steps["step_id"].to_numpy(), len(rows)),
+            "complete": np.tile(steps["complete"].to_numpy(bool), len(rows)),
+            "wall_ms": np.tile(wall_ms, len(rows)),
+            "breakdown": np.repeat([r[0] for r in rows], count),
+            "category": np.repeat([r[1] for r in rows], count),
+            "component": np.repeat([r[2] for r in rows], count),
+            "ms": np.concatenate(per_step) / 1e6,
+        }
+    )
     table = table[(table["ms"] > 0) | (table["category"] == "idle")]
     table["share"] = np.where(table["wall_ms"] > 0, table["ms"] / table["wall_ms"].where(table["wall_ms"] > 0, 1), 0.0)
     return table.sort_values(["step_ordinal"], kind="stable").reset_index(drop=True)
