@@ -55,6 +55,14 @@ def json_text(payload: Any, indent: int | None = None) -> str:
     return text
 
 
+def text_of_path(path: str | Path | None) -> str | None:
+    """A path as UTF-8 text for tables: bytes that are not UTF-8 shown as ``\\xff`` escapes (the
+    exact path stays resolvable through source_index.json, which keeps it)."""
+    if path is None:
+        return None
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def write_json(target: Path, payload: Any) -> Path:
     """Write ``payload`` as indented UTF-8 JSON, atomically."""
     text = json_text(payload, indent=2)

@@ -204,3 +204,33 @@ def test_without_communication_files_the_ops_come_from_the_events(tmp_path):
     assert (ops["source"] == "events").all() and ops["transit_ms"].isna().all()
     if len(ops):
         assert any("no communication.json" in text for text in result["summarize"]["limitations"])
+
+
+def test_every_bubble_window_resolves_to_its_rows_and_kernels(analyzed):
+    root, out = analyzed["host_bubble"]
+    fault = next(
+        f for f in json.loads((root / "ground_truth.json").read_text())["faults"] if f["kind"] == "host_bubble"
+    )
+    index = read(out, schema.EVIDENCE_INDEX_CSV).set_index("evidence_id")
+    windows = [json.loads(line) for line in (out / schema.BUBBLE_WINDOWS_JSONL).read_text().splitlines()]
+    assert windows and index.index.is_unique
+    events = pd.read_parquet(
+        out / schema.NORMALIZED_EVENTS, columns=["rank_id", "row_idx", "start_ns", "end_ns", "name"]
+    )
+    by_row = events.set_index(["rank_id", "row_idx"])
+    for window in windows:
+        entry = index.loc[window["evidence_id"]]  # every id resolves
+        assert entry["kind"] == "bubble_window" and Path(entry["source_path"]).is_file()
+        before = by_row.loc[(window["rank_id"], window["before_event"]["row_idx"])]
+        after = by_row.loc[(window["rank_id"], window["after_event"]["row_idx"])]
+        assert before["end_ns"] / 1000 == pytest.approx(window["start_us"], abs=1e-3)  # the kernel that went idle
+        assert after["start_ns"] / 1000 == pytest.approx(window["end_us"], abs=1e-3)  # the one that resumed
+        assert window["duration_us"] >= 50 and window["soft_attribution"] is None
+    planted = [
+        w
+        for w in windows
+        if w["rank_id"] in fault["ranks"] and w["step_id"] in fault["step_ids"] and w["kind"] == "internal"
+    ]
+    assert sorted({w["step_id"] for w in planted if w["duration_us"] >= fault["gap_us"]}) == fault["step_ids"]
+    steps = index[index["kind"] == "step_window"]
+    assert len(steps) == len(read(out, schema.STEP_SUMMARY))

@@ -11,9 +11,11 @@ from __future__ import annotations
 from npuprof.pipeline.schema.anatomy import STEP_ANATOMY, STEP_ANATOMY_CSV
 from npuprof.pipeline.schema.artifacts import (
     ANALYSIS_SUMMARY,
+    BUBBLE_WINDOWS_JSONL,
     CAPTURE_INFO,
     CLASS_SIGNATURES,
     DIAGNOSIS_FINDINGS,
+    EVIDENCE_DIR,
     FAILURE_JSON,
     REPORT_DIR,
     REPORT_MD,
@@ -46,11 +48,14 @@ from npuprof.pipeline.schema.events import (
 )
 from npuprof.pipeline.schema.segments import LAYER_SEGMENTS, STEP_SEGMENTS, WINDOW_EVIDENCE
 from npuprof.pipeline.schema.summaries import (
+    BUBBLE_WINDOWS,
     COMMUNICATION_EVENTS,
     COMMUNICATION_LINKS,
     COMMUNICATION_LINKS_CSV,
     COMMUNICATION_OPS,
     COMMUNICATION_SUMMARY_CSV,
+    EVIDENCE_INDEX,
+    EVIDENCE_INDEX_CSV,
     HCCL_CLASS_SUMMARY,
     HCCL_CLASS_SUMMARY_CSV,
     HCCL_OP_SUMMARY,
@@ -80,6 +85,8 @@ TABLES: tuple[Table, ...] = (
     COMMUNICATION_EVENTS,
     COMMUNICATION_OPS,
     COMMUNICATION_LINKS,
+    BUBBLE_WINDOWS,
+    EVIDENCE_INDEX,
 )
 # classify's views of its per-rank tables
 CSV_VIEWS: tuple[CsvView, ...] = (STEP_SUMMARY, LAYER_SUMMARY, BLOCK_SUMMARY, STEP_ANATOMY_CSV)
@@ -93,6 +100,7 @@ SUMMARY_CSVS: tuple[CsvView, ...] = (
     RANK_SUMMARY_CSV,
     COMMUNICATION_SUMMARY_CSV,
     COMMUNICATION_LINKS_CSV,
+    EVIDENCE_INDEX_CSV,
 )
 
 # What `npuprof fetch --root` copies of one root (those that exist).
@@ -106,6 +114,11 @@ FETCHABLE: tuple[str, ...] = (
 )
 
 __all__ = [
+    "BUBBLE_WINDOWS",
+    "BUBBLE_WINDOWS_JSONL",
+    "EVIDENCE_DIR",
+    "EVIDENCE_INDEX",
+    "EVIDENCE_INDEX_CSV",
     "COMMUNICATION_LINKS",
     "COMMUNICATION_LINKS_CSV",
     "COMMUNICATION_OPS",

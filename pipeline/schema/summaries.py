@@ -111,6 +111,44 @@ COMMUNICATION_LINKS = Table(
     ),
 )
 
+BUBBLE_WINDOWS = Table(
+    "bubble_windows",
+    pa.schema(
+        [
+            ("evidence_id", pa.string()),  # r<rank>.step<ordinal>.bubble<k>
+            ("step_ordinal", pa.int64()),
+            ("step_id", pa.int64()),
+            ("kind", pa.string()),  # prelaunch | internal | tail (the anatomy window it sits in)
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("duration_us", pa.float64()),
+            ("before_name", pa.string()),  # the kernel that ended when the device went idle
+            ("before_row", pa.int64()),
+            ("after_name", pa.string()),  # the kernel that started when it resumed
+            ("after_row", pa.int64()),
+            ("source_id", pa.string()),
+        ]
+    ),
+)
+
+EVIDENCE_INDEX = Table(
+    "evidence_index",
+    pa.schema(
+        [
+            ("evidence_id", pa.string()),
+            ("kind", pa.string()),  # step_window | bubble_window
+            ("step_ordinal", pa.int64()),
+            ("row_start", pa.int64()),  # source rows of the rank's kernel source
+            ("row_end", pa.int64()),
+            ("start_us", pa.float64()),
+            ("end_us", pa.float64()),
+            ("source_id", pa.string()),
+            ("source_path", pa.string()),
+            ("summary", pa.string()),
+        ]
+    ),
+)
+
 OPERATOR_CLASS_SUMMARY = Table(
     "operator_class_summary",
     pa.schema(
@@ -234,5 +272,6 @@ OPERATOR_CLASS_SUMMARY_CSV = CsvView("operator_class_summary.csv", (OPERATOR_CLA
 HCCL_OP_SUMMARY_CSV = CsvView("hccl_op_summary.csv", (HCCL_OP_SUMMARY,), ())
 HCCL_CLASS_SUMMARY_CSV = CsvView("hccl_class_summary.csv", (HCCL_CLASS_SUMMARY,), ())
 RANK_SUMMARY_CSV = CsvView("rank_summary.csv", (RANK_SUMMARY,), ())
+EVIDENCE_INDEX_CSV = CsvView("evidence_index.csv", (EVIDENCE_INDEX,), ("rank_id",))
 COMMUNICATION_SUMMARY_CSV = CsvView("communication_summary.csv", (COMMUNICATION_OPS,), ("rank_id",))
 COMMUNICATION_LINKS_CSV = CsvView("communication_links.csv", (COMMUNICATION_LINKS,), ("rank_id",))

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
+from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
@@ -27,6 +28,7 @@ from npuprof.pipeline.summaries.communication import (
     hccl_op_summary,
     parallel_roles,
 )
+from npuprof.pipeline.summaries.evidence import bubble_windows, bubble_windows_jsonl, evidence_index
 from npuprof.pipeline.summaries.operators import operator_class_summary, operator_summary
 from npuprof.pipeline.summaries.ranks import rank_summary
 
@@ -43,6 +45,7 @@ SUMMARIZE_INPUT_COLUMNS = [
     "categories",
     "roles",
     "primary_category",
+    "source_id",
     *PIPELINE_FIELDS,
 ]
 
@@ -93,17 +96,12 @@ def map_rank(ctx: RankContext) -> StageResult:
     events["step_ordinal"] = _step_of_events(len(events), steps)
     operators = operator_summary(events) if len(events) else pd.DataFrame()
     events["bound_family"] = _operator_family(events, operators)
-    accounting = step_time_accounting(events, steps, spans.reset_index()) if len(steps) else pd.DataFrame()
-    comm = events[events["is_comm"]]
-    comm_rows = comm.assign(
-        duration_us=comm["duration_ns"] / 1000.0,
-        wait_us=comm["wait_ns"].fillna(0) / 1000.0,
-        comm_aiv_fused=comm["op_type"] == "mix_comm_aiv",
-    )[list(schema.COMMUNICATION_EVENTS.columns)]
-    step_ids = steps.set_index("step_ordinal")["step_id"]
-    ops, links, comm_source = communication_ops(
-        ctx.rank.supplemental, comm, step_ids, rank_info.get("parallel_group_info")
-    )
+    accounting, idle_gaps = step_time_accounting(events, steps, spans.reset_index()) if len(steps) else (None, None)
+    min_ns = int(knowledge.load("diagnosis_rules")["bubble_min_us"] * 1000)
+    bubbles = bubble_windows(ctx.rank.rank_id, events, idle_gaps, steps, min_ns) if len(steps) else pd.DataFrame()
+    source_id = events["source_id"].iloc[0] if len(events) else None
+    evidence = evidence_index(ctx.rank, steps, bubbles, source_id) if len(steps) else pd.DataFrame()
+    comm, comm_rows, ops, links, comm_source = _communication(ctx, events, steps, rank_info)
     manifest = {
         "rank_id": ctx.rank.rank_id,
         "communication_source": comm_source if len(comm) or len(ops) else None,
@@ -113,17 +111,31 @@ def map_rank(ctx: RankContext) -> StageResult:
         "communication_event_count": int(len(comm)),
         "communication_roles": {str(k): int(v) for k, v in comm["parallel_role"].value_counts().items()},
         "communication_groups_known": bool(rank_info.get("parallel_group_info")),
+        "bubble_window_count": int(len(bubbles)),
     }
-    return StageResult(
-        tables={
-            schema.OPERATOR_SUMMARY: operators,
-            schema.STEP_TIME_ACCOUNTING: accounting,
-            schema.COMMUNICATION_EVENTS: comm_rows,
-            schema.COMMUNICATION_OPS: ops,
-            schema.COMMUNICATION_LINKS: links,
-        },
-        manifest=manifest,
-    )
+    tables = {
+        schema.OPERATOR_SUMMARY: operators,
+        schema.STEP_TIME_ACCOUNTING: accounting if accounting is not None else pd.DataFrame(),
+        schema.COMMUNICATION_EVENTS: comm_rows,
+        schema.COMMUNICATION_OPS: ops,
+        schema.COMMUNICATION_LINKS: links,
+        schema.BUBBLE_WINDOWS: bubbles,
+        schema.EVIDENCE_INDEX: evidence,
+    }
+    return StageResult(tables=tables, manifest=manifest)
+
+
+def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, rank_info: dict):
+    """(communication events, their table rows, ops, links, where the ops came from) of one rank."""
+    comm = events[events["is_comm"]]
+    comm_rows = comm.assign(
+        duration_us=comm["duration_ns"] / 1000.0,
+        wait_us=comm["wait_ns"].fillna(0) / 1000.0,
+        comm_aiv_fused=comm["op_type"] == "mix_comm_aiv",
+    )[list(schema.COMMUNICATION_EVENTS.columns)]
+    step_ids = steps.set_index("step_ordinal")["step_id"]
+    ops, links, source = communication_ops(ctx.rank.supplemental, comm, step_ids, rank_info.get("parallel_group_info"))
+    return comm, comm_rows, ops, links, source
 
 
 def reduce_root(ctx: RootContext) -> StageResult:
@@ -149,8 +161,18 @@ def reduce_root(ctx: RootContext) -> StageResult:
         schema.COMMUNICATION_LINKS_CSV: schema.join_view(
             schema.COMMUNICATION_LINKS_CSV, [ctx.read_frame(schema.COMMUNICATION_LINKS)]
         ),
+        schema.EVIDENCE_INDEX_CSV: schema.join_view(schema.EVIDENCE_INDEX_CSV, [ctx.read_frame(schema.EVIDENCE_INDEX)]),
     }
-    rank_manifests = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
+    bubbles = ctx.read_frame(schema.BUBBLE_WINDOWS).sort_values(["rank_id", "start_ns"], kind="stable")
+    manifest = _root_manifest(sorted(ctx.rank_manifests, key=lambda m: m["rank_id"]), len(operator_classes))
+    manifest["bubble_window_count"] = int(len(bubbles))
+    return StageResult(
+        csv_views=views, rendered={schema.BUBBLE_WINDOWS_JSONL: bubble_windows_jsonl(bubbles)}, manifest=manifest
+    )
+
+
+def _root_manifest(rank_manifests: list[dict], operator_class_count: int) -> dict:
+    """summarize's manifest: coverage, which inputs each table used, and what the data could not say."""
     events = sum(m["event_count"] for m in rank_manifests)
     with_pipeline = sum(m["pipeline_event_count"] for m in rank_manifests)
     limitations = []
@@ -164,10 +186,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
         )
     if events and not with_pipeline:
         limitations.append("no PMU (pipeline) data: compute is not split by bound family (unknown)")
-    manifest = {
+    return {
         "rank_count": len(rank_manifests),
         "event_count": events,
-        "operator_class_count": int(len(operator_classes)),
+        "operator_class_count": int(operator_class_count),
         "pipeline_coverage": {
             "events_with_pipeline": with_pipeline,
             "event_share": with_pipeline / events if events else None,
@@ -178,11 +200,11 @@ def reduce_root(ctx: RootContext) -> StageResult:
             schema.COMMUNICATION_OPS.name: "communication.json per rank (else the events)",
             schema.COMMUNICATION_LINKS.name: "communication_matrix.json per rank",
             "time_accounting": "normalized_events in segment's steps; anatomy windows from layer_segments",
+            schema.BUBBLE_WINDOWS.name: "idle gaps of the time accounting, at least bubble_min_us long",
         },
         "limitations": limitations,
         "rank_summaries": rank_manifests,
     }
-    return StageResult(csv_views=views, manifest=manifest)
 
 
 def _conformed(table: schema.Table, frame: pd.DataFrame) -> pd.DataFrame:
