@@ -234,3 +234,30 @@ def test_every_bubble_window_resolves_to_its_rows_and_kernels(analyzed):
     assert sorted({w["step_id"] for w in planted if w["duration_us"] >= fault["gap_us"]}) == fault["step_ids"]
     steps = index[index["kind"] == "step_window"]
     assert len(steps) == len(read(out, schema.STEP_SUMMARY))
+
+
+@pytest.mark.parametrize("name", ["clean", "ep_imbalance", "mixed", "pipeline_parallel"])
+def test_class_summaries_cover_every_member(analyzed, name):
+    _, out = analyzed[name]
+    blocks, layers = read(out, schema.BLOCK_SUMMARY), read(out, schema.LAYER_SUMMARY)
+    steps = read(out, schema.STEP_SUMMARY)
+    block_classes = read(out, schema.BLOCK_CLASS_SUMMARY_CSV)
+    assert block_classes["member_count"].sum() == len(blocks)
+    assert block_classes["wall_ms_sum"].sum() == pytest.approx(blocks["wall_ms"].sum())
+    assert block_classes["top_ops"].notna().all() and (block_classes["comm_share_mean"].between(0, 1)).all()
+    layer_classes = read(out, schema.LAYER_CLASS_SUMMARY_CSV)
+    assert layer_classes["member_count"].sum() == len(layers)
+    for shares in layer_classes["block_kind_wall_share_mean"]:
+        total = sum(float(item.split("=")[1]) for item in shares.split(";"))
+        assert 0.9 <= total <= 1.05, shares  # the blocks partition the layer (gaps between them aside)
+    step_classes = read(out, schema.STEP_CLASS_SUMMARY_CSV)
+    assert step_classes["member_count"].sum() == len(steps)
+    assert (step_classes["main_ms_mean"] <= step_classes["wall_ms_mean"] + 1e-9).all()
+
+
+def test_the_moe_block_names_its_expert_kernels(analyzed):
+    _, out = analyzed["ep_imbalance"]
+    block_classes = read(out, schema.BLOCK_CLASS_SUMMARY_CSV)
+    moe = block_classes[block_classes["block_kind"] == "moe"]
+    assert len(moe) and moe["top_ops"].str.contains("GroupedMatmul").all()
+    assert (moe["comm_ms_mean"] > 0).all()  # dispatch / combine run inside the MoE block

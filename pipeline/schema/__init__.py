@@ -48,6 +48,9 @@ from npuprof.pipeline.schema.events import (
 )
 from npuprof.pipeline.schema.segments import LAYER_SEGMENTS, STEP_SEGMENTS, WINDOW_EVIDENCE
 from npuprof.pipeline.schema.summaries import (
+    BLOCK_CLASS_OPS,
+    BLOCK_CLASS_SUMMARY,
+    BLOCK_CLASS_SUMMARY_CSV,
     BUBBLE_WINDOWS,
     COMMUNICATION_EVENTS,
     COMMUNICATION_LINKS,
@@ -60,12 +63,16 @@ from npuprof.pipeline.schema.summaries import (
     HCCL_CLASS_SUMMARY_CSV,
     HCCL_OP_SUMMARY,
     HCCL_OP_SUMMARY_CSV,
+    LAYER_CLASS_SUMMARY,
+    LAYER_CLASS_SUMMARY_CSV,
     OPERATOR_CLASS_SUMMARY,
     OPERATOR_CLASS_SUMMARY_CSV,
     OPERATOR_SUMMARY,
     OPERATOR_SUMMARY_CSV,
     RANK_SUMMARY,
     RANK_SUMMARY_CSV,
+    STEP_CLASS_SUMMARY,
+    STEP_CLASS_SUMMARY_CSV,
     STEP_TIME_ACCOUNTING,
     STEP_TIME_ACCOUNTING_CSV,
     TRANSPORTS,
@@ -87,6 +94,7 @@ TABLES: tuple[Table, ...] = (
     COMMUNICATION_LINKS,
     BUBBLE_WINDOWS,
     EVIDENCE_INDEX,
+    BLOCK_CLASS_OPS,
 )
 # classify's views of its per-rank tables
 CSV_VIEWS: tuple[CsvView, ...] = (STEP_SUMMARY, LAYER_SUMMARY, BLOCK_SUMMARY, STEP_ANATOMY_CSV)
@@ -101,6 +109,9 @@ SUMMARY_CSVS: tuple[CsvView, ...] = (
     COMMUNICATION_SUMMARY_CSV,
     COMMUNICATION_LINKS_CSV,
     EVIDENCE_INDEX_CSV,
+    BLOCK_CLASS_SUMMARY_CSV,
+    LAYER_CLASS_SUMMARY_CSV,
+    STEP_CLASS_SUMMARY_CSV,
 )
 
 # What `npuprof fetch --root` copies of one root (those that exist).
@@ -114,6 +125,13 @@ FETCHABLE: tuple[str, ...] = (
 )
 
 __all__ = [
+    "BLOCK_CLASS_OPS",
+    "BLOCK_CLASS_SUMMARY",
+    "BLOCK_CLASS_SUMMARY_CSV",
+    "LAYER_CLASS_SUMMARY",
+    "LAYER_CLASS_SUMMARY_CSV",
+    "STEP_CLASS_SUMMARY",
+    "STEP_CLASS_SUMMARY_CSV",
     "BUBBLE_WINDOWS",
     "BUBBLE_WINDOWS_JSONL",
     "EVIDENCE_DIR",

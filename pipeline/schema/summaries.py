@@ -149,6 +149,80 @@ EVIDENCE_INDEX = Table(
     ),
 )
 
+BLOCK_CLASS_OPS = Table(
+    "block_class_ops",
+    pa.schema(
+        [
+            ("block_class_id", pa.string()),
+            ("name", pa.string()),
+            ("op_type", pa.string()),
+            ("call_count", pa.int64()),
+            ("duration_us", pa.float64()),
+            *[(f"{field}_sum", pa.float64()) for field in PIPELINE_FIELDS],
+        ]
+    ),
+)
+
+CLASS_WALL_STATS: list[tuple[str, pa.DataType]] = [
+    ("member_count", pa.int64()),
+    ("rank_count", pa.int64()),
+    ("has_unknown_shape", pa.bool_()),
+    ("wall_ms_sum", pa.float64()),
+    ("wall_ms_mean", pa.float64()),
+    ("wall_ms_p50", pa.float64()),
+    ("wall_ms_p90", pa.float64()),
+    ("busy_ms_mean", pa.float64()),
+    ("bubble_ms_mean", pa.float64()),  # idle gaps inside the window (underfeed)
+]
+
+BLOCK_CLASS_SUMMARY = Table(
+    "block_class_summary",
+    pa.schema(
+        [
+            ("block_class_id", pa.string()),
+            ("block_kind", pa.string()),
+            ("layer_role", pa.string()),
+            *CLASS_WALL_STATS,
+            ("comm_ms_mean", pa.float64()),  # communication time inside one member
+            ("comm_share_mean", pa.float64()),  # of its wall
+            *BOUND_LABELS,  # of its compute kernels' summed pipeline time
+            ("top_ops", pa.string()),  # the 5 heaviest kernels: "name=ms;..." (ms per member)
+        ]
+    ),
+    per_rank=False,
+)
+
+LAYER_CLASS_SUMMARY = Table(
+    "layer_class_summary",
+    pa.schema(
+        [
+            ("layer_class_id", pa.string()),
+            ("layer_role", pa.string()),
+            ("block_kinds", pa.string()),
+            *CLASS_WALL_STATS,
+            ("block_kind_wall_share_mean", pa.string()),  # "attention=0.41;ffn=0.59"
+        ]
+    ),
+    per_rank=False,
+)
+
+STEP_CLASS_SUMMARY = Table(
+    "step_class_summary",
+    pa.schema(
+        [
+            ("step_class_id", pa.string()),
+            ("complete", pa.bool_()),
+            *CLASS_WALL_STATS,
+            ("head_ms_mean", pa.float64()),
+            ("main_ms_mean", pa.float64()),
+            ("tail_ms_mean", pa.float64()),
+            ("bubble_ratio_mean", pa.float64()),
+            ("top_layer_classes", pa.string()),  # the 5 layer classes with the most wall: "id=ms;..."
+        ]
+    ),
+    per_rank=False,
+)
+
 OPERATOR_CLASS_SUMMARY = Table(
     "operator_class_summary",
     pa.schema(
@@ -272,6 +346,9 @@ OPERATOR_CLASS_SUMMARY_CSV = CsvView("operator_class_summary.csv", (OPERATOR_CLA
 HCCL_OP_SUMMARY_CSV = CsvView("hccl_op_summary.csv", (HCCL_OP_SUMMARY,), ())
 HCCL_CLASS_SUMMARY_CSV = CsvView("hccl_class_summary.csv", (HCCL_CLASS_SUMMARY,), ())
 RANK_SUMMARY_CSV = CsvView("rank_summary.csv", (RANK_SUMMARY,), ())
+BLOCK_CLASS_SUMMARY_CSV = CsvView("block_class_summary.csv", (BLOCK_CLASS_SUMMARY,), ())
+LAYER_CLASS_SUMMARY_CSV = CsvView("layer_class_summary.csv", (LAYER_CLASS_SUMMARY,), ())
+STEP_CLASS_SUMMARY_CSV = CsvView("step_class_summary.csv", (STEP_CLASS_SUMMARY,), ())
 EVIDENCE_INDEX_CSV = CsvView("evidence_index.csv", (EVIDENCE_INDEX,), ("rank_id",))
 COMMUNICATION_SUMMARY_CSV = CsvView("communication_summary.csv", (COMMUNICATION_OPS,), ("rank_id",))
 COMMUNICATION_LINKS_CSV = CsvView("communication_links.csv", (COMMUNICATION_LINKS,), ("rank_id",))

@@ -45,7 +45,12 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="summarize",
-        requires=(schema.stage_manifest_name("classify"), schema.STEP_CLASSES, schema.STEP_SEGMENTS),
+        requires=(
+            schema.stage_manifest_name("classify"),
+            schema.STEP_CLASSES,
+            schema.STEP_SEGMENTS,
+            schema.BLOCK_SEGMENTS,
+        ),
         produces=(
             schema.OPERATOR_SUMMARY,
             schema.STEP_TIME_ACCOUNTING,
@@ -54,6 +59,7 @@ STAGES: tuple[Stage, ...] = (
             schema.COMMUNICATION_LINKS,
             schema.BUBBLE_WINDOWS,
             schema.EVIDENCE_INDEX,
+            schema.BLOCK_CLASS_OPS,
             schema.EVIDENCE_DIR,
             *schema.SUMMARY_CSVS,
         ),

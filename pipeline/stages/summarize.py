@@ -20,6 +20,12 @@ from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.sources.capture_info import rank_capture_info
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.summaries.accounting import step_time_accounting
+from npuprof.pipeline.summaries.classes import (
+    block_class_ops,
+    block_class_summary,
+    layer_class_summary,
+    step_class_summary,
+)
 from npuprof.pipeline.summaries.communication import (
     COMMUNICATION_OP_TYPES,
     communication_kinds,
@@ -102,6 +108,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     source_id = events["source_id"].iloc[0] if len(events) else None
     evidence = evidence_index(ctx.rank, steps, bubbles, source_id) if len(steps) else pd.DataFrame()
     comm, comm_rows, ops, links, comm_source = _communication(ctx, events, steps, rank_info)
+    blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=["pos_start", "pos_end", "block_class_id"]).to_pandas()
     manifest = {
         "rank_id": ctx.rank.rank_id,
         "communication_source": comm_source if len(comm) or len(ops) else None,
@@ -121,6 +128,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         schema.COMMUNICATION_LINKS: links,
         schema.BUBBLE_WINDOWS: bubbles,
         schema.EVIDENCE_INDEX: evidence,
+        schema.BLOCK_CLASS_OPS: block_class_ops(events, blocks) if len(blocks) else pd.DataFrame(),
     }
     return StageResult(tables=tables, manifest=manifest)
 
@@ -163,12 +171,30 @@ def reduce_root(ctx: RootContext) -> StageResult:
         ),
         schema.EVIDENCE_INDEX_CSV: schema.join_view(schema.EVIDENCE_INDEX_CSV, [ctx.read_frame(schema.EVIDENCE_INDEX)]),
     }
+    views.update(_class_views(ctx))
     bubbles = ctx.read_frame(schema.BUBBLE_WINDOWS).sort_values(["rank_id", "start_ns"], kind="stable")
     manifest = _root_manifest(sorted(ctx.rank_manifests, key=lambda m: m["rank_id"]), len(operator_classes))
     manifest["bubble_window_count"] = int(len(bubbles))
     return StageResult(
         csv_views=views, rendered={schema.BUBBLE_WINDOWS_JSONL: bubble_windows_jsonl(bubbles)}, manifest=manifest
     )
+
+
+def _class_views(ctx: RootContext) -> dict:
+    """block / layer / step class summaries over every member of every rank."""
+    blocks, layers = ctx.read_frame(schema.BLOCK_SEGMENTS), ctx.read_frame(schema.LAYER_CLASSES)
+    steps, anatomy = ctx.read_frame(schema.STEP_CLASSES), ctx.read_frame(schema.STEP_ANATOMY)
+    tables = {
+        schema.BLOCK_CLASS_SUMMARY_CSV: (
+            block_class_summary(blocks, ctx.read_frame(schema.BLOCK_CLASS_OPS)) if len(blocks) else None
+        ),
+        schema.LAYER_CLASS_SUMMARY_CSV: layer_class_summary(layers, blocks) if len(layers) else None,
+        schema.STEP_CLASS_SUMMARY_CSV: step_class_summary(steps, anatomy, layers) if len(steps) else None,
+    }
+    return {
+        view: _conformed(view.tables[0], frame if frame is not None else pd.DataFrame())
+        for view, frame in tables.items()
+    }
 
 
 def _root_manifest(rank_manifests: list[dict], operator_class_count: int) -> dict:
