@@ -267,3 +267,14 @@ def test_group_hash_matches_the_spec_value():
     from npuprof.pipeline.summaries.communication import double_hash
 
     assert double_hash("group_name_5") == 5862276114690318097  # input-formats §2.3, checked on real samples
+
+
+def test_each_collective_knows_the_layer_and_block_it_ran_in(analyzed):
+    _, out = analyzed["ep_imbalance"]
+    comm = pd.read_parquet(out / schema.COMMUNICATION_EVENTS)
+    expert = comm[comm["kind"].isin(["moe_dispatch", "moe_combine"])]
+    assert len(expert) and (expert["block_kind"] == "moe").all() and expert["layer_ordinal"].notna().all()
+    blocks = pd.read_parquet(out / schema.BLOCK_SEGMENTS)
+    located = expert.merge(blocks, on=["rank_id", "step_ordinal", "layer_ordinal", "block_class_id"], how="left")
+    inside = (located["start_ns_x"] >= located["start_ns_y"]) & (located["end_ns_x"] <= located["end_ns_y"])
+    assert inside.groupby([located["rank_id"], located["row_idx"]]).any().all()  # within its block's window

@@ -49,6 +49,9 @@ COMMUNICATION_EVENTS = Table(
     pa.schema(
         [
             ("step_ordinal", pa.float64()),  # null outside every step
+            ("layer_ordinal", pa.float64()),  # the layer and block it ran in (null outside layers)
+            ("block_kind", pa.string()),
+            ("block_class_id", pa.string()),
             ("row_idx", pa.int64()),
             ("start_ns", pa.int64()),
             ("end_ns", pa.int64()),

@@ -23,6 +23,7 @@ from npuprof.pipeline.summaries.accounting import step_time_accounting
 from npuprof.pipeline.summaries.classes import (
     block_class_ops,
     block_class_summary,
+    events_in_blocks,
     layer_class_summary,
     step_class_summary,
 )
@@ -54,6 +55,9 @@ SUMMARIZE_INPUT_COLUMNS = [
     "source_id",
     *PIPELINE_FIELDS,
 ]
+
+
+BLOCK_COLUMNS = ["pos_start", "pos_end", "layer_ordinal", "block_kind", "block_class_id"]
 
 
 def _labelled_events(ctx: RankContext, group_info: dict | None) -> pd.DataFrame:
@@ -107,8 +111,9 @@ def map_rank(ctx: RankContext) -> StageResult:
     bubbles = bubble_windows(ctx.rank.rank_id, events, idle_gaps, steps, min_ns) if len(steps) else pd.DataFrame()
     source_id = events["source_id"].iloc[0] if len(events) else None
     evidence = evidence_index(ctx.rank, steps, bubbles, source_id) if len(steps) else pd.DataFrame()
+    blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
+    events = pd.concat([events, events_in_blocks(len(events), blocks).set_index(events.index)], axis=1)
     comm, comm_rows, ops, links, comm_source = _communication(ctx, events, steps, rank_info)
-    blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=["pos_start", "pos_end", "block_class_id"]).to_pandas()
     manifest = {
         "rank_id": ctx.rank.rank_id,
         "communication_source": comm_source if len(comm) or len(ops) else None,
@@ -128,7 +133,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         schema.COMMUNICATION_LINKS: links,
         schema.BUBBLE_WINDOWS: bubbles,
         schema.EVIDENCE_INDEX: evidence,
-        schema.BLOCK_CLASS_OPS: block_class_ops(events, blocks) if len(blocks) else pd.DataFrame(),
+        schema.BLOCK_CLASS_OPS: block_class_ops(events),
     }
     return StageResult(tables=tables, manifest=manifest)
 

@@ -14,21 +14,27 @@ from npuprof.pipeline.summaries.communication import COMMUNICATION_OP_TYPES
 TOP = 5
 
 
-def event_block_class(event_count: int, blocks: pd.DataFrame) -> np.ndarray:
-    """The block class id of each event of a rank (by block positions), None outside every block."""
-    classes = np.full(event_count, None, dtype=object)
+def events_in_blocks(event_count: int, blocks: pd.DataFrame) -> pd.DataFrame:
+    """Per event of a rank (device order): the layer_ordinal, block_kind and block_class_id of the
+    block it sits in (null outside every block), from the blocks' positions."""
+    fields = {"layer_ordinal": np.full(event_count, np.nan), "block_kind": None, "block_class_id": None}
+    columns = {
+        name: np.full(event_count, None, dtype=object) if init is None else init for name, init in fields.items()
+    }
     starts = blocks["pos_start"].to_numpy(np.int64)
     lengths = blocks["pos_end"].to_numpy(np.int64) - starts + 1
     if len(blocks) and lengths.sum():
         offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        classes[np.repeat(starts, lengths) + offsets] = np.repeat(blocks["block_class_id"].to_numpy(object), lengths)
-    return classes
+        positions = np.repeat(starts, lengths) + offsets
+        for name in fields:
+            columns[name][positions] = np.repeat(blocks[name].to_numpy(), lengths)
+    return pd.DataFrame(columns)
 
 
-def block_class_ops(events: pd.DataFrame, blocks: pd.DataFrame) -> pd.DataFrame:
-    """Per (block class, kernel, op type) of one rank: calls, time and pipeline sums."""
-    frame = events.assign(block_class_id=event_block_class(len(events), blocks))
-    frame = frame[frame["block_class_id"].notna()]
+def block_class_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """Per (block class, kernel, op type) of one rank: calls, time and pipeline sums (``events``
+    carry their block_class_id, see ``events_in_blocks``)."""
+    frame = events[events["block_class_id"].notna()]
     grouped = frame.groupby(["block_class_id", "name", "op_type"], sort=False)
     table = grouped.agg(call_count=("duration_ns", "size"), duration_us=("duration_ns", "sum"))
     table["duration_us"] = table["duration_us"] / 1000.0
