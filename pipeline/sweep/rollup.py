@@ -15,6 +15,15 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 
+# rollup column <- profiler_metadata distributed_args key
+PARALLEL_SIZES = {
+    "world_size": "world_size",
+    "tp_size": "tensor_model_parallel_size",
+    "pp_size": "pipeline_model_parallel_size",
+    "dp_size": "data_parallel_size",
+    "ep_size": "expert_model_parallel_size",
+    "cp_size": "context_parallel_size",
+}
 ROLLUP_COLUMNS = [
     "root",
     "slug",
@@ -48,12 +57,7 @@ ROLLUP_COLUMNS = [
     "compute_share",
     "exposed_communication_share",
     "idle_share",
-    "world_size",
-    "tp_size",
-    "pp_size",
-    "dp_size",
-    "ep_size",
-    "cp_size",
+    *PARALLEL_SIZES,
     "findings_total",
     "findings_by_type",
     "elapsed_s",
@@ -67,22 +71,9 @@ INTEGER_COLUMNS = (
     "layers_per_pass",
     "step_class_count",
     "top_step_class_members",
-    "world_size",
-    "tp_size",
-    "pp_size",
-    "dp_size",
-    "ep_size",
-    "cp_size",
+    *PARALLEL_SIZES,
     "findings_total",
 )
-PARALLEL_SIZES = {
-    "world_size": "world_size",
-    "tp_size": "tensor_model_parallel_size",
-    "pp_size": "pipeline_model_parallel_size",
-    "dp_size": "data_parallel_size",
-    "ep_size": "expert_model_parallel_size",
-    "cp_size": "context_parallel_size",
-}
 
 
 def root_status(out_dir: Path) -> str:
