@@ -78,16 +78,13 @@ def prepare_output_dir(out_dir: Path, window: StageWindow, overwrite: bool) -> N
                 )
             for registered in STAGES:
                 clear_stage_outputs(out_dir, registered)
-            for name in (schema.TOP_MANIFEST, schema.FAILURE_JSON):
-                if (out_dir / name).exists():
-                    (out_dir / name).unlink()
+            (out_dir / schema.TOP_MANIFEST).unlink(missing_ok=True)
         elif not window.resumes:
             raise UsageError(
                 f"output dir {out_dir} is not empty; pass --overwrite to replace it, "
                 "or --from-stage / --only-stage to resume"
             )
-    if (out_dir / schema.FAILURE_JSON).exists():
-        (out_dir / schema.FAILURE_JSON).unlink()
+    (out_dir / schema.FAILURE_JSON).unlink(missing_ok=True)
 
 
 def make_output_dir(out_dir: Path) -> None:

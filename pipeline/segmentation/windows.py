@@ -64,9 +64,7 @@ def window_metrics(
     columns = list(schema.WINDOW_METRIC_COLUMNS)
     if len(starts) == 0:
         return pd.DataFrame(columns=columns)
-    lengths = ends - starts + 1
-    window_of = np.repeat(np.arange(len(starts)), lengths)
-    positions = _ranges(starts, lengths)
+    positions, window_of = window_positions(starts, ends)
     s = start_ns[positions]
     e = end_ns[positions]
     frame = pd.DataFrame({"w": window_of, "s": s, "e": e, "dur": e - s, "wait": wait_ns[positions]})
@@ -96,8 +94,10 @@ def window_metrics(
     return out[columns].reset_index(drop=True)
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenated aranges [start, start + length) without a Python loop."""
-    total = int(lengths.sum())
+def window_positions(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(every position inside the windows [start, end], the index of the window it belongs to):
+    concatenated aranges without a Python loop."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(ends, dtype=np.int64) - starts + 1
     offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return np.arange(total) + offsets
+    return np.arange(int(lengths.sum())) + offsets, np.repeat(np.arange(len(starts)), lengths)

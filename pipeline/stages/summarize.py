@@ -17,6 +17,7 @@ from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
+from npuprof.pipeline.segmentation.windows import window_positions
 from npuprof.pipeline.sources.capture_info import rank_capture_info
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.summaries.accounting import step_time_accounting
@@ -86,11 +87,8 @@ def _operator_family(events: pd.DataFrame, operators: pd.DataFrame) -> np.ndarra
 def _step_of_events(event_count: int, steps: pd.DataFrame) -> np.ndarray:
     """The step ordinal of each event (by segment's positions), NaN for events outside every step."""
     ordinal = np.full(event_count, np.nan)
-    starts = steps["pos_start"].to_numpy(np.int64)
-    lengths = steps["pos_end"].to_numpy(np.int64) - starts + 1
-    if lengths.sum():
-        offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        ordinal[np.repeat(starts, lengths) + offsets] = np.repeat(steps["step_ordinal"].to_numpy(), lengths)
+    positions, step = window_positions(steps["pos_start"].to_numpy(), steps["pos_end"].to_numpy())
+    ordinal[positions] = steps["step_ordinal"].to_numpy()[step]
     return ordinal
 
 
@@ -176,7 +174,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         ),
         schema.EVIDENCE_INDEX_CSV: schema.join_view(schema.EVIDENCE_INDEX_CSV, [ctx.read_frame(schema.EVIDENCE_INDEX)]),
     }
-    views.update(_class_views(ctx))
+    views.update(_class_views(ctx, step_classes))
     bubbles = ctx.read_frame(schema.BUBBLE_WINDOWS).sort_values(["rank_id", "start_ns"], kind="stable")
     manifest = _root_manifest(sorted(ctx.rank_manifests, key=lambda m: m["rank_id"]), len(operator_classes))
     manifest["bubble_window_count"] = int(len(bubbles))
@@ -185,10 +183,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
     )
 
 
-def _class_views(ctx: RootContext) -> dict:
-    """block / layer / step class summaries over every member of every rank."""
+def _class_views(ctx: RootContext, steps: pd.DataFrame) -> dict:
+    """block / layer / step class summaries over every member of every rank (``steps``: step_classes)."""
     blocks, layers = ctx.read_frame(schema.BLOCK_SEGMENTS), ctx.read_frame(schema.LAYER_CLASSES)
-    steps, anatomy = ctx.read_frame(schema.STEP_CLASSES), ctx.read_frame(schema.STEP_ANATOMY)
+    anatomy = ctx.read_frame(schema.STEP_ANATOMY)
     tables = {
         schema.BLOCK_CLASS_SUMMARY_CSV: (
             block_class_summary(blocks, ctx.read_frame(schema.BLOCK_CLASS_OPS)) if len(blocks) else None

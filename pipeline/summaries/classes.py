@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.schema import PIPELINE_FIELDS
+from npuprof.pipeline.segmentation.windows import window_positions
 from npuprof.pipeline.summaries.bound import bound_labels
 from npuprof.pipeline.summaries.communication import COMMUNICATION_OP_TYPES
 
@@ -21,13 +22,9 @@ def events_in_blocks(event_count: int, blocks: pd.DataFrame) -> pd.DataFrame:
     columns = {
         name: np.full(event_count, None, dtype=object) if init is None else init for name, init in fields.items()
     }
-    starts = blocks["pos_start"].to_numpy(np.int64)
-    lengths = blocks["pos_end"].to_numpy(np.int64) - starts + 1
-    if len(blocks) and lengths.sum():
-        offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        positions = np.repeat(starts, lengths) + offsets
-        for name in fields:
-            columns[name][positions] = np.repeat(blocks[name].to_numpy(), lengths)
+    positions, block = window_positions(blocks["pos_start"].to_numpy(), blocks["pos_end"].to_numpy())
+    for name in fields:
+        columns[name][positions] = blocks[name].to_numpy()[block]
     return pd.DataFrame(columns)
 
 
