@@ -9,9 +9,13 @@ Sequences are strings of one-letter kernels so each case reads as what it tests:
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 
+from npuprof.pipeline.jsonlines import jsonl_bytes
 from npuprof.pipeline.segmentation.blocks import split_layer
 from npuprof.pipeline.segmentation.features import EventFeatures
 from npuprof.pipeline.segmentation.layers import _best_offset, _cuts
@@ -142,3 +146,18 @@ def test_block_split_at_the_post_attention_norm(sequence, direction, has_attenti
     anchor = sequence.index("A") if "A" in sequence else sequence.index("B") if "B" in sequence else 0
     blocks = split_layer(0, len(sequence) - 1, anchor, direction, features, has_attention)
     assert blocks == expected
+
+
+def test_columnar_json_lines_read_back_as_the_records():
+    names = pd.Series(['a"b', "back\\slash", "new\nline", "\x01ctl", "名前", None], dtype="string[pyarrow]")
+    starts = np.array([0.5, 1e21, np.nan, np.inf, -2.25, 3.0])
+    steps = pd.Series([1, None, 3, 4, 5, 6], dtype="Int64")
+    text = jsonl_bytes(
+        {"name": names, "start_us": starts, "step": steps, "inner": {"row": np.arange(6), "flag": None}, "k": "x"}, 6
+    )
+    records = [json.loads(line) for line in text.decode("utf-8").split("\n")[:-1]]
+    assert [r["name"] for r in records] == ['a"b', "back\\slash", "new\nline", "\x01ctl", "名前", None]
+    assert [r["start_us"] for r in records] == [0.5, 1e21, None, None, -2.25, 3]
+    assert [r["step"] for r in records] == [1, None, 3, 4, 5, 6]
+    assert [r["inner"] for r in records] == [{"row": i, "flag": None} for i in range(6)]
+    assert {r["k"] for r in records} == {"x"} and jsonl_bytes({"a": np.arange(0)}, 0) == b""

@@ -74,6 +74,10 @@ def test_every_table_adds_up_on_every_real_sample(tmp_path, name):
     analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="summarize"))
     for view in schema.SUMMARY_CSVS:
         assert (tmp_path / "out" / view.file).exists(), view.file
+    manifest = json.loads((tmp_path / "out" / "summary_manifest.json").read_text())  # the name is the contract
+    assert manifest["event_count"] == len(
+        pd.read_parquet(tmp_path / "out" / schema.NORMALIZED_EVENTS, columns=["rank_id"])
+    )
     assert_operators_add_up(tmp_path / "out")
     if len(read(tmp_path / "out", schema.STEP_SUMMARY)):
         assert_accounting_adds_up(tmp_path / "out")

@@ -113,9 +113,13 @@ def join_view(view: CsvView, frames: list[pd.DataFrame]) -> pd.DataFrame:
     return joined.reset_index(drop=True)
 
 
+# The design's output contract names summarize's manifest after its tables (design.md §2).
+_MANIFEST_NAME_OVERRIDES = {"summarize": "summary_manifest.json"}
+
+
 def stage_manifest_name(stage: str) -> str:
     """File name of the manifest that marks ``stage`` complete."""
-    return f"{stage}_manifest.json"
+    return _MANIFEST_NAME_OVERRIDES.get(stage, f"{stage}_manifest.json")
 
 
 def as_path(item: Table | CsvView | str) -> str:

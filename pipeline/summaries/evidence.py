@@ -5,9 +5,22 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from npuprof.pipeline.io import json_text, text_of_path
+from npuprof.pipeline.io import text_of_path
+from npuprof.pipeline.jsonlines import jsonl_bytes
 from npuprof.pipeline.sources.discovery import RankInput
+
+
+def _texts(*parts: object) -> np.ndarray:
+    """Element-wise concatenation of text constants and columns (numbers as their Arrow text)."""
+    columns = [
+        pa.scalar(part, pa.string()) if isinstance(part, str) else pc.cast(pa.array(np.asarray(part)), pa.string())
+        for part in parts
+    ]
+    joined = pc.binary_join_element_wise(*columns, "")
+    return np.asarray(joined.to_numpy(zero_copy_only=False), dtype=object)
 
 
 def source_path_of(rank: RankInput, source_id: str | None) -> str | None:
@@ -31,7 +44,7 @@ def bubble_windows(rank_id: int, events: pd.DataFrame, idle_gaps: pd.DataFrame, 
     ordinals = gaps["step_ordinal"].to_numpy(np.int64)
     return pd.DataFrame(
         {
-            "evidence_id": [f"r{rank_id}.step{s}.bubble{k}" for s, k in zip(ordinals, index_in_step)],
+            "evidence_id": _texts(f"r{rank_id}.step", ordinals, ".bubble", index_in_step),
             "step_ordinal": ordinals,
             "step_id": steps.set_index("step_ordinal")["step_id"].reindex(ordinals).to_numpy(),
             "kind": gaps["window"].to_numpy(),
@@ -51,7 +64,7 @@ def evidence_index(rank: RankInput, steps: pd.DataFrame, bubbles: pd.DataFrame, 
     """One row per evidence id of the rank: its steps' windows and its bubble windows."""
     step_rows = pd.DataFrame(
         {
-            "evidence_id": [f"r{rank.rank_id}.step{s}" for s in steps["step_ordinal"]],
+            "evidence_id": _texts(f"r{rank.rank_id}.step", steps["step_ordinal"].to_numpy(np.int64)),
             "kind": "step_window",
             "step_ordinal": steps["step_ordinal"].to_numpy(),
             "row_start": steps["row_start"].to_numpy(),
@@ -74,39 +87,37 @@ def evidence_index(rank: RankInput, steps: pd.DataFrame, bubbles: pd.DataFrame, 
             "start_us": bubbles["start_ns"] / 1000.0,
             "end_us": bubbles["end_ns"] / 1000.0,
             "source_id": bubbles["source_id"],
-            "summary": [
-                f"{d:.1f} us {k} idle between {b} and {a}"
-                for d, k, b, a in zip(
-                    bubbles["duration_us"], bubbles["kind"], bubbles["before_name"], bubbles["after_name"]
-                )
-            ],
+            "summary": _texts(
+                np.round(bubbles["duration_us"].to_numpy(np.float64), 1),
+                " us ",
+                bubbles["kind"].astype(object).to_numpy(),
+                " idle between ",
+                bubbles["before_name"].astype(object).fillna("?").to_numpy(),
+                " and ",
+                bubbles["after_name"].astype(object).fillna("?").to_numpy(),
+            ),
         }
     )
     index = pd.concat([step_rows, bubble_rows], ignore_index=True) if len(bubble_rows) else step_rows
-    index["source_path"] = [text_of_path(source_path_of(rank, s)) for s in index["source_id"]]
+    paths = {source: text_of_path(source_path_of(rank, source)) for source in index["source_id"].dropna().unique()}
+    index["source_path"] = index["source_id"].map(paths)
     return index
 
 
-def bubble_windows_jsonl(bubbles: pd.DataFrame) -> str:
+def bubble_windows_jsonl(bubbles: pd.DataFrame) -> bytes:
     """evidence/bubble_windows.jsonl: one record per idle window (``soft_attribution`` is filled by
     the host-trace attribution of a later stage; null until then)."""
-    lines = []
-    for row in bubbles.itertuples(index=False):  # a loop over idle windows, not events
-        lines.append(
-            json_text(
-                {
-                    "evidence_id": row.evidence_id,
-                    "rank_id": int(row.rank_id),
-                    "step_ordinal": int(row.step_ordinal),
-                    "step_id": None if pd.isna(row.step_id) else int(row.step_id),
-                    "kind": row.kind,
-                    "start_us": row.start_ns / 1000.0,
-                    "end_us": row.end_ns / 1000.0,
-                    "duration_us": row.duration_us,
-                    "before_event": {"name": row.before_name, "row_idx": int(row.before_row)},
-                    "after_event": {"name": row.after_name, "row_idx": int(row.after_row)},
-                    "soft_attribution": None,
-                }
-            )
-        )
-    return "\n".join(lines) + ("\n" if lines else "")
+    record = {
+        "evidence_id": bubbles["evidence_id"],
+        "rank_id": bubbles["rank_id"].to_numpy(np.int64),
+        "step_ordinal": bubbles["step_ordinal"].to_numpy(np.int64),
+        "step_id": bubbles["step_id"].astype("Int64"),
+        "kind": bubbles["kind"],
+        "start_us": bubbles["start_ns"].to_numpy(np.int64) / 1000.0,
+        "end_us": bubbles["end_ns"].to_numpy(np.int64) / 1000.0,
+        "duration_us": bubbles["duration_us"].to_numpy(np.float64),
+        "before_event": {"name": bubbles["before_name"], "row_idx": bubbles["before_row"].to_numpy(np.int64)},
+        "after_event": {"name": bubbles["after_name"], "row_idx": bubbles["after_row"].to_numpy(np.int64)},
+        "soft_attribution": None,
+    }
+    return jsonl_bytes(record, len(bubbles))
