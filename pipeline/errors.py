@@ -43,6 +43,12 @@ class UsageError(NpuprofError):
     kind = "usage_error"
 
 
+class BrokenEvidence(NpuprofError):
+    """A finding cites an id that resolves nowhere: a bug in a detector, never a data problem."""
+
+    kind = "broken_evidence"
+
+
 class BadInput(NpuprofError):
     """Input profiling data that cannot be read: says which file and, where known, where in it.
 

@@ -1,7 +1,8 @@
 """Every table and artifact npuprof writes, declared once (design.md §2).
 
 One module per table family: ``events`` (normalize), ``segments`` (segment), ``classes`` and
-``anatomy`` (classify); ``artifacts`` holds the file names of JSON documents and sweep files.
+``anatomy`` (classify), ``summaries`` (summarize), ``crossrank`` (cross_rank); ``artifacts`` holds
+the file names of JSON documents and sweep files.
 Writers, readers, the runner, the rollup, ``Analysis``, the service and the tests import names from
 here; no other module spells a table or artifact file name (a test checks it).
 """
@@ -36,6 +37,7 @@ from npuprof.pipeline.schema.classes import (
     WINDOW_METRIC_COLUMNS,
     WINDOW_METRICS,
 )
+from npuprof.pipeline.schema.crossrank import COLLECTIVE_ALIGNMENT, CROSS_RANK_ALIGNMENT, CROSS_RANK_ALIGNMENT_CSV
 from npuprof.pipeline.schema.events import (
     EVENT_COLUMNS,
     EVENT_SCHEMA,
@@ -95,6 +97,8 @@ TABLES: tuple[Table, ...] = (
     BUBBLE_WINDOWS,
     EVIDENCE_INDEX,
     BLOCK_CLASS_OPS,
+    COLLECTIVE_ALIGNMENT,
+    CROSS_RANK_ALIGNMENT,
 )
 # classify's views of its per-rank tables
 CSV_VIEWS: tuple[CsvView, ...] = (STEP_SUMMARY, LAYER_SUMMARY, BLOCK_SUMMARY, STEP_ANATOMY_CSV)
@@ -125,6 +129,9 @@ FETCHABLE: tuple[str, ...] = (
 )
 
 __all__ = [
+    "COLLECTIVE_ALIGNMENT",
+    "CROSS_RANK_ALIGNMENT",
+    "CROSS_RANK_ALIGNMENT_CSV",
     "BLOCK_CLASS_OPS",
     "BLOCK_CLASS_SUMMARY",
     "BLOCK_CLASS_SUMMARY_CSV",

@@ -22,6 +22,7 @@ OPERATOR_SUMMARY = Table(
     "operator_summary",
     pa.schema(
         [
+            ("evidence_id", pa.string()),  # r<rank>.op<k>: resolves in evidence_index
             ("name", pa.string()),
             ("type", pa.string()),
             ("op_type", pa.string()),
@@ -38,6 +39,8 @@ OPERATOR_SUMMARY = Table(
             ("row_start", pa.int64()),  # evidence: the first and last source rows of the operator
             ("row_end", pa.int64()),
             ("sample_rows", pa.string()),  # up to 5 source rows, ';'-joined
+            ("first_start_us", pa.float64()),  # the time window of its calls
+            ("last_end_us", pa.float64()),
             *BOUND_LABELS,
             *[(f"{field}_sum", pa.float64()) for field in PIPELINE_FIELDS],
         ]
@@ -52,6 +55,7 @@ COMMUNICATION_EVENTS = Table(
             ("layer_ordinal", pa.float64()),  # the layer and block it ran in (null outside layers)
             ("block_kind", pa.string()),
             ("block_class_id", pa.string()),
+            ("evidence_id", pa.string()),  # r<rank>.comm<row_idx>: resolves in evidence_index
             ("row_idx", pa.int64()),
             ("start_ns", pa.int64()),
             ("end_ns", pa.int64()),
@@ -139,7 +143,7 @@ EVIDENCE_INDEX = Table(
     pa.schema(
         [
             ("evidence_id", pa.string()),
-            ("kind", pa.string()),  # step_window | bubble_window
+            ("kind", pa.string()),  # step_window | bubble_window | operator | communication_op
             ("step_ordinal", pa.int64()),
             ("row_start", pa.int64()),  # source rows of the rank's kernel source
             ("row_end", pa.int64()),

@@ -8,7 +8,7 @@ are built".
 from __future__ import annotations
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.stages import classify, normalize, segment, summarize
+from npuprof.pipeline.stages import classify, cross_rank, diagnostics, normalize, segment, summarize
 from npuprof.pipeline.stages.base import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -67,8 +67,30 @@ STAGES: tuple[Stage, ...] = (
         reduce_root=summarize.reduce_root,
         headline=summarize.headline,
     ),
-    Stage(name="cross_rank", requires=(schema.stage_manifest_name("summarize"),)),
-    Stage(name="diagnostics", requires=(schema.stage_manifest_name("cross_rank"),)),
+    Stage(
+        name="cross_rank",
+        requires=(
+            schema.stage_manifest_name("summarize"),
+            schema.COMMUNICATION_EVENTS,
+            schema.STEP_SEGMENTS,
+            schema.LAYER_SEGMENTS,
+        ),
+        produces=(schema.COLLECTIVE_ALIGNMENT, schema.CROSS_RANK_ALIGNMENT, schema.CROSS_RANK_ALIGNMENT_CSV),
+        reduce_root=cross_rank.reduce_root,
+        headline=cross_rank.headline,
+    ),
+    Stage(
+        name="diagnostics",
+        requires=(
+            schema.stage_manifest_name("cross_rank"),
+            schema.COLLECTIVE_ALIGNMENT,
+            schema.CROSS_RANK_ALIGNMENT,
+            schema.EVIDENCE_INDEX,
+        ),
+        produces=(schema.DIAGNOSIS_FINDINGS,),
+        reduce_root=diagnostics.reduce_root,
+        headline=diagnostics.headline,
+    ),
     Stage(name="report", requires=(schema.stage_manifest_name("diagnostics"),)),
 )
 

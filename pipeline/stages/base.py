@@ -86,9 +86,12 @@ class RootContext:
         return io.read_dataset(self.out_dir, table, columns=columns, filter=filter)
 
     def read_frame(self, table: schema.Table) -> pd.DataFrame:
-        """``table`` over all ranks as a DataFrame; empty when no rank wrote it."""
+        """``table`` over all ranks (or the per-root table) as a DataFrame; empty when nothing wrote it."""
         if not (self.out_dir / table.path).exists():
-            return pd.DataFrame(columns=[*table.columns, schema.RANK_PARTITION_KEY])
+            key = [schema.RANK_PARTITION_KEY] if table.per_rank else []
+            return pd.DataFrame(columns=[*table.columns, *key])
+        if not table.per_rank:
+            return pd.read_parquet(self.out_dir / table.path)
         return self.read_table(table).to_pandas()
 
 

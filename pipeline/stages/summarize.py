@@ -36,7 +36,13 @@ from npuprof.pipeline.summaries.communication import (
     hccl_op_summary,
     parallel_roles,
 )
-from npuprof.pipeline.summaries.evidence import bubble_windows, bubble_windows_jsonl, evidence_index
+from npuprof.pipeline.summaries.evidence import (
+    bubble_windows,
+    bubble_windows_jsonl,
+    communication_evidence_ids,
+    evidence_index,
+    operator_evidence_ids,
+)
 from npuprof.pipeline.summaries.operators import operator_class_summary, operator_summary
 from npuprof.pipeline.summaries.ranks import rank_summary
 
@@ -103,15 +109,16 @@ def map_rank(ctx: RankContext) -> StageResult:
     spans = layers.groupby("step_ordinal").agg(main_start_ns=("start_ns", "min"), main_end_ns=("end_ns", "max"))
     events["step_ordinal"] = _step_of_events(len(events), steps)
     operators = operator_summary(events) if len(events) else pd.DataFrame()
+    operators.insert(0, "evidence_id", operator_evidence_ids(ctx.rank.rank_id, len(operators)))
     events["bound_family"] = _operator_family(events, operators)
     accounting, idle_gaps = step_time_accounting(events, steps, spans.reset_index()) if len(steps) else (None, None)
     min_ns = int(knowledge.load("diagnosis_rules")["bubble_min_us"] * 1000)
     bubbles = bubble_windows(ctx.rank.rank_id, events, idle_gaps, steps, min_ns) if len(steps) else pd.DataFrame()
-    source_id = events["source_id"].iloc[0] if len(events) else None
-    evidence = evidence_index(ctx.rank, steps, bubbles, source_id) if len(steps) else pd.DataFrame()
     blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
     events = pd.concat([events, events_in_blocks(len(events), blocks).set_index(events.index)], axis=1)
     comm, comm_rows, ops, links, comm_source = _communication(ctx, events, steps, rank_info)
+    source_id = events["source_id"].iloc[0] if len(events) else None
+    evidence = evidence_index(ctx.rank, source_id, steps, bubbles, operators, comm_rows)
     manifest = {
         "rank_id": ctx.rank.rank_id,
         "communication_source": comm_source if len(comm) or len(ops) else None,
@@ -143,6 +150,7 @@ def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, 
         duration_us=comm["duration_ns"] / 1000.0,
         wait_us=comm["wait_ns"].fillna(0) / 1000.0,
         comm_aiv_fused=comm["op_type"] == "mix_comm_aiv",
+        evidence_id=communication_evidence_ids(ctx.rank.rank_id, comm["row_idx"].to_numpy()),
     )[list(schema.COMMUNICATION_EVENTS.columns)]
     step_ids = steps.set_index("step_ordinal")["step_id"]
     ops, links, source = communication_ops(ctx.rank.supplemental, comm, step_ids, rank_info.get("parallel_group_info"))

@@ -49,6 +49,17 @@ def role_by_group_hash(parallel_group_info: dict | None) -> dict[str, str]:
     return {str(double_hash(str(key))): _role_of(group) for key, group in (parallel_group_info or {}).items()}
 
 
+def global_ranks_by_group_hash(group_infos: list[dict | None]) -> dict[str, list[int]]:
+    """{double_hash(group key) as text: the group's global ranks}, over every rank's parallel_group_info."""
+    found: dict[str, list[int]] = {}
+    for info in group_infos:
+        for key, group in (info or {}).items():
+            ranks = group.get("global_ranks") if isinstance(group, dict) else None
+            if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+                found.setdefault(str(double_hash(str(key))), ranks)
+    return found
+
+
 def role_by_group_suffix(parallel_group_info: dict | None) -> dict[str, str]:
     """{last 3 digits of a group's hash: its parallel role}; a suffix two groups share is left out
     (it cannot tell them apart)."""

@@ -60,24 +60,41 @@ def bubble_windows(rank_id: int, events: pd.DataFrame, idle_gaps: pd.DataFrame, 
     )
 
 
-def evidence_index(rank: RankInput, steps: pd.DataFrame, bubbles: pd.DataFrame, source_id: str | None) -> pd.DataFrame:
-    """One row per evidence id of the rank: its steps' windows and its bubble windows."""
-    step_rows = pd.DataFrame(
+def step_evidence_id(rank_id: int, step_ordinal: int) -> str:
+    """The evidence id of one step window (the same text ``_step_rows`` writes)."""
+    return f"r{int(rank_id)}.step{int(step_ordinal)}"
+
+
+def operator_evidence_ids(rank_id: int, count: int) -> np.ndarray:
+    """Evidence ids of a rank's operator rows, in table order: ``r<rank>.op<k>``."""
+    return _texts(f"r{rank_id}.op", np.arange(count, dtype=np.int64))
+
+
+def communication_evidence_ids(rank_id: int, rows: np.ndarray) -> np.ndarray:
+    """Evidence ids of a rank's communication events, by source row: ``r<rank>.comm<row>``."""
+    return _texts(f"r{rank_id}.comm", np.asarray(rows, dtype=np.int64))
+
+
+def _step_rows(rank_id: int, steps: pd.DataFrame) -> pd.DataFrame:
+    complete = np.where(steps["complete"].to_numpy(bool), " (complete)", " (partial)")
+    return pd.DataFrame(
         {
-            "evidence_id": _texts(f"r{rank.rank_id}.step", steps["step_ordinal"].to_numpy(np.int64)),
+            "evidence_id": _texts(f"r{rank_id}.step", steps["step_ordinal"].to_numpy(np.int64)),
             "kind": "step_window",
             "step_ordinal": steps["step_ordinal"].to_numpy(),
             "row_start": steps["row_start"].to_numpy(),
             "row_end": steps["row_end"].to_numpy(),
             "start_us": steps["start_ns"].to_numpy() / 1000.0,
             "end_us": steps["end_ns"].to_numpy() / 1000.0,
-            "source_id": source_id,
-            "summary": [
-                f"step {s} ({'complete' if c else 'partial'})" for s, c in zip(steps["step_id"], steps["complete"])
-            ],
+            "summary": _texts(
+                "step ", steps["step_id"].astype("Int64").astype(object).fillna("?").to_numpy(), complete
+            ),
         }
     )
-    bubble_rows = pd.DataFrame(
+
+
+def _bubble_rows(bubbles: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
         {
             "evidence_id": bubbles["evidence_id"],
             "kind": "bubble_window",
@@ -86,7 +103,6 @@ def evidence_index(rank: RankInput, steps: pd.DataFrame, bubbles: pd.DataFrame, 
             "row_end": np.maximum(bubbles["before_row"], bubbles["after_row"]),
             "start_us": bubbles["start_ns"] / 1000.0,
             "end_us": bubbles["end_ns"] / 1000.0,
-            "source_id": bubbles["source_id"],
             "summary": _texts(
                 np.round(bubbles["duration_us"].to_numpy(np.float64), 1),
                 " us ",
@@ -98,9 +114,79 @@ def evidence_index(rank: RankInput, steps: pd.DataFrame, bubbles: pd.DataFrame, 
             ),
         }
     )
-    index = pd.concat([step_rows, bubble_rows], ignore_index=True) if len(bubble_rows) else step_rows
-    paths = {source: text_of_path(source_path_of(rank, source)) for source in index["source_id"].dropna().unique()}
-    index["source_path"] = index["source_id"].map(paths)
+
+
+def _operator_rows(operators: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "evidence_id": operators["evidence_id"],
+            "kind": "operator",
+            "step_ordinal": None,
+            "row_start": operators["row_start"],
+            "row_end": operators["row_end"],
+            "start_us": operators["first_start_us"],
+            "end_us": operators["last_end_us"],
+            "summary": _texts(
+                operators["name"].astype(object).fillna("?").to_numpy(),
+                ": ",
+                operators["call_count"].to_numpy(np.int64),
+                " calls, ",
+                np.round(operators["duration_sum_us"].to_numpy(np.float64), 1),
+                " us (rows: first and last call)",
+            ),
+        }
+    )
+
+
+def _communication_rows(comm: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "evidence_id": comm["evidence_id"],
+            "kind": "communication_op",
+            "step_ordinal": comm["step_ordinal"],
+            "row_start": comm["row_idx"],
+            "row_end": comm["row_idx"],
+            "start_us": comm["start_ns"] / 1000.0,
+            "end_us": comm["end_ns"] / 1000.0,
+            "summary": _texts(
+                comm["name"].astype(object).fillna("?").to_numpy(),
+                " (",
+                comm["parallel_role"].astype(object).fillna("unknown role").to_numpy(),
+                "), ",
+                np.round(comm["duration_us"].to_numpy(np.float64), 1),
+                " us",
+            ),
+        }
+    )
+
+
+def evidence_index(
+    rank: RankInput,
+    source_id: str | None,
+    steps: pd.DataFrame,
+    bubbles: pd.DataFrame,
+    operators: pd.DataFrame,
+    communication: pd.DataFrame,
+) -> pd.DataFrame:
+    """One row per evidence id of the rank: step and bubble windows, operators, communication ops.
+
+    All rows of a rank point into its one kernel source (``source_id``)."""
+    parts = [
+        builder(frame)
+        for builder, frame in (
+            (_bubble_rows, bubbles),
+            (_operator_rows, operators),
+            (_communication_rows, communication),
+        )
+        if len(frame)
+    ]
+    if len(steps):
+        parts.insert(0, _step_rows(rank.rank_id, steps))
+    if not parts:
+        return pd.DataFrame()
+    index = pd.concat(parts, ignore_index=True)
+    index["source_id"] = source_id
+    index["source_path"] = text_of_path(source_path_of(rank, source_id))
     return index
 
 

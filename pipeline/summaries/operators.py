@@ -17,7 +17,7 @@ def operator_summary(events: pd.DataFrame) -> pd.DataFrame:
     """One row per (name, type, op_type) of one rank's events, heaviest first.
 
     ``events`` needs name, type, op_type, primary_category, categories / roles ('|'-joined),
-    duration_ns, wait_ns, stream_id, row_idx and the pipeline fields.
+    duration_ns, wait_ns, stream_id, row_idx, start_ns, end_ns and the pipeline fields.
     """
     frame = events.assign(
         type=events["type"].fillna(""),
@@ -35,6 +35,8 @@ def operator_summary(events: pd.DataFrame) -> pd.DataFrame:
         stream_count=("stream_id", "nunique"),
         row_start=("row_idx", "min"),
         row_end=("row_idx", "max"),
+        first_start_ns=("start_ns", "min"),
+        last_end_ns=("end_ns", "max"),
     )
     samples = grouped["row_idx"].apply(lambda rows: ";".join(str(r) for r in np.sort(rows.to_numpy())[:SAMPLE_ROWS]))
     table["sample_rows"] = samples  # a loop over operators (distinct kernels), not events
@@ -42,6 +44,8 @@ def operator_summary(events: pd.DataFrame) -> pd.DataFrame:
     table = table.join(sums.add_suffix("_sum"))
     table = table.reset_index()
     table["duration_avg_us"] = table["duration_sum_us"] / table["call_count"]
+    table["first_start_us"] = table.pop("first_start_ns") / 1000.0
+    table["last_end_us"] = table.pop("last_end_ns") / 1000.0
     table["total_cost_us"] = table["duration_sum_us"] + table["wait_sum_us"]
     cost = table["total_cost_us"]
     table["wait_ratio"] = np.where(cost > 0, table["wait_sum_us"] / cost.where(cost > 0, 1.0), 0.0)

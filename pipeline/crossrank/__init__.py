@@ -1,0 +1,1 @@
+"""cross_rank: collectives matched across ranks, clock offsets, and step / layer alignment."""

@@ -1,0 +1,1 @@
+"""diagnostics: findings with their statistic, threshold and evidence, from the tables of earlier stages."""

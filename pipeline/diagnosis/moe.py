@@ -1,0 +1,130 @@
+"""Expert-parallel findings: routed-token imbalance across EP ranks, and ranks with no expert work.
+
+Routed tokens per rank come from the grouped expert matmul's input shapes, as the vendor's
+ep_load_balance reads them: the shape list split on ';', empty parts and the last two (weights,
+group list) dropped, the first dims of the rest summed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.inputs import DiagnosisInputs
+
+
+def is_ep_collective(alignment: pd.DataFrame) -> pd.Series:
+    """Which collective rows are expert-parallel: role EP, or a fused dispatch / combine kernel."""
+    markers = knowledge.load("diagnosis_rules")["ep_collective_markers"]
+    fused = alignment["name"].fillna("").str.contains("|".join(markers), regex=True)
+    return (alignment["parallel_role"] == "EP") | fused
+
+
+def _tokens_of_shapes(shapes: str | None) -> float:
+    parts = [p for p in str(shapes or "").split(";") if p.strip()]
+    total = 0.0
+    for part in parts[:-2]:
+        first = part.split(",")[0].strip()
+        try:
+            total += float(first)
+        except ValueError:
+            return float("nan")
+    return total if parts[:-2] else float("nan")
+
+
+def routed_tokens(expert_calls: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: routed tokens (sum over its grouped-matmul calls), expert time and sample rows."""
+    if expert_calls.empty:
+        return pd.DataFrame(columns=["rank_id", "tokens", "expert_us", "calls"])
+    codes, shapes = pd.factorize(expert_calls["input_shapes"].fillna(""))
+    per_shape = np.array([_tokens_of_shapes(s) for s in shapes] or [np.nan])  # a loop over distinct shapes
+    frame = expert_calls.assign(
+        tokens=per_shape[codes] if len(codes) else [], expert_us=expert_calls["duration_ns"] / 1000.0
+    )
+    return (
+        frame.groupby("rank_id")
+        .agg(tokens=("tokens", lambda t: t.sum(min_count=1)), expert_us=("expert_us", "sum"), calls=("tokens", "size"))
+        .reset_index()
+    )
+
+
+def _ep_groups(inputs: DiagnosisInputs, ranks: list[int]) -> list[list[int]]:
+    units = inputs.units[inputs.units["alignment_type"] == "collective"]
+    units = units[is_ep_collective(units)]
+    groups = {tuple(int(r) for r in str(m).split(";")) for m in units["rank_ids"].drop_duplicates()}
+    return [list(g) for g in sorted(groups)] or [ranks]
+
+
+def _work(per_rank: pd.DataFrame) -> tuple[pd.Series, str]:
+    """Tokens where every rank's shapes gave them, else expert time."""
+    if per_rank["tokens"].notna().all():
+        return per_rank.set_index("rank_id")["tokens"], "routed_tokens"
+    return per_rank.set_index("rank_id")["expert_us"], "expert_time_us"
+
+
+def _ep_wait_ms(inputs: DiagnosisInputs, rank: int, group: list[int]) -> tuple[float, list[str]]:
+    ep = inputs.alignment[is_ep_collective(inputs.alignment) & inputs.alignment["rank_id"].isin(group)]
+    late = ep[ep["arrival_order"] == ep["member_count"] - 1]
+    waited = ep[ep["alignment_id"].isin(late[late["rank_id"] == rank]["alignment_id"]) & (ep["rank_id"] != rank)]
+    top = waited.sort_values("late_by_us", ascending=False)["evidence_id"].head(4).tolist()
+    return float(waited["late_by_us"].sum()) / 1000.0, top
+
+
+def _expert_rows(inputs: DiagnosisInputs, rank: int) -> list[str]:
+    ops = inputs.operators[(inputs.operators["rank_id"] == rank) & (inputs.operators["type"] == "GroupedMatmul")]
+    return ops["evidence_id"].tolist()
+
+
+def ep_findings(inputs: DiagnosisInputs) -> list[Finding]:
+    """ep_load_imbalance_suspected (a hot EP rank) and reduced_work_or_dummy_rank (a rank with ~no work)."""
+    per_rank = routed_tokens(inputs.expert_calls)
+    if per_rank.empty:
+        return []
+    hot_spec, idle_spec = rule("ep_load_imbalance_suspected"), rule("reduced_work_or_dummy_rank")
+    work, measure = _work(per_rank)
+    findings = []
+    for group in _ep_groups(inputs, sorted(work.index.tolist())):  # a loop over EP groups
+        values = work.reindex(group).fillna(0.0)  # an EP rank with no expert calls did no expert work
+        if len(values) < 2 or values.median() <= 0:
+            continue
+        median = float(values.median())
+        for rank, value in values[values <= idle_spec["work_ratio_max"] * median].items():
+            findings.append(
+                _reduced(int(rank), float(value), median, measure, idle_spec, _expert_rows(inputs, int(rank)))
+            )
+        working = values[values > idle_spec["work_ratio_max"] * median]
+        base = float(working.median()) if len(working) else median
+        for rank, value in working[working >= hot_spec["token_ratio_min"] * base].items():
+            wait_ms, waited = _ep_wait_ms(inputs, int(rank), group)
+            findings.append(
+                Finding(
+                    "ep_load_imbalance_suspected",
+                    "cross_rank",
+                    [int(rank)],
+                    _expert_rows(inputs, int(rank)) + waited,
+                    {
+                        "name": f"{measure}_over_group_median",
+                        "value": value / base,
+                        "threshold": hot_spec["token_ratio_min"],
+                    },
+                    {"rank": int(rank), "tokens": value, "ratio": value / base, "median": base, "wait_ms": wait_ms},
+                    limitations=[]
+                    if measure == "routed_tokens"
+                    else ["no token counts in the shapes: expert time compared"],
+                )
+            )
+    return findings
+
+
+def _reduced(rank: int, value: float, median: float, measure: str, spec: dict, evidence: list[str]) -> Finding:
+    return Finding(
+        "reduced_work_or_dummy_rank",
+        "rank",
+        [rank],
+        evidence,
+        {"name": f"{measure}_over_group_median", "value": value / median, "threshold": spec["work_ratio_max"]},
+        {"rank": rank, "ratio": value / median, "tokens": value, "median": median},
+        limitations=[] if evidence else ["the rank has no expert operator rows to cite"],
+    )
