@@ -87,6 +87,41 @@ class Analysis:
         overlap shares, bubble recurrence and the dominant idle pattern."""
         return self._view(schema.RANK_SUMMARY_CSV, "summarize")
 
+    def alignment(self, collectives: bool = False) -> pd.DataFrame:
+        """Cross-rank alignment: one row per collective instance, step id and layer (type, members,
+        start / end skew on the corrected clock, duration spread, first and last rank); with
+        ``collectives=True``, one row per (collective instance, rank) with its corrected times,
+        arrival order and the wait it had for the last member."""
+        if collectives:
+            path = self.out_dir / schema.COLLECTIVE_ALIGNMENT.path
+            if not path.exists():
+                raise FileNotFoundError(f"{path} is missing: run the cross_rank stage")
+            return pd.read_parquet(path)
+        return self._view(schema.CROSS_RANK_ALIGNMENT_CSV, "cross_rank")
+
+    def findings(self) -> pd.DataFrame:
+        """One row per finding: claim_id, finding_type, scope, severity, confidence, summary,
+        rank_ids and evidence_ids (lists), statistic name / value / threshold, limitations."""
+        path = self.out_dir / schema.DIAGNOSIS_FINDINGS
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the diagnostics stage")
+        findings = io.read_json(path)["diagnosis_findings"]
+        rows = [
+            {
+                **{k: f[k] for k in ("claim_id", "finding_type", "scope", "severity", "confidence", "summary")},
+                "rank_ids": f["rank_ids"],
+                "evidence_ids": f["evidence_ids"],
+                "statistic_name": f["statistic"].get("name"),
+                "statistic_value": f["statistic"].get("value"),
+                "statistic_threshold": f["statistic"].get("threshold"),
+                "limitations": f["limitations"],
+            }
+            for f in findings
+        ]
+        columns = ["claim_id", "finding_type", "scope", "severity", "confidence", "summary", "rank_ids"]
+        columns += ["evidence_ids", "statistic_name", "statistic_value", "statistic_threshold", "limitations"]
+        return pd.DataFrame(rows, columns=columns)
+
     def manifest(self, stage: str | None = None) -> dict:
         """The top-level manifest, or one stage's manifest."""
         name = schema.TOP_MANIFEST if stage is None else schema.stage_manifest_name(stage)

@@ -95,6 +95,11 @@ def _add_analyze(commands) -> None:
         help="a model of knowledge/model_catalog.yaml (e.g. Qwen3-0.6B), used when there is no config.json",
     )
     run.add_argument(
+        "--no-host-trace",
+        action="store_true",
+        help="do not stream trace_view.json to label idle windows with candidate host causes (faster on GB traces)",
+    )
+    run.add_argument(
         "--hash-sources",
         action="store_true",
         help="record each input file's sha256 in manifest.json (reads every byte)",
@@ -395,7 +400,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             "npuprof analyze: a profiling ROOT is required (it may be omitted only when resuming past normalize)"
         )
     options = AnalyzeOptions(
-        source=args.source, hash_sources=args.hash_sources, model_config=args.model_config, model_id=args.model_id
+        source=args.source,
+        hash_sources=args.hash_sources,
+        model_config=args.model_config,
+        model_id=args.model_id,
+        host_trace=not args.no_host_trace,
     )
     result = analyze(
         args.root,

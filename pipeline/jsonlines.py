@@ -8,6 +8,7 @@ value once: kernel names repeat) and records are joined element-wise.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,6 +22,14 @@ _NEEDS_ESCAPE = r'["\\\x00-\x1f]'  # a quote, a backslash or a control character
 
 # a record field: a column (pa.Array, numpy array, pandas Series), a constant, or a nested record
 Field = Any
+
+
+@dataclass(frozen=True)
+class NullableRecord:
+    """A nested record that is ``null`` on the rows where ``valid`` is false."""
+
+    fields: Mapping[str, Any]
+    valid: Any  # a boolean column
 
 
 def _column(values: Field) -> pa.Array:
@@ -41,6 +50,8 @@ def _json_column(values: Field) -> pa.Array:
         return pa.array(["null"] * len(column), TEXT)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return pc.fill_null(_json_strings(column), "null")
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _json_lists(column)
     if pa.types.is_boolean(kind):
         return pc.fill_null(pc.if_else(column, pa.scalar("true", TEXT), pa.scalar("false", TEXT)), "null")
     if pa.types.is_floating(kind):
@@ -49,6 +60,20 @@ def _json_column(values: Field) -> pa.Array:
     elif not pa.types.is_integer(kind):
         raise TypeError(f"no JSON encoding for column type {kind}")
     return pc.fill_null(pc.cast(column, TEXT), "null")
+
+
+def _json_lists(column: pa.Array) -> pa.Array:
+    """``[a,b,...]`` per row from a list column (elements encoded like any column); null → ``null``."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    column = column.cast(pa.large_list(column.type.value_type))
+    elements = _json_column(column.values.slice(column.offsets[0].as_py(), len(column.flatten())))
+    offsets = pc.subtract(column.offsets, column.offsets[0])
+    rebuilt = pa.LargeListArray.from_arrays(offsets, elements, mask=column.is_null())
+    inner = pc.binary_join(rebuilt, pa.scalar(",", TEXT))
+    bracket_open, bracket_close = pa.scalar("[", TEXT), pa.scalar("]", TEXT)
+    texts = pc.binary_join_element_wise(bracket_open, inner, bracket_close, pa.scalar("", TEXT))
+    return pc.fill_null(texts, "null")
 
 
 def _json_strings(column: pa.Array) -> pa.Array:
@@ -71,7 +96,10 @@ def _object_texts(record: Mapping[str, Field], length: int) -> pa.Array:
     parts: list[Any] = []
     for position, (key, value) in enumerate(record.items()):
         parts.append(("{" if position == 0 else ",") + json_text(key) + ":")
-        if isinstance(value, Mapping):
+        if isinstance(value, NullableRecord):
+            valid = pc.fill_null(_column(value.valid), False)
+            parts.append(pc.if_else(valid, _object_texts(value.fields, length), pa.scalar("null", TEXT)))
+        elif isinstance(value, Mapping):
             parts.append(_object_texts(value, length))
         elif value is None or np.isscalar(value):
             parts.append(json_text(value))

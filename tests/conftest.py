@@ -106,3 +106,13 @@ def analyze_scenarios(base: Path, names, to_stage: str, seed: int) -> dict[str, 
         analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage=to_stage))
         out[name] = (root, base / f"{name}_out")
     return out
+
+
+@pytest.fixture(scope="session")
+def planted_outputs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Every synth scenario analyzed through diagnostics once per session: {name: (root, output dir)}.
+
+    summarize's and diagnostics' tests read the same outputs (the stages are deterministic)."""
+    from npuprof.synth import SCENARIOS
+
+    return analyze_scenarios(tmp_path_factory.mktemp("planted"), sorted(SCENARIOS), "diagnostics", seed=7)

@@ -13,9 +13,10 @@ import json
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
-from npuprof.pipeline.jsonlines import jsonl_bytes
+from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
 from npuprof.pipeline.segmentation.blocks import split_layer
 from npuprof.pipeline.segmentation.features import EventFeatures
 from npuprof.pipeline.segmentation.layers import _best_offset, _cuts
@@ -152,12 +153,30 @@ def test_columnar_json_lines_read_back_as_the_records():
     names = pd.Series(['a"b', "back\\slash", "new\nline", "\x01ctl", "名前", None], dtype="string[pyarrow]")
     starts = np.array([0.5, 1e21, np.nan, np.inf, -2.25, 3.0])
     steps = pd.Series([1, None, 3, 4, 5, 6], dtype="Int64")
+    tags = pa.array([["a", 'q"t'], [], None, ["x"], ["名"], ["z", "w"]], pa.list_(pa.string()))
+    attribution = NullableRecord({"tags": tags, "n": np.arange(6)}, np.array([1, 1, 0, 1, 0, 1], bool))
     text = jsonl_bytes(
-        {"name": names, "start_us": starts, "step": steps, "inner": {"row": np.arange(6), "flag": None}, "k": "x"}, 6
+        {
+            "name": names,
+            "start_us": starts,
+            "step": steps,
+            "inner": {"row": np.arange(6), "flag": None},
+            "k": "x",
+            "soft": attribution,
+        },
+        6,
     )
     records = [json.loads(line) for line in text.decode("utf-8").split("\n")[:-1]]
     assert [r["name"] for r in records] == ['a"b', "back\\slash", "new\nline", "\x01ctl", "名前", None]
     assert [r["start_us"] for r in records] == [0.5, 1e21, None, None, -2.25, 3]
     assert [r["step"] for r in records] == [1, None, 3, 4, 5, 6]
     assert [r["inner"] for r in records] == [{"row": i, "flag": None} for i in range(6)]
+    assert [r["soft"] for r in records] == [
+        {"tags": ["a", 'q"t'], "n": 0},
+        {"tags": [], "n": 1},
+        None,
+        {"tags": ["x"], "n": 3},
+        None,
+        {"tags": ["z", "w"], "n": 5},
+    ]
     assert {r["k"] for r in records} == {"x"} and jsonl_bytes({"a": np.arange(0)}, 0) == b""

@@ -146,3 +146,22 @@ def test_vendor_all_mode_reads_the_db_export(msprof_analyze, tmp_path):
     assert {"ClusterCommunicationTime", "ClusterStepTraceTime", "CommunicationGroupMapping"} <= tables
     assert con.execute("SELECT COUNT(DISTINCT rank_id) FROM ClusterCommunicationTime").fetchone()[0] == 4
     con.close()
+
+
+@pytest.mark.parametrize("name", ["slow_rank", "mixed"])
+def test_npuprof_and_the_vendor_agree_on_the_slow_rank(msprof_analyze, tmp_path, name):
+    """The same db root through both tools: the vendor's most-voted slow rank is npuprof's finding."""
+    from npuprof.pipeline.runner import analyze
+
+    root = Path(generate(tmp_path / name, name, seed=1, export="db")["root"])
+    log = run_cluster(msprof_analyze, root, "slow_rank")
+    assert not problems(log), problems(log)
+    with open(root / "cluster_analysis_output" / "SlowRankAnalysis" / "rank_stats.csv", newline="") as handle:
+        votes = {int(r["rankId"]): int(r["slowAffectCount"]) for r in csv.DictReader(handle)}
+    analyze(root, tmp_path / "out", jobs=2)
+    findings = json.loads((tmp_path / "out" / "diagnosis_findings.json").read_text())["diagnosis_findings"]
+    ours = [f["rank_ids"] for f in findings if f["finding_type"] == "slow_rank_suspected"]
+    faults = json.loads((root / "ground_truth.json").read_text())["faults"]
+    planted = next(f for f in faults if f["kind"] == "slow_rank")
+    assert ours == [planted["ranks"]]
+    assert planted["ranks"][0] in votes and votes[planted["ranks"][0]] == max(votes.values()), votes

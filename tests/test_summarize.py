@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import SAMPLE_ROOTS, analyze_scenarios
+from conftest import SAMPLE_ROOTS
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.runner import StageWindow, analyze
@@ -20,8 +20,8 @@ KERNEL_PROFILE = {"MatMulV3": "cube", "SwiGlu": "vector", "Add": "vector_mte", "
 
 
 @pytest.fixture(scope="module")
-def analyzed(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
-    return analyze_scenarios(tmp_path_factory.mktemp("summarize"), SCENARIO_NAMES, "summarize", seed=7)
+def analyzed(planted_outputs) -> dict[str, tuple[Path, Path]]:
+    return planted_outputs
 
 
 def read(out: Path, view: schema.CsvView) -> pd.DataFrame:

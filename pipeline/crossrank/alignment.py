@@ -42,10 +42,17 @@ def with_communication_split(frame: pd.DataFrame, ops: pd.DataFrame) -> pd.DataF
     """Add communication.json's transit / wait (µs) of the same op on the same rank, where present."""
     if ops.empty or "op_name" not in ops:
         return frame.assign(transit_us=np.nan, wait_us=np.nan)
-    split = ops[ops["source"] == "communication_json"][["rank_id", "step_id", "op_name", "start_us"]].copy()
-    split["transit_us"] = ops["transit_ms"] * 1000.0
-    split["wait_us"] = ops["wait_ms"] * 1000.0
-    split["rank_id"] = split["rank_id"].astype(np.int64)
+    from_json = ops[ops["source"] == "communication_json"]
+    split = pd.DataFrame(
+        {
+            "rank_id": from_json["rank_id"].astype(np.int64),
+            "step_id": from_json["step_id"],
+            "op_name": from_json["op_name"],
+            "start_us": from_json["start_us"],
+            "transit_us": from_json["transit_ms"] * 1000.0,
+            "wait_us": from_json["wait_ms"] * 1000.0,
+        }
+    )
     split = split.sort_values(["rank_id", "start_us"], kind="stable")
     split["occurrence"] = split.groupby(["rank_id", "step_id", "op_name"], dropna=False).cumcount()
     split = split.rename(columns={"op_name": "name"}).drop(columns=["start_us"])

@@ -9,6 +9,24 @@ from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.inputs import DiagnosisInputs
 
 
+def _transmit_per_instance(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per instance: its transmit time (the fastest member's), kind, role and op family (the name
+    without its sequence digits: the same op of the same group)."""
+    transmit = frame["transit_us"].where(frame["transit_us"].notna(), frame["duration_us"] - frame["late_by_us"])
+    per_instance = (
+        frame.assign(transmit_us=transmit)
+        .groupby("alignment_id")
+        .agg(
+            transmit_us=("transmit_us", "min"),
+            kind=("kind", "first"),
+            role=("parallel_role", "first"),
+            family=("name", "first"),
+        )
+    )
+    per_instance["family"] = per_instance["family"].str.replace(r"_\d+_\d+$", "", regex=True)
+    return per_instance
+
+
 def collective_slow(inputs: DiagnosisInputs) -> list[Finding]:
     """Instances whose transmit time is far above that of comparable ones (same kind, role, name family).
 
@@ -19,19 +37,7 @@ def collective_slow(inputs: DiagnosisInputs) -> list[Finding]:
     frame = inputs.alignment[inputs.alignment["member_count"] >= 2]
     if frame.empty:
         return []
-    transmit = frame["transit_us"].where(frame["transit_us"].notna(), frame["duration_us"] - frame["late_by_us"])
-    per_instance = (
-        frame.assign(transmit_us=transmit)
-        .groupby("alignment_id")
-        .agg(
-            transmit_us=("transmit_us", "min"),  # the collective's own transmission: the fastest member's
-            kind=("kind", "first"),
-            role=("parallel_role", "first"),
-            family=("name", "first"),
-        )
-    )
-    # comparable: the same op family in the same group (name without its sequence digits)
-    per_instance["family"] = per_instance["family"].str.replace(r"_\d+_\d+$", "", regex=True)
+    per_instance = _transmit_per_instance(frame)
     keys = ["kind", "role", "family"]
     sizes = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("size")
     median = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("median")

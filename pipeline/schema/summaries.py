@@ -134,6 +134,13 @@ BUBBLE_WINDOWS = Table(
             ("after_name", pa.string()),  # the kernel that started when it resumed
             ("after_row", pa.int64()),
             ("source_id", pa.string()),
+            # soft attribution from the rank's host trace (null without one): candidate causes only
+            ("soft_labels", pa.string()),  # '|'-joined possible_* labels
+            ("host_coverage", pa.float64()),  # share of the window covered by host events
+            ("sync_overlap", pa.float64()),  # ... by sync / device-to-host markers
+            ("comm_overlap", pa.float64()),  # ... by communication markers
+            ("host_thread_count", pa.int64()),
+            ("host_events", pa.string()),  # ';'-joined: the host events covering it most
         ]
     ),
 )

@@ -27,8 +27,9 @@ class AnalyzeOptions:
     hash_sources: bool = False
     model_config: str | None = None  # a HuggingFace-style config.json (num_hidden_layers, ...)
     model_id: str | None = None  # a key of knowledge/model_catalog.yaml
+    host_trace: bool = True  # label idle windows from trace_view.json (streams the whole file)
 
-    _KEYS = ("source", "hash_sources", "model_config", "model_id")
+    _KEYS = ("source", "hash_sources", "model_config", "model_id", "host_trace")
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self._KEYS}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline import schema
+from npuprof.pipeline import io, schema
 from npuprof.pipeline.crossrank.alignment import (
     collective_units,
     corrected,
@@ -22,6 +22,7 @@ from npuprof.pipeline.crossrank.alignment import (
 from npuprof.pipeline.crossrank.clock import clock_offsets
 from npuprof.pipeline.crossrank.matching import collective_instances, rank_components
 from npuprof.pipeline.stages.base import RootContext, StageResult
+from npuprof.pipeline.summaries.communication import group_ranks_of_names
 
 UNMATCHED_SAMPLE = 10
 STEP_COLUMNS = ["step_ordinal", "step_id", "start_ns", "end_ns", "main_layer_count"]
@@ -68,6 +69,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         else pd.DataFrame()
     )
     manifest = _manifest(aligned, offsets, components, by_step, residual, used, fit_note)
+    manifest.update(_uncaptured_partners(ctx, aligned, rank_ids))
     return StageResult(
         tables={
             schema.COLLECTIVE_ALIGNMENT: aligned[list(schema.COLLECTIVE_ALIGNMENT.columns)]
@@ -78,6 +80,29 @@ def reduce_root(ctx: RootContext) -> StageResult:
         csv_views={schema.CROSS_RANK_ALIGNMENT_CSV: schema.CROSS_RANK_ALIGNMENT.conform(units).to_pandas()},
         manifest=manifest,
     )
+
+
+def _uncaptured_partners(ctx: RootContext, aligned: pd.DataFrame, rank_ids: list[int]) -> dict:
+    """Unmatched instances whose group has no other captured rank cannot match: count them apart,
+    and give the match rate over the groups the capture can compare."""
+    lonely = aligned[aligned["member_count"] < 2] if len(aligned) else aligned
+    capture = io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO)
+    infos = [r.get("parallel_group_info") for r in capture.get("ranks", [])]
+    names = lonely["name"].drop_duplicates()
+    captured = set(rank_ids)
+    alone = {
+        name
+        for name, ranks in zip(names, group_ranks_of_names(names, infos))
+        if ranks is not None and len(captured & set(ranks)) < 2
+    }
+    uncapturable = int(lonely["name"].isin(alone).sum())
+    instances = int(aligned["alignment_id"].nunique()) if len(aligned) else 0
+    matched = instances - int(len(lonely))
+    comparable = instances - uncapturable
+    return {
+        "unmatched_partner_not_captured": uncapturable,
+        "match_rate_captured_groups": matched / comparable if comparable else None,
+    }
 
 
 def _manifest(aligned, offsets, components, by_step, residual, used, note) -> dict:

@@ -89,6 +89,8 @@ def _inputs(ctx: RootContext) -> DiagnosisInputs:
     frames = {table: ctx.read_frame(table) for table in schema.STEP_SUMMARY.tables}
     steps = schema.join_view(schema.STEP_SUMMARY, [frames[t] for t in schema.STEP_SUMMARY.tables])
     operators = int_ranks(ctx.read_frame(schema.OPERATOR_SUMMARY))
+    bubbles = int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS))
+    labelled = bubbles[bubbles["soft_labels"].notna()] if len(bubbles) else bubbles
     capture = io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO)
     groups = [r.get("parallel_group_info") for r in capture.get("ranks", [])]
     return DiagnosisInputs(
@@ -98,11 +100,11 @@ def _inputs(ctx: RootContext) -> DiagnosisInputs:
         accounting=int_ranks(ctx.read_frame(schema.STEP_TIME_ACCOUNTING)),
         operators=operators,
         links=int_ranks(ctx.read_frame(schema.COMMUNICATION_LINKS)),
-        bubbles=int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS)),
+        bubbles=bubbles,
         expert_calls=_expert_calls(ctx, operators),
         aicpu_exposure=_aicpu_exposure(ctx, operators),
         group_ranks=global_ranks_by_group_hash(groups),
-        soft_labels=pd.DataFrame(columns=SOFT_LABEL_COLUMNS),
+        soft_labels=labelled.rename(columns={"soft_labels": "labels"})[SOFT_LABEL_COLUMNS],
     )
 
 

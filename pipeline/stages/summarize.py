@@ -21,6 +21,7 @@ from npuprof.pipeline.segmentation.windows import window_positions
 from npuprof.pipeline.sources.capture_info import rank_capture_info
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.summaries.accounting import step_time_accounting
+from npuprof.pipeline.summaries.attribution import attribute_bubbles
 from npuprof.pipeline.summaries.classes import (
     block_class_ops,
     block_class_summary,
@@ -114,6 +115,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     accounting, idle_gaps = step_time_accounting(events, steps, spans.reset_index()) if len(steps) else (None, None)
     min_ns = int(knowledge.load("diagnosis_rules")["bubble_min_us"] * 1000)
     bubbles = bubble_windows(ctx.rank.rank_id, events, idle_gaps, steps, min_ns) if len(steps) else pd.DataFrame()
+    bubbles, host_trace = attribute_bubbles(ctx.rank, bubbles, ctx.options.host_trace)
     blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
     events = pd.concat([events, events_in_blocks(len(events), blocks).set_index(events.index)], axis=1)
     comm, comm_rows, ops, links, comm_source = _communication(ctx, events, steps, rank_info)
@@ -129,6 +131,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         "communication_roles": {str(k): int(v) for k, v in comm["parallel_role"].value_counts().items()},
         "communication_groups_known": bool(rank_info.get("parallel_group_info")),
         "bubble_window_count": int(len(bubbles)),
+        "host_trace": host_trace,
     }
     tables = {
         schema.OPERATOR_SUMMARY: operators,
@@ -221,6 +224,14 @@ def _root_manifest(rank_manifests: list[dict], operator_class_count: int) -> dic
             f"ranks {from_events} have no communication.json: their communication ops come from the events "
             "alone (no transit / wait split, no bandwidth)"
         )
+    traced = [m["rank_id"] for m in rank_manifests if m.get("host_trace", {}).get("status") == "ok"]
+    untraced = [
+        m["rank_id"] for m in rank_manifests if m.get("host_trace", {}).get("status") in ("missing", "unreadable")
+    ]
+    if untraced:
+        limitations.append(
+            f"ranks {untraced} have no readable trace_view.json: their idle windows carry no host labels"
+        )
     if events and not with_pipeline:
         limitations.append("no PMU (pipeline) data: compute is not split by bound family (unknown)")
     return {
@@ -240,6 +251,10 @@ def _root_manifest(rank_manifests: list[dict], operator_class_count: int) -> dic
             schema.BUBBLE_WINDOWS.name: "idle gaps of the time accounting, at least bubble_min_us long",
         },
         "limitations": limitations,
+        "host_trace": {
+            "ranks_attributed": traced,
+            "by_rank": {str(m["rank_id"]): m.get("host_trace") for m in rank_manifests},
+        },
         "rank_summaries": rank_manifests,
     }
 

@@ -60,6 +60,21 @@ def global_ranks_by_group_hash(group_infos: list[dict | None]) -> dict[str, list
     return found
 
 
+def group_ranks_of_names(names: pd.Series, group_infos: list[dict | None]) -> list[list[int] | None]:
+    """The global ranks of each HCCL op's group, from the group-hash digits in its name (None when
+    the name or the metadata cannot tell)."""
+    pattern = re.compile(knowledge.load("summary_rules")["hccl_name_pattern"])
+    by_suffix: dict[str, list[list[int]]] = {}
+    for group_hash, ranks in global_ranks_by_group_hash(group_infos).items():
+        by_suffix.setdefault(group_hash[-3:], []).append(ranks)
+    found = []
+    for name in names:  # a loop over op names (callers pass distinct ones)
+        match = pattern.match(str(name))
+        groups = by_suffix.get(match.group("group_suffix"), []) if match else []
+        found.append(groups[0] if len(groups) == 1 else None)
+    return found
+
+
 def role_by_group_suffix(parallel_group_info: dict | None) -> dict[str, str]:
     """{last 3 digits of a group's hash: its parallel role}; a suffix two groups share is left out
     (it cannot tell them apart)."""

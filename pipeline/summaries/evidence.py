@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof.pipeline.io import text_of_path
-from npuprof.pipeline.jsonlines import jsonl_bytes
+from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
 from npuprof.pipeline.sources.discovery import RankInput
 
 
@@ -190,9 +190,13 @@ def evidence_index(
     return index
 
 
+def _text_column(values: pd.Series) -> pa.Array:
+    return pa.array(values.astype(object).where(values.notna(), None).to_numpy(), pa.string())
+
+
 def bubble_windows_jsonl(bubbles: pd.DataFrame) -> bytes:
-    """evidence/bubble_windows.jsonl: one record per idle window (``soft_attribution`` is filled by
-    the host-trace attribution of a later stage; null until then)."""
+    """evidence/bubble_windows.jsonl: one record per idle window; ``soft_attribution`` holds the
+    candidate host causes where the rank has a host trace, null where it has none."""
     record = {
         "evidence_id": bubbles["evidence_id"],
         "rank_id": bubbles["rank_id"].to_numpy(np.int64),
@@ -204,6 +208,16 @@ def bubble_windows_jsonl(bubbles: pd.DataFrame) -> bytes:
         "duration_us": bubbles["duration_us"].to_numpy(np.float64),
         "before_event": {"name": bubbles["before_name"], "row_idx": bubbles["before_row"].to_numpy(np.int64)},
         "after_event": {"name": bubbles["after_name"], "row_idx": bubbles["after_row"].to_numpy(np.int64)},
-        "soft_attribution": None,
+        "soft_attribution": NullableRecord(
+            {
+                "soft_root_cause_labels": pc.split_pattern(_text_column(bubbles["soft_labels"]), "|"),
+                "host_coverage": bubbles["host_coverage"].to_numpy(np.float64),
+                "sync_overlap": bubbles["sync_overlap"].to_numpy(np.float64),
+                "comm_overlap": bubbles["comm_overlap"].to_numpy(np.float64),
+                "host_thread_count": bubbles["host_thread_count"].astype("Int64"),
+                "host_events": pc.split_pattern(_text_column(bubbles["host_events"].fillna("")), ";"),
+            },
+            bubbles["soft_labels"].notna().to_numpy(),
+        ),
     }
     return jsonl_bytes(record, len(bubbles))

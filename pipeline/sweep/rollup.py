@@ -60,6 +60,7 @@ ROLLUP_COLUMNS = [
     *PARALLEL_SIZES,
     "findings_total",
     "findings_by_type",
+    "findings_by_severity",
     "elapsed_s",
 ]
 TIMING_COLUMNS = ("elapsed_s",)
@@ -239,9 +240,15 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
     row.update(_parallel_sizes(out_dir))
     findings = io.read_json_or_empty(out_dir / schema.DIAGNOSIS_FINDINGS)
     if findings:
-        by_type = Counter(f.get("type") for f in findings.get("findings", []))
+        listed = findings.get("diagnosis_findings", [])
+        by_type = Counter(f.get("finding_type") for f in listed)
+        by_severity = Counter(f.get("severity") for f in listed)
         row.update(
-            {"findings_total": sum(by_type.values()), "findings_by_type": json.dumps(dict(sorted(by_type.items())))}
+            {
+                "findings_total": len(listed),
+                "findings_by_type": json.dumps(dict(sorted(by_type.items()))),
+                "findings_by_severity": json.dumps(dict(sorted(by_severity.items()))),
+            }
         )
     return row
 

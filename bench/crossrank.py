@@ -1,0 +1,146 @@
+"""Benchmark: cross_rank + diagnostics, host-trace streaming, and alignment scaling.
+
+1. cross_rank + diagnostics on the 8-rank × 250 k-event root of bench/normalize.py against a bare
+   ``pyarrow.csv.read_csv`` of its kernel_details files (target ≤ 1×).
+2. trace_view.json streaming: a trace of ``--trace-mb`` MB built from a real sample's events (target
+   ≥ 50 MB/s, peak RSS ≤ 512 MB).
+3. alignment scaling: synth roots of 16 and 64 ranks (small ranks); the time per matched collective
+   must stay flat (linear in the number of collectives).
+
+Usage: ``python bench/crossrank.py [--ranks 8] [--rows 250000] [--trace-mb 1024] [--work DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import peak_rss  # noqa: E402
+from normalize import bare_read_seconds, build_root  # noqa: E402
+
+from npuprof.pipeline import schema  # noqa: E402
+from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
+from npuprof.pipeline.sources.host_trace import read_host_events  # noqa: E402
+from npuprof.synth import generate  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_TRACE = (
+    REPO.parent
+    / "shared/samples/msinsight/test/data/pytorch/text/level2/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"
+)
+
+
+def stages_over_read(work: Path, ranks: int, rows: int, jobs: int) -> dict:
+    root = build_root(work, ranks, rows)
+    files = sorted(root.rglob("kernel_details.csv"))
+    out = work / "crossrank_out"
+    analyze(root, out, jobs=jobs, overwrite=True, window=StageWindow(to_stage="summarize"))
+    bare_read_seconds(files)
+    gc.collect()
+    bare = bare_read_seconds(files)
+    started = time.perf_counter()
+    analyze(None, out, jobs=jobs, window=StageWindow(from_stage="cross_rank", to_stage="diagnostics"))
+    seconds = time.perf_counter() - started
+    return {
+        "bare_read_s": round(bare, 3),
+        "cross_rank_diagnostics_s": round(seconds, 3),
+        "over_bare_read": round(seconds / bare, 3),
+        "target": "<= 1",
+    }
+
+
+def build_trace(work: Path, megabytes: int) -> Path:
+    """A trace of about ``megabytes`` MB: the sample's events repeated, as one JSON array."""
+    target = work / f"trace_{megabytes}mb.json"
+    if target.exists():
+        return target
+    body = SAMPLE_TRACE.read_bytes().strip()[1:-1].strip()  # the events, without the brackets
+    with open(target, "wb") as handle:
+        handle.write(b"[")
+        written, first = 0, True
+        while written < megabytes * 1_000_000:
+            handle.write(body if first else b"," + body)
+            written += len(body)
+            first = False
+        handle.write(b"]")
+    return target
+
+
+def trace_streaming(work: Path, megabytes: int) -> dict:
+    trace = build_trace(work, megabytes)
+    gc.collect()
+    with peak_rss() as rss:
+        started = time.perf_counter()
+        found = read_host_events(trace, 0.0, float("inf"), 200_000)
+        seconds = time.perf_counter() - started
+    size = trace.stat().st_size
+    return {
+        "trace_mb": round(size / 1e6, 1),
+        "seconds": round(seconds, 2),
+        "mb_per_s": round(size / 1e6 / seconds, 1),
+        "peak_rss_mb": round(rss["peak"] / 1e6, 1),
+        "host_events_kept": len(found.events),
+        "target": ">= 50 MB/s, <= 512 MB",
+    }
+
+
+def alignment_scaling(work: Path) -> dict:
+    per_collective = {}
+    for ranks in (16, 64):
+        root = Path(
+            generate(
+                work / f"align_{ranks}",
+                "clean_inference",
+                ranks=ranks,
+                steps=4,
+                layers=4,
+                scale=0.2,
+                trace=False,
+                overwrite=True,
+            )["root"]
+        )
+        out = work / f"align_{ranks}_out"
+        analyze(root, out, jobs=os.cpu_count(), overwrite=True, window=StageWindow(to_stage="summarize"))
+        started = time.perf_counter()
+        analyze(None, out, jobs=1, window=StageWindow(only_stage="cross_rank"))
+        seconds = time.perf_counter() - started
+        manifest = json.loads((out / schema.stage_manifest_name("cross_rank")).read_text())
+        rows = manifest["collective_instances"] * ranks
+        per_collective[ranks] = {
+            "seconds": round(seconds, 3),
+            "instance_rank_rows": rows,
+            "us_per_row": round(seconds / rows * 1e6, 2),
+        }
+    ratio = per_collective[64]["us_per_row"] / per_collective[16]["us_per_row"]
+    return {
+        **{f"{k}_ranks": v for k, v in per_collective.items()},
+        "cost_per_row_64_over_16": round(ratio, 2),
+        "target": "about 1 (linear)",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=250_000)
+    parser.add_argument("--trace-mb", type=int, default=1024)
+    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    report = {
+        "cross_rank_diagnostics": stages_over_read(args.work, args.ranks, args.rows, args.jobs),
+        "trace_streaming": trace_streaming(args.work, args.trace_mb),
+        "alignment_scaling": alignment_scaling(args.work),
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

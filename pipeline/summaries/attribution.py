@@ -1,0 +1,167 @@
+"""Soft attribution of idle windows from the host trace: what the host was doing while the device
+sat idle. Labels are candidate causes, never established ones (reference §3.15).
+
+Per window: host coverage (the union of host events over the window, as a share of it), the share
+covered by sync / device-to-host markers and by communication markers, and the number of host
+threads active. All windows of a rank are measured at once: each host event is paired with the
+windows it overlaps (sorted searches), and unions are taken per window with a running maximum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from npuprof import knowledge
+from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.sources.discovery import RankInput
+from npuprof.pipeline.sources.host_trace import read_host_events
+
+LABELS = (
+    "possible_sync_or_h2d",
+    "possible_comm_wait",
+    "possible_untraced_host_blocking",
+    "possible_host_launch_lag",
+    "possible_python_serialization_or_lock",
+    "insufficient_evidence",
+)
+TOP_HOST_EVENTS = 5
+ATTRIBUTION_COLUMNS = [
+    "soft_labels",
+    "host_coverage",
+    "sync_overlap",
+    "comm_overlap",
+    "host_thread_count",
+    "host_events",
+]
+TRACE_VIEW = "trace_view_json"  # the supplemental source kind of trace_view.json (discovery)
+
+
+def attribute_bubbles(rank: RankInput, bubbles: pd.DataFrame, enabled: bool) -> tuple[pd.DataFrame, dict]:
+    """The rank's bubble windows with soft-attribution columns, and a status for the manifest
+    (ok | no_bubbles | missing | unreadable | skipped)."""
+    empty = bubbles.assign(**{c: None for c in ATTRIBUTION_COLUMNS})
+    trace = rank.supplemental.get(TRACE_VIEW)
+    if not enabled:
+        return empty, {"status": "skipped"}
+    if bubbles.empty:
+        return empty, {"status": "no_bubbles"}
+    if not trace:
+        return empty, {"status": "missing"}
+    windows = pd.DataFrame({"start_us": bubbles["start_ns"] / 1000.0, "end_us": bubbles["end_ns"] / 1000.0})
+    order = np.argsort(windows["start_us"].to_numpy(), kind="stable")
+    cap = int(knowledge.load("diagnosis_rules")["host_trace"]["max_events_per_rank"])
+    try:
+        host = read_host_events(trace, float(windows["start_us"].min()), float(windows["end_us"].max()), cap)
+    except BadInput as error:
+        return empty, {"status": "unreadable", "error": error.one_line()}
+    labelled = soft_attribution(windows.iloc[order].reset_index(drop=True), host.events)
+    labelled.index = bubbles.index[order]
+    status = {
+        "status": "ok",
+        "host_events": int(len(host.events)),
+        "dropped_at_cap": host.dropped,
+        "bytes_read": host.bytes_read,
+    }
+    return pd.concat([bubbles, labelled.reindex(bubbles.index)], axis=1), status
+
+
+def _pairs(windows: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+    """(window, host event) pairs that overlap, with the overlap interval (windows sorted, disjoint)."""
+    w_start, w_end = windows["start_us"].to_numpy(), windows["end_us"].to_numpy()
+    e_start, e_end = host["start_us"].to_numpy(), host["end_us"].to_numpy()
+    first = np.searchsorted(w_end, e_start, side="right")
+    last = np.searchsorted(w_start, e_end, side="left")
+    count = np.maximum(last - first, 0)
+    event = np.repeat(np.arange(len(host)), count)
+    window = np.repeat(first, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+    return pd.DataFrame(
+        {
+            "window": window,
+            "event": event,
+            "a": np.maximum(w_start[window], e_start[event]),
+            "b": np.minimum(w_end[window], e_end[event]),
+        }
+    )
+
+
+def _union_per_window(pairs: pd.DataFrame, window_count: int) -> np.ndarray:
+    if pairs.empty:
+        return np.zeros(window_count)
+    ordered = pairs.sort_values(["window", "a"], kind="stable")
+    reach = ordered.groupby("window")["b"].cummax()
+    before = reach.groupby(ordered["window"]).shift(1).fillna(-np.inf).to_numpy()
+    gain = np.clip(ordered["b"].to_numpy() - np.maximum(ordered["a"].to_numpy(), before), 0.0, None)
+    return np.bincount(ordered["window"].to_numpy(), weights=gain, minlength=window_count)
+
+
+def _marked(names: pd.Series, exact: list[str], substrings: list[str]) -> np.ndarray:
+    lowered = names.str.lower()
+    hit = names.isin(exact).to_numpy().copy()
+    for text in substrings:
+        hit |= lowered.str.contains(text.lower(), regex=False).to_numpy()
+    return hit
+
+
+def soft_attribution(windows: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+    """Per window (rows of ``windows``: start_us, end_us, sorted): ratios, thread count, labels and
+    the host events that cover it most."""
+    rules = knowledge.load("diagnosis_rules")["host_trace"]
+    duration = (windows["end_us"] - windows["start_us"]).to_numpy()
+    # spans of a whole step (ProfilerStep#N) cover every window and say nothing about it
+    host = host[~host["name"].str.startswith(tuple(rules["ignore_name_prefixes"]))].reset_index(drop=True)
+    pairs = _pairs(windows, host)
+    names = host["name"].iloc[pairs["event"].to_numpy()].reset_index(drop=True)
+    sync = _marked(names, rules["sync_names"], rules["sync_substrings"])
+    comm = _marked(names, [], rules["comm_substrings"])
+    n = len(windows)
+    share = {
+        key: _union_per_window(pairs[mask], n) / np.where(duration > 0, duration, 1.0)
+        for key, mask in (("host_coverage", np.ones(len(pairs), bool)), ("sync_overlap", sync), ("comm_overlap", comm))
+    }
+    threads = (
+        pairs.assign(tid=host["tid"].iloc[pairs["event"].to_numpy()].to_numpy()).groupby("window")["tid"].nunique()
+    )
+    thread_count = threads.reindex(np.arange(n), fill_value=0).to_numpy()
+    labels = _labels(share["host_coverage"], share["sync_overlap"], share["comm_overlap"], thread_count, rules)
+    top = (
+        pairs.assign(name=names, covered=pairs["b"] - pairs["a"])
+        .sort_values(["window", "covered"], ascending=[True, False], kind="stable")
+        .drop_duplicates(["window", "name"])
+        .groupby("window")
+        .head(TOP_HOST_EVENTS)
+        .groupby("window")["name"]
+        .agg(";".join)  # a loop over windows that have host events
+    )
+    return pd.DataFrame(
+        {
+            "soft_labels": labels,
+            "host_coverage": np.minimum(share["host_coverage"], 1.0),
+            "sync_overlap": np.minimum(share["sync_overlap"], 1.0),
+            "comm_overlap": np.minimum(share["comm_overlap"], 1.0),
+            "host_thread_count": thread_count,
+            "host_events": top.reindex(np.arange(n)).to_numpy(),
+        },
+        index=windows.index,
+    )
+
+
+def _labels(coverage, sync, comm, threads, rules: dict) -> np.ndarray:
+    """'|'-joined candidate labels per window, in the order of reference §3.15."""
+    parts = [
+        np.where(sync >= rules["sync_overlap_min"], "possible_sync_or_h2d", ""),
+        np.where(comm >= rules["comm_overlap_min"], "possible_comm_wait", ""),
+        np.where(coverage < rules["untraced_coverage_max"], "possible_untraced_host_blocking", ""),
+    ]
+    none_yet = np.char.str_len(np.char.add(np.char.add(parts[0], parts[1]), parts[2])) == 0
+    lag = none_yet & (coverage >= rules["launch_lag_coverage_min"])
+    parts.append(np.where(lag, "possible_host_launch_lag", ""))
+    none_yet &= ~lag
+    lock = none_yet & (threads < rules["serialization_threads_max"])
+    parts.append(np.where(lock, "possible_python_serialization_or_lock", ""))
+    parts.append(np.where(none_yet & ~lock, "insufficient_evidence", ""))
+    columns = [pa.array(np.where(part == "", None, part), pa.string()) for part in parts]
+    joined = pc.binary_join_element_wise(*columns, "|", null_handling="skip")
+    return np.asarray(joined.to_numpy(zero_copy_only=False), dtype=object)
