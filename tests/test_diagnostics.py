@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import SAMPLE_ROOTS
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis.evidence import check_evidence
@@ -146,17 +147,23 @@ def test_dixon_q_flags_only_a_clear_low_outlier():
     assert result.loc["b", "outlier"] and result.loc["b", "rank_id"] == 1
 
 
-def test_the_real_captures_give_only_defensible_findings(tmp_path):
-    from conftest import QWEN_TRAINING
-
-    result = analyze(QWEN_TRAINING, tmp_path / "out", jobs=2)
-    assert result["diagnostics"]["finding_count"] == len(findings_of(tmp_path / "out"))
-    manifest = json.loads((tmp_path / "out" / schema.stage_manifest_name("cross_rank")).read_text())
-    # ops of groups whose other members were not captured cannot match; every other op does
-    assert manifest["match_rate_captured_groups"] == 1.0
-    assert manifest["unmatched_partner_not_captured"] == manifest["unmatched_instances"] > 0
-    for finding in findings_of(tmp_path / "out"):
+@pytest.mark.parametrize("name", sorted(SAMPLE_ROOTS))
+def test_every_real_capture_runs_through_diagnostics_with_resolvable_evidence(tmp_path, name):
+    root, _ = SAMPLE_ROOTS[name]
+    result = analyze(root, tmp_path / "out", jobs=2)
+    findings = findings_of(tmp_path / "out")
+    assert result["diagnostics"]["finding_count"] == len(findings)
+    index = pd.read_csv(tmp_path / "out" / schema.EVIDENCE_INDEX_CSV.file)
+    for finding in findings:
         assert finding["evidence_ids"] or finding["limitations"], finding
+        assert set(finding["evidence_ids"]) <= set(index["evidence_id"]), finding
+    manifest = json.loads((tmp_path / "out" / schema.stage_manifest_name("cross_rank")).read_text())
+    if result["rank_count"] < 2 or manifest["collective_instances"] == 0:
+        assert manifest["match_rate"] is None and manifest["limitations"]
+    if name == "qwen3_training":
+        # ops of groups whose other members were not captured cannot match; every other op does
+        assert manifest["match_rate_captured_groups"] == 1.0
+        assert manifest["unmatched_partner_not_captured"] == manifest["unmatched_instances"] > 0
 
 
 def test_the_planted_host_bubble_is_labelled_a_sync(planted_outputs):

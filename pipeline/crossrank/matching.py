@@ -21,7 +21,7 @@ def collective_instances(events: pd.DataFrame, step_ids: pd.DataFrame) -> tuple[
     step_segments. Returns (instances, matched_by_step): instances are keyed by (step id, name,
     occurrence) when every rank's steps carry ids, else by (name, occurrence) over the capture.
     """
-    frame = events.assign(rank_id=events["rank_id"].astype(np.int64))
+    frame = events.assign(rank_id=events["rank_id"].astype(np.int64)).drop(columns=["step_id"], errors="ignore")
     ids = step_ids.assign(rank_id=step_ids["rank_id"].astype(np.int64), step_ordinal=step_ids["step_ordinal"])
     frame = frame.merge(ids[["rank_id", "step_ordinal", "step_id"]], on=["rank_id", "step_ordinal"], how="left")
     by_step = bool(len(ids)) and bool(ids["step_id"].notna().all())

@@ -43,31 +43,20 @@ def reduce_root(ctx: RootContext) -> StageResult:
     events = ctx.read_frame(schema.COMMUNICATION_EVENTS)
     steps, layers = _steps_and_layers(ctx)
     rank_ids = sorted(int(m["rank_id"]) for m in ctx.rank_manifests) or sorted(steps["rank_id"].unique().tolist())
-    if events.empty:
-        instances, by_step = events.assign(alignment_id=None, occurrence=0, member_count=0), False
-        offsets = pd.Series(0.0, index=rank_ids)
-        fit_note = "no communication events: clocks cannot be compared, offsets assumed 0"
-        components = pd.Series({r: r for r in rank_ids})
-        residual, used = float("nan"), 0
-    else:
-        instances, by_step = collective_instances(events, steps)
+    instances, by_step = collective_instances(events, steps)
+    if instances["rank_id"].nunique() >= 2:
         components = rank_components(instances)
         fit = clock_offsets(instances, components)
         offsets, residual, used = fit.offsets_ns.reindex(rank_ids).fillna(0.0), fit.residual_us, fit.instance_count
         fit_note = None
+    else:
+        offsets, residual, used = pd.Series(0.0, index=rank_ids), float("nan"), 0
+        fit_note = "fewer than two ranks communicate: nothing to align, clock offsets assumed 0"
+        components = pd.Series({r: r for r in rank_ids}, dtype="int64")
     aligned = with_communication_split(corrected(instances, offsets), ctx.read_frame(schema.COMMUNICATION_OPS))
-    units = (
-        pd.concat(
-            [
-                frame
-                for frame in (collective_units(aligned), step_units(steps, offsets), layer_units(layers, offsets))
-                if len(frame)
-            ],
-            ignore_index=True,
-        )
-        if len(aligned) or len(steps)
-        else pd.DataFrame()
-    )
+    parts = [collective_units(aligned), step_units(steps, offsets), layer_units(layers, offsets)]
+    parts = [frame for frame in parts if len(frame)]
+    units = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=schema.CROSS_RANK_ALIGNMENT.columns)
     manifest = _manifest(aligned, offsets, components, by_step, residual, used, fit_note)
     manifest.update(_uncaptured_partners(ctx, aligned, rank_ids))
     return StageResult(
@@ -109,6 +98,7 @@ def _manifest(aligned, offsets, components, by_step, residual, used, note) -> di
     """Offsets (µs) per rank, how many instances matched, and a sample of those that did not."""
     instance_count = int(aligned["alignment_id"].nunique()) if len(aligned) else 0
     matched = int(aligned.loc[aligned["member_count"] >= 2, "alignment_id"].nunique()) if len(aligned) else 0
+    comparable = len(aligned) and aligned["rank_id"].nunique() >= 2
     lonely = aligned[aligned["member_count"] < 2] if len(aligned) else aligned
     limitations = [note] if note else []
     if components.nunique() > 1:
@@ -127,7 +117,7 @@ def _manifest(aligned, offsets, components, by_step, residual, used, note) -> di
         "matched_by": "step_id, name, occurrence" if by_step else "name, occurrence",
         "collective_instances": instance_count,
         "matched_instances": matched,
-        "match_rate": matched / instance_count if instance_count else None,
+        "match_rate": matched / instance_count if instance_count and comparable else None,
         "unmatched_instances": int(instance_count - matched),
         "unmatched_sample": [
             {"rank_id": int(r), "name": n, "step_id": None if pd.isna(s) else int(s)}
