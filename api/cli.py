@@ -15,6 +15,7 @@ from typing import Sequence
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import (
     EXIT_BAD_INPUT,
+    EXIT_DEGRADED,
     EXIT_INTERNAL,
     EXIT_MANIFEST_NOT_OK,
     EXIT_MISSING_PREREQUISITES,
@@ -41,6 +42,8 @@ EXIT_CODES_HELP = f"""exit codes:
   {EXIT_MISSING_PREREQUISITES}   a stage window needs artifacts of earlier stages that are missing
   {EXIT_SERVICE_UNAVAILABLE}   the service's broker (Redis) cannot be reached, or the service extra is not installed
   {EXIT_PARTIAL}   a sweep finished, but some roots failed (sweep, status --watch; each error is in the rollup)
+  {EXIT_DEGRADED}   the analysis finished but the root is degraded (segmentation errors or unresolvable evidence;
+      report.md and analysis_summary.json open with the reasons)
 """
 SERVICE_EXTRA_HINT = "the service needs its extra: pip install 'npuprof[service]'"
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
@@ -93,6 +96,12 @@ def _add_analyze(commands) -> None:
     run.add_argument(
         "--model-id",
         help="a model of knowledge/model_catalog.yaml (e.g. Qwen3-0.6B), used when there is no config.json",
+    )
+    run.add_argument(
+        "--mode",
+        choices=("fast", "full"),
+        default="fast",
+        help="fast: analysis_summary.json, report.md, trace.json; full: also report.xlsx (default: fast)",
     )
     run.add_argument(
         "--no-host-trace",
@@ -405,6 +414,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         model_config=args.model_config,
         model_id=args.model_id,
         host_trace=not args.no_host_trace,
+        mode=args.mode,
     )
     result = analyze(
         args.root,
@@ -416,7 +426,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         progress=make_progress(args.progress),
     )
     _print_json(result)
-    return 0
+    return EXIT_DEGRADED if result["status"] == "degraded" else 0
 
 
 _HANDLERS = {

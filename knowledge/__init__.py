@@ -25,3 +25,28 @@ def load(name: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"knowledge file {name}.yaml must hold a mapping at top level")
     return data
+
+
+@lru_cache(maxsize=None)
+def notes() -> tuple[dict[str, Any], ...]:
+    """The knowledge notes (``knowledge/notes/*.md``): ref, title, finding types (front matter) and body."""
+    found = []
+    for resource in sorted(resources.files(__name__).joinpath("notes").iterdir(), key=lambda r: r.name):
+        if not resource.name.endswith(".md"):
+            continue
+        text = resource.read_text(encoding="utf-8")
+        front, body = {}, text
+        if text.startswith("---\n"):
+            head, _, body = text[4:].partition("\n---\n")
+            front = yaml.safe_load(head) or {}
+        lines = body.strip().splitlines()
+        title = lines[0].lstrip("# ").strip() if lines else resource.name
+        found.append(
+            {
+                "ref": f"knowledge/notes/{resource.name}",
+                "title": title,
+                "finding_types": list(front.get("finding_types", [])),
+                "body": "\n".join(lines[1:]).strip(),
+            }
+        )
+    return tuple(found)

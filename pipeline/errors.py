@@ -16,6 +16,7 @@ EXIT_MANIFEST_NOT_OK = 4
 EXIT_MISSING_PREREQUISITES = 5
 EXIT_SERVICE_UNAVAILABLE = 6
 EXIT_PARTIAL = 7  # a sweep finished, but some roots failed (each with its error in the rollup)
+EXIT_DEGRADED = 8  # the analysis finished, but the root is degraded (segmentation errors, unresolvable evidence)
 
 
 class NpuprofError(Exception):

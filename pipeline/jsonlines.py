@@ -112,11 +112,12 @@ def _object_texts(record: Mapping[str, Field], length: int) -> pa.Array:
     return joined if not isinstance(joined, pa.Scalar) else pa.array([joined.as_py()] * length, TEXT)
 
 
-def jsonl_bytes(record: Mapping[str, Field], length: int) -> bytes:
-    """UTF-8 JSON Lines of ``length`` records whose fields are given column by column."""
+def jsonl_bytes(record: Mapping[str, Field], length: int, separator: str = "\n") -> bytes:
+    """UTF-8 JSON Lines of ``length`` records whose fields are given column by column (each record
+    followed by ``separator``: ``",\n"`` makes the body of a JSON array)."""
     if length == 0:
         return b""
-    newline, empty = pa.scalar("\n", TEXT), pa.scalar("", TEXT)
+    newline, empty = pa.scalar(separator, TEXT), pa.scalar("", TEXT)
     lines = pc.binary_join_element_wise(_object_texts(record, length), newline, empty)
     # the lines sit back to back in the array's data buffer: that buffer is the file
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64, count=len(lines) + 1, offset=lines.offset * 8)

@@ -84,8 +84,10 @@ def result_object(out: Path, top: dict) -> dict:
         warnings += stage_warnings
     if warnings:
         headlines["warnings"] = warnings
+    summary = out / schema.ANALYSIS_SUMMARY
     return {
-        "status": "ok",
+        # the report stage decides ok / degraded; before it runs, a finished window is ok
+        "status": headlines.get("report", {}).get("status", "ok"),
         "output_dir": str(out),
         "profile_root": top.get("profile_root"),
         "rank_count": counts.get("rank_count"),
@@ -95,4 +97,6 @@ def result_object(out: Path, top: dict) -> dict:
         "stages_not_built": top.get("stages_not_built", []),
         "notes": counts.get("notes", [])[:20],
         **headlines,
+        # one call gives an agent the conclusions
+        **({"analysis_summary": io.read_json(summary)} if "report" in headlines and summary.exists() else {}),
     }

@@ -110,9 +110,9 @@ def analyze_scenarios(base: Path, names, to_stage: str, seed: int) -> dict[str, 
 
 @pytest.fixture(scope="session")
 def planted_outputs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
-    """Every synth scenario analyzed through diagnostics once per session: {name: (root, output dir)}.
+    """Every synth scenario analyzed through the report once per session: {name: (root, output dir)}.
 
     summarize's and diagnostics' tests read the same outputs (the stages are deterministic)."""
     from npuprof.synth import SCENARIOS
 
-    return analyze_scenarios(tmp_path_factory.mktemp("planted"), sorted(SCENARIOS), "diagnostics", seed=7)
+    return analyze_scenarios(tmp_path_factory.mktemp("planted"), sorted(SCENARIOS), "report", seed=7)

@@ -21,7 +21,7 @@ from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import EXIT_SERVICE_UNAVAILABLE
 from npuprof.pipeline.execution import write_result
 from npuprof.pipeline.stages import STAGES, built_stage_names, stage
-from npuprof.pipeline.stages.base import StageResult
+from npuprof.pipeline.stages.base import AnalyzeOptions, StageResult
 from npuprof.pipeline.sweep.roots import find_roots
 from npuprof.pipeline.window import StageWindow, resolve_window
 from npuprof.synth import generate
@@ -160,9 +160,9 @@ def test_failure_json_has_one_writer_and_one_reader(tmp_path):
 
 def test_which_stages_are_built_is_answered_in_one_place():
     stages, not_built = resolve_window(StageWindow())
-    built = ["normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics"]
+    built = ["normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics", "report"]
     assert [s.name for s in stages] == built_stage_names() == built
-    assert not_built == ["report"]
+    assert not_built == []
     assert all(stage(name).headline is not None for name in built[1:])
 
 
@@ -215,9 +215,14 @@ def test_service_commands_without_the_service_extra_say_how_to_install_it(comman
     assert "Traceback" not in run.stderr
 
 
-def test_analyze_has_no_option_that_does_nothing(cli):
-    run = cli("analyze", "--help")
-    assert re.search(r"--mode\b", run.stdout) is None  # until the report stage gives fast / full a meaning
+def test_every_analyze_option_changes_what_is_computed():
+    commands = next(a for a in build_parser()._actions if a.dest == "command")
+    analyze_parser = commands.choices["analyze"]
+    options = {o for action in analyze_parser._actions for o in action.option_strings if o.startswith("--")}
+    # each option is an AnalyzeOptions field, a stage window, or how the run is driven
+    fields = {f"--{k.replace('_', '-')}" for k in AnalyzeOptions._KEYS} | {"--no-host-trace"}
+    driven = {"--output", "--from-stage", "--to-stage", "--only-stage", "--progress", "--jobs", "--overwrite", "--help"}
+    assert options <= fields | driven, options - fields - driven
 
 
 def test_anomaly_tags_carry_their_wording_from_the_rules(tmp_path):

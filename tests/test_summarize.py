@@ -229,7 +229,9 @@ def test_every_bubble_window_resolves_to_its_rows_and_kernels(analyzed):
         after = by_row.loc[(window["rank_id"], window["after_event"]["row_idx"])]
         assert before["end_ns"] / 1000 == pytest.approx(window["start_us"], abs=1e-3)  # the kernel that went idle
         assert after["start_ns"] / 1000 == pytest.approx(window["end_us"], abs=1e-3)  # the one that resumed
-        assert window["duration_us"] >= 50 and window["soft_attribution"] is None
+        assert window["duration_us"] >= 50
+        attribution = window["soft_attribution"]  # candidates from the host trace (every synth rank has one)
+        assert attribution is None or attribution["soft_root_cause_labels"]
     planted = [
         w
         for w in windows

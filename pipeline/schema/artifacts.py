@@ -16,6 +16,10 @@ BUBBLE_WINDOWS_JSONL = f"{EVIDENCE_DIR}/bubble_windows.jsonl"  # every idle wind
 REPORT_DIR = "report"
 ANALYSIS_SUMMARY = f"{REPORT_DIR}/analysis_summary.json"
 REPORT_MD = f"{REPORT_DIR}/report.md"
+REPORT_TRACE = f"{REPORT_DIR}/trace.json"  # Chrome trace / Perfetto, all ranks
+REPORT_XLSX = f"{REPORT_DIR}/report.xlsx"  # full mode
+REPORT_HTML = f"{REPORT_DIR}/report.html"
+REPORT_MANIFEST = f"{REPORT_DIR}/manifest.json"  # what the report stage wrote, and the root's status
 
 # a sweep archive
 SWEEP_ROLLUP = "sweep_class_rollup.csv"

@@ -8,7 +8,7 @@ are built".
 from __future__ import annotations
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.stages import classify, cross_rank, diagnostics, normalize, segment, summarize
+from npuprof.pipeline.stages import classify, cross_rank, diagnostics, normalize, report, segment, summarize
 from npuprof.pipeline.stages.base import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -91,7 +91,13 @@ STAGES: tuple[Stage, ...] = (
         reduce_root=diagnostics.reduce_root,
         headline=diagnostics.headline,
     ),
-    Stage(name="report", requires=(schema.stage_manifest_name("diagnostics"),)),
+    Stage(
+        name="report",
+        requires=(schema.stage_manifest_name("diagnostics"), schema.DIAGNOSIS_FINDINGS),
+        produces=(schema.REPORT_DIR,),
+        reduce_root=report.reduce_root,
+        headline=report.headline,
+    ),
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)

@@ -28,8 +28,9 @@ class AnalyzeOptions:
     model_config: str | None = None  # a HuggingFace-style config.json (num_hidden_layers, ...)
     model_id: str | None = None  # a key of knowledge/model_catalog.yaml
     host_trace: bool = True  # label idle windows from trace_view.json (streams the whole file)
+    mode: str = "fast"  # fast: summary, markdown, trace; full: also the Excel workbook
 
-    _KEYS = ("source", "hash_sources", "model_config", "model_id", "host_trace")
+    _KEYS = ("source", "hash_sources", "model_config", "model_id", "host_trace", "mode")
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self._KEYS}
@@ -85,6 +86,13 @@ class RootContext:
     ) -> pa.Table:
         """``table`` over all ranks, with an int32 ``rank_id`` column."""
         return io.read_dataset(self.out_dir, table, columns=columns, filter=filter)
+
+    def read_view(self, view: schema.CsvView) -> pd.DataFrame:
+        """A root-level CSV an earlier reduce wrote (its declared columns, empty when it is missing)."""
+        path = self.out_dir / view.file
+        if not path.exists():
+            return pd.DataFrame(columns=list(view.columns))
+        return pd.read_csv(path)
 
     def read_frame(self, table: schema.Table) -> pd.DataFrame:
         """``table`` over all ranks (or the per-root table) as a DataFrame; empty when nothing wrote it."""

@@ -90,7 +90,9 @@ def test_ten_root_sweep_through_two_workers_matches_the_local_sweep(redis_server
 
 @pytest.mark.parametrize("how", ["pool_child", "worker_process"])
 def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
-    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=60, layers=28)
+    search = build_search_root(
+        tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=60, layers=28, trace=False
+    )
     first, second = workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
     victim = wait_until(
@@ -122,7 +124,7 @@ def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
 
 def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_path):
     search = build_search_root(
-        tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=40, layers=16
+        tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=40, layers=16, trace=False
     )
     workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")

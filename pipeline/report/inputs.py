@@ -1,0 +1,34 @@
+"""What the renderers read, loaded once by the report stage (renderers never open files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+
+@dataclass
+class ReportInputs:
+    """Manifests, findings and tables of one analyzed root. A table a stage did not write is empty."""
+
+    out_dir: str
+    mode: str  # fast | full
+    manifests: dict[str, dict]  # by stage name; "top" for manifest.json
+    findings: list[dict]
+    steps: pd.DataFrame  # step_summary
+    anatomy: pd.DataFrame  # step_anatomy (long: one row per step window)
+    accounting: pd.DataFrame  # step_time_accounting (long)
+    ranks: pd.DataFrame  # rank_summary
+    step_classes: pd.DataFrame
+    layer_classes: pd.DataFrame
+    block_classes: pd.DataFrame
+    operator_classes: pd.DataFrame
+    hccl_classes: pd.DataFrame
+    evidence: pd.DataFrame  # evidence_index (all ranks)
+    layers: pd.DataFrame = field(default_factory=pd.DataFrame)  # layer_segments (timeline spans)
+    events: pd.DataFrame = field(default_factory=pd.DataFrame)  # device events for the trace (capped)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # every user-facing table (xlsx)
+
+    def manifest(self, stage: str) -> dict:
+        """A stage's manifest, or {} when the stage did not run."""
+        return self.manifests.get(stage) or {}

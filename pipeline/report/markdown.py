@@ -1,0 +1,258 @@
+"""report/report.md: the 15 sections of a readable report, from the summary and the tables.
+
+Every name from the data (kernels, classes, paths) goes through ``cell``: it is untrusted text and
+must neither break a table nor become markup or HTML. A section whose inputs are missing says so.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from npuprof.pipeline.report.inputs import ReportInputs
+
+# inline markup, table cells and HTML; the text is one line inside a paragraph or a table cell
+MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"})
+TOP_HEAVY_STEPS = 8
+TOP_FINDINGS = 24
+
+
+def cell(value: object) -> str:
+    """``value`` as inert markdown text: one line, markdown and HTML characters escaped."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{int(value):,}" if value.is_integer() else f"{value:,.3f}"
+    return " ".join(str(value).split()).translate(MD_SPECIAL)
+
+
+def code(value: object) -> str:
+    """``value`` as an inline code span (backticks inside it replaced, one line)."""
+    return "`" + " ".join(str(value).split()).replace("`", "'") + "`"
+
+
+def table(frame: pd.DataFrame, columns: list[str], limit: int = 20) -> str:
+    """A markdown table of ``columns`` (those present) of the first ``limit`` rows."""
+    columns = [c for c in columns if c in frame.columns]
+    if frame.empty or not columns:
+        return "_no rows_\n"
+    head = "| " + " | ".join(cell(c) for c in columns) + " |\n|" + "---|" * len(columns) + "\n"
+    body = "".join(
+        "| " + " | ".join(cell(v) for v in row) + " |\n" for row in frame[columns].head(limit).itertuples(index=False)
+    )
+    more = f"\n_{len(frame) - limit} more rows in the CSV_\n" if len(frame) > limit else ""
+    return head + body + more
+
+
+def _missing(stage: str) -> str:
+    return f"_Not available: the {stage} stage did not run or wrote no rows._\n"
+
+
+def _by_severity(counts: dict) -> str:
+    return ", ".join(f"{cell(k)} {v}" for k, v in counts["by_severity"].items())
+
+
+def _executive(summary: dict) -> str:
+    identity, kpis, counts = summary["identity"], summary["kpis"], summary["finding_counts"]
+    wall = kpis["step_wall_ms"]
+    lines = [
+        f"**Status: {cell(summary['status'])}.** {cell(identity['rank_count'])} ranks, "
+        f"{cell(identity['event_count'])} device events, capture of {cell(identity['capture']['wall_ms'])} ms "
+        f"from {cell(identity['source'])}.",
+        f"Complete steps: {wall['count']}, wall mean {cell(wall['mean'])} ms (p50 {cell(wall['p50'])}, "
+        f"p90 {cell(wall['p90'])}). Share of wall: compute {cell(kpis['compute_share_of_wall'])}, exposed "
+        f"communication {cell(kpis['comm_share_of_wall'])}, idle {cell(kpis['bubble_share_of_wall'])}.",
+        f"Findings: {counts['total']} ({_by_severity(counts) or 'none'}).",
+    ]
+    for group in summary["findings"][:5]:
+        lines.append(f"- **{cell(group['finding_type'])}** ({cell(group['severity'])}): {cell(group['summary'])}")
+    return "\n\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n"
+
+
+def _capture(inputs: ReportInputs, summary: dict) -> str:
+    validation = summary["layer_validation"]
+    text = (
+        f"Layer validation: **{cell(validation['status'])}** (expected {cell(validation['expected_layers'])} from "
+        f"{cell(validation['expected_source'])}; detected {cell(validation['detected_layers']['min'])}–"
+        f"{cell(validation['detected_layers']['max'])} per rank; hard errors {cell(validation['hard_error_count'])}, "
+        f"interior islands {cell(validation['interior_island_total'])}).\n\n"
+    )
+    if inputs.steps.empty:
+        return text + _missing("segment")
+    per_rank = (
+        inputs.steps.groupby("rank_id")
+        .agg(
+            steps=("step_ordinal", "size"),
+            complete=("complete", "sum"),
+            layers=("main_layer_count", "median"),
+            wall_ms=("wall_ms", "sum"),
+            busy_ms=("busy_ms", "sum"),
+            underfeed_ms=("underfeed_ms", "sum"),
+        )
+        .reset_index()
+    )
+    return text + table(per_rank, list(per_rank.columns))
+
+
+def _timeline(inputs: ReportInputs, summary: dict) -> str:
+    if inputs.steps.empty:
+        return _missing("classify")
+    anatomy = summary["kpis"]["step_anatomy_ms_mean"]
+    heavy = inputs.steps.sort_values("wall_ms", ascending=False)
+    text = "Anatomy means (ms): " + ", ".join(f"{cell(k)} {cell(v)}" for k, v in anatomy.items()) + "\n\n"
+    text += "Heaviest steps:\n\n"
+    return text + table(
+        heavy, ["rank_id", "step_id", "wall_ms", "busy_ms", "underfeed_ratio", "anomaly_tags"], TOP_HEAVY_STEPS
+    )
+
+
+def _bound(inputs: ReportInputs, summary: dict) -> str:
+    coverage = inputs.manifest("summarize").get("pipeline_coverage", {})
+    families = summary["kpis"]["bound_family_wall_ms"]
+    if not families:
+        return _missing("summarize")
+    text = f"Events with PMU pipeline data: {cell(coverage.get('event_share'))}.\n\n"
+    frame = pd.DataFrame({"bound_family": list(families), "compute_ms": list(families.values())})
+    return text + table(frame, ["bound_family", "compute_ms"])
+
+
+def _not_built(what: str) -> str:
+    return f"_Not available yet: {what} lands with the model and hardware issue; no figure is guessed._\n"
+
+
+def _classes(inputs: ReportInputs) -> str:
+    if inputs.step_classes.empty:
+        return _missing("summarize")
+    return table(
+        inputs.step_classes.sort_values("wall_ms_sum", ascending=False),
+        [
+            "step_class_id",
+            "member_count",
+            "wall_ms_mean",
+            "wall_ms_p90",
+            "head_ms_mean",
+            "main_ms_mean",
+            "tail_ms_mean",
+            "bubble_ratio_mean",
+        ],
+        10,
+    )
+
+
+def _layers_blocks(inputs: ReportInputs) -> str:
+    if inputs.layer_classes.empty:
+        return _missing("summarize")
+    layers = table(
+        inputs.layer_classes.sort_values("wall_ms_sum", ascending=False),
+        ["layer_class_id", "layer_role", "block_kinds", "member_count", "wall_ms_mean", "wall_ms_p90"],
+        10,
+    )
+    blocks = table(
+        inputs.block_classes.sort_values("wall_ms_sum", ascending=False),
+        ["block_class_id", "block_kind", "member_count", "wall_ms_mean", "comm_share_mean", "bound_family", "top_ops"],
+        10,
+    )
+    return "Layer classes:\n\n" + layers + "\nBlock classes:\n\n" + blocks
+
+
+def _operators(inputs: ReportInputs) -> str:
+    ops = inputs.operator_classes
+    if ops.empty:
+        return _missing("summarize")
+    compute = ops[~ops["op_type"].isin(["communication", "mix_comm_aiv"])]
+    text = "Top compute operators:\n\n" + table(
+        compute, ["name", "op_type", "bound_family", "call_count", "duration_sum_us", "rank_duration_skew_ratio"], 15
+    )
+    text += "\nHCCL by kind and role:\n\n" + table(
+        inputs.hccl_classes.sort_values("duration_sum_us", ascending=False),
+        [
+            "kind",
+            "parallel_role",
+            "rank_count",
+            "call_count",
+            "duration_sum_us",
+            "rank_skew_ratio",
+            "max_avg_rank",
+            "min_avg_rank",
+        ],
+        15,
+    )
+    return text
+
+
+def _inventory(inputs: ReportInputs) -> str:
+    if inputs.steps.empty:
+        return _missing("segment")
+    inventory = inputs.steps.groupby(["attention_family", "main_layer_count"], dropna=False).size().rename("steps")
+    return table(inventory.reset_index(), ["attention_family", "main_layer_count", "steps"])
+
+
+def _findings(summary: dict) -> str:
+    if not summary["findings"]:
+        return "_No findings: nothing crossed its threshold (thresholds in knowledge/diagnosis_rules.yaml)._\n"
+    parts = []
+    for group in summary["findings"][:TOP_FINDINGS]:
+        stat = group["statistic"]
+        evidence = (
+            "; ".join(
+                f"{code(e['evidence_id'])} rank {e['rank_id']} rows {e['rows'][0]}–{e['rows'][1]}"
+                for e in group["evidence_sample"]
+            )
+            or "none (see limitations)"
+        )
+        notes = ", ".join(f"{cell(r['title'])} ({code(r['ref'])})" for r in group["knowledge_refs"])
+        parts.append(
+            f"### {cell(group['finding_type'])} — {cell(group['severity'])}, {cell(group['confidence'])} confidence\n\n"
+            f"{cell(group['summary'])}\n\n"
+            f"- statistic: {cell(stat.get('name'))} = {cell(stat.get('value'))} "
+            f"(threshold {cell(stat.get('threshold'))})\n"
+            f"- ranks: {', '.join(map(str, group['affected']['rank_ids']))}; occurrences: {group['occurrences']}\n"
+            f"- evidence: {evidence}\n"
+            + (f"- limitations: {'; '.join(cell(x) for x in group['limitations'])}\n" if group["limitations"] else "")
+            + (f"- read: {notes}\n" if notes else "")
+        )
+    return "\n".join(parts)
+
+
+def _finding_inventory(summary: dict) -> str:
+    counts = summary["finding_counts"]
+    frame = pd.DataFrame({"finding_type": list(counts["by_type"]), "count": list(counts["by_type"].values())})
+    return (
+        table(frame, ["finding_type", "count"])
+        + f"\nGroups shown: {counts['rollup_groups']}, not shown: {counts['rollup_overflow']}.\n"
+    )
+
+
+def _evidence_chain(inputs: ReportInputs) -> str:
+    cited = {e for f in inputs.findings for e in f["evidence_ids"]}
+    index = inputs.evidence
+    resolved = int(index["evidence_id"].isin(cited).sum()) if len(index) else 0
+    kinds = index["kind"].value_counts().to_dict() if len(index) else {}
+    return (
+        f"{len(inputs.findings)} findings cite {len(cited)} evidence ids; {resolved} resolve in "
+        f"`evidence_index.csv` (the diagnostics stage fails when one does not). The index holds "
+        + ", ".join(f"{v} {cell(k)}" for k, v in kinds.items())
+        + " rows, each with rank, source rows, time window and source file.\n"
+    )
+
+
+def report_markdown(inputs: ReportInputs, summary: dict) -> str:
+    """The whole report.md."""
+    sections = [
+        ("Executive Summary", _executive(summary)),
+        ("Capture And Segmentation", _capture(inputs, summary)),
+        ("Macro Step Timeline", _timeline(inputs, summary)),
+        ("Pipeline Coverage And Bound Families", _bound(inputs, summary)),
+        ("Profile-Derived Model Fingerprint", _not_built("the model fingerprint")),
+        ("Hardware Peak And MFU Context", _not_built("hardware peaks and MFU")),
+        ("Step Class View", _classes(inputs)),
+        ("Layer And Block View", _layers_blocks(inputs)),
+        ("Operator View", _operators(inputs)),
+        ("Operator Calculation And Roofline Estimates", _not_built("the roofline")),
+        ("Step Inventory", _inventory(inputs)),
+        ("Cross-Rank And Anomaly Findings", _findings(summary)),
+        ("Finding Inventory", _finding_inventory(summary)),
+        ("Evidence Chain", _evidence_chain(inputs)),
+        ("Limitations", "".join(f"- {cell(text)}\n" for text in summary["limitations"]) or "_none_\n"),
+    ]
+    title = f"# npuprof report: {cell(summary['identity']['profile_root'])}\n\n"
+    return title + "\n".join(f"## {i}. {name}\n\n{body}" for i, (name, body) in enumerate(sections, start=1))

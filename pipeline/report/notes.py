@@ -1,0 +1,56 @@
+"""Which knowledge notes explain a finding: BM25 (bm25s) over each note's title, finding types and
+body, queried with the finding's type and summary. A note that names the finding type is always
+first; the rest rank by relevance."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import bm25s
+import numpy as np
+
+from npuprof import knowledge
+
+EXCERPT_CHARS = 240
+TOP_REFS = 3
+
+
+def _words(text: str) -> str:
+    # finding types and kernel names are snake / camel case: split them into words BM25 can match
+    return re.sub(r"[_:./-]+", " ", text)
+
+
+@lru_cache(maxsize=1)
+def _index() -> tuple[bm25s.BM25, tuple[dict, ...]]:
+    notes = knowledge.notes()
+    corpus = [_words(" ".join([n["title"], *n["finding_types"], n["body"]])) for n in notes]
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+    return retriever, notes
+
+
+def _excerpt(body: str) -> str:
+    first = " ".join(re.sub(r"^\*\*[^*]+\*\*\s*", "", body.split("\n\n")[0]).split())  # drop the bold lead-in
+    return first if len(first) <= EXCERPT_CHARS else first[: EXCERPT_CHARS - 1].rstrip() + "…"
+
+
+def knowledge_refs(finding_type: str, summary: str, top: int = TOP_REFS) -> list[dict]:
+    """The ``top`` notes for a finding: ref, title, excerpt and BM25 score (notes written for the
+    finding type first)."""
+    retriever, notes = _index()
+    query = bm25s.tokenize([_words(f"{finding_type} {summary}")], stopwords="en", show_progress=False)
+    ranked, scores = retriever.retrieve(query, k=len(notes), show_progress=False)
+    order = sorted(
+        zip(ranked[0].tolist(), scores[0].tolist()),
+        key=lambda pair: (finding_type not in notes[pair[0]]["finding_types"], -pair[1]),
+    )
+    return [
+        {
+            "ref": notes[i]["ref"],
+            "title": notes[i]["title"],
+            "excerpt": _excerpt(notes[i]["body"]),
+            "score": round(float(np.float64(score)), 4),
+        }
+        for i, score in order[:top]
+    ]

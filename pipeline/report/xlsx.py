@@ -1,0 +1,93 @@
+"""report/report.xlsx (full mode): a README sheet and one sheet per table.
+
+Kernel names and paths are untrusted: a text cell is always written as text, so one that starts
+with ``=``, ``+``, ``-`` or ``@`` can never become a formula, and characters Excel refuses are
+dropped. Per-instance sheets are capped, with a visible ``__truncated__`` row saying how many rows
+the CSV holds; class sheets stay whole. Headers are frozen and columns sized to their content.
+"""
+
+from __future__ import annotations
+
+import io as _io
+import math
+
+import numpy as np
+import pandas as pd
+from openpyxl import Workbook
+from openpyxl.cell import WriteOnlyCell
+from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
+from openpyxl.styles import Font
+from openpyxl.utils import get_column_letter
+
+DEFAULT_CAP = 50_000
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+MAX_WIDTH = 60
+
+
+def _text_cell(sheet, value: str) -> WriteOnlyCell:
+    cell = WriteOnlyCell(sheet, value=ILLEGAL_CHARACTERS_RE.sub("", value))
+    cell.data_type = "s"  # text, whatever it starts with: never a formula
+    return cell
+
+
+def _rows(sheet, frame: pd.DataFrame):
+    """The frame's rows as cell values; text that could be read as a formula wrapped as text cells."""
+    columns = []
+    for name in frame.columns:
+        values = frame[name].astype(object).where(frame[name].notna(), None).to_numpy()
+        if frame[name].dtype == object or pd.api.types.is_string_dtype(frame[name]):
+            texts = pd.Series(values, dtype=object)
+            risky = (
+                texts.map(lambda v: isinstance(v, str)).to_numpy()
+                & texts.astype(str).str.startswith(FORMULA_LEADS).to_numpy()
+            )
+            clean = (
+                texts.astype(str).str.contains(ILLEGAL_CHARACTERS_RE.pattern, regex=True).to_numpy()
+                & texts.notna().to_numpy()
+            )
+            wrap = risky | clean
+            values = np.array(
+                [_text_cell(sheet, v) if w else v for v, w in zip(values, wrap)], dtype=object
+            )  # text columns only
+        elif frame[name].dtype.kind == "f":
+            values = np.array(
+                [None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in values],
+                dtype=object,
+            )
+        columns.append(values)
+    return zip(*columns) if columns else iter(())
+
+
+def _sheet(book: Workbook, title: str, frame: pd.DataFrame, cap: int | None, csv_name: str | None) -> None:
+    sheet = book.create_sheet(title=title[:31])
+    sheet.freeze_panes = "A2"
+    shown = frame.head(cap) if cap else frame
+    for index, column in enumerate(frame.columns, start=1):
+        sample = shown[column].head(200).astype(str)
+        width = max([len(str(column)), *sample.str.len().tolist()] or [8])
+        sheet.column_dimensions[get_column_letter(index)].width = min(max(width + 2, 8), MAX_WIDTH)
+    header = []
+    for name in frame.columns:
+        cell = _text_cell(sheet, str(name))
+        cell.font = Font(bold=True)
+        header.append(cell)
+    sheet.append(header)
+    for row in _rows(sheet, shown):
+        sheet.append(list(row))
+    if cap and len(frame) > cap:
+        where = f"all {len(frame)} rows are in {csv_name}" if csv_name else f"{len(frame)} rows in all"
+        sheet.append([_text_cell(sheet, "__truncated__"), _text_cell(sheet, f"first {cap} rows shown; {where}")])
+
+
+def workbook(readme: list[tuple[str, str]], sheets: list[tuple[str, pd.DataFrame, int | None, str | None]]) -> bytes:
+    """The workbook: README (sheet → what it holds) then each (title, frame, cap, csv file)."""
+    book = Workbook(write_only=True)
+    about = book.create_sheet(title="README")
+    about.append([_text_cell(about, "sheet"), _text_cell(about, "what it holds")])
+    for name, text in readme:
+        about.append([_text_cell(about, name), _text_cell(about, text)])
+    for title, frame, cap, csv_name in sheets:
+        _sheet(book, title, frame, cap, csv_name)
+    buffer = _io.BytesIO()
+    book.save(buffer)
+    return buffer.getvalue()

@@ -1,0 +1,199 @@
+"""report (per root): analysis_summary.json, report.md and trace.json (fast mode), plus the Excel
+workbook in full mode; report/manifest.json says what was written and the root's status.
+
+A root ends ``degraded`` (never a plain ``ok``) when segmentation had hard errors or interior
+islands, or a finding cites evidence that does not resolve; the required artifacts of the mode are
+checked before the status is given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from npuprof.pipeline import io, schema
+from npuprof.pipeline.report.inputs import ReportInputs
+from npuprof.pipeline.report.markdown import report_markdown
+from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, trace_json
+from npuprof.pipeline.report.summary import analysis_summary
+from npuprof.pipeline.report.xlsx import workbook
+from npuprof.pipeline.stages.base import RootContext, StageResult
+
+MANIFEST_STAGES = ("normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics")
+TRACE_COLUMNS = ["stream_id", "name", "op_type", "start_ns", "end_ns"]
+REQUIRED = {
+    "fast": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE),
+    "full": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE, schema.REPORT_XLSX),
+}
+
+
+def _int_ranks(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(rank_id=frame["rank_id"].astype(np.int64)) if "rank_id" in frame and len(frame) else frame
+
+
+def _trace_events(ctx: RootContext) -> pd.DataFrame:
+    if not (ctx.out_dir / schema.NORMALIZED_EVENTS.path).exists():
+        return pd.DataFrame(columns=["rank_id", *TRACE_COLUMNS])
+    events = _int_ranks(ctx.read_table(schema.NORMALIZED_EVENTS, columns=TRACE_COLUMNS).to_pandas())
+    return events.sort_values(["rank_id", "start_ns"], kind="stable").groupby("rank_id").head(MAX_KERNELS_PER_RANK)
+
+
+# the workbook's sheets, titled by their CSV: (view, row cap; None keeps a class table whole)
+SHEETS = (
+    (schema.RANK_SUMMARY_CSV, None),
+    (schema.STEP_SUMMARY, 50_000),
+    (schema.STEP_ANATOMY_CSV, 50_000),
+    (schema.STEP_CLASS_SUMMARY_CSV, None),
+    (schema.STEP_TIME_ACCOUNTING_CSV, 50_000),
+    (schema.LAYER_SUMMARY, 20_000),
+    (schema.LAYER_CLASS_SUMMARY_CSV, None),
+    (schema.BLOCK_SUMMARY, 5_000),
+    (schema.BLOCK_CLASS_SUMMARY_CSV, None),
+    (schema.OPERATOR_SUMMARY_CSV, 20_000),
+    (schema.OPERATOR_CLASS_SUMMARY_CSV, None),
+    (schema.HCCL_OP_SUMMARY_CSV, 50_000),
+    (schema.HCCL_CLASS_SUMMARY_CSV, None),
+    (schema.COMMUNICATION_SUMMARY_CSV, 50_000),
+    (schema.COMMUNICATION_LINKS_CSV, 50_000),
+    (schema.CROSS_RANK_ALIGNMENT_CSV, 50_000),
+    (schema.EVIDENCE_INDEX_CSV, 50_000),
+)
+
+
+def _statistic_text(statistic: dict) -> str:
+    return f"{statistic.get('name')} = {statistic.get('value')} (threshold {statistic.get('threshold')})"
+
+
+def _workbook(ctx: RootContext, inputs: ReportInputs, summary: dict) -> bytes:
+    """report.xlsx: README, a case summary, every user-facing table, the findings."""
+    case = pd.DataFrame(
+        [
+            ("status", summary["status"]),
+            *[(k, v) for k, v in summary["identity"].items() if not isinstance(v, dict)],
+            *[(f"kpi.{k}", v) for k, v in summary["kpis"].items() if not isinstance(v, (dict, list))],
+        ],
+        columns=["field", "value"],
+    ).astype({"value": str})
+    findings = pd.DataFrame(
+        [
+            {
+                **{k: f[k] for k in ("claim_id", "finding_type", "severity", "confidence", "summary")},
+                "rank_ids": ";".join(map(str, f["rank_ids"])),
+                "evidence_ids": ";".join(f["evidence_ids"]),
+                "statistic": _statistic_text(f["statistic"]),
+            }
+            for f in inputs.findings
+        ],
+        columns=[
+            "claim_id",
+            "finding_type",
+            "severity",
+            "confidence",
+            "summary",
+            "rank_ids",
+            "evidence_ids",
+            "statistic",
+        ],
+    )
+    sheets = [("case_summary", case, None, None)]
+    sheets += [(Path(view.file).stem, ctx.read_view(view), cap, view.file) for view, cap in SHEETS]
+    sheets.append(("diagnosis_findings", findings, None, schema.DIAGNOSIS_FINDINGS))
+    readme = [("case_summary", "status, identity and headline KPIs of the root")]
+    readme += [
+        (title, f"{file or title}" + (f" (first {cap} rows)" if cap else "")) for title, _, cap, file in sheets[1:]
+    ]
+    return workbook(readme, sheets)
+
+
+def _inputs(ctx: RootContext) -> ReportInputs:
+    manifests = {s: io.read_json_or_empty(ctx.out_dir / schema.stage_manifest_name(s)) for s in MANIFEST_STAGES}
+    frames = {t: ctx.read_frame(t) for t in schema.STEP_SUMMARY.tables}
+    findings = io.read_json_or_empty(ctx.out_dir / schema.DIAGNOSIS_FINDINGS).get("diagnosis_findings", [])
+    return ReportInputs(
+        out_dir=str(ctx.out_dir),
+        mode=ctx.options.mode,
+        manifests=manifests,
+        findings=findings,
+        steps=_int_ranks(schema.join_view(schema.STEP_SUMMARY, [frames[t] for t in schema.STEP_SUMMARY.tables])),
+        anatomy=_int_ranks(ctx.read_frame(schema.STEP_ANATOMY)),
+        accounting=_int_ranks(ctx.read_frame(schema.STEP_TIME_ACCOUNTING)),
+        ranks=ctx.read_view(schema.RANK_SUMMARY_CSV),
+        step_classes=ctx.read_view(schema.STEP_CLASS_SUMMARY_CSV),
+        layer_classes=ctx.read_view(schema.LAYER_CLASS_SUMMARY_CSV),
+        block_classes=ctx.read_view(schema.BLOCK_CLASS_SUMMARY_CSV),
+        operator_classes=ctx.read_view(schema.OPERATOR_CLASS_SUMMARY_CSV),
+        hccl_classes=ctx.read_view(schema.HCCL_CLASS_SUMMARY_CSV),
+        evidence=_int_ranks(ctx.read_frame(schema.EVIDENCE_INDEX)),
+        layers=_int_ranks(ctx.read_frame(schema.LAYER_SEGMENTS)),
+        events=_trace_events(ctx),
+    )
+
+
+def _status(inputs: ReportInputs) -> tuple[str, list[str]]:
+    """ok, or degraded with the reasons."""
+    segment = inputs.manifest("segment")
+    reasons = []
+    if segment.get("hard_error_count"):
+        reasons.append(f"segmentation has {segment['hard_error_count']} hard errors")
+    if segment.get("interior_island_total"):
+        reasons.append(f"segmentation left {segment['interior_island_total']} interior islands")
+    known = set(inputs.evidence["evidence_id"]) if len(inputs.evidence) else set()
+    unresolved = sorted({e for f in inputs.findings for e in f["evidence_ids"]} - known)
+    if unresolved:
+        reasons.append(f"{len(unresolved)} cited evidence ids do not resolve (first: {unresolved[0]})")
+    return ("degraded" if reasons else "ok"), reasons
+
+
+def reduce_root(ctx: RootContext) -> StageResult:
+    """Render the report artifacts of the mode, check they are all there, give the status."""
+    inputs = _inputs(ctx)
+    status, reasons = _status(inputs)
+    artifacts = {
+        "report_md": schema.REPORT_MD,
+        "analysis_summary": schema.ANALYSIS_SUMMARY,
+        "trace": schema.REPORT_TRACE,
+        "diagnosis_findings": schema.DIAGNOSIS_FINDINGS,
+    }
+    summary = analysis_summary(inputs, status, artifacts)
+    bubbles = _int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS))
+    offsets = inputs.manifest("cross_rank").get("clock_offsets_us") or {}
+    rendered: dict[str, bytes | str] = {
+        schema.REPORT_TRACE: trace_json(
+            inputs.events, inputs.steps, inputs.layers, bubbles, inputs.findings, inputs.evidence, offsets
+        ),
+    }
+    statuses = {"xlsx": "skipped (fast mode)", "html": "not built yet"}
+    if inputs.mode == "full":
+        try:
+            rendered[schema.REPORT_XLSX] = _workbook(ctx, inputs, summary)
+            artifacts["report_xlsx"] = schema.REPORT_XLSX
+            statuses["xlsx"] = "ok"
+        except (ValueError, TypeError, OSError) as error:  # the workbook must never cost the root its report
+            statuses["xlsx"] = f"error: {' '.join(str(error).split())}"
+    missing = [
+        n for n in REQUIRED[inputs.mode] if n not in rendered and n not in (schema.REPORT_MD, schema.ANALYSIS_SUMMARY)
+    ]
+    if missing:
+        status, reasons = "degraded", [*reasons, f"required artifacts missing: {missing}"]
+    summary.update(status=status, limitations=reasons + summary["limitations"])
+    rendered[schema.ANALYSIS_SUMMARY] = io.json_text(summary, indent=1)
+    rendered[schema.REPORT_MD] = report_markdown(inputs, summary)
+    manifest = {
+        "status": status,
+        "status_reasons": reasons,
+        "report_mode": inputs.mode,
+        "files": sorted(rendered),
+        **{f"{kind}_status": value for kind, value in statuses.items()},
+        "finding_count": len(inputs.findings),
+        "claim_ids": [f["claim_id"] for f in inputs.findings],
+    }
+    rendered[schema.REPORT_MANIFEST] = io.json_text(manifest, indent=1)
+    return StageResult(rendered=rendered, manifest=manifest)
+
+
+def headline(manifest: dict) -> tuple[dict, list[str]]:
+    """report's part of the result JSON: the status and where the report is."""
+    warnings = [f"degraded: {reason}" for reason in manifest.get("status_reasons", [])]
+    return {"status": manifest["status"], "files": manifest["files"]}, warnings

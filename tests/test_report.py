@@ -1,0 +1,154 @@
+"""report: analysis_summary.json, report.md, trace.json and report.xlsx say what the analysis found,
+cite resolvable evidence, and stay inert whatever the kernel names hold."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from openpyxl import load_workbook
+
+from npuprof import knowledge
+from npuprof.pipeline import schema
+from npuprof.pipeline.report.inputs import ReportInputs
+from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.pipeline.stages.report import _status
+from npuprof.synth import SCENARIOS, generate
+
+SECTIONS = (
+    "Executive Summary",
+    "Capture And Segmentation",
+    "Macro Step Timeline",
+    "Pipeline Coverage And Bound Families",
+    "Profile-Derived Model Fingerprint",
+    "Hardware Peak And MFU Context",
+    "Step Class View",
+    "Layer And Block View",
+    "Operator View",
+    "Operator Calculation And Roofline Estimates",
+    "Step Inventory",
+    "Cross-Rank And Anomaly Findings",
+    "Finding Inventory",
+    "Evidence Chain",
+    "Limitations",
+)
+HOSTILE = {"formula": "=cmd|' /C calc'!A0", "script": "<script>alert(1)</script>"}
+
+
+def summary_of(out: Path) -> dict:
+    return json.loads((out / schema.ANALYSIS_SUMMARY).read_text())
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_scenario_gets_a_small_summary_a_full_report_and_a_trace(planted_outputs, name):
+    root, out = planted_outputs[name]
+    summary = summary_of(out)
+    assert len((out / schema.ANALYSIS_SUMMARY).read_bytes()) <= 50_000
+    assert summary["status"] == "ok" and summary["identity"]["rank_count"] == len(
+        json.loads((root / "ground_truth.json").read_text())["ranks"]
+    )
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    assert summary["finding_counts"]["total"] == len(findings)
+    assert sum(g["occurrences"] for g in summary["findings"]) + summary["finding_counts"]["rollup_overflow"] >= len(
+        summary["findings"]
+    )
+    report = (out / schema.REPORT_MD).read_text()
+    headers = [line[3:].split(". ", 1)[1] for line in report.splitlines() if line.startswith("## ")]
+    assert tuple(headers) == SECTIONS
+    for finding in findings:  # every finding appears with its evidence ids in the markdown
+        assert all(f"`{e}`" in report for e in finding["evidence_ids"][:1]), finding["finding_type"]
+    trace = json.loads((out / schema.REPORT_TRACE).read_text())
+    events = trace["traceEvents"]
+    assert all(isinstance(e["ts"], (int, float)) for e in events if "ts" in e)
+    processes = {e["pid"] for e in events if e.get("name") == "process_name"}
+    assert processes == {int(r) for r in json.loads((root / "ground_truth.json").read_text())["ranks"]}
+    assert len([e for e in events if e.get("cat") == "finding"]) == len([f for f in findings if f["evidence_ids"]])
+
+
+def test_each_finding_group_cites_resolvable_evidence_and_its_notes(planted_outputs):
+    _, out = planted_outputs["mixed"]
+    summary = summary_of(out)
+    assert {g["finding_type"] for g in summary["findings"]} >= {"slow_rank_suspected", "ep_load_imbalance_suspected"}
+    for group in summary["findings"]:
+        assert group["evidence_sample"], group
+        for sample in group["evidence_sample"]:
+            assert Path(sample["source_path"]).is_file() and sample["rows"][0] <= sample["rows"][1]
+        refs = group["knowledge_refs"]
+        assert 1 <= len(refs) <= 3 and all({"ref", "title", "excerpt", "score"} <= set(r) for r in refs)
+        note = next(n for n in knowledge.notes() if n["ref"] == refs[0]["ref"])
+        assert group["finding_type"] in note["finding_types"]  # the note written for it comes first
+
+
+def test_every_finding_type_has_a_knowledge_note():
+    types = set(knowledge.load("diagnosis_rules")["findings"])
+    covered = {t for note in knowledge.notes() for t in note["finding_types"]}
+    assert types <= covered, types - covered
+    assert all(note["body"] and note["title"] for note in knowledge.notes())
+
+
+def test_analyze_prints_the_status_and_where_the_report_is(planted_outputs):
+    _, out = planted_outputs["slow_rank"]
+    manifest = json.loads((out / schema.REPORT_MANIFEST).read_text())
+    assert manifest["status"] == "ok" and manifest["xlsx_status"].startswith("skipped")
+    assert set(manifest["files"]) >= {schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE}
+
+
+def test_segmentation_errors_make_a_root_degraded_not_ok():
+    empty = pd.DataFrame({"evidence_id": []})
+    inputs = ReportInputs(
+        "x", "fast", {"segment": {"hard_error_count": 2, "interior_island_total": 0}}, [], *[empty] * 10
+    )
+    status, reasons = _status(inputs)
+    assert status == "degraded" and "2 hard errors" in reasons[0]
+    inputs = ReportInputs("x", "fast", {"segment": {}}, [{"evidence_ids": ["r0.step9"]}], *[empty] * 10)
+    assert _status(inputs)[0] == "degraded"
+    assert _status(ReportInputs("x", "fast", {"segment": {}}, [], *[empty] * 10)) == ("ok", [])
+
+
+def _plant_names(root: Path) -> None:
+    """Rename two of rank 0's kernels to hostile text (a spreadsheet formula and an HTML script)."""
+    path = next(p for p in sorted(root.rglob("kernel_details.csv")))
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    name = rows[0].index("Name")
+    targets = {"LpNormV2": HOSTILE["formula"], "SwiGlu": HOSTILE["script"]}  # an optimizer norm, the FFN activation
+    for row in rows[1:]:
+        for plain, hostile in targets.items():
+            if row[name].endswith(plain):
+                row[name] = hostile
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+
+
+def test_hostile_kernel_names_stay_inert_in_every_report_artifact(tmp_path):
+    root = Path(generate(tmp_path / "root", "clean", seed=3, ranks=2)["root"])
+    _plant_names(root)
+    out = tmp_path / "out"
+    analyze(root, out, jobs=2, options=AnalyzeOptions(mode="full"))
+    operators = (out / schema.OPERATOR_SUMMARY_CSV.file).read_text()
+    assert HOSTILE["formula"] in operators and HOSTILE["script"] in operators  # the names reached the tables
+    book = load_workbook(io.BytesIO((out / schema.REPORT_XLSX).read_bytes()))
+    seen = set()
+    for sheet in book.worksheets:
+        for row in sheet.iter_rows():
+            for cell in row:
+                assert cell.data_type != "f", (sheet.title, cell.coordinate, cell.value)
+                if cell.value in HOSTILE.values():
+                    seen.add(cell.value)
+    assert seen == set(HOSTILE.values())  # present, as text
+    assert {"README", "case_summary", "operator_summary", "diagnosis_findings"} <= set(book.sheetnames)
+    report = (out / schema.REPORT_MD).read_text()
+    assert "<script>" not in report
+    top = pd.read_csv(out / schema.OPERATOR_CLASS_SUMMARY_CSV.file)
+    top = top[~top["op_type"].isin(["communication", "mix_comm_aiv"])].head(15)
+    assert HOSTILE["script"] in set(top["name"])  # it is in the operator view, so it must be there escaped
+    assert "&lt;script&gt;alert\\(1\\)&lt;/script&gt;" in report or "&lt;script&gt;alert(1)&lt;/script&gt;" in report
+    json.loads((out / schema.ANALYSIS_SUMMARY).read_text())
+    json.loads((out / schema.REPORT_TRACE).read_text())  # names are escaped JSON strings
+    manifest = json.loads((out / schema.REPORT_MANIFEST).read_text())
+    assert manifest["xlsx_status"] == "ok" and manifest["report_mode"] == "full"
