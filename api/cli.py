@@ -101,7 +101,12 @@ def _add_analyze(commands) -> None:
         "--mode",
         choices=("fast", "full"),
         default="fast",
-        help="fast: analysis_summary.json, report.md, trace.json; full: also report.xlsx (default: fast)",
+        help="fast: analysis_summary.json, report.md, trace.json; full: also report.xlsx, report.html (default: fast)",
+    )
+    run.add_argument(
+        "--html-single-file",
+        action="store_true",
+        help="with --mode full: inline the HTML report's data so report.html opens from file:// (larger file)",
     )
     run.add_argument(
         "--no-host-trace",
@@ -415,6 +420,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         model_id=args.model_id,
         host_trace=not args.no_host_trace,
         mode=args.mode,
+        html_single_file=args.html_single_file,
     )
     result = analyze(
         args.root,

@@ -107,6 +107,9 @@ def guard(stage_name: str, rank_id: int | None, fn: Callable[..., Any], *args: A
         raise StageFailed(phase, error) from exc
 
 
+POOL_MIN_BYTES = 16 * 1024 * 1024  # kernel sources below this run their rank units in-process
+
+
 def _rank_weight(rank: RankInput) -> int:
     total = 0
     for path in (rank.kernel_csv, *rank.profiler_dbs, *rank.op_summary_csvs):
@@ -140,6 +143,8 @@ def map_ranks(
     workers = max(1, min(jobs, total))
     if not current.map_in_threads and not _main_is_importable():
         workers = 1  # e.g. `python - < script`: a process pool could not re-import __main__
+    if not current.map_in_threads and sum(_rank_weight(r) for r in ranks) < POOL_MIN_BYTES:
+        workers = 1  # starting a process pool costs more than these few MB of kernels take in-process
     unit_args = [(current.name, str(out_dir), vars(rank), options.to_dict()) for rank in ranks]
     if workers == 1:
         for done, (rank, args) in enumerate(zip(ranks, unit_args), start=1):

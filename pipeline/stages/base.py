@@ -28,9 +28,10 @@ class AnalyzeOptions:
     model_config: str | None = None  # a HuggingFace-style config.json (num_hidden_layers, ...)
     model_id: str | None = None  # a key of knowledge/model_catalog.yaml
     host_trace: bool = True  # label idle windows from trace_view.json (streams the whole file)
-    mode: str = "fast"  # fast: summary, markdown, trace; full: also the Excel workbook
+    mode: str = "fast"  # fast: summary, markdown, trace; full: also the Excel workbook and the HTML report
+    html_single_file: bool = False  # inline the HTML report's assets (opens from file://)
 
-    _KEYS = ("source", "hash_sources", "model_config", "model_id", "host_trace", "mode")
+    _KEYS = ("source", "hash_sources", "model_config", "model_id", "host_trace", "mode", "html_single_file")
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self._KEYS}

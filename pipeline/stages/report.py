@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.report.html import html_report
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.markdown import report_markdown
 from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, trace_json
@@ -22,10 +23,10 @@ from npuprof.pipeline.report.xlsx import workbook
 from npuprof.pipeline.stages.base import RootContext, StageResult
 
 MANIFEST_STAGES = ("normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics")
-TRACE_COLUMNS = ["stream_id", "name", "op_type", "start_ns", "end_ns"]
+TRACE_COLUMNS = ["row_idx", "stream_id", "name", "op_type", "start_ns", "end_ns"]
 REQUIRED = {
     "fast": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE),
-    "full": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE, schema.REPORT_XLSX),
+    "full": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE, schema.REPORT_XLSX, schema.REPORT_HTML),
 }
 
 
@@ -60,6 +61,17 @@ SHEETS = (
     (schema.CROSS_RANK_ALIGNMENT_CSV, 50_000),
     (schema.EVIDENCE_INDEX_CSV, 50_000),
 )
+
+
+def _render_html(ctx: RootContext, inputs: ReportInputs, summary: dict, bubbles, offsets, rendered: dict) -> str:
+    """Add report.html (and its assets) to ``rendered``; its status for the report manifest."""
+    try:
+        pages = html_report(inputs, summary, bubbles, offsets, ctx.options.html_single_file)
+    except (ValueError, TypeError, KeyError, OSError) as error:  # the page must never cost the root its report
+        return f"error: {' '.join(str(error).split())}"
+    for name, data in pages.items():
+        rendered[f"{schema.REPORT_DIR}/{name}"] = data
+    return "ok (single file)" if ctx.options.html_single_file else "ok"
 
 
 def _statistic_text(statistic: dict) -> str:
@@ -107,6 +119,16 @@ def _workbook(ctx: RootContext, inputs: ReportInputs, summary: dict) -> bytes:
     return workbook(readme, sheets)
 
 
+def _layers(ctx: RootContext) -> pd.DataFrame:
+    """Layer spans with their class (for the timeline and the step inspector)."""
+    keys = ["rank_id", "step_ordinal", "layer_ordinal"]
+    spans = _int_ranks(ctx.read_frame(schema.LAYER_SEGMENTS))
+    classes = _int_ranks(ctx.read_frame(schema.LAYER_CLASSES))
+    if spans.empty or classes.empty:
+        return spans
+    return spans.merge(classes[[*keys, "layer_class_id"]], on=keys, how="left")
+
+
 def _inputs(ctx: RootContext) -> ReportInputs:
     manifests = {s: io.read_json_or_empty(ctx.out_dir / schema.stage_manifest_name(s)) for s in MANIFEST_STAGES}
     frames = {t: ctx.read_frame(t) for t in schema.STEP_SUMMARY.tables}
@@ -126,7 +148,7 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         operator_classes=ctx.read_view(schema.OPERATOR_CLASS_SUMMARY_CSV),
         hccl_classes=ctx.read_view(schema.HCCL_CLASS_SUMMARY_CSV),
         evidence=_int_ranks(ctx.read_frame(schema.EVIDENCE_INDEX)),
-        layers=_int_ranks(ctx.read_frame(schema.LAYER_SEGMENTS)),
+        layers=_layers(ctx),
         events=_trace_events(ctx),
     )
 
@@ -164,8 +186,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
             inputs.events, inputs.steps, inputs.layers, bubbles, inputs.findings, inputs.evidence, offsets
         ),
     }
-    statuses = {"xlsx": "skipped (fast mode)", "html": "not built yet"}
+    statuses = {"xlsx": "skipped (fast mode)", "html": "skipped (fast mode)"}
     if inputs.mode == "full":
+        statuses["html"] = _render_html(ctx, inputs, summary, bubbles, offsets, rendered)
+        artifacts["report_html"] = schema.REPORT_HTML
         try:
             rendered[schema.REPORT_XLSX] = _workbook(ctx, inputs, summary)
             artifacts["report_xlsx"] = schema.REPORT_XLSX
@@ -196,4 +220,5 @@ def reduce_root(ctx: RootContext) -> StageResult:
 def headline(manifest: dict) -> tuple[dict, list[str]]:
     """report's part of the result JSON: the status and where the report is."""
     warnings = [f"degraded: {reason}" for reason in manifest.get("status_reasons", [])]
-    return {"status": manifest["status"], "files": manifest["files"]}, warnings
+    files = [f for f in manifest["files"] if "/assets/" not in f]
+    return {"status": manifest["status"], "files": files, "html_status": manifest.get("html_status")}, warnings

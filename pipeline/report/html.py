@@ -1,0 +1,219 @@
+"""report/report.html: a thin shell plus gzipped JSON assets loaded on demand.
+
+The shell (``report_template.html``, package data) draws a zoomable multi-rank timeline on a canvas,
+a findings list that jumps to each finding's evidence window, a single-step inspector and an
+operator card. Assets are pre-aggregated: a coarse busy-share grid per (rank, stream) for wide views,
+and raw kernels cut into time chunks fetched only when the view is narrow enough to show them. Every
+string from the data reaches the page as JSON and is put into the DOM as text, never as markup. The
+single-file variant inlines the assets (base64 of the same gzip) for ``file://`` use.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from npuprof.pipeline.io import json_text
+
+COARSE_BINS = 1500
+CHUNKS = 64
+MAX_KERNELS_PER_CHUNK = 60_000
+ASSET_DIR = "assets"
+TEMPLATE = "report_template.html"
+ASSET_SLOT = "/*__NPUPROF_ASSETS__*/"
+
+
+def _gz(payload: object) -> bytes:
+    return gzip.compress(json_text(payload).encode("utf-8"), compresslevel=6, mtime=0)
+
+
+def _relative(ns: pd.Series, rank: pd.Series, offsets_ns: dict[int, float], base_ns: int) -> np.ndarray:
+    shift = rank.astype("int64").map(pd.Series(offsets_ns, dtype="float64")).fillna(0.0).to_numpy(np.float64)
+    return np.round(((ns.to_numpy(np.int64) - base_ns) - shift) / 1000.0, 3)
+
+
+def _coarse(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: float) -> dict:
+    """Busy share of each (rank, stream) row in COARSE_BINS bins over the capture."""
+    width = max(span_us / COARSE_BINS, 1e-3)
+    first = np.clip((start // width).astype(np.int64), 0, COARSE_BINS - 1)
+    rows = events[["rank_id", "stream_id"]].fillna(-1).astype(np.int64)
+    keys = rows["rank_id"].to_numpy() * 1_000_003 + rows["stream_id"].to_numpy()
+    codes, uniques = pd.factorize(keys)
+    busy = np.zeros((len(uniques), COARSE_BINS))
+    np.add.at(busy, (codes, first), np.minimum(end - start, width))  # a kernel longer than a bin fills its first
+    lanes = rows.groupby(codes).first()  # lane k holds row k of busy
+    return {
+        "bin_us": width,
+        "lanes": lanes.to_numpy().tolist(),
+        "busy": np.round(np.minimum(busy / width, 1.0), 3).tolist(),
+    }
+
+
+def _chunks(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: float) -> dict[int, dict]:
+    """Raw kernels per time chunk: [rank, stream, start, dur, name id, op_type id, row]."""
+    width = max(span_us / CHUNKS, 1e-3)
+    chunk = np.clip((start // width).astype(np.int64), 0, CHUNKS - 1)
+    names, name_ids = np.unique(events["name"].fillna("").to_numpy(str), return_inverse=True)
+    kinds, kind_ids = np.unique(events["op_type"].fillna("").to_numpy(str), return_inverse=True)
+    table = np.column_stack(
+        [
+            events["rank_id"].to_numpy(np.int64),
+            events["stream_id"].fillna(-1).to_numpy(np.int64),
+            start,
+            np.round(end - start, 3),
+            name_ids,
+            kind_ids,
+            events["row_idx"].fillna(-1).to_numpy(np.int64),
+        ]
+    )
+    found = {}
+    for index in np.unique(chunk):  # a loop over at most CHUNKS chunks
+        rows = table[chunk == index][:MAX_KERNELS_PER_CHUNK]
+        used = np.unique(rows[:, 4].astype(np.int64))
+        remap = np.full(len(names), -1)
+        remap[used] = np.arange(len(used))
+        rows[:, 4] = remap[rows[:, 4].astype(np.int64)]
+        found[int(index)] = {
+            "names": names[used].tolist(),
+            "kinds": kinds.tolist(),
+            "kernels": rows.tolist(),
+            "truncated": bool((chunk == index).sum() > MAX_KERNELS_PER_CHUNK),
+        }
+    return found
+
+
+def _steps(steps: pd.DataFrame, anatomy: pd.DataFrame, offsets, base_ns: int) -> list:
+    if steps.empty:
+        return []
+    windows = anatomy.pivot_table(index=["rank_id", "step_ordinal"], columns="window", values="wall_ms", aggfunc="sum")
+    frame = steps.join(windows, on=["rank_id", "step_ordinal"])
+    start = _relative(frame["start_ns"], frame["rank_id"], offsets, base_ns)
+    end = _relative(frame["end_ns"], frame["rank_id"], offsets, base_ns)
+    part = {
+        w: (frame[w] if w in frame else pd.Series(0.0, index=frame.index)).fillna(0.0).round(3)
+        for w in ("head", "main", "tail")
+    }
+    return np.column_stack(
+        [
+            frame["rank_id"],
+            frame["step_ordinal"],
+            frame["step_id"].fillna(-1),
+            start,
+            end,
+            part["head"],
+            part["main"],
+            part["tail"],
+            frame["underfeed_ms"].fillna(0.0).round(3),
+            frame["wall_ms"].round(3),
+        ]
+    ).tolist()
+
+
+def _layers(layers: pd.DataFrame, offsets, base_ns: int) -> list:
+    if layers.empty:
+        return []
+    start = _relative(layers["start_ns"], layers["rank_id"], offsets, base_ns)
+    end = _relative(layers["end_ns"], layers["rank_id"], offsets, base_ns)
+    return [
+        [int(r), int(s), int(o), float(a), float(b), str(c), str(role)]
+        for r, s, o, a, b, c, role in zip(  # a loop over layers: they are what the inspector lists
+            layers["rank_id"],
+            layers["step_ordinal"],
+            layers["layer_ordinal"],
+            start,
+            end,
+            layers.get("layer_class_id", pd.Series("", index=layers.index)).fillna(""),
+            layers.get("layer_role", pd.Series("", index=layers.index)).fillna(""),
+        )
+    ]
+
+
+def _bubbles(bubbles: pd.DataFrame, offsets, base_ns: int) -> list:
+    if bubbles.empty:
+        return []
+    start = _relative(bubbles["start_ns"], bubbles["rank_id"], offsets, base_ns)
+    end = _relative(bubbles["end_ns"], bubbles["rank_id"], offsets, base_ns)
+    labels = bubbles["soft_labels"].fillna("") if "soft_labels" in bubbles else pd.Series("", index=bubbles.index)
+    return [
+        [int(r), float(a), float(b), str(k), str(e), str(lab)]
+        for r, a, b, k, e, lab in zip(bubbles["rank_id"], start, end, bubbles["kind"], bubbles["evidence_id"], labels)
+    ]
+
+
+def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: int) -> list[dict]:
+    by_id = evidence.set_index("evidence_id") if len(evidence) else pd.DataFrame()
+    out = []
+    for finding in findings:  # a loop over findings (tens)
+        cited = [e for e in finding["evidence_ids"] if e in by_id.index]
+        window = None
+        if cited:
+            row = by_id.loc[cited[0]]
+            rank = int(row["rank_id"])
+            shift = offsets.get(rank, 0.0)
+            window = [
+                rank,
+                round((row["start_us"] * 1000 - base_ns - shift) / 1000, 3),
+                round((row["end_us"] * 1000 - base_ns - shift) / 1000, 3),
+                cited[0],
+            ]
+        out.append(
+            {
+                "type": finding["finding_type"],
+                "severity": finding["severity"],
+                "summary": finding["summary"],
+                "ranks": finding["rank_ids"],
+                "window": window,
+                "claim_id": finding["claim_id"],
+            }
+        )
+    return out
+
+
+def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, single_file: bool) -> dict[str, bytes]:
+    """{relative path under report/: bytes}: report.html and its assets (inlined when ``single_file``)."""
+    offsets = {int(r): float(v) * 1000.0 for r, v in (offsets_us or {}).items()}
+    events = inputs.events
+    starts = [f["start_ns"].min() for f in (events, inputs.steps) if len(f)]
+    base_ns = int(min(starts)) if starts else 0
+    start = _relative(events["start_ns"], events["rank_id"], offsets, base_ns) if len(events) else np.array([])
+    end = _relative(events["end_ns"], events["rank_id"], offsets, base_ns) if len(events) else np.array([])
+    ends = [end.max()] if len(end) else []
+    if len(inputs.steps):
+        ends.append(float(_relative(inputs.steps["end_ns"], inputs.steps["rank_id"], offsets, base_ns).max()))
+    span = float(max(ends)) if ends else 1.0
+    classes = inputs.operator_classes.head(2000)
+    overview = {
+        "title": summary["identity"]["profile_root"],
+        "status": summary["status"],
+        "kpis": summary["kpis"],
+        "identity": summary["identity"],
+        "span_us": span,
+        "chunk_us": span / CHUNKS,
+        "ranks": sorted({int(r) for f in (events, inputs.steps) if len(f) for r in f["rank_id"].unique()}),
+        "findings": _findings(inputs.findings, inputs.evidence, offsets, base_ns),
+        "steps": _steps(inputs.steps, inputs.anatomy, offsets, base_ns),
+        "layers": _layers(inputs.layers, offsets, base_ns),
+        "bubbles": _bubbles(bubbles, offsets, base_ns),
+        "coarse": _coarse(events, start, end, span) if len(events) else {"bin_us": 1, "lanes": [], "busy": []},
+        "op_classes": {
+            str(r.name): [int(r.call_count), round(float(r.duration_sum_us), 3), str(r.op_type), str(r.bound_family)]
+            for r in classes.itertuples()
+        }
+        if len(classes)
+        else {},
+    }
+    assets = {f"{ASSET_DIR}/overview.json.gz": _gz(overview)}
+    if len(events):
+        for index, chunk in _chunks(events, start, end, span).items():
+            assets[f"{ASSET_DIR}/kernels_{index}.json.gz"] = _gz(chunk)
+    template = resources.files("npuprof.pipeline.report").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    if single_file:
+        inline = {name: base64.b64encode(data).decode("ascii") for name, data in assets.items()}
+        shell = template.replace(ASSET_SLOT, "window.NPUPROF_INLINE = " + json.dumps(inline) + ";")
+        return {"report.html": shell.encode("utf-8")}
+    return {"report.html": template.encode("utf-8"), **assets}

