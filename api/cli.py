@@ -97,6 +97,19 @@ def _add_analyze(commands) -> None:
         "--model-id",
         help="a model of knowledge/model_catalog.yaml (e.g. Qwen3-0.6B), used when there is no config.json",
     )
+    _add_report_options(run)
+    run.add_argument(
+        "--hash-sources",
+        action="store_true",
+        help="record each input file's sha256 in manifest.json (reads every byte)",
+    )
+    run.add_argument(
+        "--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir"
+    )
+
+
+def _add_report_options(run: argparse.ArgumentParser) -> None:
+    """What the later stages produce: report mode, the single-file HTML, host-trace labels."""
     run.add_argument(
         "--mode",
         choices=("fast", "full"),
@@ -112,14 +125,6 @@ def _add_analyze(commands) -> None:
         "--no-host-trace",
         action="store_true",
         help="do not stream trace_view.json to label idle windows with candidate host causes (faster on GB traces)",
-    )
-    run.add_argument(
-        "--hash-sources",
-        action="store_true",
-        help="record each input file's sha256 in manifest.json (reads every byte)",
-    )
-    run.add_argument(
-        "--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir"
     )
 
 
@@ -142,6 +147,9 @@ def _add_sweep(commands) -> None:
         help="skip roots whose output is complete for this npuprof version and options",
     )
     sweep.add_argument("--limit", type=int, default=None, help="analyze at most N roots")
+    sweep.add_argument(
+        "--render-html", action="store_true", help="full report mode for every root: report.xlsx and report.html too"
+    )
     sweep.add_argument("--progress", choices=PROGRESS_CHOICES, default="auto")
 
 
@@ -165,6 +173,9 @@ def _add_service(commands) -> None:
         "--queue", help="queue to plan on (default: storage.<name> from NPUPROF_STORAGE_MAP, else 'npuprof')"
     )
     submit.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
+    submit.add_argument(
+        "--render-html", action="store_true", help="full report mode for every root: report.xlsx and report.html too"
+    )
 
     status_cmd = commands.add_parser("status", help="per-root state and progress of a sweep")
     status_cmd.add_argument("sweep_id")
@@ -273,6 +284,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         reuse_existing=args.reuse_existing,
         limit=args.limit,
         progress=make_progress(args.progress),
+        options=AnalyzeOptions(mode="full" if args.render_html else "fast"),
     )
     _print_json({"status": "ok" if not summary["failed_roots"] else "partial", **summary})
     return EXIT_PARTIAL if summary["failed_roots"] else 0
@@ -282,7 +294,8 @@ def _cmd_service(args: argparse.Namespace) -> int:
     from npuprof.api import service
 
     if args.command == "submit":
-        result = service.submit(args.search_root, args.output, queue=args.queue, broker=args.broker)
+        options = AnalyzeOptions(mode="full" if args.render_html else "fast")
+        result = service.submit(args.search_root, args.output, options=options, queue=args.queue, broker=args.broker)
     elif args.command == "status":
 
         def show(current: dict) -> None:

@@ -12,6 +12,8 @@ from conftest import PYTORCH_DATA, QWEN_TRAINING, analyze_scenarios
 from npuprof.pipeline.runner import StageWindow, analyze
 from npuprof.synth import SCENARIOS
 
+pytestmark = pytest.mark.xdist_group("classify")  # one worker: shares its fixtures
+
 SCENARIO_NAMES = ["clean", "ep_imbalance", "host_bubble", "partial_capture", "pipeline_parallel", "mixed"]
 
 

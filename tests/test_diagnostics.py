@@ -19,6 +19,8 @@ from npuprof.pipeline.runner import analyze
 from npuprof.synth import SCENARIOS, generate
 from npuprof.synth.scenarios import Fault
 
+pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares its fixtures
+
 # synth's ground-truth finding types → the finding npuprof must report for them
 FINDING_FOR = {
     "slow_rank": "slow_rank_suspected",

@@ -17,7 +17,7 @@ import pytest
 
 from npuprof.synth import SCENARIOS, generate
 
-pytestmark = pytest.mark.peer
+pytestmark = [pytest.mark.peer, pytest.mark.xdist_group("peer")]
 
 PEER_VERSION = "26.2.0"
 PEER_VENV = Path(

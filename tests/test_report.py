@@ -20,6 +20,8 @@ from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.stages.report import _status
 from npuprof.synth import SCENARIOS, generate
 
+pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares its fixtures
+
 SECTIONS = (
     "Executive Summary",
     "Capture And Segmentation",

@@ -30,6 +30,8 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("browser")  # one worker: shares its fixtures
+
 if not Path(CHROMEDRIVER).exists():
     if os.environ.get("CI") == "true":
         raise RuntimeError("chromium-driver is missing: .ci/run installs chromium and chromium-driver")

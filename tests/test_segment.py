@@ -12,6 +12,8 @@ from conftest import PYTORCH_DATA, QWEN_TRAINING, analyze_scenarios
 from npuprof.pipeline.runner import StageWindow, analyze
 from npuprof.synth import SCENARIOS, generate
 
+pytestmark = pytest.mark.xdist_group("segment")  # one worker: shares its fixtures
+
 
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory) -> dict[str, tuple[Path, Path]]:

@@ -13,6 +13,8 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.runner import StageWindow, analyze
 from npuprof.synth import SCENARIOS
 
+pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares its fixtures
+
 SCENARIO_NAMES = sorted(SCENARIOS)
 # synth's pipeline profiles (synth/kernels.py PROFILES) and the bound family each must get
 PROFILE_FAMILY = {"cube": "cube", "cube_mte2": "aic_mte", "vector": "vector", "vector_mte": "aiv_mte"}

@@ -14,6 +14,8 @@ from npuprof.pipeline.errors import EXIT_PARTIAL
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
 from npuprof.synth import generate
 
+pytestmark = pytest.mark.xdist_group("sweep")  # one worker: shares its fixtures
+
 
 @pytest.fixture(scope="module")
 def search_root(tmp_path_factory) -> Path:

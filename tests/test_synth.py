@@ -15,6 +15,8 @@ from npuprof.api import Analysis
 from npuprof.pipeline.runner import analyze
 from npuprof.synth import SCENARIOS, generate
 
+pytestmark = pytest.mark.xdist_group("synth")  # one worker: shares its fixtures
+
 
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory) -> dict[str, Path]:

@@ -17,7 +17,7 @@ from service_harness import free_port, wait_until
 from npuprof.pipeline.errors import EXIT_PARTIAL
 from npuprof.synth import generate
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
 
 COMPARED_OUT = ["output_dir", "elapsed_s"]  # where and how fast differ between runs; everything else must not
 
@@ -91,7 +91,7 @@ def test_ten_root_sweep_through_two_workers_matches_the_local_sweep(redis_server
 @pytest.mark.parametrize("how", ["pool_child", "worker_process"])
 def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
     search = build_search_root(
-        tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=60, layers=28, trace=False
+        tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=30, layers=16, trace=False
     )
     first, second = workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
@@ -124,7 +124,7 @@ def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
 
 def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_path):
     search = build_search_root(
-        tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=40, layers=16, trace=False
+        tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=20, layers=12, trace=False
     )
     workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
