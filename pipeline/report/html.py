@@ -23,6 +23,7 @@ from npuprof.pipeline.io import json_text
 COARSE_BINS = 1500
 CHUNKS = 64
 MAX_KERNELS_PER_CHUNK = 60_000
+MAX_BUBBLES = 20_000  # the longest idle windows drawn (all are in evidence/bubble_windows.jsonl)
 ASSET_DIR = "assets"
 TEMPLATE = "report_template.html"
 ASSET_SLOT = "/*__NPUPROF_ASSETS__*/"
@@ -136,6 +137,7 @@ def _layers(layers: pd.DataFrame, offsets, base_ns: int) -> list:
 def _bubbles(bubbles: pd.DataFrame, offsets, base_ns: int) -> list:
     if bubbles.empty:
         return []
+    bubbles = bubbles.nlargest(MAX_BUBBLES, "duration_us") if len(bubbles) > MAX_BUBBLES else bubbles
     start = _relative(bubbles["start_ns"], bubbles["rank_id"], offsets, base_ns)
     end = _relative(bubbles["end_ns"], bubbles["rank_id"], offsets, base_ns)
     labels = bubbles["soft_labels"].fillna("") if "soft_labels" in bubbles else pd.Series("", index=bubbles.index)
