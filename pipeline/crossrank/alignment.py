@@ -16,6 +16,27 @@ HIGH_SKEW_US = 5_000.0  # step alignment confidence: high below this start skew 
 MEDIUM_SKEW_US = 20_000.0
 
 
+# per aligned unit: the earliest / latest corrected start and end, and the duration spread
+SPAN_AGGREGATES = {
+    "start_min": ("corrected_start_us", "min"),
+    "start_max": ("corrected_start_us", "max"),
+    "end_min": ("corrected_end_us", "min"),
+    "end_max": ("corrected_end_us", "max"),
+    "duration_min_us": ("duration_us", "min"),
+    "duration_max_us": ("duration_us", "max"),
+}
+
+
+def _on_common_clock(frame: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame:
+    """``frame`` (rank_id, start_ns, end_ns) with corrected start / end and duration in µs."""
+    shift = offsets_ns.reindex(frame["rank_id"].astype(np.int64).to_numpy()).fillna(0.0).to_numpy()
+    return frame.assign(
+        corrected_start_us=(frame["start_ns"] - shift) / 1000.0,
+        corrected_end_us=(frame["end_ns"] - shift) / 1000.0,
+        duration_us=(frame["end_ns"] - frame["start_ns"]) / 1000.0,
+    )
+
+
 def _joined_ranks(frame: pd.DataFrame, key: str) -> pd.Series:
     ranks = frame[["rank_id", key]].drop_duplicates().sort_values(["rank_id"])
     return ranks.groupby(key)["rank_id"].agg(lambda r: ";".join(map(str, r)))  # a loop over units
@@ -76,12 +97,7 @@ def collective_units(frame: pd.DataFrame) -> pd.DataFrame:
         kind=("kind", "first"),
         parallel_role=("parallel_role", "first"),
         member_count=("member_count", "first"),
-        start_min=("corrected_start_us", "min"),
-        start_max=("corrected_start_us", "max"),
-        end_min=("corrected_end_us", "min"),
-        end_max=("corrected_end_us", "max"),
-        duration_min_us=("duration_us", "min"),
-        duration_max_us=("duration_us", "max"),
+        **SPAN_AGGREGATES,
     )
     order = matched.sort_values("corrected_start_us", kind="stable")
     units["first_rank"] = order.groupby("alignment_id")["rank_id"].first()
@@ -110,22 +126,14 @@ def _finish_units(units: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 def step_units(steps: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame:
     """One alignment row per step id that ≥ 2 ranks ran (steps: step_segments with wall and layer counts)."""
-    frame = steps[steps["step_id"].notna()].copy()
+    frame = steps[steps["step_id"].notna()]
     if frame.empty:
         return pd.DataFrame(columns=schema.CROSS_RANK_ALIGNMENT.columns)
-    shift = offsets_ns.reindex(frame["rank_id"].astype(np.int64).to_numpy()).fillna(0.0).to_numpy()
-    frame["corrected_start_us"] = (frame["start_ns"] - shift) / 1000.0
-    frame["corrected_end_us"] = (frame["end_ns"] - shift) / 1000.0
-    frame["duration_us"] = (frame["end_ns"] - frame["start_ns"]) / 1000.0
+    frame = _on_common_clock(frame, offsets_ns)
     grouped = frame.groupby("step_id", sort=True)
     units = grouped.agg(
         member_count=("rank_id", "nunique"),
-        start_min=("corrected_start_us", "min"),
-        start_max=("corrected_start_us", "max"),
-        end_min=("corrected_end_us", "min"),
-        end_max=("corrected_end_us", "max"),
-        duration_min_us=("duration_us", "min"),
-        duration_max_us=("duration_us", "max"),
+        **SPAN_AGGREGATES,
         layer_kinds=("main_layer_count", "nunique"),
     )
     order = frame.sort_values("corrected_start_us", kind="stable")
@@ -153,22 +161,11 @@ def layer_units(layers: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame:
         .drop_duplicates("step_id")
     )
     members = per_rank.merge(usual[["step_id", "layers"]], on=["step_id", "layers"])[["step_id", "rank_id"]]
-    frame = frame.merge(members, on=["step_id", "rank_id"])
-    shift = offsets_ns.reindex(frame["rank_id"].astype(np.int64).to_numpy()).fillna(0.0).to_numpy()
-    frame = frame.assign(
-        corrected_start_us=(frame["start_ns"] - shift) / 1000.0,
-        corrected_end_us=(frame["end_ns"] - shift) / 1000.0,
-        duration_us=(frame["end_ns"] - frame["start_ns"]) / 1000.0,
-    )
+    frame = _on_common_clock(frame.merge(members, on=["step_id", "rank_id"]), offsets_ns)
     grouped = frame.groupby(["step_id", "layer_ordinal"], sort=True)
     units = grouped.agg(
         member_count=("rank_id", "nunique"),
-        start_min=("corrected_start_us", "min"),
-        start_max=("corrected_start_us", "max"),
-        end_min=("corrected_end_us", "min"),
-        end_max=("corrected_end_us", "max"),
-        duration_min_us=("duration_us", "min"),
-        duration_max_us=("duration_us", "max"),
+        **SPAN_AGGREGATES,
     )
     units = units[units["member_count"] >= 2].reset_index()
     units["alignment_id"] = (
