@@ -27,6 +27,12 @@ SPAN_AGGREGATES = {
 }
 
 
+def _with_members(units: pd.DataFrame, members: pd.DataFrame, key: str) -> pd.DataFrame:
+    """``units`` with the first and last member to start (corrected clock) and the member list."""
+    order = members.sort_values("corrected_start_us", kind="stable").groupby(key)["rank_id"]
+    return units.assign(first_rank=order.first(), last_rank=order.last(), rank_ids=_joined_ranks(members, key))
+
+
 def _on_common_clock(frame: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame:
     """``frame`` (rank_id, start_ns, end_ns) with corrected start / end and duration in µs."""
     shift = offsets_ns.reindex(frame["rank_id"].astype(np.int64).to_numpy()).fillna(0.0).to_numpy()
@@ -99,10 +105,7 @@ def collective_units(frame: pd.DataFrame) -> pd.DataFrame:
         member_count=("member_count", "first"),
         **SPAN_AGGREGATES,
     )
-    order = matched.sort_values("corrected_start_us", kind="stable")
-    units["first_rank"] = order.groupby("alignment_id")["rank_id"].first()
-    units["last_rank"] = order.groupby("alignment_id")["rank_id"].last()
-    units["rank_ids"] = _joined_ranks(matched, "alignment_id")
+    units = _with_members(units, matched, "alignment_id")
     return _finish_units(units.reset_index(), "collective")
 
 
@@ -136,10 +139,7 @@ def step_units(steps: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame:
         **SPAN_AGGREGATES,
         layer_kinds=("main_layer_count", "nunique"),
     )
-    order = frame.sort_values("corrected_start_us", kind="stable")
-    units["first_rank"] = order.groupby("step_id")["rank_id"].first()
-    units["last_rank"] = order.groupby("step_id")["rank_id"].last()
-    units["rank_ids"] = _joined_ranks(frame, "step_id")
+    units = _with_members(units, frame, "step_id")
     units["is_structure_mismatch"] = units.pop("layer_kinds") > 1
     units = units[units["member_count"] >= 2].reset_index()
     units["alignment_id"] = "s" + units["step_id"].astype(np.int64).astype(str)

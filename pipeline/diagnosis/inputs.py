@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 
@@ -23,10 +22,3 @@ class DiagnosisInputs:
     aicpu_exposure: pd.DataFrame  # per (rank, AI CPU op): duration and the part no AI core work masks
     group_ranks: dict[str, list[int]]  # group hash → global ranks (profiler_metadata)
     soft_labels: pd.DataFrame  # per bubble window: rank_id, duration_us, labels ('|'-joined); may be empty
-
-
-def int_ranks(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with an int64 rank_id (partitions read it as int32 / categorical)."""
-    if "rank_id" in frame and len(frame):
-        return frame.assign(rank_id=frame["rank_id"].astype(np.int64))
-    return frame

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.io import json_text
+from npuprof.pipeline.report.perfetto import rebased_us
 
 COARSE_BINS = 1500
 CHUNKS = 64
@@ -34,8 +35,8 @@ def _gz(payload: object) -> bytes:
 
 
 def _relative(ns: pd.Series, rank: pd.Series, offsets_ns: dict[int, float], base_ns: int) -> np.ndarray:
-    shift = rank.astype("int64").map(pd.Series(offsets_ns, dtype="float64")).fillna(0.0).to_numpy(np.float64)
-    return np.round(((ns.to_numpy(np.int64) - base_ns) - shift) / 1000.0, 3)
+    """perfetto's rebased µs, to the ns (the page's assets carry 3 decimals)."""
+    return np.round(rebased_us(ns, rank, offsets_ns, base_ns), 3)
 
 
 def _coarse(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: float) -> dict:

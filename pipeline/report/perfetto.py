@@ -20,7 +20,8 @@ STEP_ROW, LAYER_ROW, IDLE_ROW = 1_000_000, 1_000_001, 1_000_002  # thread ids be
 SEPARATOR = ",\n"
 
 
-def _us(ns: pd.Series, rank: pd.Series, offsets_ns: dict[int, float], base_ns: int) -> np.ndarray:
+def rebased_us(ns: pd.Series, rank: pd.Series, offsets_ns: dict[int, float], base_ns: int) -> np.ndarray:
+    """ns timestamps as µs since ``base_ns`` on the common clock (each rank minus its offset)."""
     table = pd.Series(offsets_ns, dtype="float64")
     shift = rank.astype("int64").map(table).fillna(0.0).to_numpy(np.float64)
     return ((ns.to_numpy(np.int64) - base_ns) - shift) / 1000.0
@@ -42,8 +43,8 @@ def _metadata(ranks: list[int], streams: pd.DataFrame) -> list[dict]:
 
 
 def _spans(frame: pd.DataFrame, tid: int, names: pd.Series, category: str, offsets, base_ns) -> bytes:
-    start = _us(frame["start_ns"], frame["rank_id"], offsets, base_ns)
-    end = _us(frame["end_ns"], frame["rank_id"], offsets, base_ns)
+    start = rebased_us(frame["start_ns"], frame["rank_id"], offsets, base_ns)
+    end = rebased_us(frame["end_ns"], frame["rank_id"], offsets, base_ns)
     record = {
         "ph": "X",
         "name": names,

@@ -16,7 +16,7 @@ from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.diagnosis.communication import collective_slow, slow_link
 from npuprof.pipeline.diagnosis.evidence import check_evidence
 from npuprof.pipeline.diagnosis.idle import bubble_findings, host_bound
-from npuprof.pipeline.diagnosis.inputs import DiagnosisInputs, int_ranks
+from npuprof.pipeline.diagnosis.inputs import DiagnosisInputs
 from npuprof.pipeline.diagnosis.moe import ep_findings
 from npuprof.pipeline.diagnosis.operators import (
     AICORE_OP_TYPES,
@@ -25,7 +25,7 @@ from npuprof.pipeline.diagnosis.operators import (
     wait_anchor_false_hotspot,
 )
 from npuprof.pipeline.diagnosis.ranks import dp_workload_imbalance, slow_rank, workload_asymmetry
-from npuprof.pipeline.stages.base import RootContext, StageResult
+from npuprof.pipeline.stages.base import RootContext, StageResult, int_ranks
 from npuprof.pipeline.summaries.communication import global_ranks_by_group_hash
 
 DETECTORS = (

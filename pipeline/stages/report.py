@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from npuprof.pipeline import io, schema
@@ -20,7 +19,7 @@ from npuprof.pipeline.report.markdown import report_markdown
 from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, trace_json
 from npuprof.pipeline.report.summary import analysis_summary
 from npuprof.pipeline.report.xlsx import workbook
-from npuprof.pipeline.stages.base import RootContext, StageResult
+from npuprof.pipeline.stages.base import RootContext, StageResult, int_ranks
 
 MANIFEST_STAGES = ("normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics")
 TRACE_COLUMNS = ["row_idx", "stream_id", "name", "op_type", "start_ns", "end_ns"]
@@ -30,14 +29,10 @@ REQUIRED = {
 }
 
 
-def _int_ranks(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.assign(rank_id=frame["rank_id"].astype(np.int64)) if "rank_id" in frame and len(frame) else frame
-
-
 def _trace_events(ctx: RootContext) -> pd.DataFrame:
     if not (ctx.out_dir / schema.NORMALIZED_EVENTS.path).exists():
         return pd.DataFrame(columns=["rank_id", *TRACE_COLUMNS])
-    events = _int_ranks(ctx.read_table(schema.NORMALIZED_EVENTS, columns=TRACE_COLUMNS).to_pandas())
+    events = int_ranks(ctx.read_table(schema.NORMALIZED_EVENTS, columns=TRACE_COLUMNS).to_pandas())
     return events.sort_values(["rank_id", "start_ns"], kind="stable").groupby("rank_id").head(MAX_KERNELS_PER_RANK)
 
 
@@ -122,8 +117,8 @@ def _workbook(ctx: RootContext, inputs: ReportInputs, summary: dict) -> bytes:
 def _layers(ctx: RootContext) -> pd.DataFrame:
     """Layer spans with their class (for the timeline and the step inspector)."""
     keys = ["rank_id", "step_ordinal", "layer_ordinal"]
-    spans = _int_ranks(ctx.read_frame(schema.LAYER_SEGMENTS))
-    classes = _int_ranks(ctx.read_frame(schema.LAYER_CLASSES))
+    spans = int_ranks(ctx.read_frame(schema.LAYER_SEGMENTS))
+    classes = int_ranks(ctx.read_frame(schema.LAYER_CLASSES))
     if spans.empty or classes.empty:
         return spans
     return spans.merge(classes[[*keys, "layer_class_id"]], on=keys, how="left")
@@ -138,16 +133,16 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         mode=ctx.options.mode,
         manifests=manifests,
         findings=findings,
-        steps=_int_ranks(schema.join_view(schema.STEP_SUMMARY, [frames[t] for t in schema.STEP_SUMMARY.tables])),
-        anatomy=_int_ranks(ctx.read_frame(schema.STEP_ANATOMY)),
-        accounting=_int_ranks(ctx.read_frame(schema.STEP_TIME_ACCOUNTING)),
+        steps=int_ranks(schema.join_view(schema.STEP_SUMMARY, [frames[t] for t in schema.STEP_SUMMARY.tables])),
+        anatomy=int_ranks(ctx.read_frame(schema.STEP_ANATOMY)),
+        accounting=int_ranks(ctx.read_frame(schema.STEP_TIME_ACCOUNTING)),
         ranks=ctx.read_view(schema.RANK_SUMMARY_CSV),
         step_classes=ctx.read_view(schema.STEP_CLASS_SUMMARY_CSV),
         layer_classes=ctx.read_view(schema.LAYER_CLASS_SUMMARY_CSV),
         block_classes=ctx.read_view(schema.BLOCK_CLASS_SUMMARY_CSV),
         operator_classes=ctx.read_view(schema.OPERATOR_CLASS_SUMMARY_CSV),
         hccl_classes=ctx.read_view(schema.HCCL_CLASS_SUMMARY_CSV),
-        evidence=_int_ranks(ctx.read_frame(schema.EVIDENCE_INDEX)),
+        evidence=int_ranks(ctx.read_frame(schema.EVIDENCE_INDEX)),
         layers=_layers(ctx),
         events=_trace_events(ctx),
     )
@@ -179,7 +174,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "diagnosis_findings": schema.DIAGNOSIS_FINDINGS,
     }
     summary = analysis_summary(inputs, status, artifacts)
-    bubbles = _int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS))
+    bubbles = int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS))
     offsets = inputs.manifest("cross_rank").get("clock_offsets_us") or {}
     rendered: dict[str, bytes | str] = {
         schema.REPORT_TRACE: trace_json(
