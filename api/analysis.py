@@ -130,3 +130,39 @@ class Analysis:
     def capture_info(self) -> dict:
         """How each rank was captured (profiler level, metrics, versions, parallel groups)."""
         return io.read_json(self.out_dir / schema.CAPTURE_INFO)
+
+    def model(self) -> dict[str, pd.DataFrame]:
+        """The profile-derived model: ``inferred_config`` (field, value, confidence, evidence kernel /
+        shapes / rank:row), ``features``, ``layer_types``, ``candidates`` (catalog models ranked by
+        agreement), and — when a config.json was given — ``config_overview``, ``parameters``, ``kv_cache``."""
+        tables = {
+            "inferred_config": schema.MODEL_INFERRED_CONFIG_CSV,
+            "features": schema.MODEL_FEATURE_SUMMARY_CSV,
+            "layer_types": schema.MODEL_LAYER_TYPE_SUMMARY_CSV,
+            "candidates": schema.MODEL_CANDIDATE_SUMMARY_CSV,
+        }
+        optional = {
+            "config_overview": schema.MODEL_CONFIG_OVERVIEW_CSV,
+            "parameters": schema.MODEL_PARAMETER_ESTIMATE_CSV,
+            "kv_cache": schema.MODEL_KV_CACHE_ESTIMATE_CSV,
+        }
+        found = {name: self._view(view, "summarize") for name, view in tables.items()}
+        found.update(
+            {
+                name: pd.read_csv(self.out_dir / v.file)
+                for name, v in optional.items()
+                if (self.out_dir / v.file).exists()
+            }
+        )
+        return found
+
+    def efficiency(self) -> dict[str, pd.DataFrame]:
+        """Hardware and roofline: ``hardware`` (name, how it was chosen, sources), ``peaks`` (theoretical
+        and sustained per unit and dtype), ``operators`` (per kernel + shapes: FLOPs, bytes, intensity,
+        achieved TFLOPS / GB/s, roofline bound, reclaimable µs, MFU) and ``steps`` (MFU per rank and step)."""
+        return {
+            "hardware": self._view(schema.HARDWARE_SUMMARY_CSV, "summarize"),
+            "peaks": self._view(schema.HARDWARE_THEORETICAL_PEAKS_CSV, "summarize"),
+            "operators": self._view(schema.OPERATOR_EFFICIENCY_SUMMARY_CSV, "summarize"),
+            "steps": self._view(schema.STEP_EFFICIENCY_CSV, "summarize"),
+        }

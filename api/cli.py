@@ -27,6 +27,7 @@ from npuprof.pipeline.errors import (
     UsageError,
     failure_object,
 )
+from npuprof.pipeline.modelinfo.hardware import check_hardware_model
 from npuprof.pipeline.progress import make_progress
 from npuprof.pipeline.runner import StageWindow, analyze
 from npuprof.pipeline.stages import STAGE_NAMES
@@ -89,14 +90,7 @@ def _add_analyze(commands) -> None:
         help="progress on stderr: a bar on a TTY (auto), JSON lines, or nothing",
     )
     run.add_argument("--jobs", type=int, default=None, help="processes for rank-local stages (default: CPU cores)")
-    run.add_argument(
-        "--model-config",
-        help="the model's config.json: num_hidden_layers sets the expected layer count (default: ROOT/config.json)",
-    )
-    run.add_argument(
-        "--model-id",
-        help="a model of knowledge/model_catalog.yaml (e.g. Qwen3-0.6B), used when there is no config.json",
-    )
+    _add_model_options(run)
     _add_report_options(run)
     run.add_argument(
         "--hash-sources",
@@ -105,6 +99,38 @@ def _add_analyze(commands) -> None:
     )
     run.add_argument(
         "--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir"
+    )
+
+
+def _add_hardware_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hardware-model",
+        help="the NPU the captures ran on (e.g. Ascend910B3; see knowledge/hardware_profiles.yaml): sets the peaks "
+        "for MFU and roofline (default: each capture's own device name when it names one SoC)",
+    )
+
+
+def _add_model_options(run: argparse.ArgumentParser) -> None:
+    """What the model and hardware context compare against: a config, a catalog model, an NPU."""
+    run.add_argument(
+        "--model-config",
+        help="the model's config.json: num_hidden_layers sets the expected layer count (default: ROOT/config.json)",
+    )
+    run.add_argument(
+        "--model-id",
+        help="a model of knowledge/model_catalog.yaml (e.g. Qwen3-0.6B), used when there is no config.json; "
+        "a family name (e.g. qwen3) lets the profile's fingerprint pick the variant",
+    )
+    _add_hardware_model(run)
+    run.add_argument(
+        "--hardware-profile",
+        help='a JSON file of peaks: {"name": ..., "cube_tflops": {"bf16": 313.0}, "vector_tflops": ..., '
+        '"hbm_gbps": ..., "sustained_factors": {"bf16": 0.9}} (overrides --hardware-model)',
+    )
+    run.add_argument(
+        "--no-cann-hardware-scan",
+        action="store_true",
+        help="do not read peaks from this host's CANN platform_config/*.ini (else used for the chosen SoC)",
     )
 
 
@@ -150,6 +176,7 @@ def _add_sweep(commands) -> None:
     sweep.add_argument(
         "--render-html", action="store_true", help="full report mode for every root: report.xlsx and report.html too"
     )
+    _add_hardware_model(sweep)
     sweep.add_argument("--progress", choices=PROGRESS_CHOICES, default="auto")
 
 
@@ -176,6 +203,7 @@ def _add_service(commands) -> None:
     submit.add_argument(
         "--render-html", action="store_true", help="full report mode for every root: report.xlsx and report.html too"
     )
+    _add_hardware_model(submit)
 
     status_cmd = commands.add_parser("status", help="per-root state and progress of a sweep")
     status_cmd.add_argument("sweep_id")
@@ -277,6 +305,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     missing = [s for s in args.search_root if not Path(s).is_dir()]
     if missing:
         raise UsageError(f"--search-root {missing[0]} is not a directory")
+    check_hardware_model(args.hardware_model)
     summary = run_sweep(
         args.search_root,
         args.output,
@@ -284,7 +313,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         reuse_existing=args.reuse_existing,
         limit=args.limit,
         progress=make_progress(args.progress),
-        options=AnalyzeOptions(mode="full" if args.render_html else "fast"),
+        options=AnalyzeOptions(mode="full" if args.render_html else "fast", hardware_model=args.hardware_model),
     )
     _print_json({"status": "ok" if not summary["failed_roots"] else "partial", **summary})
     return EXIT_PARTIAL if summary["failed_roots"] else 0
@@ -294,7 +323,8 @@ def _cmd_service(args: argparse.Namespace) -> int:
     from npuprof.api import service
 
     if args.command == "submit":
-        options = AnalyzeOptions(mode="full" if args.render_html else "fast")
+        check_hardware_model(args.hardware_model)
+        options = AnalyzeOptions(mode="full" if args.render_html else "fast", hardware_model=args.hardware_model)
         result = service.submit(args.search_root, args.output, options=options, queue=args.queue, broker=args.broker)
     elif args.command == "status":
 
@@ -434,6 +464,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         host_trace=not args.no_host_trace,
         mode=args.mode,
         html_single_file=args.html_single_file,
+        hardware_model=args.hardware_model,
+        hardware_profile=args.hardware_profile,
+        cann_hardware_scan=not args.no_cann_hardware_scan,
     )
     result = analyze(
         args.root,

@@ -14,7 +14,7 @@ import numpy as np
 
 from npuprof.synth.db_export import write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
-from npuprof.synth.models import LAYER
+from npuprof.synth.models import DENSE, LAYER, MOE
 from npuprof.synth.scenarios import Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
 from npuprof.synth.text_export import (
@@ -145,6 +145,30 @@ def _layer_rows(t: RankTimeline, step: int) -> list[dict]:
     return layers
 
 
+def planted_config(sc: Scenario) -> dict:
+    """The model's config fields a profile can show (HuggingFace names): what the fingerprint must find.
+
+    The MoE model has no dense FFN layer, so its intermediate_size is not visible in any kernel; MLA
+    models list num_key_value_heads = num_attention_heads and head_dim = v_head_dim, as their
+    published configs do.
+    """
+    spec = DENSE if sc.model == "dense" else MOE
+    config = {
+        "num_hidden_layers": sc.layers,
+        "hidden_size": spec.hidden,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
+        "intermediate_size": spec.ffn if sc.model == "dense" else None,
+        "vocab_size": spec.vocab,
+        "n_routed_experts": spec.experts or None,
+        "num_experts_per_tok": spec.top_k or None,
+        "moe_intermediate_size": spec.moe_ffn or None,
+        "n_shared_experts": 0 if sc.model == "moe" else None,  # its MoE block has routed experts only
+    }
+    return config
+
+
 def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int]) -> dict:
     partial = any(f.kind == "partial_capture" for f in sc.faults)
     complete = step_ids[1:-1] if partial else step_ids
@@ -179,7 +203,12 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
         "description": sc.description,
         "seed": seed,
         "workload": {k: v for k, v in asdict(sc).items() if k not in ("faults", "name", "description")},
-        "model": {"family": sc.model, "decoder_layers": sc.layers, "attention": "mla" if sc.model == "moe" else "gqa"},
+        "model": {
+            "family": sc.model,
+            "decoder_layers": sc.layers,
+            "attention": "mla" if sc.model == "moe" else "gqa",
+            "config": planted_config(sc),
+        },
         "ranks": ranks,
         "step_ids": step_ids,
         "complete_steps": complete,

@@ -95,6 +95,7 @@ class Workload:
     reduced_work: bool = False  # dummy rank: no routed tokens at all
     pp_stage: int = 0  # pipeline stage of this rank
     pp_size: int = 1
+    tp: int = 1  # tensor parallel: heads, FFN and vocabulary are split over this many ranks
 
     @property
     def stage_layers(self) -> range:
@@ -117,7 +118,9 @@ def _scale(tokens: int, base: float, ref: int = 4096) -> float:
 
 def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
     m, t = w.model, w.tokens
-    qkv = (m.heads + 2 * m.kv_heads) * m.head_dim
+    # what one tensor-parallel rank holds (Megatron / vLLM column and row parallel linears)
+    heads, kv_heads, ffn = m.heads // w.tp, max(1, m.kv_heads // w.tp), m.ffn // w.tp
+    qkv = (heads + 2 * kv_heads) * m.head_dim
     fa_type = (
         "FlashAttentionScore"
         if w.training
@@ -156,8 +159,8 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
             "AI_VECTOR_CORE",
             _scale(t, 9),
             "vector",
-            f"{t},{m.heads},{m.head_dim};{m.head_dim}",
-            f"{t},{m.heads},{m.head_dim}",
+            f"{t},{heads},{m.head_dim};{m.head_dim}",
+            f"{t},{heads},{m.head_dim}",
         ),
         "attention",
     )
@@ -168,8 +171,8 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
             "AI_VECTOR_CORE",
             _scale(t, 6),
             "vector",
-            f"{t},{m.kv_heads},{m.head_dim};{m.head_dim}",
-            f"{t},{m.kv_heads},{m.head_dim}",
+            f"{t},{kv_heads},{m.head_dim};{m.head_dim}",
+            f"{t},{kv_heads},{m.head_dim}",
         ),
         "attention",
     )
@@ -180,8 +183,8 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
             "AI_VECTOR_CORE",
             _scale(t, 11),
             "vector_mte",
-            f"{t},{m.heads},{m.head_dim};{t},1,{m.head_dim}",
-            f"{t},{m.heads},{m.head_dim}",
+            f"{t},{heads},{m.head_dim};{t},1,{m.head_dim}",
+            f"{t},{heads},{m.head_dim}",
         ),
         "attention",
     )
@@ -193,8 +196,8 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
             "MIX_AIC",
             fa_us,
             "mix",
-            f"{t},{m.heads * m.head_dim};{t},{m.kv_heads * m.head_dim};{t},{m.kv_heads * m.head_dim}",
-            f"{t},{m.heads * m.head_dim}",
+            f"{t},{heads * m.head_dim};{t},{kv_heads * m.head_dim};{t},{kv_heads * m.head_dim}",
+            f"{t},{heads * m.head_dim}",
             block_dim=24,
             mix_block_dim=48,
         ),
@@ -207,7 +210,7 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
             "AI_CORE",
             _scale(t, 60),
             "cube",
-            f"{t},{m.heads * m.head_dim};{m.hidden},{m.heads * m.head_dim}",
+            f"{t},{heads * m.head_dim};{m.hidden},{heads * m.head_dim}",
             f"{t},{m.hidden}",
             block_dim=24,
         ),
@@ -246,13 +249,13 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
             "AI_CORE",
             _scale(t, 210),
             "cube",
-            f"{t},{m.hidden};{2 * m.ffn},{m.hidden}",
-            f"{t},{2 * m.ffn}",
+            f"{t},{m.hidden};{2 * ffn},{m.hidden}",
+            f"{t},{2 * ffn}",
             block_dim=24,
         ),
         "ffn",
     )
-    add(aclnn("SwiGlu", "SwiGlu", "AI_VECTOR_CORE", _scale(t, 25), "vector", f"{t},{2 * m.ffn}", f"{t},{m.ffn}"), "ffn")
+    add(aclnn("SwiGlu", "SwiGlu", "AI_VECTOR_CORE", _scale(t, 25), "vector", f"{t},{2 * ffn}", f"{t},{ffn}"), "ffn")
     add(
         aclnn(
             "Matmul",
@@ -260,7 +263,7 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
             "AI_CORE",
             _scale(t, 110),
             "cube",
-            f"{t},{m.ffn};{m.hidden},{m.ffn}",
+            f"{t},{ffn};{m.hidden},{ffn}",
             f"{t},{m.hidden}",
             block_dim=24,
         ),
@@ -515,7 +518,7 @@ def _head(p: Program, w: Workload, mb: int) -> None:
             "AI_VECTOR_CORE",
             _scale(t, 20),
             "vector_mte",
-            f"{m.vocab},{m.hidden};{t}",
+            f"{m.vocab // w.tp},{m.hidden};{t}",
             f"{t},{m.hidden}",
         ),
         HEAD,
@@ -555,8 +558,8 @@ def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
         "AI_CORE",
         _scale(lm_tokens, 900),
         "cube",
-        f"{lm_tokens},{m.hidden};{m.vocab},{m.hidden}",
-        f"{lm_tokens},{m.vocab}",
+        f"{lm_tokens},{m.hidden};{m.vocab // w.tp},{m.hidden}",
+        f"{lm_tokens},{m.vocab // w.tp}",
     )
     p.add(lm_head, TAIL, micro_batch=mb)
     if not w.training:
@@ -567,7 +570,7 @@ def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
                 "AI_VECTOR_CORE",
                 18.0,
                 "vector",
-                input_shapes=f"{lm_tokens},{m.vocab}",
+                input_shapes=f"{lm_tokens},{m.vocab // w.tp}",
                 output_shapes=f"{lm_tokens}",
                 input_dtypes="FLOAT",
             ),

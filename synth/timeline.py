@@ -86,6 +86,7 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         reduced,
         topology.stage_of(rank),
         topology.pp,
+        topology.tp,
     )
 
 

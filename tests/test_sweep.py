@@ -52,6 +52,8 @@ def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root,
     assert len(rollup) == 5 and rollup["slug"].is_unique
     row = rollup.set_index(rollup["root"].str.rsplit("/", n=2).str[-2:].str.join("/"))
     assert row.loc["team_a/qwen3_step13", "rank_count"] == 4 and row.loc["team_a/qwen3_step13", "layers_per_pass"] == 14
+    assert row.loc["team_a/qwen3_step13", "model_best_candidate"] == "Qwen3-0.6B"  # from the kernels alone
+    assert row.loc["team_a/qwen3_step13", "hidden_size"] == 1024
     assert row.loc["team_b/broken", "status"] == "failed" and row.loc["team_b/broken", "phase"] == "normalize (rank 0)"
     assert pd.isna(row.loc["team_a/cnn_level1", "layers_per_pass"])  # no transformer layers: nothing invented
     # the planted slow rank shows as all-reduce rank skew: its peers wait, it does not

@@ -28,6 +28,12 @@ class ReportInputs:
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)  # layer_segments (timeline spans)
     events: pd.DataFrame = field(default_factory=pd.DataFrame)  # device events for the trace (capped)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # every user-facing table (xlsx)
+    model_insights: dict = field(default_factory=dict)  # summarize's model_insights.json
+    hardware: dict = field(default_factory=dict)  # summarize's hardware_insights.json
+    inferred_config: pd.DataFrame = field(default_factory=pd.DataFrame)  # model_inferred_config
+    candidates: pd.DataFrame = field(default_factory=pd.DataFrame)  # model_candidate_summary
+    peaks: pd.DataFrame = field(default_factory=pd.DataFrame)  # hardware_theoretical_peaks
+    efficiency: pd.DataFrame = field(default_factory=pd.DataFrame)  # operator_efficiency_summary
 
     def manifest(self, stage: str) -> dict:
         """A stage's manifest, or {} when the stage did not run."""

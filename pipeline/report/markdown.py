@@ -115,8 +115,83 @@ def _bound(inputs: ReportInputs, summary: dict) -> str:
     return text + table(frame, ["bound_family", "compute_ms"])
 
 
-def _not_built(what: str) -> str:
-    return f"_Not available yet: {what} lands with the model and hardware issue; no figure is guessed._\n"
+def _fingerprint(inputs: ReportInputs) -> str:
+    insights = inputs.model_insights
+    if not insights:
+        return _missing("summarize")
+    known = inputs.inferred_config[inputs.inferred_config["confidence"] != "none"]
+    text = (
+        "Read from kernel shapes (no config.json needed); each value names the kernel, shapes and source row it "
+        "came from. Fields the kernels do not show stay unknown.\n\n"
+    )
+    text += table(known, ["field", "value", "confidence", "evidence_kernel", "evidence_rank_row", "note"], 30)
+    present = [k for k, v in insights.get("features", {}).items() if v.get("present")]
+    text += f"\nFeatures present: {cell(', '.join(present) or 'none detected')}.\n\n"
+    best = insights.get("best_candidate")
+    if best:
+        text += f"Closest known model: **{cell(best)}** (no field disagrees).\n\n"
+    elif len(inputs.candidates):
+        first = inputs.candidates.iloc[0]
+        text += (
+            f"No catalog model agrees on every visible field; the closest is {cell(first['model'])} "
+            f"(differs in {cell(first['mismatched_fields'])}).\n\n"
+        )
+    text += table(inputs.candidates, ["rank", "model", "status", "matched_count", "mismatched_fields"], 5)
+    config = insights.get("config")
+    if config:
+        text += (
+            f"\nconfig.json `{cell(config['path'])}`: {config['matches']} fields agree, mismatches: "
+            f"{cell(', '.join(config['mismatches']) or 'none')} (model_config_overview.csv).\n"
+        )
+    return text
+
+
+def _hardware(inputs: ReportInputs) -> str:
+    hardware = inputs.hardware
+    if not hardware:
+        return _missing("summarize")
+    mfu = hardware.get("mfu") or {}
+    if not hardware.get("cube_tflops"):
+        text = f"Hardware unknown (capture names: {cell(', '.join(hardware.get('capture_devices') or []) or 'none')}"
+        text += f"; candidates: {cell(', '.join(hardware.get('candidates') or []) or 'none')}). "
+        text += "FLOPs are counted from shapes; MFU and roofline need `--hardware-model`.\n"
+        return text
+    text = f"Hardware: **{cell(hardware['name'])}**, chosen by {cell(hardware['chosen_by'])}. "
+    text += f"{cell(hardware.get('note'))}.\n\n"
+    text += table(inputs.peaks, ["unit", "dtype", "theoretical", "measure", "sustained_factor", "sustained", "source"])
+    text += (
+        f"\nMFU per step (cube FLOPs from kernel shapes over step wall, against the {cell(mfu.get('dtype'))} "
+        f"theoretical peak): mean {cell(mfu.get('mean'))}, p50 {cell(mfu.get('p50'))}, max {cell(mfu.get('max'))} "
+        f"over {mfu.get('step_count', 0)} rank-steps (step_efficiency_summary.csv).\n"
+    )
+    return text
+
+
+def _roofline(inputs: ReportInputs) -> str:
+    if inputs.efficiency.empty:
+        return _missing("summarize")
+    frame = inputs.efficiency.copy()
+    frame["reclaimable_ms"] = frame["reclaimable_us"] / 1000.0
+    text = (
+        "Per kernel and shapes (all ranks): FLOPs and bytes from shapes, achieved rate, the bound on the sustained "
+        "roof, and the time above that roof (reclaimable). Top by reclaimable time:\n\n"
+    )
+    return text + table(
+        frame,
+        [
+            "type",
+            "input_shapes",
+            "call_count",
+            "duration_avg_us",
+            "achieved_tflops",
+            "mfu",
+            "roofline_bound",
+            "roofline_efficiency",
+            "reclaimable_ms",
+            "flops_formula",
+        ],
+        12,
+    )
 
 
 def _classes(inputs: ReportInputs) -> str:
@@ -242,12 +317,12 @@ def report_markdown(inputs: ReportInputs, summary: dict) -> str:
         ("Capture And Segmentation", _capture(inputs, summary)),
         ("Macro Step Timeline", _timeline(inputs, summary)),
         ("Pipeline Coverage And Bound Families", _bound(inputs, summary)),
-        ("Profile-Derived Model Fingerprint", _not_built("the model fingerprint")),
-        ("Hardware Peak And MFU Context", _not_built("hardware peaks and MFU")),
+        ("Profile-Derived Model Fingerprint", _fingerprint(inputs)),
+        ("Hardware Peak And MFU Context", _hardware(inputs)),
         ("Step Class View", _classes(inputs)),
         ("Layer And Block View", _layers_blocks(inputs)),
         ("Operator View", _operators(inputs)),
-        ("Operator Calculation And Roofline Estimates", _not_built("the roofline")),
+        ("Operator Calculation And Roofline Estimates", _roofline(inputs)),
         ("Step Inventory", _inventory(inputs)),
         ("Cross-Rank And Anomaly Findings", _findings(summary)),
         ("Finding Inventory", _finding_inventory(summary)),

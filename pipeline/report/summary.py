@@ -61,6 +61,13 @@ def identity(inputs: ReportInputs) -> dict:
         },
         "source": (kinds.pop() if len(kinds) == 1 else "mixed") if kinds else None,
         "model": {
+            "model_id": inputs.model_insights.get("model_id"),
+            "config_path": ((inputs.model_insights.get("config") or {}).get("path")),
+            "candidate_names": (
+                inputs.candidates[inputs.candidates["status"] != "ruled_out"]["model"].head(3).tolist()
+                if len(inputs.candidates)
+                else []
+            ),
             "expected_layers": segment.get("expected_layers"),
             "expected_layers_source": segment.get("expected_layers_source"),
         },
@@ -196,6 +203,47 @@ def finding_groups(inputs: ReportInputs) -> tuple[list[dict], int]:
     return rolled, max(len(ordered) - MAX_FINDING_GROUPS, 0)
 
 
+def model_brief(inputs: ReportInputs) -> dict | None:
+    """The fingerprint in brief: each visible field with its confidence, features, the closest model."""
+    insights = inputs.model_insights
+    if not insights:
+        return None
+    fields = {
+        k: {"value": v["value"], "confidence": v["confidence"]}
+        for k, v in insights.get("fingerprint", {}).items()
+        if v.get("value") is not None
+    }
+    closest = inputs.candidates.iloc[0] if len(inputs.candidates) else None
+    return {
+        "fields": fields,
+        "features": sorted(k for k, v in insights.get("features", {}).items() if v.get("present")),
+        "best_candidate": insights.get("best_candidate"),
+        "closest_candidate": None
+        if closest is None
+        else {
+            "model": closest["model"],
+            "mismatched_fields": None if pd.isna(closest["mismatched_fields"]) else closest["mismatched_fields"],
+        },
+        "limitations": insights.get("limitations", [])[:3],
+    }
+
+
+def hardware_brief(inputs: ReportInputs) -> dict | None:
+    """Which NPU, how it was chosen, its bf16 peak and the MFU over steps (null when unresolved)."""
+    hardware = inputs.hardware
+    if not hardware:
+        return None
+    return {
+        "name": hardware.get("name"),
+        "chosen_by": hardware.get("chosen_by"),
+        "capture_devices": hardware.get("capture_devices"),
+        "cube_tflops": hardware.get("cube_tflops"),
+        "hbm_gbps": hardware.get("hbm_gbps"),
+        "mfu": hardware.get("mfu"),
+        "limitations": hardware.get("limitations", [])[:3],
+    }
+
+
 def limitations(inputs: ReportInputs) -> list[str]:
     """What the data could not say, from every stage that ran (and the stages that did not)."""
     found = []
@@ -204,7 +252,6 @@ def limitations(inputs: ReportInputs) -> list[str]:
     found += inputs.manifest("normalize").get("notes", [])[:10]
     if not inputs.manifest("diagnostics"):
         found.append("diagnostics did not run: no findings")
-    found.append("model fingerprint, hardware peaks and roofline are not built yet: no MFU or roofline figures")
     return list(dict.fromkeys(found))
 
 
@@ -233,6 +280,8 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
             "rollup_groups": len(groups),
             "rollup_overflow": overflow,
         },
+        "model_brief": model_brief(inputs),
+        "hardware_brief": hardware_brief(inputs),
         "artifacts": artifacts,
         "report_mode": inputs.mode,
         "stage_timings": {s: inputs.manifest(s).get("seconds") for s in inputs.manifests if s != "top"},

@@ -29,9 +29,14 @@ def expected_model(model_config: str | None, model_id: str | None, root: str) ->
         }
     if model_id:
         catalog = knowledge.load("model_catalog")["models"]
+        families = sorted({str(e.get("family")) for e in catalog.values() if e.get("family")})
+        if model_id.lower() in families:
+            # a family names no layer count: summarize's fingerprint picks the variant, segment does not guess
+            return {"expected_layers": None, "source": "unknown", "detail": f"family {model_id}", "mtp_layers": 0}
         if model_id not in catalog:
             raise UsageError(
-                f"--model-id {model_id!r} is not in the model catalog; known: {', '.join(sorted(catalog))}"
+                f"--model-id {model_id!r} is not in the model catalog; known models: {', '.join(sorted(catalog))}; "
+                f"families: {', '.join(families)}"
             )
         entry = catalog[model_id]
         return {

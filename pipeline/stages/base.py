@@ -30,8 +30,22 @@ class AnalyzeOptions:
     host_trace: bool = True  # label idle windows from trace_view.json (streams the whole file)
     mode: str = "fast"  # fast: summary, markdown, trace; full: also the Excel workbook and the HTML report
     html_single_file: bool = False  # inline the HTML report's assets (opens from file://)
+    hardware_model: str | None = None  # a SoC of knowledge/hardware_profiles.yaml (or of the host's CANN)
+    hardware_profile: str | None = None  # a JSON file of peaks ({"cube_tflops": {"bf16": ...}, ...})
+    cann_hardware_scan: bool = True  # read peaks of the chosen SoC from this host's CANN platform_config
 
-    _KEYS = ("source", "hash_sources", "model_config", "model_id", "host_trace", "mode", "html_single_file")
+    _KEYS = (
+        "source",
+        "hash_sources",
+        "model_config",
+        "model_id",
+        "host_trace",
+        "mode",
+        "html_single_file",
+        "hardware_model",
+        "hardware_profile",
+        "cann_hardware_scan",
+    )
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self._KEYS}

@@ -49,6 +49,10 @@ SHEETS = (
     (schema.BLOCK_CLASS_SUMMARY_CSV, None),
     (schema.OPERATOR_SUMMARY_CSV, 20_000),
     (schema.OPERATOR_CLASS_SUMMARY_CSV, None),
+    (schema.OPERATOR_EFFICIENCY_SUMMARY_CSV, 20_000),
+    (schema.STEP_EFFICIENCY_CSV, 50_000),
+    *((view, None) for view in schema.MODEL_CSVS),
+    *((view, None) for view in schema.MODEL_CONFIG_CSVS),
     (schema.HCCL_OP_SUMMARY_CSV, 50_000),
     (schema.HCCL_CLASS_SUMMARY_CSV, None),
     (schema.COMMUNICATION_SUMMARY_CSV, 50_000),
@@ -145,6 +149,12 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         evidence=int_ranks(ctx.read_frame(schema.EVIDENCE_INDEX)),
         layers=_layers(ctx),
         events=_trace_events(ctx),
+        model_insights=io.read_json_or_empty(ctx.out_dir / schema.MODEL_INSIGHTS),
+        hardware=io.read_json_or_empty(ctx.out_dir / schema.HARDWARE_INSIGHTS),
+        inferred_config=ctx.read_view(schema.MODEL_INFERRED_CONFIG_CSV),
+        candidates=ctx.read_view(schema.MODEL_CANDIDATE_SUMMARY_CSV),
+        peaks=ctx.read_view(schema.HARDWARE_THEORETICAL_PEAKS_CSV),
+        efficiency=ctx.read_view(schema.OPERATOR_EFFICIENCY_SUMMARY_CSV),
     )
 
 

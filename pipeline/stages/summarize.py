@@ -14,7 +14,9 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from npuprof import knowledge
-from npuprof.pipeline import schema
+from npuprof.pipeline import io, schema
+from npuprof.pipeline.modelinfo.context import model_context
+from npuprof.pipeline.modelinfo.shape_ops import SHAPE_KEY, shape_operators, step_flops
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.segmentation.windows import window_positions
@@ -61,6 +63,7 @@ SUMMARIZE_INPUT_COLUMNS = [
     "roles",
     "primary_category",
     "source_id",
+    *SHAPE_KEY[3:],
     *PIPELINE_FIELDS,
 ]
 
@@ -118,6 +121,9 @@ def map_rank(ctx: RankContext) -> StageResult:
     bubbles, host_trace = attribute_bubbles(ctx.rank, bubbles, ctx.options.host_trace)
     blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
     events = pd.concat([events, events_in_blocks(len(events), blocks).set_index(events.index)], axis=1)
+    shapes, shape_of_event = shape_operators(events)
+    shapes = _with_operator_ids(shapes, operators)
+    flops = step_flops(events, shape_of_event, shapes, steps)
     comm, comm_rows, ops, links, comm_source = _communication(ctx, events, steps, rank_info)
     source_id = events["source_id"].iloc[0] if len(events) else None
     evidence = evidence_index(ctx.rank, source_id, steps, bubbles, operators, comm_rows)
@@ -142,8 +148,21 @@ def map_rank(ctx: RankContext) -> StageResult:
         schema.BUBBLE_WINDOWS: bubbles,
         schema.EVIDENCE_INDEX: evidence,
         schema.BLOCK_CLASS_OPS: block_class_ops(events),
+        schema.OPERATOR_SHAPES: shapes,
+        schema.STEP_FLOPS: flops,
     }
     return StageResult(tables=tables, manifest=manifest)
+
+
+def _with_operator_ids(shapes: pd.DataFrame, operators: pd.DataFrame) -> pd.DataFrame:
+    """Shape ops with the evidence id of the operator (name, type, op type) they are calls of."""
+    if shapes.empty:
+        return shapes.assign(evidence_id=pd.Series(dtype=object))
+    keys = ["name", "type", "op_type"]
+    ids = operators[[*keys, "evidence_id"]].fillna({"type": ""})
+    joined = shapes.fillna({"type": ""}).merge(ids, on=keys, how="left")
+    joined["type"] = joined["type"].replace("", None)
+    return joined
 
 
 def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, rank_info: dict):
@@ -186,11 +205,30 @@ def reduce_root(ctx: RootContext) -> StageResult:
         schema.EVIDENCE_INDEX_CSV: schema.join_view(schema.EVIDENCE_INDEX_CSV, [ctx.read_frame(schema.EVIDENCE_INDEX)]),
     }
     views.update(_class_views(ctx, step_classes))
+    model_views, model_documents, model_manifest = model_context(
+        ctx.read_frame(schema.OPERATOR_SHAPES),
+        ctx.read_frame(schema.STEP_FLOPS),
+        accounting,
+        views[schema.LAYER_CLASS_SUMMARY_CSV],
+        io.read_json_or_empty(ctx.out_dir / schema.stage_manifest_name("segment")),
+        io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO),
+        ctx.options,
+        ctx.inputs.root if ctx.inputs else None,
+    )
+    views[schema.OPERATOR_SHAPES_CSV] = schema.join_view(
+        schema.OPERATOR_SHAPES_CSV, [ctx.read_frame(schema.OPERATOR_SHAPES)]
+    )
+    views.update({view: _conformed(view.tables[0], frame) for view, frame in model_views.items()})
     bubbles = ctx.read_frame(schema.BUBBLE_WINDOWS).sort_values(["rank_id", "start_ns"], kind="stable")
     manifest = _root_manifest(sorted(ctx.rank_manifests, key=lambda m: m["rank_id"]), len(operator_classes))
     manifest["bubble_window_count"] = int(len(bubbles))
+    manifest["model"] = model_manifest
+    manifest["limitations"] += model_manifest["limitations"]
     return StageResult(
-        csv_views=views, rendered={schema.BUBBLE_WINDOWS_JSONL: bubble_windows_jsonl(bubbles)}, manifest=manifest
+        csv_views=views,
+        json_files=model_documents,
+        rendered={schema.BUBBLE_WINDOWS_JSONL: bubble_windows_jsonl(bubbles)},
+        manifest=manifest,
     )
 
 

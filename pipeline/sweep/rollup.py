@@ -58,6 +58,12 @@ ROLLUP_COLUMNS = [
     "exposed_communication_share",
     "idle_share",
     *PARALLEL_SIZES,
+    "model_best_candidate",
+    "model_closest_candidate",
+    "hidden_size",
+    "num_hidden_layers",
+    "hardware",
+    "mfu_mean",
     "findings_total",
     "findings_by_type",
     "findings_by_severity",
@@ -73,6 +79,8 @@ INTEGER_COLUMNS = (
     "step_class_count",
     "top_step_class_members",
     *PARALLEL_SIZES,
+    "hidden_size",
+    "num_hidden_layers",
     "findings_total",
 )
 
@@ -145,6 +153,24 @@ def _parallel_sizes(out_dir: Path) -> dict:
     """World / TP / PP / DP / EP / CP sizes the capture recorded (profiler_metadata distributed_args)."""
     args = (io.read_json_or_empty(out_dir / schema.CAPTURE_INFO).get("common") or {}).get("distributed_args") or {}
     return {column: args.get(key) for column, key in PARALLEL_SIZES.items() if isinstance(args.get(key), int)}
+
+
+def _model(out_dir: Path) -> dict:
+    """The fingerprint's verdict and the MFU over steps, from summarize's model and hardware documents."""
+    insights = io.read_json_or_empty(out_dir / schema.MODEL_INSIGHTS)
+    hardware = io.read_json_or_empty(out_dir / schema.HARDWARE_INSIGHTS)
+    if not insights and not hardware:
+        return {}
+    fields = insights.get("fingerprint", {})
+    candidates = insights.get("candidates") or []
+    return {
+        "model_best_candidate": insights.get("best_candidate"),
+        "model_closest_candidate": candidates[0]["model"] if candidates else None,
+        "hidden_size": (fields.get("hidden_size") or {}).get("value"),
+        "num_hidden_layers": (fields.get("num_hidden_layers") or {}).get("value"),
+        "hardware": hardware.get("name"),
+        "mfu_mean": (hardware.get("mfu") or {}).get("mean"),
+    }
 
 
 def _steps(out_dir: Path) -> dict:
@@ -238,6 +264,7 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
     row.update(communication_figures(out_dir))
     row.update(_time_split(out_dir))
     row.update(_parallel_sizes(out_dir))
+    row.update(_model(out_dir))
     findings = io.read_json_or_empty(out_dir / schema.DIAGNOSIS_FINDINGS)
     if findings:
         listed = findings.get("diagnosis_findings", [])

@@ -1,0 +1,523 @@
+"""What model a capture ran, read from its kernels and their shapes — never guessed.
+
+Every field names the kernel, the shapes and the source row it was read from, with a confidence;
+a field the kernels do not show stays unknown. Per-rank shards (tensor-parallel heads, FFN width,
+vocabulary; expert-parallel experts) are scaled by the parallel sizes the capture records, and say so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import pandas as pd
+
+from npuprof import knowledge
+from npuprof.pipeline.modelinfo.flops import matmul_dims
+from npuprof.pipeline.modelinfo.shapes import parse_shapes
+
+CONFIDENCE_ORDER = ("high", "medium", "low")
+
+
+@dataclass
+class Field:
+    """One inferred config field with where it was read."""
+
+    value: object = None
+    confidence: str = "none"
+    method: str = ""
+    evidence: list[dict] = field(default_factory=list)
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "value": self.value,
+            "confidence": self.confidence,
+            "method": self.method,
+            "evidence": self.evidence,
+            "note": self.note,
+        }
+
+
+@dataclass
+class Parallel:
+    """Parallel sizes from the capture's distributed_args (None where it does not say)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+
+    @classmethod
+    def from_capture(cls, capture_info: dict) -> Parallel:
+        args = (capture_info.get("common") or {}).get("distributed_args") or {}
+        sizes = {}
+        for key, name in (
+            ("tp", "tensor_model_parallel_size"),
+            ("pp", "pipeline_model_parallel_size"),
+            ("ep", "expert_model_parallel_size"),
+        ):
+            value = args.get(name)
+            sizes[key] = value if isinstance(value, int) and value > 0 else None
+        return cls(**sizes)
+
+
+@lru_cache(maxsize=None)
+def _pattern(group: str, key: str) -> re.Pattern:
+    patterns = knowledge.load("model_shapes")[group][key]
+    return re.compile("|".join(f"(?:{p})" for p in patterns))
+
+
+def _of(ops: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Rows of ``ops`` whose kernel Type is one of the ``fields.<key>`` kernels."""
+    pattern = _pattern("fields", key)
+    return ops[ops["type"].map(lambda t: isinstance(t, str) and bool(pattern.fullmatch(t)))]
+
+
+def _evidence(row: pd.Series) -> dict:
+    return {
+        "kernel": row["type"],
+        "shapes": f"{row['input_shapes']} -> {row['output_shapes']}",
+        "rank_id": int(row["rank_id"]),
+        "row": int(row["row_start"]),
+        "evidence_id": row.get("evidence_id"),
+        "calls": int(row["call_count"]),
+    }
+
+
+def prepare(ops: pd.DataFrame) -> pd.DataFrame:
+    """Distinct shape ops of every rank with parsed shapes (``ins``, ``outs``), most called first."""
+    frame = ops.sort_values(["call_count", "rank_id"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    frame["ins"] = frame["input_shapes"].map(parse_shapes)
+    frame["outs"] = frame["output_shapes"].map(parse_shapes)
+    return frame
+
+
+def _weighted_mode(pairs: list[tuple[object, int, pd.Series]]) -> tuple[object, list[pd.Series]]:
+    """The value with the most calls, and the rows that show it (most called first)."""
+    counts: Counter = Counter()
+    rows: dict[object, list[pd.Series]] = {}
+    for value, calls, row in pairs:
+        counts[value] += calls
+        rows.setdefault(value, []).append(row)
+    value = counts.most_common(1)[0][0]
+    return value, rows[value]
+
+
+def _scaled(local: int, size: int | None, what: str, axis: str) -> tuple[int, str, str]:
+    """(value, confidence cap, note) of a per-rank shard scaled by a parallel size."""
+    if size is None:
+        return local, "low", f"{what} per rank; the capture does not record the {axis} size"
+    if size == 1:
+        return local, "high", ""
+    return local * size, "medium", f"{local} per rank × {axis} {size}"
+
+
+def _cap(confidence: str, cap: str) -> str:
+    return max(confidence, cap, key=CONFIDENCE_ORDER.index)
+
+
+class Fingerprint:
+    """Infers config fields from prepared shape ops (see ``prepare``)."""
+
+    def __init__(self, ops: pd.DataFrame, parallel: Parallel, layers: dict):
+        self.ops = ops
+        self.parallel = parallel
+        self.layers = layers
+        self.fields: dict[str, Field] = {}
+        self.features: dict[str, dict] = {}
+
+    # -- fields -------------------------------------------------------------------------------------
+    def hidden_size(self) -> None:
+        pairs = []
+        for _, row in _of(self.ops, "norm").iterrows():
+            ins = [s for s in row["ins"] if s is not None]
+            if len(ins) >= 2 and len(ins[-1]) == 1 and ins[0][-1] == ins[-1][0]:
+                pairs.append((ins[-1][0], int(row["call_count"]), row))
+        if not pairs:
+            return
+        # the residual-stream norm is the widest; per-head (QK) and low-rank (MLA) norms are narrower
+        hidden = max(value for value, _, _ in pairs)
+        rows = [row for value, _, row in pairs if value == hidden]
+        confirmed = self._embedding_width() == hidden
+        self.fields["hidden_size"] = Field(
+            hidden,
+            "high" if confirmed else "medium",
+            "widest RMS/LayerNorm weight over its input's last dim" + (" (= the embedding width)" if confirmed else ""),
+            [_evidence(r) for r in rows[:2]],
+        )
+
+    def _embedding_width(self) -> int | None:
+        for _, row in _of(self.ops, "embedding").iterrows():
+            table = row["ins"][0] if row["ins"] else None
+            if table is not None and len(table) == 2 and row["type"] != "EmbeddingDenseGradV2":
+                return table[1]
+        return None
+
+    def _per_head(self) -> list[tuple[int, int, pd.Series]]:
+        """(heads, head_dim, row) of per-head tensors: RoPE inputs and per-head (QK) norms."""
+        head_dims = set(knowledge.load("model_shapes")["head_dims"])
+        found = []
+        for _, row in _of(self.ops, "rope").iterrows():
+            first = row["ins"][0] if row["ins"] else None
+            if first is not None and len(first) >= 3 and first[-1] in head_dims:
+                found.append((first[-2], first[-1], row))
+        for _, row in self._qk_norms().iterrows():
+            first = row["ins"][0]
+            found.append((first[-2], first[-1], row))
+        return found
+
+    def _qk_norms(self) -> pd.DataFrame:
+        head_dims = set(knowledge.load("model_shapes")["head_dims"])
+
+        def per_head(ins: list) -> bool:
+            present = [s for s in ins if s is not None]
+            return (
+                len(present) >= 2
+                and len(present[0]) >= 3
+                and len(present[-1]) == 1
+                and present[-1][0] == present[0][-1]
+                and present[0][-1] in head_dims
+            )
+
+        norms = _of(self.ops, "norm")
+        return norms[norms["ins"].map(per_head)]
+
+    def attention(self) -> None:
+        if self.features.get("mla", {}).get("present"):
+            self._mla_attention()
+            return
+        per_head = self._per_head()
+        scores = self._score_widths()
+        if not per_head and not scores:
+            return
+        tp = self.parallel.tp
+        if per_head:
+            head_dim, rows = _weighted_mode([(d, int(r["call_count"]), r) for _, d, r in per_head])
+            self.fields["head_dim"] = Field(
+                head_dim,
+                "high",
+                "last dim of per-head tensors (RoPE inputs, QK-norm inputs)",
+                [_evidence(r) for r in rows[:2]],
+            )
+        else:
+            return  # head_dim unknown: a fused q/k width cannot be split into heads
+        widths = {}
+        evidence = {}
+        if scores:
+            q_width, k_width, row = scores[0]
+            if q_width % head_dim == 0 and k_width % head_dim == 0:
+                widths = {"q": q_width // head_dim, "kv": k_width // head_dim}
+                evidence = {"q": [row], "kv": [row]}
+        head_counts = sorted({n for n, d, _ in per_head if d == head_dim})
+        if not widths and head_counts:
+            widths = {"q": head_counts[-1], "kv": head_counts[0] if len(head_counts) > 1 else None}
+            evidence = {
+                "q": [r for n, d, r in per_head if n == head_counts[-1]][:1],
+                "kv": [r for n, d, r in per_head if n == head_counts[0]][:1] if len(head_counts) > 1 else [],
+            }
+        method = "attention score q / k widths ÷ head_dim" if scores else "heads of per-head tensors"
+        agrees = set(head_counts) <= {widths.get("q"), widths.get("kv")}
+        for key, name in (("q", "num_attention_heads"), ("kv", "num_key_value_heads")):
+            local = widths.get(key)
+            if local is None:
+                continue
+            value, cap, note = _scaled(local, tp, "heads", "TP")
+            if key == "kv" and local == 1 and tp and tp > 1:
+                cap, note = "low", f"one KV head per rank: KV heads may be replicated over the TP {tp} ranks (≤ {tp})"
+            confidence = _cap("high" if agrees else "medium", cap)
+            self.fields[name] = Field(value, confidence, method, [_evidence(r) for r in evidence[key]], note)
+
+    def _score_widths(self) -> list[tuple[int, int, pd.Series]]:
+        """(q width, k width, row) of flash-attention calls in a [T|B,S|S,B, N·D] layout."""
+        head_dims = set(knowledge.load("model_shapes")["head_dims"])
+        found = []
+        for _, row in _of(self.ops, "attention_score").iterrows():
+            q, k = (row["ins"] + [None, None])[:2]
+            if q is None or k is None or len(q) != len(k) or len(q) not in (2, 3):
+                continue
+            if len(q) == 3 and q[-1] in head_dims and q[-2] <= 256:
+                found.append((q[-2] * q[-1], k[-2] * k[-1], row))  # TND
+            else:
+                found.append((q[-1], k[-1], row))
+        return found
+
+    def _mla_attention(self) -> None:
+        scores = _of(self.ops, "attention_score")
+        for _, row in scores.iterrows():
+            q = row["ins"][0] if row["ins"] else None
+            out = row["outs"][-1] if row["outs"] else None
+            if q is None or out is None or len(q) != 3 or len(out) != 3:
+                continue
+            heads, qk_dim, v_dim = q[1], q[2], out[2]
+            value, cap, note = _scaled(heads, self.parallel.tp, "heads", "TP")
+            evidence = [_evidence(row)]
+            method = "MLA: attention query [T, N, qk_head_dim] and output [T, N, v_head_dim]"
+            self.fields["num_attention_heads"] = Field(value, _cap("high", cap), method, evidence, note)
+            self.fields["num_key_value_heads"] = Field(
+                value,
+                _cap("high", cap),
+                method,
+                evidence,
+                "MLA keeps one shared latent KV; its configs list num_key_value_heads = num_attention_heads",
+            )
+            self.fields["head_dim"] = Field(
+                v_dim, "high", "MLA: value head dim (attention output's last dim)", evidence
+            )
+            self.fields["qk_head_dim"] = Field(qk_dim, "high", "MLA: query head dim (nope + rope)", evidence)
+            ins = [s for s in row["ins"] if s is not None]
+            if len(ins) >= 3 and len(ins[1]) == 3 and len(ins[2]) == 3 and ins[1][-1] > ins[2][-1]:
+                self.fields["kv_lora_rank"] = Field(ins[2][-1], "medium", "MLA: latent value width", evidence)
+                self.fields["qk_rope_head_dim"] = Field(
+                    ins[1][-1] - ins[2][-1], "medium", "MLA: latent key width − latent value width", evidence
+                )
+            return
+
+    def intermediate(self) -> None:
+        by_block: dict[str, list] = {}
+        for _, row in _of(self.ops, "activation").iterrows():
+            out = row["outs"][0] if row["outs"] else None
+            if out is None:
+                continue
+            block = row["block_kind"] if isinstance(row["block_kind"], str) else "unknown"
+            by_block.setdefault(block, []).append((out[-1], int(row["call_count"]), row))
+        moe_present = self.features.get("moe", {}).get("present")
+        dense = by_block.get("ffn") or (by_block.get("unknown") if not moe_present else None)
+        if dense:
+            width, rows = _weighted_mode(dense)
+            value, cap, note = _scaled(width, self.parallel.tp, "FFN width", "TP")
+            self.fields["intermediate_size"] = Field(
+                value,
+                _cap("high", cap),
+                "gated activation (SwiGlu) output width in dense FFN blocks",
+                [_evidence(r) for r in rows[:2]],
+                note,
+            )
+        in_moe = by_block.get("moe") or []
+        routed_tokens = self._routed_token_counts()
+        routed = [p for p in in_moe if not routed_tokens or p[2]["outs"][0][0] in routed_tokens]
+        shared = [p for p in in_moe if routed_tokens and p[2]["outs"][0][0] not in routed_tokens]
+        if routed:
+            width, rows = _weighted_mode(routed)
+            self.fields["moe_intermediate_size"] = Field(
+                width,
+                "high",
+                "gated activation output width in MoE blocks (one expert)",
+                [_evidence(r) for r in rows[:2]],
+            )
+            self._shared_experts(width, shared)
+
+    def _routed_token_counts(self) -> set[int]:
+        """Token counts the grouped matmuls run on (routed tokens, not the layer's own tokens)."""
+        counts = set()
+        for _, row in self._grouped_matmuls().iterrows():
+            x = row["ins"][0] if row["ins"] else None
+            if x is not None and len(x) == 2:
+                counts.add(x[0])
+        return counts
+
+    def _shared_experts(self, expert_width: int, shared: list) -> None:
+        """Shared experts: a gated FFN in the MoE block over the layer's own tokens, k experts wide."""
+        if not shared:
+            self.fields["n_shared_experts"] = Field(
+                0, "medium", "no gated FFN over the layer's own tokens in the MoE blocks (routed tokens only)"
+            )
+            return
+        width, rows = _weighted_mode(shared)
+        local, cap, note = _scaled(width, self.parallel.tp, "shared expert width", "TP")
+        if local % expert_width:
+            self.fields["n_shared_experts"] = Field(
+                None,
+                "none",
+                "shared FFN width is not a multiple of the expert width",
+                [_evidence(rows[0])],
+                f"shared width {local}, expert width {expert_width}",
+            )
+            return
+        self.fields["n_shared_experts"] = Field(
+            local // expert_width,
+            _cap("high", cap),
+            "gated FFN over the layer's own tokens in MoE blocks ÷ expert width",
+            [_evidence(r) for r in rows[:2]],
+            note,
+        )
+
+    def experts(self) -> None:
+        if not self.features.get("moe", {}).get("present"):
+            return
+        for _, row in _of(self.ops, "gating_topk").iterrows():
+            scores = row["ins"][0] if row["ins"] else None
+            chosen = row["outs"][0] if row["outs"] else None
+            if scores is None or chosen is None or len(scores) != 2 or len(chosen) != 2:
+                continue
+            if row["type"] in ("TopK", "TopKV2") and row["block_kind"] != "moe":
+                continue
+            evidence = [_evidence(row)]
+            confirmed = self._local_experts()
+            note = ""
+            confidence = "high"
+            if confirmed is not None:
+                local, ep_row = confirmed
+                ep = self.parallel.ep
+                if ep and local * ep != scores[1]:
+                    note = f"grouped matmul holds {local} experts × EP {ep} = {local * ep}, not {scores[1]}"
+                    confidence = "medium"
+                evidence.append(_evidence(ep_row))
+            self.fields["n_routed_experts"] = Field(
+                scores[1], confidence, "router scores width (gating top-k input)", evidence, note
+            )
+            self.fields["num_experts_per_tok"] = Field(chosen[1], "high", "gating top-k output width", [_evidence(row)])
+            break
+        else:
+            found = self._local_experts()
+            if found is not None:
+                local, row = found
+                value, cap, note = _scaled(local, self.parallel.ep, "experts", "EP")
+                self.fields["n_routed_experts"] = Field(
+                    value, cap, "grouped matmul weight's expert dim", [_evidence(row)], note
+                )
+        if "moe_intermediate_size" not in self.fields:
+            self._moe_width_from_grouped_matmul()
+
+    def _local_experts(self) -> tuple[int, pd.Series] | None:
+        for _, row in self._grouped_matmuls().iterrows():
+            weight = row["ins"][1] if len(row["ins"]) > 1 else None
+            if weight is not None and len(weight) == 3:
+                return weight[0], row
+        return None
+
+    def _grouped_matmuls(self) -> pd.DataFrame:
+        pattern = re.compile(r"GroupedMatmul(V\d)?")
+        return self.ops[self.ops["type"].map(lambda t: isinstance(t, str) and bool(pattern.fullmatch(t)))]
+
+    def _moe_width_from_grouped_matmul(self) -> None:
+        hidden = self.fields.get("hidden_size", Field()).value
+        for _, row in self._grouped_matmuls().iterrows():
+            x = row["ins"][0] if row["ins"] else None
+            out = row["outs"][0] if row["outs"] else None
+            if x is not None and out is not None and len(x) == 2 and out[-1] == hidden and x[-1] != hidden:
+                self.fields["moe_intermediate_size"] = Field(
+                    x[-1],
+                    "medium",
+                    "input width of the grouped matmul that returns to the hidden size (down proj)",
+                    [_evidence(row)],
+                )
+                return
+
+    def vocab(self) -> None:
+        hidden = self.fields.get("hidden_size", Field()).value
+        if not hidden:
+            return
+        ratio = knowledge.load("model_shapes")["lm_head_min_ratio"]
+        outside = self.ops[(self.ops["layer_call_count"] == 0) & (self.ops["op_type"] == "aic")]
+        for _, row in outside.iterrows():
+            if len(row["ins"]) < 2 or not row["outs"] or None in (row["ins"][0], row["ins"][1], row["outs"][0]):
+                continue
+            dims = matmul_dims(row["ins"][0], row["ins"][1], row["outs"][0])
+            if dims is None or dims[3] != hidden or dims[2] < ratio * hidden:
+                continue
+            shard = dims[2]
+            self.fields["vocab_size_or_lm_head_shard"] = Field(
+                shard,
+                "high",
+                "LM head matmul output width (hidden → vocabulary, outside decoder layers)",
+                [_evidence(row)],
+            )
+            value, cap, note = _scaled(shard, self.parallel.tp, "LM head columns", "TP")
+            if self.parallel.tp and self.parallel.tp > 1:
+                note += " (assumes a vocabulary-parallel LM head)"
+            self.fields["vocab_size"] = Field(value, cap, "LM head output width", [_evidence(row)], note)
+            return
+
+    def layer_count(self) -> None:
+        totals = self.layers.get("observed_total_layers") or []
+        per_rank = self.layers.get("observed_layers_per_rank") or {}
+        if len(totals) != 1:
+            if totals:
+                self.fields["num_hidden_layers"] = Field(
+                    None,
+                    "none",
+                    "segment's layers per pass × pipeline stages",
+                    note=f"ranks disagree: {totals}",
+                )
+            return
+        stages = self.layers.get("pipeline_stages") or 1
+        known_pp = self.parallel.pp is not None
+        confidence = "high" if known_pp or stages == 1 and not self._pipeline_p2p() else "low"
+        note = "" if confidence == "high" else "pipeline stages unknown but send/recv seen: this may be one stage"
+        self.fields["num_hidden_layers"] = Field(
+            totals[0],
+            confidence,
+            f"segment's decoder layers per pass ({sorted(set(per_rank.values()))}) × {stages} pipeline stage(s)",
+            [{"segment_manifest": "layer_validation", "observed_layers_per_rank": per_rank}],
+            note,
+        )
+
+    def _pipeline_p2p(self) -> bool:
+        return bool(self.ops["type"].astype(str).str.contains("batchSendRecv|send|receive", case=False).any())
+
+    # -- features -----------------------------------------------------------------------------------
+    def detect_features(self) -> None:
+        markers = knowledge.load("model_shapes")["features"]
+        for feature in markers:
+            pattern = _pattern("features", feature)
+            hits = self.ops[self.ops["type"].map(lambda t: isinstance(t, str) and bool(pattern.fullmatch(t)))]
+            self.features[feature] = {
+                "present": bool(len(hits)),
+                "confidence": "high" if len(hits) else "medium",
+                "evidence": [_evidence(r) for _, r in hits.head(2).iterrows()],
+                "call_count": int(hits["call_count"].sum()) if len(hits) else 0,
+                "method": "a marker kernel runs" if len(hits) else "no marker kernel in the capture",
+            }
+
+    def derived_features(self) -> None:
+        qk = self._qk_norms()
+        self.features["qk_norm"] = {
+            "present": bool(len(qk)),
+            "confidence": "high" if len(qk) else "medium",
+            "evidence": [_evidence(r) for _, r in qk.head(2).iterrows()],
+            "call_count": int(qk["call_count"].sum()) if len(qk) else 0,
+            "method": "RMS norm over per-head tensors [.., heads, head_dim]" if len(qk) else "no per-head norm",
+        }
+        heads = self.fields.get("num_attention_heads", Field()).value
+        kv = self.fields.get("num_key_value_heads", Field()).value
+        mla = self.features.get("mla", {}).get("present")
+        kind = None
+        if mla:
+            kind = "mla"
+        elif heads and kv:
+            kind = "mqa" if kv == 1 else "mha" if kv == heads else "gqa"
+        for name in ("gqa", "mha", "mqa"):
+            source = self.fields.get("num_key_value_heads")
+            self.features[name] = {
+                "present": None if kind is None else kind == name,
+                "confidence": source.confidence if source and kind else "none",
+                "evidence": source.evidence if source and kind == name else [],
+                "call_count": 0,
+                "method": "query heads vs KV heads" if kind else "heads unknown",
+            }
+        moe = self.features.get("moe", {}).get("present")
+        self.features["dense"] = {
+            "present": not moe,
+            "confidence": "medium",
+            "evidence": [],
+            "call_count": 0,
+            "method": "no MoE kernel runs" if not moe else "MoE kernels run",
+        }
+
+    def run(self) -> Fingerprint:
+        self.detect_features()
+        self.hidden_size()
+        self.attention()
+        self.intermediate()
+        self.experts()
+        self.vocab()
+        self.layer_count()
+        self.derived_features()
+        return self
+
+
+def infer(ops: pd.DataFrame, parallel: Parallel, layers: dict) -> Fingerprint:
+    """The fingerprint of a capture from its shape ops (all ranks), parallel sizes and segment's layers."""
+    return Fingerprint(prepare(ops), parallel, layers).run() if len(ops) else Fingerprint(ops, parallel, layers)
