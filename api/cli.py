@@ -20,6 +20,7 @@ from npuprof.pipeline.errors import (
     EXIT_MANIFEST_NOT_OK,
     EXIT_MISSING_PREREQUISITES,
     EXIT_PARTIAL,
+    EXIT_REMOTE,
     EXIT_SERVICE_UNAVAILABLE,
     EXIT_USAGE,
     NpuprofError,
@@ -45,6 +46,7 @@ EXIT_CODES_HELP = f"""exit codes:
   {EXIT_PARTIAL}   a sweep finished, but some roots failed (sweep, status --watch; each error is in the rollup)
   {EXIT_DEGRADED}   the analysis finished but the root is degraded (segmentation errors or unresolvable evidence;
       report.md and analysis_summary.json open with the reasons)
+  {EXIT_REMOTE}   a remote host (deploy, fetch --via): cannot connect, unknown host key, or a command there failed
 """
 SERVICE_EXTRA_HINT = "the service needs its extra: pip install 'npuprof[service]'"
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
@@ -217,11 +219,19 @@ def _add_service(commands) -> None:
     fetch_cmd.add_argument("--root", help="also copy this root's summary files (root path, slug or dir name)")
     fetch_cmd.add_argument("-o", "--output", required=True, help="destination directory")
     fetch_cmd.add_argument("--broker")
+    fetch_cmd.add_argument(
+        "--via", help="ssh://[user@]host[:port] of a machine that mounts the archive: copy over SFTP from there"
+    )
+    _add_ssh_options(fetch_cmd)
 
     cancel_cmd = commands.add_parser("cancel", help="revoke a sweep's pending tasks")
     cancel_cmd.add_argument("sweep_id")
     cancel_cmd.add_argument("--broker")
 
+    _add_worker_and_flower(commands)
+
+
+def _add_worker_and_flower(commands) -> None:
     worker = commands.add_parser(
         "worker",
         help="start a Celery worker with npuprof's app",
@@ -235,10 +245,72 @@ def _add_service(commands) -> None:
     worker.add_argument("-c", "--concurrency", type=int, default=None, help="worker processes (default: CPU cores)")
     worker.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
 
-    flower = commands.add_parser("flower", help="start Flower (the Celery web monitor) for npuprof's app")
+    flower = commands.add_parser(
+        "flower",
+        help="start Flower (the Celery web monitor) for npuprof's app",
+        description="Flower listens on 127.0.0.1 unless --address says otherwise; any other address needs basic "
+        "auth (--basic-auth-file or NPUPROF_FLOWER_BASIC_AUTH=user:password).",
+    )
     flower.add_argument("--port", type=int, default=5555)
     flower.add_argument("--address", default="127.0.0.1")
     flower.add_argument("--broker")
+    flower.add_argument(
+        "--basic-auth-file",
+        help="a file holding user:password lines for HTTP basic auth (kept off the command line and out of ps)",
+    )
+
+
+def _add_ssh_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user", help="ssh user (default: the local user / ssh config)")
+    parser.add_argument("--key", help="private key file (default: ssh-agent and ~/.ssh keys)")
+    parser.add_argument("--port", type=int, default=None, help="ssh port (default: 22)")
+    parser.add_argument("--known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts)")
+    parser.add_argument(
+        "--accept-new-host-key",
+        action="store_true",
+        help="trust a host key that known_hosts does not hold yet and record it (default: refuse)",
+    )
+
+
+def _add_deploy(commands) -> None:
+    deploy = commands.add_parser(
+        "deploy",
+        help="make machines npuprof workers over SSH (install this version, run a worker, check it answers)",
+        description="Upload this npuprof version as a wheel over SFTP, install it into a venv under --install-dir on "
+        "each HOST, run a Celery worker there as the connecting user (a systemd user unit, else a supervisor script "
+        "with a pid file) and check it answers a ping through the broker. Running it again changes nothing. Host "
+        "keys are verified against known_hosts; nothing runs with sudo.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    deploy.add_argument("hosts", nargs="+", metavar="HOST", help="[user@]host")
+    _add_ssh_options(deploy)
+    action = deploy.add_mutually_exclusive_group()
+    action.add_argument("--status", action="store_true", help="show what is deployed and whether its worker answers")
+    action.add_argument("--stop", action="store_true", help="stop the worker (the install stays)")
+    deploy.add_argument(
+        "-Q",
+        "--queue",
+        action="append",
+        default=None,
+        help="queue the worker listens on (repeatable; default: npuprof)",
+    )
+    deploy.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
+    deploy.add_argument(
+        "--storage-map",
+        help="the worker's NPUPROF_STORAGE_MAP (name=/mount,...): roots it plans go to storage.<name> queues",
+    )
+    deploy.add_argument("--python", default="python3", help="Python (>= 3.11) on the host for the venv")
+    deploy.add_argument("--install-dir", default=None, help="on the host (default: ~/.local/share/npuprof-worker)")
+    deploy.add_argument("-c", "--concurrency", type=int, default=None, help="worker processes (default: cores)")
+    deploy.add_argument(
+        "--system-site-packages",
+        action="store_true",
+        help="let the venv see the host's site-packages (dependencies already installed there are reused)",
+    )
+    deploy.add_argument("--init", choices=("auto", "systemd", "supervisor"), default="auto")
+    deploy.add_argument("--wheel", help="install this wheel (default: build one from the running source tree)")
+    deploy.add_argument("--ping-timeout", type=float, default=90.0, help="seconds to wait for the worker's answer")
 
 
 def _add_synth_and_demo(commands) -> None:
@@ -287,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analyze(commands)
     _add_sweep(commands)
     _add_service(commands)
+    _add_deploy(commands)
     _add_synth_and_demo(commands)
     return parser
 
@@ -340,13 +413,65 @@ def _cmd_service(args: argparse.Namespace) -> int:
             result = service.status(args.sweep_id, broker=args.broker)
             show(result)
     elif args.command == "fetch":
-        result = service.fetch(args.sweep_id, args.output, root=args.root, broker=args.broker)
+        via = _target(args.via, args) if args.via else None
+        result = service.fetch(args.sweep_id, args.output, root=args.root, broker=args.broker, via=via)
     else:
         result = service.cancel(args.sweep_id, broker=args.broker)
     _print_json(result)
     if args.command == "status" and args.watch and result["state"] == "done" and result["totals"].get("FAILURE"):
         return EXIT_PARTIAL
     return 0
+
+
+def _target(host: str, args: argparse.Namespace):
+    """An SSH target from ``[user@]host`` or ``ssh://[user@]host[:port]`` and the ssh options."""
+    from npuprof.deploy.ssh import Target
+
+    options = {"key_file": args.key, "known_hosts": args.known_hosts, "accept_new_host_key": args.accept_new_host_key}
+    if host.startswith("ssh://"):
+        target = Target.from_url(host, **options)
+    else:
+        user, _, name = host.rpartition("@")
+        target = Target(name, user or None, **options)
+    overrides = {"user": args.user or target.user, "port": args.port or target.port}
+    return Target(**{**vars(target), **overrides})
+
+
+def _cmd_deploy(args: argparse.Namespace) -> int:
+    """Deploy, show or stop workers on each host; one host's failure does not stop the others."""
+    from npuprof.deploy import install
+    from npuprof.deploy.wheel import current_wheel
+    from npuprof.workers import settings as service_settings
+
+    _require_positive(args, "concurrency")
+    worker = install.WorkerSettings(
+        broker=service_settings.checked_broker_url(args.broker or service_settings.broker_url()),
+        queues=tuple(args.queue or [service_settings.DEFAULT_QUEUE]),
+        install_dir=args.install_dir or install.DEFAULT_INSTALL_DIR,
+        python=args.python,
+        concurrency=args.concurrency,
+        storage_map=args.storage_map,
+        system_site_packages=args.system_site_packages,
+        init=args.init,
+        ping_timeout=args.ping_timeout,
+    )
+    wheel = None if args.status or args.stop else current_wheel(args.wheel)
+    results, failed = [], 0
+    for host in args.hosts:
+        target = _target(host, args)
+        try:
+            if args.status:
+                results.append(install.status(target, worker))
+            elif args.stop:
+                results.append(install.stop(target, worker))
+            else:
+                results.append(install.deploy(target, worker, wheel))
+        except NpuprofError as exc:
+            failed += 1
+            sys.stderr.write(f"npuprof: error: {exc.one_line()}\n")
+            results.append({"host": target.label, **failure_object(exc)})
+    _print_json({"status": "ok" if not failed else "failed", "hosts": results})
+    return EXIT_REMOTE if failed else 0
 
 
 def _status_table(current: dict) -> None:
@@ -385,12 +510,34 @@ def celery_command(args: argparse.Namespace, passthrough: list[str]) -> list[str
     return command + [a for a in passthrough if a != "--"]
 
 
+def flower_auth_env(args: argparse.Namespace) -> dict:
+    """Flower's basic auth (FLOWER_BASIC_AUTH, never on the command line); refused without it off loopback."""
+    users = os.environ.get("NPUPROF_FLOWER_BASIC_AUTH", "")
+    if args.basic_auth_file:
+        path = Path(args.basic_auth_file)
+        if not path.is_file():
+            raise UsageError(f"--basic-auth-file {path} does not exist")
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not lines or not all(":" in line and "," not in line for line in lines):
+            raise UsageError(f"--basic-auth-file {path}: one user:password per line (no commas)")
+        users = ",".join(lines)
+    loopback = args.address in ("127.0.0.1", "::1", "localhost")
+    if not users and not loopback:
+        raise UsageError(
+            f"flower --address {args.address} would serve the cluster to the network without a password: "
+            "give --basic-auth-file (or NPUPROF_FLOWER_BASIC_AUTH=user:password)"
+        )
+    return {"FLOWER_BASIC_AUTH": users} if users else {}
+
+
 def _cmd_celery(args: argparse.Namespace, passthrough: list[str]) -> int:
     """Hand over to Celery with npuprof's app (exec: signals and exit codes are Celery's)."""
     _require_service_extra("celery", "redis", *(["flower"] if args.command == "flower" else []))
     env = dict(os.environ)
     if args.broker:
         env["NPUPROF_BROKER_URL"] = args.broker
+    if args.command == "flower":
+        env.update(flower_auth_env(args))
     command = celery_command(args, passthrough)
     sys.stdout.flush()
     os.execvpe(command[0], command, env)
@@ -487,6 +634,7 @@ _HANDLERS = {
     "submit": _cmd_service,
     "status": _cmd_service,
     "fetch": _cmd_service,
+    "deploy": _cmd_deploy,
     "cancel": _cmd_service,
     "synth": _cmd_synth,
     "demo": _cmd_demo,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -50,13 +49,10 @@ def _connect(broker: str | None) -> Connection:
     try:
         records._client(url).ping()
     except Exception as exc:  # redis raises several connection error types
-        raise ServiceUnavailable(f"cannot reach the broker at {_redacted(url)}: {exc}") from None
+        raise ServiceUnavailable(
+            f"cannot reach the broker at {settings.redacted(url)}: {settings.redacted(str(exc))}"
+        ) from None
     return Connection(make_app(url), url)
-
-
-def _redacted(url: str) -> str:
-    """The broker URL without its password (it never goes to output)."""
-    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 def sweep_id_for(search_roots: list[str], archive: str, options: AnalyzeOptions) -> str:
@@ -203,27 +199,23 @@ def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
     return {"sweep_id": sweep_id, "state": "cancelled", "revoked": len(ids)}
 
 
-def fetch(sweep_id: str, dest: str, *, root: str | None = None, broker: str | None = None) -> dict:
-    """Copy a sweep's rollup (and one root's summary files) from the archive to ``dest``.
-
-    Only paths inside the sweep's archive dir are read, whatever the record or ``root`` say.
-    """
-    record = _connect(broker).load(sweep_id)
-    archive = Path(record["archive"]).resolve()
-    if not archive.is_dir():
-        raise UsageError(f"the archive {archive} is not mounted on this machine (fetch over SFTP is not built yet)")
-    target = Path(dest)
-    target.mkdir(parents=True, exist_ok=True)
-    copied = []
-    sources = [archive / name for name in (schema.SWEEP_ROLLUP, schema.SWEEP_SUMMARY)]
+def _fetch_paths(record: dict, sweep_id: str, root: str | None) -> list[str]:
+    """Paths, relative to the archive, that a fetch copies: the rollup, and one root's summary files."""
+    paths = [schema.SWEEP_ROLLUP, schema.SWEEP_SUMMARY]
     if root is not None:
         entry = next(
             (e for e in record.get("roots", []) if root in (e["root"], e["slug"]) or Path(e["root"]).name == root), None
         )
         if entry is None:
             raise UsageError(f"root {root!r} is not part of sweep {sweep_id}")
-        sources += [archive / entry["slug"] / name for name in schema.FETCHABLE]
-    for source in sources:
+        paths += [f"{entry['slug']}/{name}" for name in schema.FETCHABLE]
+    return paths
+
+
+def _fetch_local(archive: Path, paths: list[str], target: Path) -> list[str]:
+    copied = []
+    for relative in paths:
+        source = archive / relative
         resolved = source.resolve()
         if archive not in resolved.parents:
             raise BadInput(source, "refusing to read outside the sweep's archive dir")
@@ -232,4 +224,25 @@ def fetch(sweep_id: str, dest: str, *, root: str | None = None, broker: str | No
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(resolved, destination)
             copied.append(str(destination))
-    return {"sweep_id": sweep_id, "copied": copied}
+    return copied
+
+
+def fetch(sweep_id: str, dest: str, *, root: str | None = None, broker: str | None = None, via: Any = None) -> dict:
+    """Copy a sweep's rollup (and one root's summary files) from the archive to ``dest``.
+
+    Only paths inside the sweep's archive dir are read, whatever the record or ``root`` say: locally
+    when this machine mounts the archive, else over SFTP with ``via`` (an ``npuprof.deploy.ssh.Target``).
+    """
+    record = _connect(broker).load(sweep_id)
+    paths = _fetch_paths(record, sweep_id, root)
+    target = Path(dest)
+    if via is not None:
+        from npuprof.deploy.remote_fetch import fetch_over_sftp
+
+        copied = fetch_over_sftp(via, record["archive"], paths, target)
+        return {"sweep_id": sweep_id, "via": via.label, "copied": copied}
+    archive = Path(record["archive"]).resolve()
+    if not archive.is_dir():
+        raise UsageError(f"the archive {archive} is not mounted on this machine: fetch over SFTP with --via ssh://host")
+    target.mkdir(parents=True, exist_ok=True)
+    return {"sweep_id": sweep_id, "copied": _fetch_local(archive, paths, target)}

@@ -17,6 +17,7 @@ EXIT_MISSING_PREREQUISITES = 5
 EXIT_SERVICE_UNAVAILABLE = 6
 EXIT_PARTIAL = 7  # a sweep finished, but some roots failed (each with its error in the rollup)
 EXIT_DEGRADED = 8  # the analysis finished, but the root is degraded (segmentation errors, unresolvable evidence)
+EXIT_REMOTE = 9  # a remote host: cannot connect, unknown host key, or a command there failed
 
 
 class NpuprofError(Exception):
@@ -133,6 +134,21 @@ class ServiceUnavailable(NpuprofError):
 
     exit_code = EXIT_SERVICE_UNAVAILABLE
     kind = "service_unavailable"
+
+
+class RemoteError(NpuprofError):
+    """A remote host (deploy, fetch over SFTP): connection, host key, or a remote command failed."""
+
+    exit_code = EXIT_REMOTE
+    kind = "remote_error"
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"{host}: {message}")
+        self.host = host
+        self.phase = f"remote {host}"
+
+    def __reduce__(self):
+        return (RemoteError, (self.host, self.message.removeprefix(f"{self.host}: ")))
 
 
 class StageFailed(NpuprofError):

@@ -3,10 +3,39 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "npuprof"
+
+
+def redacted(text: str) -> str:
+    """``text`` with the password of any URL in it masked (``redis://:***@host``): it never goes to output."""
+    return re.sub(r"(//[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+
+
+def checked_broker_url(url: str) -> str:
+    """``url`` when it parses as a redis:// URL; a usage error (password masked) otherwise."""
+    from urllib.parse import urlsplit
+
+    from npuprof.pipeline.errors import UsageError
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a malformed netloc)
+    except ValueError as exc:
+        raise UsageError(
+            f"broker URL {redacted(url)} does not parse ({redacted(str(exc))}): percent-encode special characters "
+            "of the password (e.g. ';' as %3B)"
+        ) from None
+    if ";" in url:
+        raise UsageError(
+            f"broker URL {redacted(url)}: ';' separates failover URLs for Celery; percent-encode it in a password (%3B)"
+        )
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise UsageError(f"broker URL {redacted(url)}: expected redis://[:password@]host[:port]/db")
+    return url
 
 
 def broker_url() -> str:

@@ -33,10 +33,11 @@ class RedisServer:
     """A redis-server of the test's own on a free loopback port, with an append-only file so a
     restart keeps the queue (what a production broker is configured to do)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, password: str | None = None) -> None:
         self.workdir = workdir
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        self.url = f"redis://{':' + password + '@' if password else ''}127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -56,6 +57,7 @@ class RedisServer:
                 "always",
                 "--dir",
                 str(self.workdir),
+                *(["--requirepass", self.password] if self.password else []),
             ],
             stdout=open(self.workdir / "redis.log", "ab"),
             stderr=subprocess.STDOUT,
@@ -64,14 +66,14 @@ class RedisServer:
 
     def _ping(self) -> bool:
         try:
-            return redis.Redis(port=self.port, socket_connect_timeout=0.5).ping()
+            return redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.5).ping()
         except redis.exceptions.ConnectionError:
             return False
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             try:
-                redis.Redis(port=self.port).shutdown(save=False)  # AOF is already fsynced: nothing is lost
+                redis.Redis(port=self.port, password=self.password).shutdown(save=False)  # AOF is fsynced: nothing lost
             except redis.exceptions.ConnectionError:
                 pass
             self.proc.wait(timeout=20)
