@@ -166,3 +166,17 @@ class Analysis:
             "operators": self._view(schema.OPERATOR_EFFICIENCY_SUMMARY_CSV, "summarize"),
             "steps": self._view(schema.STEP_EFFICIENCY_CSV, "summarize"),
         }
+
+    def compare(self, other: str | Path | Analysis) -> dict[str, pd.DataFrame]:
+        """This capture (the baseline) against ``other`` (the new one): the comparison tables by name
+        (``compare_overview.csv``, ``compare_step_classes.csv`` …, see ``npuprof compare``); nothing is written."""
+        from npuprof.pipeline.compare.run import compare_tables, structure
+        from npuprof.pipeline.compare.sides import load_side
+        from npuprof.pipeline.errors import UsageError
+
+        base = load_side(self.out_dir)
+        new = load_side(other.out_dir if isinstance(other, Analysis) else other)
+        shape = structure(base, new)
+        if not shape["same_model"]:
+            raise UsageError(f"the two captures run different models: {shape['differing_fields']}")
+        return compare_tables(base, new)

@@ -260,6 +260,24 @@ def _add_worker_and_flower(commands) -> None:
     )
 
 
+def _add_compare(commands) -> None:
+    compare = commands.add_parser(
+        "compare",
+        help="what changed between two captures: classes, operators, collectives, findings",
+        description="Compare a baseline and a new capture. Each may be an npuprof output dir or a profiling root "
+        "(analyzed first into OUT/baseline or OUT/new). Steps, layers and blocks are matched by class (the same "
+        "kernels and shapes), operators by name + shapes, collectives by kind + parallel role; a delta is a change "
+        "only when a Mann-Whitney U test and the step-to-step spread of both sides agree. Writes compare_*.csv, "
+        "compare_findings.json, compare_summary.json and compare.md. Captures of different models are refused.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    compare.add_argument("baseline", help="baseline: an npuprof output dir or a profiling root")
+    compare.add_argument("new", help="new capture: an npuprof output dir or a profiling root")
+    compare.add_argument("-o", "--output", required=True, help="directory for the comparison")
+    compare.add_argument("--progress", choices=PROGRESS_CHOICES, default="auto")
+
+
 def _add_ssh_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user", help="ssh user (default: the local user / ssh config)")
     parser.add_argument("--key", help="private key file (default: ssh-agent and ~/.ssh keys)")
@@ -359,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analyze(commands)
     _add_sweep(commands)
     _add_service(commands)
+    _add_compare(commands)
     _add_deploy(commands)
     _add_synth_and_demo(commands)
     return parser
@@ -420,6 +439,32 @@ def _cmd_service(args: argparse.Namespace) -> int:
     _print_json(result)
     if args.command == "status" and args.watch and result["state"] == "done" and result["totals"].get("FAILURE"):
         return EXIT_PARTIAL
+    return 0
+
+
+def _analyzed(path: str, out: Path, side: str, progress) -> Path:
+    """``path`` if it is an analyzed output dir, else the profiling root analyzed into OUT/<side>."""
+    if (Path(path) / schema.stage_manifest_name("summarize")).exists():
+        return Path(path)
+    if not Path(path).is_dir():
+        raise UsageError(f"npuprof compare: {path} is neither an npuprof output dir nor a profiling root")
+    target = out / side
+    resume = (target / schema.stage_manifest_name("summarize")).exists()
+    if not resume:
+        analyze(
+            path, target, options=AnalyzeOptions(), window=StageWindow(), progress=progress, overwrite=target.exists()
+        )
+    return target
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from npuprof.pipeline.compare.run import compare
+
+    out = Path(args.output)
+    progress = make_progress(args.progress)
+    baseline = _analyzed(args.baseline, out, "baseline", progress)
+    new = _analyzed(args.new, out, "new", progress)
+    _print_json(compare(baseline, new, out))
     return 0
 
 
@@ -635,6 +680,7 @@ _HANDLERS = {
     "status": _cmd_service,
     "fetch": _cmd_service,
     "deploy": _cmd_deploy,
+    "compare": _cmd_compare,
     "cancel": _cmd_service,
     "synth": _cmd_synth,
     "demo": _cmd_demo,

@@ -59,6 +59,8 @@ class Scenario:
     tokens: int = 4096
     pp: int = 1  # pipeline-parallel stages (training only)
     faults: tuple[Fault, ...] = field(default_factory=tuple)
+    # planted changes for comparisons: (kernel Type, duration factor) on every rank, e.g. faster attention
+    kernel_factors: tuple[tuple[str, float], ...] = ()
 
 
 SCENARIOS: dict[str, Scenario] = {

@@ -146,9 +146,9 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     rng = np.random.default_rng([seed, rank])
     is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid]
     slow = np.prod([f.factor for f in _faults(scenario, "slow_rank") if rank in f.ranks] or [1.0])
-    dur = (
-        np.array([k.base_us for k in program.kernels])[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow)
-    )
+    changed = dict(scenario.kernel_factors)
+    base_us = np.array([k.base_us * (1.0 if k.hccl_group else changed.get(k.type, 1.0)) for k in program.kernels])
+    dur = base_us[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow)
     first_of_step = np.zeros(n, dtype=bool)
     first_of_step[::n_step] = True
     gap = rng.uniform(1.5, 6.0, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US

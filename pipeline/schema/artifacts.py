@@ -25,3 +25,14 @@ REPORT_MANIFEST = f"{REPORT_DIR}/manifest.json"  # what the report stage wrote, 
 SWEEP_ROLLUP = "sweep_class_rollup.csv"
 SWEEP_SUMMARY = "sweep_summary.json"
 ROLLUP_ROW_CACHE = "rollup_row.json"  # one root's rollup row, beside its outputs
+
+# a comparison of two analyzed outputs (npuprof compare)
+COMPARE_OVERVIEW = "compare_overview.csv"
+COMPARE_STEP_CLASSES = "compare_step_classes.csv"
+COMPARE_LAYER_CLASSES = "compare_layer_classes.csv"
+COMPARE_BLOCK_CLASSES = "compare_block_classes.csv"
+COMPARE_OPERATORS = "compare_operators.csv"
+COMPARE_COMMUNICATION = "compare_communication.csv"
+COMPARE_FINDINGS = "compare_findings.json"
+COMPARE_SUMMARY = "compare_summary.json"
+COMPARE_MD = "compare.md"

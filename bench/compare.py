@@ -1,0 +1,68 @@
+"""Benchmark: ``npuprof compare`` of two 8-rank × 250 k-event outputs vs a bare ``pyarrow.csv.read_csv``
+of one root's kernel_details files (target ≤ 1×, one run).
+
+Builds (or reuses) the root of bench/normalize.py, analyzes it through summarize once, copies the
+output as the "new" side, then times the comparison alone.
+Usage: ``python bench/compare.py [--ranks 8] [--rows 250000] [--work DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from normalize import bare_read_seconds, build_root  # noqa: E402
+
+from npuprof.pipeline import schema  # noqa: E402
+from npuprof.pipeline.compare.run import compare  # noqa: E402
+from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=250_000)
+    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    root = build_root(args.work, args.ranks, args.rows)
+    files = sorted(root.rglob("kernel_details.csv"))
+    base = args.work / "compare_base"
+    if not (base / schema.stage_manifest_name("summarize")).exists():
+        analyze(root, base, jobs=args.jobs, overwrite=True, window=StageWindow(to_stage="summarize"))
+    new = args.work / "compare_new"
+    if not new.exists():
+        shutil.copytree(base, new)
+    bare_read_seconds(files)  # warm the page cache
+    gc.collect()
+    bare = bare_read_seconds(files)
+    started = time.perf_counter()
+    result = compare(base, new, args.work / "compare_out")
+    compare_s = time.perf_counter() - started
+    print(
+        json.dumps(
+            {
+                "ranks": args.ranks,
+                "rows_per_rank": args.rows,
+                "bare_read_s": round(bare, 3),
+                "compare_s": round(compare_s, 3),
+                "compare_over_bare_read": round(compare_s / bare, 3),
+                "significant_changes": result["significant_changes"],
+                "target": "<= 1.0",
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

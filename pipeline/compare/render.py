@@ -1,0 +1,178 @@
+"""compare_summary.json (agent-first, ≤ 20 KB) and compare.md from the comparison tables."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from npuprof import knowledge
+from npuprof.pipeline import __version__, io, schema
+from npuprof.pipeline.compare.sides import Side
+from npuprof.pipeline.report.markdown import cell, table
+
+# where each table's rows come from, for the gains / regressions list
+SOURCES = {
+    schema.COMPARE_STEP_CLASSES: ("step_class", ["step_class_id"]),
+    schema.COMPARE_LAYER_CLASSES: ("layer_class", ["layer_class_id", "layer_role"]),
+    schema.COMPARE_BLOCK_CLASSES: ("block_class", ["block_class_id", "block_kind", "layer_role"]),
+    schema.COMPARE_OPERATORS: ("operator", ["name", "type", "input_shapes"]),
+    schema.COMPARE_COMMUNICATION: ("collective", ["kind", "parallel_role", "part"]),
+}
+TITLES = {
+    "step_class": "Step classes",
+    "layer_class": "Layer classes",
+    "block_class": "Block classes",
+    "operator": "Operators",
+    "collective": "Collectives",
+}
+LIMITATIONS = [
+    "steps, layers and blocks are matched by class id (the same kernels and shapes); a class whose "
+    "shapes changed is listed on one side only",
+    "operators are matched by name and shapes, collectives by kind and parallel role",
+]
+
+
+def _step_delta(overview: pd.DataFrame) -> tuple[float, float, float]:
+    wall = overview[(overview["rank_id"] == "all") & (overview["component"] == "wall_ms")]
+    if wall.empty:
+        return 0.0, 0.0, 0.0
+    row = wall.iloc[0]
+    return float(row["base_ms_per_step"]), float(row["new_ms_per_step"]), float(row["delta_ms"])
+
+
+def _moves(tables: dict[str, pd.DataFrame], step_delta: float) -> list[dict]:
+    """Every significant change of every table, with its share of the step's wall delta."""
+    moves = []
+    for name, (level, label_columns) in SOURCES.items():
+        frame = tables[name]
+        if frame.empty:
+            continue
+        changed = frame[frame["status"] == "changed"]
+        for _, row in changed.iterrows():
+            moves.append(
+                {
+                    "level": level,
+                    "what": {c: row[c] for c in label_columns if c in row and pd.notna(row[c])},
+                    "per_step_delta_ms": round(float(row["per_step_delta_ms"]), 4),
+                    "share_of_step_delta": round(float(row["per_step_delta_ms"]) / step_delta, 4)
+                    if step_delta
+                    else None,
+                    "median_ratio": None if pd.isna(row["median_ratio"]) else round(float(row["median_ratio"]), 4),
+                    "p_value": None if pd.isna(row["p_value"]) else float(row["p_value"]),
+                    "evidence": {"baseline": row["base_evidence"], "new": row["new_evidence"]},
+                    "table": name,
+                }
+            )
+    return sorted(moves, key=lambda m: abs(m["per_step_delta_ms"]), reverse=True)
+
+
+def compare_summary(base: Side, new: Side, tables: dict[str, pd.DataFrame], changes: dict, shape: dict) -> dict:
+    """The comparison in brief: step delta, top gains and regressions, findings moves, limitations."""
+    rules = knowledge.load("compare_rules")
+    before, after, delta = _step_delta(tables[schema.COMPARE_OVERVIEW])
+    moves = _moves(tables, delta)
+    structural = {
+        name: int((tables[name]["status"].isin(["only_in_baseline", "only_in_new"])).sum())
+        for name in SOURCES
+        if not tables[name].empty
+    }
+    document = {
+        "schema_version": 1,
+        "tool": "npuprof",
+        "tool_version": __version__,
+        "generated_at": io.utc_now(),
+        "baseline": str(base.out_dir),
+        "new": str(new.out_dir),
+        "structure": shape,
+        "headline": {
+            "step_wall_ms": {"baseline": round(before, 4), "new": round(after, 4), "delta": round(delta, 4)},
+            "significant_changes": len(moves),
+            "verdict": "no significant change" if not moves else ("faster" if delta < 0 else "slower"),
+        },
+        "test": f"two-sided Mann-Whitney U on per-instance times, p < {rules['alpha']}, and the median moved "
+        f"beyond 1.4826 × MAD of both sides and {rules['min_relative_change']:.0%} of the baseline",
+        "top_gains": [m for m in moves if m["per_step_delta_ms"] < 0][: rules["summary_top"]],
+        "top_regressions": [m for m in moves if m["per_step_delta_ms"] > 0][: rules["summary_top"]],
+        "findings": {k: (v if isinstance(v, int) else v[:5]) for k, v in changes.items()},
+        "only_on_one_side": structural,
+        "limitations": LIMITATIONS + shape["notes"],
+    }
+    while len(json.dumps(document, default=str)) > rules["summary_max_bytes"] and (
+        document["top_gains"] or document["top_regressions"]
+    ):
+        longer = "top_gains" if len(document["top_gains"]) >= len(document["top_regressions"]) else "top_regressions"
+        document[longer].pop()
+    return document
+
+
+def _moves_table(moves: list[dict]) -> str:
+    if not moves:
+        return "_none_\n"
+    frame = pd.DataFrame(
+        [
+            {
+                "level": m["level"],
+                "what": " ".join(str(v) for v in m["what"].values()),
+                "per_step_delta_ms": m["per_step_delta_ms"],
+                "share_of_step_delta": m["share_of_step_delta"],
+                "median_ratio": m["median_ratio"],
+                "p_value": m["p_value"],
+                "baseline_evidence": m["evidence"]["baseline"],
+                "new_evidence": m["evidence"]["new"],
+            }
+            for m in moves
+        ]
+    )
+    return table(frame, list(frame.columns), 20)
+
+
+def compare_markdown(summary: dict, tables: dict[str, pd.DataFrame]) -> str:
+    """compare.md: verdict, gains, regressions, overview, per-table tops, findings moves, limitations."""
+    head = summary["headline"]
+    wall = head["step_wall_ms"]
+    parts = [
+        f"# npuprof compare\n\nBaseline `{cell(summary['baseline'])}` → new `{cell(summary['new'])}`.\n",
+        f"**{cell(head['verdict'])}**: step wall {cell(wall['baseline'])} → {cell(wall['new'])} ms "
+        f"({cell(wall['delta'])} ms per step); {head['significant_changes']} significant changes "
+        f"({cell(summary['test'])}).\n",
+        "## Top gains\n\n" + _moves_table(summary["top_gains"]),
+        "## Top regressions\n\n" + _moves_table(summary["top_regressions"]),
+    ]
+    overview = tables[schema.COMPARE_OVERVIEW]
+    overall = overview[(overview["rank_id"] == "all") & (overview["breakdown"].isin(["step", "primary"]))]
+    parts.append(
+        "## Where the step's time goes (all ranks, ms per step)\n\n"
+        + table(overall, ["category", "component", "base_ms_per_step", "new_ms_per_step", "delta_ms", "ratio"], 40)
+    )
+    for name, (level, labels) in SOURCES.items():
+        frame = tables[name]
+        parts.append(
+            f"## {TITLES[level]} (`{name}`)\n\n"
+            + table(
+                frame,
+                [
+                    *labels,
+                    "status",
+                    "base_per_step_ms",
+                    "new_per_step_ms",
+                    "per_step_delta_ms",
+                    "median_ratio",
+                    "p_value",
+                ],
+                10,
+            )
+        )
+    findings = summary["findings"]
+    parts.append(
+        "## Findings\n\n"
+        + "".join(f"- appeared: {cell(f['finding_type'])} — {cell(f['summary'])}\n" for f in findings["appeared"])
+        + "".join(f"- disappeared: {cell(f['finding_type'])} — {cell(f['summary'])}\n" for f in findings["disappeared"])
+        + "".join(
+            f"- severity {cell(f['severity_before'])} → {cell(f['severity_after'])}: {cell(f['finding_type'])}\n"
+            for f in findings["changed_severity"]
+        )
+        + f"- unchanged: {findings['unchanged_count']}\n"
+    )
+    parts.append("## Limitations\n\n" + "".join(f"- {cell(text)}\n" for text in summary["limitations"]))
+    return "\n".join(parts)

@@ -1,0 +1,145 @@
+"""One side of a comparison: the tables of one analyzed output dir that a comparison reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from npuprof.pipeline import io, schema
+from npuprof.pipeline.errors import UsageError
+
+STEP_COLUMNS = ["rank_id", "step_ordinal", "step_id", "step_class_id", "complete", "wall_ms", "row_start", "row_end"]
+INSTANCE_COLUMNS = ["rank_id", "step_ordinal", "row_start", "row_end", "wall_ms"]
+
+
+@dataclass
+class Side:
+    """Complete steps, their layers and blocks, operator shapes, communication, accounting, findings."""
+
+    out_dir: Path
+    steps: pd.DataFrame
+    layers: pd.DataFrame
+    blocks: pd.DataFrame
+    operators: pd.DataFrame  # operator_shape_summary (per rank)
+    operator_calls: pd.DataFrame  # per call: op key and duration_us (complete steps only)
+    communication: pd.DataFrame  # communication_events (per call: kind, parallel_role, duration, wait)
+    accounting: pd.DataFrame  # step_time_accounting of complete steps
+    findings: list[dict]
+    model: dict  # model_insights.json
+
+    @property
+    def step_count(self) -> int:
+        """Complete rank-steps: per-step figures are totals divided by this."""
+        return max(len(self.steps), 1)
+
+
+def _csv(out_dir: Path, view: schema.CsvView) -> pd.DataFrame:
+    path = out_dir / view.file
+    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=list(view.columns))
+
+
+def _in_complete_steps(frame: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    keys = steps[["rank_id", "step_ordinal"]]
+    return frame.merge(keys, on=["rank_id", "step_ordinal"], how="inner")
+
+
+def load_side(out_dir: str | Path) -> Side:
+    """The tables of an ``npuprof analyze`` output dir that ran through summarize (diagnostics optional)."""
+    out = Path(out_dir)
+    if not (out / schema.stage_manifest_name("summarize")).exists():
+        raise UsageError(f"{out} holds no summarized npuprof analysis (run npuprof analyze on it first)")
+    steps = _csv(out, schema.STEP_SUMMARY)
+    steps = steps[steps["complete"].astype(bool)][STEP_COLUMNS].reset_index(drop=True)
+    layers = _in_complete_steps(_csv(out, schema.LAYER_SUMMARY), steps)
+    blocks = _in_complete_steps(_csv(out, schema.BLOCK_SUMMARY), steps)
+    comm = pd.read_parquet(out / schema.COMMUNICATION_EVENTS) if (out / schema.COMMUNICATION_EVENTS).exists() else None
+    if comm is None or comm.empty:
+        comm = pd.DataFrame(columns=["rank_id", "step_ordinal", "kind", "parallel_role", "duration_us", "wait_us"])
+    comm["rank_id"] = comm["rank_id"].astype(int)
+    comm = _in_complete_steps(comm.dropna(subset=["step_ordinal"]).astype({"step_ordinal": int}), steps)
+    accounting = _csv(out, schema.STEP_TIME_ACCOUNTING_CSV)
+    accounting = accounting[accounting["complete"].astype(bool)]
+    findings = io.read_json_or_empty(out / schema.DIAGNOSIS_FINDINGS).get("diagnosis_findings", [])
+    return Side(
+        out_dir=out,
+        steps=steps,
+        layers=layers,
+        blocks=blocks,
+        operators=_csv(out, schema.OPERATOR_SHAPES_CSV),
+        operator_calls=_operator_calls(out, steps),
+        communication=comm,
+        accounting=accounting,
+        findings=findings,
+        model=io.read_json_or_empty(out / schema.MODEL_INSIGHTS),
+    )
+
+
+OPERATOR_KEY = ["name", "input_shapes", "output_shapes"]
+
+
+KEY_SEPARATOR = "\x1f"
+
+
+def _operator_calls(out: Path, steps: pd.DataFrame) -> pd.DataFrame:
+    """Every compute call inside a complete step: rank, operator key (name, shapes joined) and µs.
+
+    The key is one dictionary-encoded string, so grouping millions of calls works on integer codes.
+    """
+    from npuprof.pipeline.summaries.communication import COMMUNICATION_OP_TYPES
+
+    table = io.read_dataset(
+        out, schema.NORMALIZED_EVENTS, columns=[*OPERATOR_KEY, "op_type", "start_ns", "duration_ns"]
+    )
+    table = table.filter(pc.invert(pc.is_in(table["op_type"], pa.array(list(COMMUNICATION_OP_TYPES)))))
+    spans = pd.read_csv(out / schema.STEP_SUMMARY.file, usecols=["rank_id", "step_ordinal", "start_ns", "end_ns"])
+    spans = spans.merge(steps[["rank_id", "step_ordinal"]], on=["rank_id", "step_ordinal"])
+    ranks = table["rank_id"].to_numpy()
+    starts = table["start_ns"].to_numpy()
+    inside = np.zeros(len(starts), dtype=bool)
+    for rank_id, windows in spans.groupby("rank_id"):  # ranks stay few
+        mine = np.flatnonzero(ranks == rank_id)
+        windows = windows.sort_values("start_ns")
+        index = windows["start_ns"].searchsorted(starts[mine], side="right") - 1
+        ends = windows["end_ns"].to_numpy()[index.clip(0)]
+        inside[mine] = (index >= 0) & (starts[mine] < ends)
+    table = table.filter(pa.array(inside))
+    codes, names = _key_codes(table)
+    return pd.DataFrame(
+        {
+            "rank_id": table["rank_id"].to_numpy(),
+            "op_key": pd.Categorical.from_codes(codes, names),
+            "duration_us": table["duration_ns"].to_numpy() / 1000.0,
+        }
+    )
+
+
+def _key_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
+    """(key code per call, key strings): each key column dictionary-encoded, the codes combined as integers,
+    strings built only for the distinct combinations."""
+    codes, dictionaries = [], []
+    for column in OPERATOR_KEY:
+        encoded = pc.fill_null(table[column], "").combine_chunks().dictionary_encode()
+        codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+        dictionaries.append(encoded.dictionary.to_pylist())
+    combined = codes[0]
+    for code, dictionary in zip(codes[1:], dictionaries[1:]):
+        combined = combined * len(dictionary) + code
+    distinct, inverse = np.unique(combined, return_inverse=True)
+    names = []
+    for value in distinct.tolist():  # one per distinct operator key
+        parts = []
+        for dictionary in reversed(dictionaries[1:]):
+            value, index = divmod(value, len(dictionary))
+            parts.append(dictionary[index])
+        names.append(KEY_SEPARATOR.join([dictionaries[0][value], *reversed(parts)]))
+    return inverse.astype(np.int64), names
+
+
+def split_key(keys: pd.Series) -> pd.DataFrame:
+    """The operator key back into name, input_shapes, output_shapes."""
+    return keys.astype(str).str.split(KEY_SEPARATOR, n=2, expand=True, regex=False).set_axis(OPERATOR_KEY, axis=1)

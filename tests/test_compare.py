@@ -1,0 +1,129 @@
+"""npuprof compare on pairs of synth roots that differ by one planted change (and on a root against itself)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import run_cli
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.compare.run import compare
+from npuprof.pipeline.errors import UsageError
+from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.synth import generate
+from npuprof.synth.scenarios import Fault, scenario
+
+pytestmark = pytest.mark.xdist_group("compare")
+
+
+def _analyzed(base: Path, name: str, planted) -> Path:
+    root = Path(generate(base / f"{name}_root", planted, seed=3)["root"])
+    analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage="diagnostics"))
+    return base / f"{name}_out"
+
+
+def _pair(tmp_path: Path, baseline, new) -> tuple[Path, dict]:
+    out = tmp_path / "cmp"
+    compare(_analyzed(tmp_path, "base", baseline), _analyzed(tmp_path, "new", new), out)
+    return out, json.loads((out / schema.COMPARE_SUMMARY).read_text())
+
+
+def _read(out: Path, name: str) -> pd.DataFrame:
+    return pd.read_csv(out / name)
+
+
+def test_attention_kernels_20_percent_faster_is_the_top_operator_and_block_gain(tmp_path):
+    baseline = scenario("clean_inference")
+    out, summary = _pair(tmp_path, baseline, replace(baseline, kernel_factors=(("FlashAttentionScore", 0.8),)))
+    operators = _read(out, schema.COMPARE_OPERATORS)
+    top = operators.iloc[0]
+    assert top["type"] == "FlashAttentionScore" and top["status"] == "changed"
+    assert top["median_ratio"] == pytest.approx(0.8, rel=0.05)
+    assert top["per_step_delta_ms"] == pytest.approx(-0.2 * top["base_per_step_ms"], rel=0.05)
+    assert (operators.iloc[1:]["status"] == "no_significant_change").all()  # nothing else moved
+    blocks = _read(out, schema.COMPARE_BLOCK_CLASSES)
+    changed_blocks = blocks[blocks["status"] == "changed"]
+    assert set(changed_blocks["block_kind"]) == {"attention"} and (changed_blocks["per_step_delta_ms"] < 0).all()
+    assert blocks.iloc[0]["block_kind"] == "attention"
+    assert summary["headline"]["verdict"] == "faster"
+    operator_gains = [m for m in summary["top_gains"] if m["level"] == "operator"]
+    assert operator_gains[0]["what"]["type"] == "FlashAttentionScore"
+    assert operator_gains[0]["evidence"]["baseline"] and operator_gains[0]["evidence"]["new"]
+    # the step got faster by about what attention saved (every rank equally, so no one waits longer)
+    wall = summary["headline"]["step_wall_ms"]
+    assert wall["delta"] == pytest.approx(top["per_step_delta_ms"], rel=0.05)
+    assert len((out / schema.COMPARE_SUMMARY).read_bytes()) <= 20_000
+    assert "FlashAttentionScore" in (out / schema.COMPARE_MD).read_text()
+
+
+def test_a_root_against_itself_shows_no_significant_change_anywhere(tmp_path):
+    analyzed = _analyzed(tmp_path, "same", scenario("slow_rank"))
+    out = tmp_path / "cmp"
+    compare(analyzed, analyzed, out)
+    summary = json.loads((out / schema.COMPARE_SUMMARY).read_text())
+    assert summary["headline"]["verdict"] == "no significant change" and summary["headline"]["significant_changes"] == 0
+    for name in (
+        schema.COMPARE_STEP_CLASSES,
+        schema.COMPARE_LAYER_CLASSES,
+        schema.COMPARE_BLOCK_CLASSES,
+        schema.COMPARE_OPERATORS,
+        schema.COMPARE_COMMUNICATION,
+    ):
+        assert set(_read(out, name)["status"]) == {"no_significant_change"}, name
+    assert _read(out, schema.COMPARE_OVERVIEW)["delta_ms"].abs().max() == 0
+    assert summary["findings"]["appeared"] == [] and summary["findings"]["disappeared"] == []
+
+
+def test_a_removed_host_bubble_shows_as_less_idle_on_its_rank_and_a_finding_gone(tmp_path):
+    baseline = scenario("host_bubble")  # rank 0 idles 6 ms before layer 2 on steps 1 and 2
+    out, summary = _pair(tmp_path, baseline, replace(baseline, faults=()))
+    overview = _read(out, schema.COMPARE_OVERVIEW)
+    overview["rank_id"] = overview["rank_id"].astype(str)
+    idle = overview[(overview["rank_id"] == "0") & (overview["category"] == "idle")]["delta_ms"].sum()
+    steps = len(json.loads((tmp_path / "base_root" / "ground_truth.json").read_text())["complete_steps"])
+    assert idle == pytest.approx(-2 * 6.0 / steps, rel=0.05)  # 12 ms of planted idle over the complete steps
+    others = overview[(overview["rank_id"] != "0") & (overview["rank_id"] != "all") & (overview["category"] == "idle")]
+    assert others["delta_ms"].abs().max() < 0.05
+    gone = summary["findings"]["disappeared"]  # the planted bubble's finding (see test_diagnostics' mapping)
+    assert [(f["finding_type"], f["rank_ids"]) for f in gone] == [("device_idle_bubble", [0])]
+    assert summary["findings"]["appeared"] == []
+
+
+def test_a_link_at_half_bandwidth_makes_its_all_reduce_the_top_communication_regression(tmp_path):
+    baseline = replace(scenario("slow_link"), faults=())
+    slower = replace(baseline, faults=(Fault("slow_link", link=(0, 1), factor=2.0),))
+    out, summary = _pair(tmp_path, baseline, slower)
+    comm = _read(out, schema.COMPARE_COMMUNICATION)
+    top = comm.iloc[0]
+    assert top["kind"] == "allreduce" and top["status"] == "changed" and top["per_step_delta_ms"] > 0
+    assert summary["headline"]["verdict"] == "slower"
+
+
+def test_captures_of_different_models_are_refused(tmp_path):
+    dense = _analyzed(tmp_path, "dense", scenario("clean"))
+    moe = _analyzed(tmp_path, "moe", scenario("mixed"))
+    with pytest.raises(UsageError, match="different models"):
+        compare(dense, moe, tmp_path / "cmp")
+    run = run_cli("compare", str(dense), str(moe), "-o", str(tmp_path / "cli"), "--progress", "none")
+    assert run.returncode == 2 and "hidden_size" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_cli_analyzes_roots_first_and_the_api_returns_the_same_tables(tmp_path):
+    planted = scenario("clean_inference", steps=3)
+    base = generate(tmp_path / "base_root", planted, seed=1)["root"]
+    new = generate(tmp_path / "new_root", replace(planted, kernel_factors=(("SwiGlu", 1.5),)), seed=1)["root"]
+    run = run_cli("compare", base, new, "-o", str(tmp_path / "cmp"), "--progress", "none", timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.result["verdict"] == "slower"
+    assert (tmp_path / "cmp" / "baseline" / "summary_manifest.json").exists()
+    from npuprof.api.analysis import Analysis
+
+    tables = Analysis(tmp_path / "cmp" / "baseline").compare(tmp_path / "cmp" / "new")
+    operators = tables[schema.COMPARE_OPERATORS]
+    assert operators.iloc[0]["type"] == "SwiGlu" and operators.iloc[0]["median_ratio"] == pytest.approx(1.5, rel=0.05)
+    written = _read(tmp_path / "cmp", schema.COMPARE_OPERATORS)
+    assert list(written["name"]) == list(operators["name"])
