@@ -272,9 +272,16 @@ def _add_compare(commands) -> None:
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    compare.add_argument("baseline", help="baseline: an npuprof output dir or a profiling root")
-    compare.add_argument("new", help="new capture: an npuprof output dir or a profiling root")
+    compare.add_argument("baseline", nargs="?", help="baseline: an npuprof output dir or a profiling root")
+    compare.add_argument("new", nargs="?", help="new capture: an npuprof output dir or a profiling root")
     compare.add_argument("-o", "--output", required=True, help="directory for the comparison")
+    compare.add_argument(
+        "--sweep",
+        metavar="ARCHIVE",
+        help="compare every root of a sweep archive (local or service) against --baseline: compare_series.csv "
+        "and sweep_class_rollup.csv with delta columns",
+    )
+    compare.add_argument("--baseline", dest="sweep_baseline", metavar="ROOT", help="with --sweep: path, slug or name")
     compare.add_argument("--progress", choices=PROGRESS_CHOICES, default="auto")
 
 
@@ -459,8 +466,16 @@ def _analyzed(path: str, out: Path, side: str, progress) -> Path:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from npuprof.pipeline.compare.run import compare
+    from npuprof.pipeline.compare.series import compare_series
 
     out = Path(args.output)
+    if args.sweep:
+        if args.baseline or args.new or not args.sweep_baseline:
+            raise UsageError("npuprof compare --sweep ARCHIVE takes --baseline ROOT and no positional captures")
+        _print_json(compare_series(args.sweep, args.sweep_baseline, out))
+        return 0
+    if not (args.baseline and args.new):
+        raise UsageError("npuprof compare: give BASELINE and NEW, or --sweep ARCHIVE --baseline ROOT")
     progress = make_progress(args.progress)
     baseline = _analyzed(args.baseline, out, "baseline", progress)
     new = _analyzed(args.new, out, "new", progress)

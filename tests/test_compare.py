@@ -127,3 +127,42 @@ def test_the_cli_analyzes_roots_first_and_the_api_returns_the_same_tables(tmp_pa
     assert operators.iloc[0]["type"] == "SwiGlu" and operators.iloc[0]["median_ratio"] == pytest.approx(1.5, rel=0.05)
     written = _read(tmp_path / "cmp", schema.COMPARE_OPERATORS)
     assert list(written["name"]) == list(operators["name"])
+
+
+def test_a_sweep_is_ranked_against_its_baseline_root(tmp_path):
+    from npuprof.pipeline.sweep.local import run_sweep
+
+    planted = scenario("clean_inference", steps=3)
+    search = tmp_path / "search"
+    generate(search / "base", planted, seed=2)
+    generate(search / "fast_attention", replace(planted, kernel_factors=(("FlashAttentionScore", 0.8),)), seed=2)
+    generate(search / "slow_swiglu", replace(planted, kernel_factors=(("SwiGlu", 1.3),)), seed=2)
+    generate(search / "moe", scenario("ep_imbalance", steps=3), seed=2)
+    archive = tmp_path / "archive"
+    run_sweep([str(search)], str(archive), jobs=2)
+    run = run_cli(
+        "compare",
+        "--sweep",
+        str(archive),
+        "--baseline",
+        "base",
+        "-o",
+        str(tmp_path / "cmp"),
+        "--progress",
+        "none",
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    rollup = pd.read_csv(tmp_path / "cmp" / schema.SWEEP_ROLLUP)
+    rows = rollup.set_index(rollup["root"].map(lambda r: Path(r).name))
+    assert rows.loc["base", "compare_status"] == "baseline"
+    assert rows.loc["moe", "compare_status"].startswith("different model")
+    assert rows.loc["fast_attention", "step_wall_ms_delta"] < 0 < rows.loc["slow_swiglu", "step_wall_ms_delta"]
+    assert "FlashAttentionScore" in rows.loc["fast_attention", "top_gain"]
+    assert "SwiGlu" in rows.loc["slow_swiglu", "top_regression"]
+    series = pd.read_csv(tmp_path / "cmp" / schema.COMPARE_SERIES)
+    assert set(series["root"].map(lambda r: Path(r).name)) == {"fast_attention", "slow_swiglu"}
+    top = series[(series["level"] == "operator") & (series["root"].str.endswith("fast_attention"))].iloc[0]
+    assert "FlashAttentionScore" in top["item"] and top["median_ratio"] == pytest.approx(0.8, rel=0.05)
+    bad = run_cli("compare", "--sweep", str(archive), "--baseline", "nope", "-o", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "not a root of this sweep" in bad.stderr

@@ -22,6 +22,7 @@ from npuprof.pipeline.schema.artifacts import (
     COMPARE_MD,
     COMPARE_OPERATORS,
     COMPARE_OVERVIEW,
+    COMPARE_SERIES,
     COMPARE_STEP_CLASSES,
     COMPARE_SUMMARY,
     DIAGNOSIS_FINDINGS,
@@ -192,6 +193,7 @@ FETCHABLE: tuple[str, ...] = (
 
 __all__ = [
     "COMPARE_OVERVIEW",
+    "COMPARE_SERIES",
     "COMPARE_STEP_CLASSES",
     "COMPARE_LAYER_CLASSES",
     "COMPARE_BLOCK_CLASSES",

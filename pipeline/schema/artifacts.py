@@ -36,3 +36,4 @@ COMPARE_COMMUNICATION = "compare_communication.csv"
 COMPARE_FINDINGS = "compare_findings.json"
 COMPARE_SUMMARY = "compare_summary.json"
 COMPARE_MD = "compare.md"
+COMPARE_SERIES = "compare_series.csv"  # npuprof compare --sweep: one row per root × class / operator / collective

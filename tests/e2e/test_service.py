@@ -175,6 +175,20 @@ def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
     assert run_cli("status", "no-such-sweep", "--broker", redis_server.url).returncode == 2
 
 
+def test_a_service_archive_compares_against_a_baseline_like_a_local_one(redis_server, workers, tmp_path):
+    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False)
+    workers(1)
+    archive = tmp_path / "archive"
+    wait_done(redis_server.url, submit(redis_server.url, search, archive))
+    run = run_cli("compare", "--sweep", str(archive), "--baseline", "case_00_clean", "-o", str(tmp_path / "cmp"))
+    assert run.returncode == 0, run.stderr
+    rollup = pd.read_csv(tmp_path / "cmp" / "sweep_class_rollup.csv").set_index("slug")
+    statuses = dict(zip(rollup.index.str.contains("slow_rank"), rollup["compare_status"]))
+    assert statuses == {False: "baseline", True: "compared"}
+    slow = rollup[rollup.index.str.contains("slow_rank")].iloc[0]
+    assert slow["step_wall_ms_delta"] > 0 and slow["significant_changes"] > 0  # rank 2 computes 1.6x slower
+
+
 def test_unreachable_broker_is_a_clean_error(tmp_path):
     run = run_cli(
         "submit",
