@@ -13,6 +13,7 @@ import pandas as pd
 from npuprof import knowledge
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.compare.findings import findings_diff
+from npuprof.pipeline.compare.html import compare_html
 from npuprof.pipeline.compare.render import compare_markdown, compare_summary
 from npuprof.pipeline.compare.sides import Side, load_side
 from npuprof.pipeline.compare.tables import class_table, communication_table, operator_table, overview_table
@@ -70,4 +71,5 @@ def compare(baseline: str | Path, new: str | Path, out_dir: str | Path) -> dict:
     io.write_json(out / schema.COMPARE_FINDINGS, changes)
     io.write_json(out / schema.COMPARE_SUMMARY, summary)
     io.write_bytes(out / schema.COMPARE_MD, compare_markdown(summary, tables))
+    io.write_bytes(out / schema.COMPARE_HTML, compare_html(base_side, new_side, tables, summary))
     return {"status": "ok", "tool_version": __version__, "output_dir": str(out), **summary["headline"]}

@@ -13,7 +13,18 @@ import pyarrow.compute as pc
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import UsageError
 
-STEP_COLUMNS = ["rank_id", "step_ordinal", "step_id", "step_class_id", "complete", "wall_ms", "row_start", "row_end"]
+STEP_COLUMNS = [
+    "rank_id",
+    "step_ordinal",
+    "step_id",
+    "step_class_id",
+    "complete",
+    "wall_ms",
+    "row_start",
+    "row_end",
+    "start_ns",
+    "end_ns",
+]
 INSTANCE_COLUMNS = ["rank_id", "step_ordinal", "row_start", "row_end", "wall_ms"]
 
 

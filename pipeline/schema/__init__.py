@@ -18,6 +18,7 @@ from npuprof.pipeline.schema.artifacts import (
     COMPARE_BLOCK_CLASSES,
     COMPARE_COMMUNICATION,
     COMPARE_FINDINGS,
+    COMPARE_HTML,
     COMPARE_LAYER_CLASSES,
     COMPARE_MD,
     COMPARE_OPERATORS,
@@ -192,6 +193,7 @@ FETCHABLE: tuple[str, ...] = (
 )
 
 __all__ = [
+    "COMPARE_HTML",
     "COMPARE_OVERVIEW",
     "COMPARE_SERIES",
     "COMPARE_STEP_CLASSES",

@@ -36,4 +36,5 @@ COMPARE_COMMUNICATION = "compare_communication.csv"
 COMPARE_FINDINGS = "compare_findings.json"
 COMPARE_SUMMARY = "compare_summary.json"
 COMPARE_MD = "compare.md"
+COMPARE_HTML = "compare.html"  # the two timelines of one step class, aligned at the step start
 COMPARE_SERIES = "compare_series.csv"  # npuprof compare --sweep: one row per root × class / operator / collective
