@@ -96,6 +96,7 @@ class Workload:
     pp_stage: int = 0  # pipeline stage of this rank
     pp_size: int = 1
     tp: int = 1  # tensor parallel: heads, FFN and vocabulary are split over this many ranks
+    wide_ffn_layers: tuple[int, ...] = ()  # planted shape change: these layers' FFN is twice as wide
 
     @property
     def stage_layers(self) -> range:
@@ -120,6 +121,8 @@ def _dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
     m, t = w.model, w.tokens
     # what one tensor-parallel rank holds (Megatron / vLLM column and row parallel linears)
     heads, kv_heads, ffn = m.heads // w.tp, max(1, m.kv_heads // w.tp), m.ffn // w.tp
+    if layer in w.wide_ffn_layers:
+        ffn *= 2
     qkv = (heads + 2 * kv_heads) * m.head_dim
     fa_type = (
         "FlashAttentionScore"

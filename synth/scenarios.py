@@ -61,6 +61,7 @@ class Scenario:
     faults: tuple[Fault, ...] = field(default_factory=tuple)
     # planted changes for comparisons: (kernel Type, duration factor) on every rank, e.g. faster attention
     kernel_factors: tuple[tuple[str, float], ...] = ()
+    wide_ffn_layers: tuple[int, ...] = ()  # a planted shape change: these dense layers' FFN is twice as wide
 
 
 SCENARIOS: dict[str, Scenario] = {

@@ -87,6 +87,7 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         topology.stage_of(rank),
         topology.pp,
         topology.tp,
+        scenario.wide_ffn_layers,
     )
 
 

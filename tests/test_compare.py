@@ -103,6 +103,24 @@ def test_a_link_at_half_bandwidth_makes_its_all_reduce_the_top_communication_reg
     assert summary["headline"]["verdict"] == "slower"
 
 
+def test_one_layers_wider_ffn_is_listed_as_a_structural_change_never_paired(tmp_path):
+    baseline = scenario("clean_inference")
+    out, summary = _pair(tmp_path, baseline, replace(baseline, wide_ffn_layers=(1,)))
+    layers = _read(out, schema.COMPARE_LAYER_CLASSES)
+    wide_layer = layers[layers["status"] == "only_in_new"]
+    instances = 4 * 4  # layer 1 of every step (4) on every rank (4)
+    assert len(wide_layer) == 1 and wide_layer.iloc[0]["new_count"] == instances
+    shared = layers[layers["status"] != "only_in_new"].iloc[0]  # the class the other layers keep
+    assert shared["base_count"] - shared["new_count"] == instances and shared["status"] == "no_significant_change"
+    assert "only_in_baseline" not in set(layers["status"])  # layers 0, 2, 3 still run the old class
+    operators = _read(out, schema.COMPARE_OPERATORS)
+    wide = operators[operators["status"] == "only_in_new"]
+    # gate-up matmul, SwiGlu and down matmul of the doubled width (per TP rank: 768 → 1536, gate-up 3072)
+    assert sorted(wide["type"]) == ["MatMulV3", "MatMulV3", "SwiGlu"]
+    assert wide["input_shapes"].str.contains("1536|3072").all()
+    assert summary["only_on_one_side"][schema.COMPARE_LAYER_CLASSES] == 1
+
+
 def test_captures_of_different_models_are_refused(tmp_path):
     dense = _analyzed(tmp_path, "dense", scenario("clean"))
     moe = _analyzed(tmp_path, "moe", scenario("mixed"))
