@@ -178,9 +178,11 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
         plan.append(entry)
     merge_id = f"npuprof-merge-{sweep_id}"
     records.update(sweep_id, roots=plan, merge_id=merge_id, state="running", stages=stages, planned_at=time.time())
-    merge = merge_sweep_task.si(sweep_id).set(
-        task_id=merge_id, queue=self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE
-    )
+    queue_name = self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE
+    merge = merge_sweep_task.si(sweep_id).set(task_id=merge_id, queue=queue_name)
+    # a root chord that errors (a result lost while Redis restarted) fails the outer chord and skips its
+    # body: this errback starts the merge anyway, which recovers or fails such roots from the archive
+    merge.link_error(merge_after_chord_error.si(sweep_id).set(queue=queue_name))
     if root_chords:
         chord(root_chords, merge).apply_async()
     else:
@@ -216,6 +218,19 @@ def merge_sweep_task(self, sweep_id: str) -> dict:
         finished_at=time.time(),
     )
     return {"status": "done", "status_counts": summary["status_counts"], "rollup": summary["rollup"]}
+
+
+@app.task(bind=True, name="npuprof.merge_after_chord_error", autoretry_for=TRANSIENT, retry_backoff=True)
+def merge_after_chord_error(self, sweep_id: str) -> dict:
+    """Run the sweep's merge (same task id) when its chord broke instead of calling it."""
+    record = records.load(sweep_id)
+    if record and record.get("state") != "done":
+        merge_sweep_task.apply_async(
+            (sweep_id,),
+            task_id=record["merge_id"],
+            queue=self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE,
+        )
+    return {"sweep_id": sweep_id, "merge": "restarted"}
 
 
 def _recover_root(entry: dict, record: dict) -> None:
