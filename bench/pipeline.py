@@ -1,0 +1,85 @@
+"""Benchmark: every built stage of ``npuprof analyze`` (fast mode) on the 8-rank × 250 k-event root of
+bench/normalize.py against a bare ``pyarrow.csv.read_csv`` of its kernel_details files, in one run.
+
+Targets (issue: speed): normalize ≤ 1.5×, segment + classify together ≤ 1.5×, the whole analysis ≤ 5×
+the bare read; peak RSS of the process tree ≤ 1.5× the input bytes.
+Each stage runs alone (``--only-stage``) after the previous one, so its time is its own.
+Usage: ``python bench/pipeline.py [--ranks 8] [--rows 250000] [--work DIR] [--jobs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import peak_rss  # noqa: E402
+from normalize import bare_read_seconds, build_root  # noqa: E402
+
+from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
+from npuprof.pipeline.stages import STAGES  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = {"normalize": 1.5, "segment+classify": 1.5, "total": 5.0, "peak_rss_over_input": 1.5}
+
+
+def stage_seconds(root: Path, out: Path, jobs: int) -> tuple[dict[str, float], int]:
+    """Run every built stage alone, in order; returns seconds per stage and the peak tree RSS."""
+    seconds: dict[str, float] = {}
+    peak = 0
+    for position, stage in enumerate(s for s in STAGES if s.built):
+        gc.collect()
+        window = StageWindow(to_stage=stage.name) if position == 0 else StageWindow(only_stage=stage.name)
+        with peak_rss() as run:
+            analyze(root if position == 0 else None, out, jobs=jobs, overwrite=position == 0, window=window)
+        seconds[stage.name] = round(run["seconds"], 3)
+        peak = max(peak, run["peak"])
+    return seconds, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=250_000)
+    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    root = build_root(args.work, args.ranks, args.rows)
+    files = sorted(root.rglob("kernel_details.csv"))
+    input_bytes = sum(f.stat().st_size for f in files)
+    bare_read_seconds(files)  # warm the page cache
+    gc.collect()
+    bare = bare_read_seconds(files)
+    started = time.perf_counter()
+    seconds, peak = stage_seconds(root, args.work / "pipeline_out", args.jobs)
+    total = time.perf_counter() - started
+    ratios = {name: round(s / bare, 3) for name, s in seconds.items()}
+    measured = {
+        "normalize": ratios.get("normalize"),
+        "segment+classify": round((seconds.get("segment", 0) + seconds.get("classify", 0)) / bare, 3),
+        "total": round(total / bare, 3),
+        "peak_rss_over_input": round(peak / input_bytes, 3),
+    }
+    report = {
+        "ranks": args.ranks,
+        "rows_per_rank": args.rows,
+        "input_mb": round(input_bytes / 1e6, 1),
+        "bare_read_s": round(bare, 3),
+        "stage_s": seconds,
+        "stage_over_bare_read": ratios,
+        "total_s": round(total, 3),
+        "measured": measured,
+        "targets": TARGETS,
+        "met": {k: measured[k] is not None and measured[k] <= v for k, v in TARGETS.items()},
+        "jobs": args.jobs,
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
