@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
-from npuprof.pipeline.segmentation.blocks import split_layer
+from npuprof.pipeline.segmentation.blocks import split_layers
 from npuprof.pipeline.segmentation.features import EventFeatures
 from npuprof.pipeline.segmentation.layers import _best_offset, _cuts
 from npuprof.pipeline.segmentation.windows import window_metrics
@@ -145,8 +145,9 @@ def test_window_metrics_of_several_windows_are_independent():
 def test_block_split_at_the_post_attention_norm(sequence, direction, has_attention, expected):
     features = features_of(sequence)
     anchor = sequence.index("A") if "A" in sequence else sequence.index("B") if "B" in sequence else 0
-    blocks = split_layer(0, len(sequence) - 1, anchor, direction, features, has_attention)
-    assert blocks == expected
+    found = split_layers([0], [len(sequence) - 1], [anchor], [direction == "backward"], [has_attention], features)
+    assert (found.layer == 0).all() and list(found.ordinal) == list(range(len(expected)))
+    assert list(zip(found.start.tolist(), found.end.tolist(), found.kind.tolist())) == expected
 
 
 def test_columnar_json_lines_read_back_as_the_records():

@@ -47,7 +47,7 @@ def event_tokens(names: pd.Series, shapes: pd.Series) -> tuple[np.ndarray, np.nd
 
 
 def class_ids(
-    prefix: str, tokens: np.ndarray, has_shape: np.ndarray, starts: np.ndarray, ends: np.ndarray, scopes: list[str]
+    prefix: str, tokens: np.ndarray, has_shape: np.ndarray, starts: np.ndarray, ends: np.ndarray, scopes: pd.Series
 ) -> tuple[list[str], list[bool]]:
     """Class id of each window [start, end]: a hash of its scope label and token sequence.
 
@@ -55,7 +55,8 @@ def class_ids(
     """
     ids, unknown = [], []
     shape_counts = np.concatenate(([0], np.cumsum(has_shape)))
-    for start, end, scope in zip(starts.tolist(), ends.tolist(), scopes):  # one hash per segment, not per event
+    # one hash per segment, not per event
+    for start, end, scope in zip(starts.tolist(), ends.tolist(), scopes.tolist()):
         digest = hashlib.blake2b(scope.encode() + tokens[start : end + 1].tobytes(), digest_size=8).hexdigest()
         no_shapes = shape_counts[end + 1] - shape_counts[start] == 0
         ids.append(f"{prefix}_unknown_shape_{digest}" if no_shapes else f"{prefix}_{digest}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,12 +31,29 @@ class EventFeatures:
     fallback: np.ndarray  # bool: candidate fallback anchor (no-attention models)
     pass_marker: np.ndarray  # bool: marks the edge of a pass (p2p send/recv, embedding, sampling, optimizer)
 
+    @cached_property
+    def markers_before(self) -> np.ndarray:
+        """Pass markers before each position (length + 1): a range's count is one subtraction, so
+        splitting every step into runs stays linear in the rank's events."""
+        return np.concatenate(([0], np.cumsum(self.pass_marker, dtype=np.int64)))
+
 
 def ordered_events(ctx: RankContext, columns: list[str]) -> pa.Table:
     """The rank's events (only ``columns``) in device order (start time, then source row): the
     order that segment's and classify's positions index."""
     table = ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns)
-    return table.sort_by([("start_ns", "ascending"), ("row_idx", "ascending")])
+    return table if _in_device_order(table) else table.sort_by([("start_ns", "ascending"), ("row_idx", "ascending")])
+
+
+def _in_device_order(table: pa.Table) -> bool:
+    """Whether rows already run by start time, then source row (kernel exports mostly do): one
+    vectorised check instead of a sort."""
+    if table.num_rows < 2:
+        return True
+    start = table.column("start_ns").to_numpy()
+    row = table.column("row_idx").to_numpy()
+    step = np.diff(start)
+    return bool(((step > 0) | ((step == 0) & (np.diff(row) > 0))).all())
 
 
 def _joined(values: pa.ChunkedArray | pa.Array) -> pd.Series:

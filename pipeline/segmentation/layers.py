@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline.segmentation.features import EventFeatures
@@ -52,14 +53,14 @@ def choose_family(features: EventFeatures) -> tuple[str, np.ndarray]:
     (DSV4 alternates sparse CSA and flash HCA layers), and generic attention only as a last resort.
     """
     rules = knowledge.load("segmentation_rules")["attention_families"]
-    present = {fam for fam in np.unique(features.anchor_family) if fam}
+    present = {fam for fam in pd.unique(features.anchor_family) if fam}  # hashing, not sorting, the events
     ordered = [f["family"] for f in rules if f["family"] in present]
     starts = [f["family"] for f in rules if f["layer_start"] and f["family"] in present]
     chosen = starts or [f for f in ordered if f != "generic"] or ordered
     if not chosen:
         return "", np.zeros(len(features.anchor_family), dtype=bool)
     name = chosen[0] if len(chosen) == 1 else "hybrid:" + "+".join(chosen)
-    return name, np.isin(features.anchor_family, chosen)
+    return name, pd.Series(features.anchor_family).isin(chosen).to_numpy()
 
 
 def fallback_anchors(features: EventFeatures) -> np.ndarray:
@@ -101,28 +102,28 @@ def _best_offset(anchors: np.ndarray, lower: int, upper: int, boundary: np.ndarr
     going forward, the last one going backward) sits next to the step's head or an interlude and
     tells them apart: the offset must fit it, and among those the largest offset that fits at least
     half of the layers wins (an inserted kernel may break a few layers; they are fixed one by one).
+    Every offset is scored at once: offsets × anchors is at most the run's event count.
     """
     n = len(boundary)
     if len(anchors) > 1:
         limit = int(np.min(np.diff(anchors))) - 1
     else:
         limit = anchors[0] - lower if forward else upper - anchors[-1]
-    scores = []
-    for d in range(0, max(limit, 0) + 1):
-        pos = anchors - d if forward else anchors + d
-        neighbour = pos - 1 if forward else pos + 1
-        inside = (pos >= lower) & (pos <= upper)
-        neighbour_inside = (neighbour >= lower) & (neighbour <= upper)
-        fits = inside & boundary[np.clip(pos, 0, n - 1)] & ~(boundary[np.clip(neighbour, 0, n - 1)] & neighbour_inside)
-        outer = fits[0] if forward else fits[-1]
-        scores.append((d, int(fits.sum()), bool(outer)))
+    offsets = np.arange(max(limit, 0) + 1)
+    pos = anchors[None, :] - offsets[:, None] if forward else anchors[None, :] + offsets[:, None]
+    neighbour = pos - 1 if forward else pos + 1
+    inside = (pos >= lower) & (pos <= upper)
+    neighbour_inside = (neighbour >= lower) & (neighbour <= upper)
+    fits = inside & boundary[np.clip(pos, 0, n - 1)] & ~(boundary[np.clip(neighbour, 0, n - 1)] & neighbour_inside)
+    scores = fits.sum(axis=1)
+    outer = fits[:, 0] if forward else fits[:, -1]
     share = knowledge.load("segmentation_rules")["offset_min_fit_share"]
-    least = math.ceil(share * len(anchors))
-    eligible = [(d, score) for d, score, outer in scores if outer and score >= least]
-    if eligible:
-        return max(eligible)
-    best = max(scores, key=lambda item: (item[1], item[0]))
-    return best[0], best[1]
+    eligible = np.flatnonzero(outer & (scores >= math.ceil(share * len(anchors))))
+    if eligible.size:
+        chosen = int(eligible[-1])  # the largest eligible offset
+    else:
+        chosen = int(np.flatnonzero(scores == scores.max())[-1])  # the best score, then the largest offset
+    return chosen, int(scores[chosen])
 
 
 def _template_extent(keys: np.ndarray, template_start: int, template_end: int, at: int, bound: int, step: int) -> int:
@@ -146,24 +147,18 @@ def _template_extent(keys: np.ndarray, template_start: int, template_end: int, a
 def _runs_of(anchors: np.ndarray, features: EventFeatures, modal_gap: dict[bool, int]) -> list[np.ndarray]:
     """Split anchors into runs: same direction, the modal distance (give or take a few inserted
     kernels), and no pass marker (send/recv, embedding, sampling, optimizer) in between."""
-    backward = features.backward
+    backward = features.backward[anchors]
     inserted = knowledge.load("segmentation_rules")["max_inserted_events"]
-    marker_count = np.concatenate(([0], np.cumsum(features.pass_marker)))
-    runs, current = [], [anchors[0]]
-    for prev, cur in zip(anchors[:-1], anchors[1:]):
-        modal = modal_gap.get(bool(backward[cur]), -1)
-        same_pass = (
-            backward[prev] == backward[cur]
-            and modal <= cur - prev <= modal + inserted
-            and marker_count[cur] == marker_count[prev + 1]
-        )
-        if same_pass:
-            current.append(cur)
-        else:
-            runs.append(np.array(current))
-            current = [cur]
-    runs.append(np.array(current))
-    return runs
+    prev, cur = anchors[:-1], anchors[1:]
+    modal = np.where(backward[1:], modal_gap.get(True, -1), modal_gap.get(False, -1))
+    distance = cur - prev
+    same_pass = (
+        (backward[:-1] == backward[1:])
+        & (modal <= distance)
+        & (distance <= modal + inserted)
+        & (features.markers_before[cur] == features.markers_before[prev + 1])
+    )
+    return np.split(anchors, np.flatnonzero(~same_pass) + 1)
 
 
 def _fits(pos: int, lower: int, upper: int, boundary: np.ndarray, forward: bool) -> bool:

@@ -52,6 +52,25 @@ def window_evidence(
     return evidence
 
 
+def _segmented_cummax(values: np.ndarray, window_of: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """The running maximum of ``values`` restarted at every window (``firsts``: each window's first
+    index; windows are contiguous and in order). Each window is lifted above every earlier one, so
+    one ``np.maximum.accumulate`` never carries a maximum across a window edge."""
+    base = np.minimum.reduceat(values, firsts)[window_of]
+    relative = values - base
+    span = int(relative.max()) + 1
+    result = np.empty_like(values)
+    per_chunk = max(1, (1 << 62) // span)  # windows per accumulate that cannot overflow int64
+    window_count = len(firsts)
+    for first_window in range(0, window_count, per_chunk):  # one chunk unless walls are astronomically long
+        last_window = min(first_window + per_chunk, window_count)
+        lo = firsts[first_window]
+        hi = firsts[last_window] if last_window < window_count else len(values)
+        lift = (window_of[lo:hi] - first_window).astype(np.int64) * span
+        result[lo:hi] = np.maximum.accumulate(relative[lo:hi] + lift) - lift
+    return result + base
+
+
 def window_metrics(
     starts: np.ndarray,
     ends: np.ndarray,
@@ -65,33 +84,33 @@ def window_metrics(
     if len(starts) == 0:
         return pd.DataFrame(columns=columns)
     positions, window_of = window_positions(starts, ends)
+    firsts = np.concatenate(([0], np.cumsum(np.asarray(ends, np.int64) - starts + 1)[:-1]))
     s = start_ns[positions]
     e = end_ns[positions]
-    frame = pd.DataFrame({"w": window_of, "s": s, "e": e, "dur": e - s, "wait": wait_ns[positions]})
-    # the running latest end before each event, reset at every window: a gap is start - that
-    frame["prev_end"] = frame.groupby("w")["e"].cummax().groupby(frame["w"]).shift(1)
-    gap = (frame["s"] - frame["prev_end"]).clip(lower=0).fillna(0)
-    frame["gap"] = gap
-    frame["bubble"] = gap.where(gap >= bubble_min_ns, 0)
-    grouped = frame.groupby("w")
-    wall = grouped["e"].max() - grouped["s"].min()
-    gaps = grouped["gap"].sum()
+    # the running latest end before each event, restarted at every window: a gap is start - that
+    # (in float64 like the rest of the table's times)
+    previous_end = np.empty(len(e), dtype=np.float64)
+    previous_end[1:] = _segmented_cummax(e, window_of, firsts)[:-1]
+    gap = np.maximum(s.astype(np.float64) - previous_end, 0.0)
+    gap[firsts] = 0.0
+    bubble = np.where(gap >= bubble_min_ns, gap, 0.0)
+    wall = np.maximum.reduceat(e, firsts) - np.minimum.reduceat(s, firsts)
+    gaps = np.add.reduceat(gap, firsts)
+    wall_ms = wall / 1e6
     out = pd.DataFrame(
         {
-            "wall_ms": wall / 1e6,
+            "wall_ms": wall_ms,
             "busy_ms": (wall - gaps) / 1e6,
             "underfeed_ms": gaps / 1e6,
-            "kernel_sum_ms": grouped["dur"].sum() / 1e6,
-            "wait_sum_ms": grouped["wait"].sum() / 1e6,
-            "internal_bubble_total_ms": grouped["bubble"].sum() / 1e6,
-            "largest_internal_bubble_ms": grouped["bubble"].max() / 1e6,
-            "bubble_count": (frame["bubble"] > 0).groupby(frame["w"]).sum(),
+            "kernel_sum_ms": np.add.reduceat(e - s, firsts) / 1e6,
+            "wait_sum_ms": np.add.reduceat(wait_ns[positions], firsts) / 1e6,
+            "internal_bubble_total_ms": np.add.reduceat(bubble, firsts) / 1e6,
+            "largest_internal_bubble_ms": np.maximum.reduceat(bubble, firsts) / 1e6,
+            "bubble_count": np.add.reduceat((bubble > 0).astype(np.int64), firsts),
         }
     )
-    out["underfeed_ratio"] = np.where(
-        out["wall_ms"] > 0, out["underfeed_ms"] / out["wall_ms"].where(out["wall_ms"] > 0, 1), 0.0
-    )
-    return out[columns].reset_index(drop=True)
+    out["underfeed_ratio"] = np.where(wall_ms > 0, out["underfeed_ms"] / np.where(wall_ms > 0, wall_ms, 1), 0.0)
+    return out[columns]
 
 
 def window_positions(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

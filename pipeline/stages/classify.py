@@ -16,7 +16,7 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
-from npuprof.pipeline.segmentation.blocks import split_layer
+from npuprof.pipeline.segmentation.blocks import split_layers
 from npuprof.pipeline.segmentation.classes import class_ids, event_tokens
 from npuprof.pipeline.segmentation.features import EventFeatures, event_features, ordered_events
 from npuprof.pipeline.segmentation.windows import window_evidence, window_metrics
@@ -77,26 +77,28 @@ def _anomaly_tags(steps: pd.DataFrame, rules: dict) -> pd.DataFrame:
 
 
 def _blocks(layers: pd.DataFrame, features: EventFeatures, no_attention_family: str) -> pd.DataFrame:
-    """The blocks of every layer, split at the layer's own anchor (a loop over layers, not events)."""
-    rows = []
-    for layer in layers.itertuples():
-        has_attention = layer.attention_family != no_attention_family
-        parts = split_layer(layer.pos_start, layer.pos_end, layer.anchor_pos, layer.direction, features, has_attention)
-        for ordinal, (lo, hi, kind) in enumerate(parts):
-            rows.append(
-                {
-                    "step_ordinal": layer.step_ordinal,
-                    "step_id": layer.step_id,
-                    "layer_ordinal": layer.layer_ordinal,
-                    "block_ordinal": ordinal,
-                    "block_kind": kind,
-                    "layer_role": layer.layer_role,
-                    "pos_start": lo,
-                    "pos_end": hi,
-                    "event_count": hi - lo + 1,
-                }
-            )
-    return pd.DataFrame(rows, columns=list(schema.BLOCK_SEGMENTS.columns[:9]))
+    """The blocks of every layer, split at the layer's own anchor (all layers at once)."""
+    found = split_layers(
+        layers["pos_start"].to_numpy(),
+        layers["pos_end"].to_numpy(),
+        layers["anchor_pos"].to_numpy(),
+        (layers["direction"] == "backward").to_numpy(bool),
+        (layers["attention_family"] != no_attention_family).to_numpy(bool),
+        features,
+    )
+    of_layer = layers.iloc[found.layer]
+    blocks = {
+        "step_ordinal": of_layer["step_ordinal"].to_numpy(),
+        "step_id": of_layer["step_id"].to_numpy(),
+        "layer_ordinal": of_layer["layer_ordinal"].to_numpy(),
+        "block_ordinal": found.ordinal,
+        "block_kind": found.kind,
+        "layer_role": of_layer["layer_role"].to_numpy(),
+        "pos_start": found.start,
+        "pos_end": found.end,
+        "event_count": found.end - found.start + 1,
+    }
+    return pd.DataFrame(blocks, columns=list(schema.BLOCK_SEGMENTS.columns[:9]))
 
 
 def _classified_blocks(
@@ -105,7 +107,7 @@ def _classified_blocks(
     starts, ends = blocks["pos_start"].to_numpy(), blocks["pos_end"].to_numpy()
     for key, values in window_evidence(starts, ends, **evidence_arrays).items():
         blocks[key] = values
-    scopes = [f"{k}|{r}" for k, r in zip(blocks["block_kind"], blocks["layer_role"])]
+    scopes = blocks["block_kind"].astype(str) + "|" + blocks["layer_role"].astype(str)
     blocks["block_class_id"], blocks["has_unknown_shape"] = class_ids("block", tokens, has_shape, starts, ends, scopes)
     return _with_metrics(blocks, times, bubble_min_ns)
 
@@ -113,7 +115,7 @@ def _classified_blocks(
 def _layer_classes(layers: pd.DataFrame, blocks: pd.DataFrame, tokens, has_shape, times, bubble_min_ns) -> pd.DataFrame:
     frame = layers[["step_ordinal", "layer_ordinal", "layer_role", "pos_start", "pos_end"]].copy()
     frame["block_kinds"] = _block_kinds(blocks, layers)
-    scopes = [f"{r}|{k}" for r, k in zip(frame["layer_role"], frame["block_kinds"])]
+    scopes = frame["layer_role"].astype(str) + "|" + frame["block_kinds"].astype(str)
     starts, ends = frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy()
     frame["layer_class_id"], frame["has_unknown_shape"] = class_ids("layer", tokens, has_shape, starts, ends, scopes)
     return _with_metrics(frame, times, bubble_min_ns).drop(columns=["pos_start", "pos_end"])
@@ -122,7 +124,7 @@ def _layer_classes(layers: pd.DataFrame, blocks: pd.DataFrame, tokens, has_shape
 def _step_classes(steps: pd.DataFrame, tokens, has_shape, times, bubble_min_ns, rules) -> pd.DataFrame:
     keep = ["step_ordinal", "step_id", "complete", "tags", "start_ns", "end_ns", "layer_count", "main_layer_count"]
     frame = steps[keep + ["pos_start", "pos_end"]].copy()
-    scopes = [f"layers={n}|main={m}" for n, m in zip(frame["layer_count"], frame["main_layer_count"])]
+    scopes = "layers=" + frame["layer_count"].astype(str) + "|main=" + frame["main_layer_count"].astype(str)
     starts, ends = frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy()
     frame["step_class_id"], frame["has_unknown_shape"] = class_ids("step", tokens, has_shape, starts, ends, scopes)
     frame = _with_metrics(frame, times, bubble_min_ns).drop(columns=["pos_start", "pos_end"])
