@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -95,12 +96,33 @@ def write_bytes(target: Path, payload: bytes | str) -> Path:
     return write_with(target, lambda tmp: tmp.write_bytes(data))
 
 
+CSV_CHUNK_ROWS = 100_000  # rows rendered per thread task
+
+
 def write_csv(target: Path, frame) -> Path:
-    """Write a DataFrame as CSV (Arrow's multi-threaded writer), atomically; the header is always written."""
+    """Write a DataFrame as CSV, atomically; the header is always written.
+
+    Large tables are rendered in chunks of rows on a thread each (Arrow's number-to-text casts
+    release the GIL) and written in order."""
     import pyarrow.csv as pacsv
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    return write_with(target, lambda tmp: pacsv.write_csv(table, tmp))
+
+    def render(lo: int) -> pa.Buffer:
+        sink = pa.BufferOutputStream()
+        options = pacsv.WriteOptions(include_header=lo == 0)
+        pacsv.write_csv(table.slice(lo, CSV_CHUNK_ROWS), sink, options)
+        return sink.getvalue()
+
+    def write(tmp: Path) -> None:
+        if table.num_rows <= CSV_CHUNK_ROWS:
+            pacsv.write_csv(table, tmp)
+            return
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, open(tmp, "wb") as out:
+            for chunk in pool.map(render, range(0, table.num_rows, CSV_CHUNK_ROWS)):
+                out.write(chunk)
+
+    return write_with(target, write)
 
 
 def move_dir_into_place(work: Path, final: Path) -> None:

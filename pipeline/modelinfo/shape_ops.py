@@ -32,7 +32,7 @@ def shape_operators(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     np.minimum.at(first, codes, np.arange(len(events)))
     ops = keys.iloc[first].reset_index(drop=True) if count else keys.iloc[:0].reset_index(drop=True)
     ops = ops.replace("", None)
-    ops["primary_category"] = events["primary_category"].to_numpy()[first] if count else []
+    ops["primary_category"] = events["primary_category"].iloc[first].to_numpy() if count else []
     ops["call_count"] = np.bincount(codes, minlength=count)
     ops["duration_sum_us"] = np.bincount(codes, weights=events["duration_ns"].to_numpy(float), minlength=count) / 1e3
     in_layer = events["layer_ordinal"].notna().to_numpy()
@@ -53,7 +53,7 @@ def _top_block_kind(kinds: pd.Series, codes: np.ndarray, count: int) -> np.ndarr
     present = kinds.notna().to_numpy()
     if not present.any():
         return top
-    pairs = pd.DataFrame({"op": codes[present], "kind": kinds.to_numpy()[present]})
+    pairs = pd.DataFrame({"op": codes[present], "kind": kinds[present].array})
     counted = pairs.value_counts().reset_index(name="n").sort_values(["op", "n"], ascending=[True, False])
     winners = counted.drop_duplicates("op")
     top[winners["op"].to_numpy()] = winners["kind"].to_numpy()

@@ -166,8 +166,14 @@ def _status(inputs: ReportInputs) -> tuple[str, list[str]]:
         reasons.append(f"segmentation has {segment['hard_error_count']} hard errors")
     if segment.get("interior_island_total"):
         reasons.append(f"segmentation left {segment['interior_island_total']} interior islands")
-    known = set(inputs.evidence["evidence_id"]) if len(inputs.evidence) else set()
-    unresolved = sorted({e for f in inputs.findings for e in f["evidence_ids"]} - known)
+    cited = {e for f in inputs.findings for e in f["evidence_ids"]}
+    # look the few cited ids up in the index, not the index's hundreds of thousands of ids in a set
+    known = (
+        set(inputs.evidence["evidence_id"][inputs.evidence["evidence_id"].isin(cited)])
+        if len(inputs.evidence)
+        else set()
+    )
+    unresolved = sorted(cited - known)
     if unresolved:
         reasons.append(f"{len(unresolved)} cited evidence ids do not resolve (first: {unresolved[0]})")
     return ("degraded" if reasons else "ok"), reasons

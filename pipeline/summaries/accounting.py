@@ -66,7 +66,8 @@ def step_time_accounting(
     parallel_role, op_type. ``steps``: step_ordinal, step_id, complete, start_ns, end_ns.
     ``layer_spans``: step_ordinal, main_start_ns, main_end_ns (the span of the step's layers).
     """
-    inside = events[events["step_ordinal"].notna()]
+    columns = ["step_ordinal", "start_ns", "end_ns", "is_comm", "bound_family", "kind", "parallel_role", "op_type"]
+    inside = events.loc[events["step_ordinal"].notna().to_numpy(), columns]  # only the columns it reads
     step, time, sign, event_of = _boundaries(inside)
     same_step = step[1:] == step[:-1]
     length = np.where(same_step, np.diff(time), 0).astype(float)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.windows import window_positions
@@ -18,20 +20,25 @@ TOP = 5
 def events_in_blocks(event_count: int, blocks: pd.DataFrame) -> pd.DataFrame:
     """Per event of a rank (device order): the layer_ordinal, block_kind and block_class_id of the
     block it sits in (null outside every block), from the blocks' positions."""
-    fields = {"layer_ordinal": np.full(event_count, np.nan), "block_kind": None, "block_class_id": None}
-    columns = {
-        name: np.full(event_count, None, dtype=object) if init is None else init for name, init in fields.items()
-    }
+    block_of = np.full(event_count, -1, dtype=np.int64)
     positions, block = window_positions(blocks["pos_start"].to_numpy(), blocks["pos_end"].to_numpy())
-    for name in fields:
-        columns[name][positions] = blocks[name].to_numpy()[block]
-    return pd.DataFrame(columns)
+    block_of[positions] = block
+    outside = block_of < 0
+    layer = blocks["layer_ordinal"].to_numpy(np.float64)[np.where(outside, 0, block_of)] if len(blocks) else block_of
+    # text columns are taken on the Arrow side: no Python string per event
+    take = pa.array(block_of, mask=outside)
+    texts = {
+        name: pc.take(pa.array(blocks[name], pa.string()), take).to_pandas()
+        for name in ("block_kind", "block_class_id")
+    }
+    return pd.DataFrame({"layer_ordinal": np.where(outside, np.nan, layer), **texts})
 
 
 def block_class_ops(events: pd.DataFrame) -> pd.DataFrame:
     """Per (block class, kernel, op type) of one rank: calls, time and pipeline sums (``events``
     carry their block_class_id, see ``events_in_blocks``)."""
-    frame = events[events["block_class_id"].notna()]
+    columns = ["block_class_id", "name", "op_type", "duration_ns", *PIPELINE_FIELDS]
+    frame = events.loc[events["block_class_id"].notna().to_numpy(), columns]  # only the columns it sums
     grouped = frame.groupby(["block_class_id", "name", "op_type"], sort=False)
     table = grouped.agg(call_count=("duration_ns", "size"), duration_us=("duration_ns", "sum"))
     table["duration_us"] = table["duration_us"] / 1000.0

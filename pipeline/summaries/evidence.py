@@ -38,8 +38,9 @@ def source_path_of(rank: RankInput, source_id: str | None) -> str | None:
 def bubble_windows(rank_id: int, events: pd.DataFrame, idle_gaps: pd.DataFrame, steps: pd.DataFrame, min_ns: int):
     """Idle gaps of at least ``min_ns`` with their evidence id and the kernels that bracket them."""
     gaps = idle_gaps[(idle_gaps["end_ns"] - idle_gaps["start_ns"]) >= min_ns].reset_index(drop=True)
-    before = events.iloc[gaps["before_pos"].to_numpy()]
-    after = events.iloc[gaps["after_pos"].to_numpy()]
+    bracketing = events[["name", "row_idx", "source_id"]]  # take only the columns the windows keep
+    before = bracketing.iloc[gaps["before_pos"].to_numpy()]
+    after = bracketing.iloc[gaps["after_pos"].to_numpy()]
     index_in_step = gaps.groupby("step_ordinal").cumcount().to_numpy()
     ordinals = gaps["step_ordinal"].to_numpy(np.int64)
     return pd.DataFrame(
@@ -51,11 +52,11 @@ def bubble_windows(rank_id: int, events: pd.DataFrame, idle_gaps: pd.DataFrame, 
             "start_ns": gaps["start_ns"].to_numpy(),
             "end_ns": gaps["end_ns"].to_numpy(),
             "duration_us": (gaps["end_ns"] - gaps["start_ns"]).to_numpy() / 1000.0,
-            "before_name": before["name"].to_numpy(),
+            "before_name": before["name"].array,
             "before_row": before["row_idx"].to_numpy(),
-            "after_name": after["name"].to_numpy(),
+            "after_name": after["name"].array,
             "after_row": after["row_idx"].to_numpy(),
-            "source_id": before["source_id"].to_numpy(),
+            "source_id": before["source_id"].array,
         }
     )
 
