@@ -18,6 +18,7 @@ import pytest
 
 from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
 from npuprof.pipeline.segmentation.blocks import split_layers
+from npuprof.pipeline.segmentation.classes import normalized_kernel_name, normalized_kernel_names
 from npuprof.pipeline.segmentation.features import EventFeatures
 from npuprof.pipeline.segmentation.layers import _best_offset, _cuts
 from npuprof.pipeline.segmentation.windows import window_metrics
@@ -181,3 +182,18 @@ def test_columnar_json_lines_read_back_as_the_records():
         {"tags": ["z", "w"], "n": 5},
     ]
     assert {r["k"] for r in records} == {"x"} and jsonl_bytes({"a": np.arange(0)}, 0) == b""
+
+
+def test_vectorised_kernel_name_normalisation_equals_the_per_name_rule():
+    names = [
+        "hcom_allReduce__503_79995_1",
+        "Kernel0xdeadbeef_x",
+        "abc0123456789abcdef0123_z",
+        "__x__",
+        "名前Abc_1",
+        "ÄÖ0x1f",
+        "",
+        "MatMul-V3(2)" * 20,
+        "İstanbul9",
+    ]
+    assert list(normalized_kernel_names(np.array(names, dtype=object))) == [normalized_kernel_name(n) for n in names]

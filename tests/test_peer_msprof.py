@@ -7,45 +7,20 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from peer_tool import peer_executable, run_cluster
 
 from npuprof.synth import SCENARIOS, generate
 
 pytestmark = [pytest.mark.peer, pytest.mark.xdist_group("peer")]
 
-PEER_VERSION = "26.2.0"
-PEER_VENV = Path(
-    os.environ.get("NPUPROF_PEER_VENV", Path.home() / ".cache" / "npuprof" / f"msprof-analyze-{PEER_VERSION}")
-)
-
 
 @pytest.fixture(scope="session")
 def msprof_analyze() -> Path:
-    exe = PEER_VENV / "bin" / "msprof-analyze"
-    if not exe.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-        subprocess.run(
-            [str(PEER_VENV / "bin" / "pip"), "install", "-q", f"msprof-analyze=={PEER_VERSION}"],
-            check=True,
-            timeout=900,
-        )
-    return exe
-
-
-def run_cluster(exe: Path, root: Path, mode: str = "all", export_type: str | None = "text") -> str:
-    """Run ``msprof-analyze cluster``; ``export_type=None`` keeps the tool's default (db)."""
-    command = [str(exe), "cluster", "-d", str(root), "-m", mode] + (
-        ["--export_type", export_type] if export_type else []
-    )
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=root.parent)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout + proc.stderr
+    return peer_executable()
 
 
 def problems(log: str) -> list[str]:

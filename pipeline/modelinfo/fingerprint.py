@@ -69,10 +69,18 @@ def _pattern(group: str, key: str) -> re.Pattern:
     return re.compile("|".join(f"(?:{p})" for p in patterns))
 
 
+def _of_kernels(ops: pd.DataFrame, group: str, key: str) -> pd.DataFrame:
+    """Rows of ``ops`` whose kernel Type fully matches one of the ``<group>.<key>`` kernels of
+    model_shapes.yaml (each distinct Type is matched once: shape ops repeat Types many times)."""
+    pattern = _pattern(group, key)
+    types = ops["type"].dropna().unique()
+    matching = [t for t in types if isinstance(t, str) and pattern.fullmatch(t)]
+    return ops[ops["type"].isin(matching)]
+
+
 def _of(ops: pd.DataFrame, key: str) -> pd.DataFrame:
     """Rows of ``ops`` whose kernel Type is one of the ``fields.<key>`` kernels."""
-    pattern = _pattern("fields", key)
-    return ops[ops["type"].map(lambda t: isinstance(t, str) and bool(pattern.fullmatch(t)))]
+    return _of_kernels(ops, "fields", key)
 
 
 def _evidence(row: pd.Series) -> dict:
@@ -388,8 +396,7 @@ class Fingerprint:
         return None
 
     def _grouped_matmuls(self) -> pd.DataFrame:
-        pattern = re.compile(r"GroupedMatmul(V\d)?")
-        return self.ops[self.ops["type"].map(lambda t: isinstance(t, str) and bool(pattern.fullmatch(t)))]
+        return _of(self.ops, "grouped_matmul")
 
     def _moe_width_from_grouped_matmul(self) -> None:
         hidden = self.fields.get("hidden_size", Field()).value
@@ -461,8 +468,7 @@ class Fingerprint:
     def detect_features(self) -> None:
         markers = knowledge.load("model_shapes")["features"]
         for feature in markers:
-            pattern = _pattern("features", feature)
-            hits = self.ops[self.ops["type"].map(lambda t: isinstance(t, str) and bool(pattern.fullmatch(t)))]
+            hits = _of_kernels(self.ops, "features", feature)
             self.features[feature] = {
                 "present": bool(len(hits)),
                 "confidence": "high" if len(hits) else "medium",

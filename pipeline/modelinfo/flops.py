@@ -169,17 +169,19 @@ def estimate(
     return Estimate()
 
 
+FLOPS_INPUTS = ["type", "op_type", "input_shapes", "output_shapes", "input_formats", "input_dtypes", "output_dtypes"]
+
+
 def shape_flops(ops: pd.DataFrame) -> pd.DataFrame:
-    """FLOPS_COLUMNS for each row of ``ops`` (one row per distinct kernel + shapes + dtypes)."""
+    """FLOPS_COLUMNS for each row of ``ops`` (one row per distinct kernel + shapes + dtypes); worked
+    out once per distinct FLOPs input (collectives differ by name only, per call)."""
+    codes = ops[FLOPS_INPUTS].groupby(FLOPS_INPUTS, sort=False, dropna=False).ngroup().to_numpy()
+    first = np.full(int(codes.max()) + 1 if len(codes) else 0, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    distinct = ops.iloc[first]
     rows = []
     for kernel_type, op_type, ins, outs, formats, in_dtypes, out_dtypes in zip(
-        ops["type"],
-        ops["op_type"],
-        ops["input_shapes"],
-        ops["output_shapes"],
-        ops["input_formats"],
-        ops["input_dtypes"],
-        ops["output_dtypes"],
+        *(distinct[column] for column in FLOPS_INPUTS)
     ):
         found = estimate(kernel_type, op_type, ins, outs, formats)
         dtypes = parse_dtypes(in_dtypes)
@@ -196,7 +198,8 @@ def shape_flops(ops: pd.DataFrame) -> pd.DataFrame:
                 found.confidence,
             )
         )
-    frame = pd.DataFrame(rows, columns=list(FLOPS_COLUMNS), index=ops.index)
+    per_distinct = pd.DataFrame(rows, columns=list(FLOPS_COLUMNS))
+    frame = per_distinct.iloc[codes].set_axis(ops.index)
     for column in ("flops_per_call", "bytes_per_call"):
         frame[column] = frame[column].astype(np.float64)
     return frame

@@ -12,6 +12,8 @@ import re
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 _HEX = re.compile(r"0x[0-9a-f]+|[0-9a-f]{16,}")
 _DIGITS = re.compile(r"[0-9]+")
@@ -25,20 +27,41 @@ def normalized_kernel_name(name: str) -> str:
     return _NON_LETTERS.sub("_", text).strip("_")[:96]
 
 
+def normalized_kernel_names(names: pd.Index | np.ndarray) -> np.ndarray:
+    """``normalized_kernel_name`` of many names at once: Arrow's regex kernels for ASCII names (the
+    same patterns, so the same text), Python's for the rest (Unicode lower-casing may differ)."""
+    text = pa.array(np.asarray(names, dtype=object), pa.string())
+    lowered = pc.utf8_lower(text)
+    lowered = pc.replace_substring_regex(lowered, _HEX.pattern, "")
+    lowered = pc.replace_substring_regex(lowered, _DIGITS.pattern, "#")
+    lowered = pc.replace_substring_regex(lowered, _NON_LETTERS.pattern, "_")
+    normalized = pc.utf8_slice_codeunits(pc.utf8_trim(lowered, "_"), 0, 96).to_numpy(zero_copy_only=False)
+    normalized = normalized.astype(object)
+    for index in np.flatnonzero(~pc.string_is_ascii(text).to_numpy(zero_copy_only=False)):
+        normalized[index] = normalized_kernel_name(text[index].as_py())
+    return normalized
+
+
 def event_tokens(names: pd.Series, shapes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(uint64 token per event, bool: event has shape info). One hash per distinct (name, shapes) pair."""
+    """(uint64 token per event, bool: event has shape info). One hash per distinct (normalised
+    name, shapes) pair: decode captures bring a new collective name (a call counter) and a new
+    shape per step, but few normalised names."""
     shapes = shapes.fillna("")
-    keys = names.fillna("").astype(str) + "\x1f" + shapes.astype(str)
-    codes, uniques = pd.factorize(keys)
+    name_codes, name_values = pd.factorize(names.fillna(""))
+    normal_codes, normal_values = pd.factorize(normalized_kernel_names(name_values))
+    shape_codes, shape_values = pd.factorize(shapes)
+    width = max(len(shape_values), 1)
+    pair = normal_codes[name_codes].astype(np.int64) * width + shape_codes
+    codes, pairs = pd.factorize(pair)
     digests = np.array(
         [
             int.from_bytes(
                 hashlib.blake2b(
-                    f"{normalized_kernel_name(k.split(chr(31))[0])}|{k.split(chr(31), 1)[1]}".encode(), digest_size=8
+                    f"{normal_values[p // width]}|{shape_values[p % width]}".encode(), digest_size=8
                 ).digest(),
                 "little",
             )
-            for k in uniques
+            for p in pairs.tolist()
         ]
         or [0],
         dtype=np.uint64,

@@ -45,9 +45,14 @@ def _steps(path: Path, data: object) -> dict[int | None, dict]:
     return steps
 
 
-def _number(path: Path, where: str, value: object) -> float:
+def _number(path: Path, key: str, field: str, value: object) -> float:
+    """``value`` as a float; BadInput naming the op and field otherwise (the message is only
+    formatted on error: a decode capture has millions of these fields)."""
+    kind = type(value)
+    if kind is float or kind is int:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BadInput(path, f"{where}: not a number: {value!r}")
+        raise BadInput(path, f"{key} {field}: not a number: {value!r}")
     return float(value)
 
 
@@ -64,15 +69,15 @@ def _op_row(path: Path, step: int | None, scope: str, key: str, info: object) ->
         "packet_sizes_mb": "",
     }
     for field, column in _TIME_FIELDS.items():
-        row[column] = _number(path, f"{key} {field}", times[field]) if field in times else None
+        row[column] = _number(path, key, field, times[field]) if field in times else None
     busiest = -1.0
     for transport, values in (info.get("Communication Bandwidth Info") or {}).items():
         prefix = transport.lower()
         if transport not in schema.TRANSPORTS or not isinstance(values, dict):
             continue
-        row[f"{prefix}_size_mb"] = _number(path, f"{key} {transport}", values.get("Transit Size(MB)", 0))
-        row[f"{prefix}_time_ms"] = _number(path, f"{key} {transport}", values.get("Transit Time(ms)", 0))
-        row[f"{prefix}_bandwidth_gbps"] = _number(path, f"{key} {transport}", values.get("Bandwidth(GB/s)", 0))
+        row[f"{prefix}_size_mb"] = _number(path, key, transport, values.get("Transit Size(MB)", 0))
+        row[f"{prefix}_time_ms"] = _number(path, key, transport, values.get("Transit Time(ms)", 0))
+        row[f"{prefix}_bandwidth_gbps"] = _number(path, key, transport, values.get("Bandwidth(GB/s)", 0))
         if row[f"{prefix}_size_mb"] > busiest:  # transports repeat one distribution: keep the busiest's
             busiest = row[f"{prefix}_size_mb"]
             distribution = values.get("Size Distribution") or {}
@@ -117,9 +122,9 @@ def read_communication_matrix(path: str | Path) -> pd.DataFrame:
                             "src_local_rank": int(src),
                             "dst_local_rank": int(dst),
                             "transport": values.get("Transport Type"),
-                            "size_mb": _number(path, f"{key} {link}", values.get("Transit Size(MB)", 0)),
-                            "time_ms": _number(path, f"{key} {link}", values.get("Transit Time(ms)", 0)),
-                            "bandwidth_gbps": _number(path, f"{key} {link}", values.get("Bandwidth(GB/s)", 0)),
+                            "size_mb": _number(path, key, link, values.get("Transit Size(MB)", 0)),
+                            "time_ms": _number(path, key, link, values.get("Transit Time(ms)", 0)),
+                            "bandwidth_gbps": _number(path, key, link, values.get("Bandwidth(GB/s)", 0)),
                             "op_name": values.get("Op Name"),
                         }
                     )

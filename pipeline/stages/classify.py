@@ -45,24 +45,34 @@ def _with_metrics(frame: pd.DataFrame, times: dict, bubble_min_ns: int) -> pd.Da
     return pd.concat([frame.reset_index(drop=True), metrics], axis=1)
 
 
+def _gap_limit(rules: dict, tag: str, wall_ms: pd.Series) -> pd.Series:
+    return np.maximum(rules[tag]["min_ms"], rules[tag]["min_wall_share"] * wall_ms)
+
+
 def _anomaly_tags(steps: pd.DataFrame, rules: dict) -> pd.DataFrame:
     """Anomaly tags per step, and their wording; gaps to neighbouring steps are unknown (never
-    tagged) at the edges."""
+    tagged) at the edges. The tests run on all steps at once; only tagged steps are worded."""
     steps = steps.assign(
         prelaunch_gap_ms=(steps["start_ns"] - steps["end_ns"].shift(1)) / 1e6,
         tail_gap_ms=(steps["start_ns"].shift(-1) - steps["end_ns"]) / 1e6,
     )
-    tags, texts = [], []
-    for row in steps.itertuples():
-        found = [t for t in str(row.tags or "").split(";") if t]
-        if row.underfeed_ratio >= rules["DEVICE_IDLE_GAP_HEAVY"]["underfeed_ratio_min"]:
-            found.append("DEVICE_IDLE_GAP_HEAVY")
-        bubble = rules["INTERNAL_BUBBLE_HEAVY"]
-        if row.largest_internal_bubble_ms >= max(bubble["min_ms"], bubble["min_wall_share"] * row.wall_ms):
-            found.append("INTERNAL_BUBBLE_HEAVY")
-        for tag, gap in (("PRELAUNCH_GAP_HEAVY", row.prelaunch_gap_ms), ("TAIL_GAP_HEAVY", row.tail_gap_ms)):
-            if pd.notna(gap) and gap >= max(rules[tag]["min_ms"], rules[tag]["min_wall_share"] * row.wall_ms):
-                found.append(tag)
+    wall = steps["wall_ms"]
+    computed = {
+        "DEVICE_IDLE_GAP_HEAVY": steps["underfeed_ratio"] >= rules["DEVICE_IDLE_GAP_HEAVY"]["underfeed_ratio_min"],
+        "INTERNAL_BUBBLE_HEAVY": steps["largest_internal_bubble_ms"]
+        >= _gap_limit(rules, "INTERNAL_BUBBLE_HEAVY", wall),
+        "PRELAUNCH_GAP_HEAVY": steps["prelaunch_gap_ms"].notna()
+        & (steps["prelaunch_gap_ms"] >= _gap_limit(rules, "PRELAUNCH_GAP_HEAVY", wall)),
+        "TAIL_GAP_HEAVY": steps["tail_gap_ms"].notna()
+        & (steps["tail_gap_ms"] >= _gap_limit(rules, "TAIL_GAP_HEAVY", wall)),
+    }
+    given = steps["tags"].fillna("").astype(str).to_numpy(object)
+    tagged = np.flatnonzero((given != "") | np.logical_or.reduce([m.to_numpy(bool) for m in computed.values()]))
+    tags = np.full(len(steps), "", dtype=object)
+    texts = np.full(len(steps), "", dtype=object)
+    flags = {tag: mask.to_numpy(bool) for tag, mask in computed.items()}
+    for i, row in zip(tagged, steps.iloc[tagged].itertuples()):  # a loop over tagged steps only
+        found = [t for t in given[i].split(";") if t] + [tag for tag, flag in flags.items() if flag[i]]
         found = list(dict.fromkeys(found))
         values = {
             "underfeed_ratio": row.underfeed_ratio,
@@ -71,8 +81,8 @@ def _anomaly_tags(steps: pd.DataFrame, rules: dict) -> pd.DataFrame:
             "prelaunch_gap_ms": row.prelaunch_gap_ms,
             "tail_gap_ms": row.tail_gap_ms,
         }
-        tags.append(";".join(found))
-        texts.append("; ".join(rules[tag]["text"].format(**values) for tag in found))
+        tags[i] = ";".join(found)
+        texts[i] = "; ".join(rules[tag]["text"].format(**values) for tag in found)
     return steps.assign(anomaly_tags=tags, anomaly_text=texts)
 
 
@@ -194,34 +204,34 @@ def _block_kinds(blocks: pd.DataFrame, layers: pd.DataFrame) -> np.ndarray:
 
 
 def _anatomy(steps: pd.DataFrame, layers: pd.DataFrame, times: dict, bubble_min_ns: int) -> pd.DataFrame:
-    """Head / main / tail windows of every step (main = first layer start .. last layer end)."""
-    rows = []
+    """Head / main / tail windows of every step (main = first layer start .. last layer end); a step
+    without layers is one head window. All steps at once: decode captures have tens of thousands."""
     first_last = (
         layers.groupby("step_ordinal").agg(first=("pos_start", "min"), last=("pos_end", "max"))
         if len(layers)
-        else pd.DataFrame()
+        else pd.DataFrame(columns=["first", "last"], dtype=np.int64)
+    ).reindex(steps["step_ordinal"])
+    layered = first_last["first"].notna().to_numpy()
+    first = first_last["first"].fillna(0).to_numpy(np.int64)
+    last = first_last["last"].fillna(0).to_numpy(np.int64)
+    step_start, step_end = steps["pos_start"].to_numpy(np.int64), steps["pos_end"].to_numpy(np.int64)
+    head_end = np.where(layered, first - 1, step_end)
+    lo = np.stack([step_start, first, last + 1], axis=1).ravel()
+    hi = np.stack([head_end, last, step_end], axis=1).ravel()
+    keep = np.stack([np.ones_like(layered), layered, layered], axis=1).ravel()
+    step_index = np.repeat(np.arange(len(steps)), 3)[keep]
+    lo, hi = lo[keep], hi[keep]
+    frame = pd.DataFrame(
+        {
+            "step_ordinal": steps["step_ordinal"].to_numpy()[step_index],
+            "step_id": steps["step_id"].iloc[step_index].to_numpy(),
+            "anatomy_kind": np.where(layered, "layered", "head_only")[step_index].astype(object),
+            "window": np.tile(np.array(["head", "main", "tail"], dtype=object), len(steps))[keep],
+            "pos_start": lo,
+            "pos_end": hi,
+            "event_count": np.maximum(hi - lo + 1, 0),
+        }
     )
-    for step in steps.itertuples():
-        if step.step_ordinal in first_last.index:
-            first, last = first_last.loc[step.step_ordinal, ["first", "last"]]
-            windows = [("head", step.pos_start, first - 1), ("main", first, last), ("tail", last + 1, step.pos_end)]
-            kind = "layered"
-        else:
-            windows = [("head", step.pos_start, step.pos_end)]
-            kind = "head_only"
-        for name, lo, hi in windows:
-            rows.append(
-                {
-                    "step_ordinal": step.step_ordinal,
-                    "step_id": step.step_id,
-                    "anatomy_kind": kind,
-                    "window": name,
-                    "pos_start": int(lo),
-                    "pos_end": int(hi),
-                    "event_count": int(max(hi - lo + 1, 0)),
-                }
-            )
-    frame = pd.DataFrame(rows)
     present = frame["event_count"] > 0
     metrics = window_metrics(
         frame.loc[present, "pos_start"].to_numpy(),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.summaries.bound import bound_labels
@@ -38,8 +40,7 @@ def operator_summary(events: pd.DataFrame) -> pd.DataFrame:
         first_start_ns=("start_ns", "min"),
         last_end_ns=("end_ns", "max"),
     )
-    samples = grouped["row_idx"].apply(lambda rows: ";".join(str(r) for r in np.sort(rows.to_numpy())[:SAMPLE_ROWS]))
-    table["sample_rows"] = samples  # a loop over operators (distinct kernels), not events
+    table["sample_rows"] = _sample_rows(grouped.ngroup().to_numpy(), frame["row_idx"].to_numpy(), len(table))
     sums = grouped[list(PIPELINE_FIELDS)].sum(min_count=1)
     table = table.join(sums.add_suffix("_sum"))
     table = table.reset_index()
@@ -53,6 +54,18 @@ def operator_summary(events: pd.DataFrame) -> pd.DataFrame:
     table = pd.concat([table, bound_labels(table["op_type"], stages)], axis=1)
     table["type"] = table["type"].replace("", None)
     return table.sort_values("duration_sum_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _sample_rows(group: np.ndarray, rows: np.ndarray, group_count: int) -> np.ndarray:
+    """The SAMPLE_ROWS smallest source rows of each group, ';'-joined (groups in ngroup order)."""
+    order = np.lexsort((rows, group))
+    group, rows = group[order], rows[order]
+    rank = np.arange(len(group)) - np.searchsorted(group, group, side="left")
+    keep = rank < SAMPLE_ROWS
+    # every group keeps its rows back to back: one list per group, joined by Arrow
+    offsets = np.searchsorted(group[keep], np.arange(group_count + 1)).astype(np.int32)
+    texts = pc.cast(pa.array(rows[keep]), pa.string())
+    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), texts), ";").to_numpy(zero_copy_only=False)
 
 
 def operator_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,81 @@
+"""Benchmark: ``npuprof analyze`` against the vendor's ``msprof-analyze cluster -m all --export_type
+text`` on the same synthetic root (≥ 4 ranks × 200 k kernels), wall time of each CLI, in one run.
+
+npuprof does strictly more (steps, layers, blocks, classes, operators, communication, findings,
+report); the target is npuprof ≥ 5× faster. The vendor tool runs from its own venv (created on
+first use, as the peer tests do). Usage: ``python bench/peer.py [--ranks 4] [--steps 800] [--repeat 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from peer_tool import peer_executable, run_cluster  # noqa: E402
+
+from npuprof.synth import generate  # noqa: E402
+
+TARGET = 5.0
+NPUPROF = shutil.which("npuprof") or str(Path(sys.executable).parent / "npuprof")  # the installed CLI
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
+    args = parser.parse_args()
+    root = args.work / f"peer_root_{args.ranks}x{args.steps}x{args.layers}"
+    if not (root / "ground_truth.json").exists():
+        generate(root, "clean", ranks=args.ranks, steps=args.steps, layers=args.layers, overwrite=True)
+    exe = peer_executable()
+    out = args.work / "peer_npuprof_out"
+    vendor_out = root / "cluster_analysis_output"
+
+    def npuprof_run() -> None:
+        shutil.rmtree(out, ignore_errors=True)
+        command = [NPUPROF, "analyze", str(root), "-o", str(out), "--progress", "none"]
+        subprocess.run(command, check=True, capture_output=True, timeout=1800)
+
+    def vendor_run() -> None:
+        shutil.rmtree(vendor_out, ignore_errors=True)
+        run_cluster(exe, root)
+
+    npuprof_s = statistics.median(_timed(npuprof_run) for _ in range(args.repeat))
+    vendor_s = statistics.median(_timed(vendor_run) for _ in range(args.repeat))
+    events = json.loads((out / "normalize_manifest.json").read_text())["event_count"]
+    print(
+        json.dumps(
+            {
+                "ranks": args.ranks,
+                "events": events,
+                "events_per_rank": events // args.ranks,
+                "npuprof_analyze_s": round(npuprof_s, 3),
+                "msprof_analyze_cluster_all_s": round(vendor_s, 3),
+                "speedup": round(vendor_s / npuprof_s, 2),
+                "target_speedup": f">= {TARGET}",
+                "repeat": args.repeat,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
