@@ -42,6 +42,7 @@ class StepLayers:
     layers: list[Layer]
     family: str
     confidence: str  # high | medium | low | none
+    structure: tuple | None = None  # steps of equal structure have the same layers (see step_memo)
 
 
 def choose_family(features: EventFeatures) -> tuple[str, np.ndarray]:

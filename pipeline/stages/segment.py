@@ -23,8 +23,8 @@ from npuprof.pipeline.segmentation.layers import (
     choose_family,
     fallback_anchors,
     modal_gaps,
-    step_layers,
 )
+from npuprof.pipeline.segmentation.step_memo import StepLayerMemo
 from npuprof.pipeline.segmentation.steps import StepWindow, step_windows
 from npuprof.pipeline.segmentation.windows import window_evidence
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
@@ -56,22 +56,14 @@ def _layer_anchors(features: EventFeatures) -> tuple[str, np.ndarray, str]:
     return "", anchors, "no attention kernels: transformer layers cannot be identified"
 
 
-def _step_row(step: StepWindow, layers: list[Layer], family: str, confidence: str) -> dict:
-    """One step_segments row (without its evidence columns)."""
+def _layer_counts(step: StepWindow, layers: list[Layer]) -> dict:
+    """The step_segments fields that depend only on the step's layers relative to its start."""
     covered = sum(layer.end - layer.start + 1 for layer in layers)
     head = layers[0].start - step.start if layers else step.event_count
     tail = step.end - layers[-1].end if layers else 0
     forward_passes = Counter(layer.pass_index for layer in layers if layer.role == "forward")
     roles = Counter(layer.role for layer in layers)
     return {
-        "step_ordinal": step.ordinal,
-        "step_id": step.step_id,
-        "source": step.source,
-        "complete": step.complete,
-        "tags": ";".join(step.tags),
-        "pos_start": step.start,
-        "pos_end": step.end,
-        "event_count": step.event_count,
         "layer_count": len(layers),
         "main_layer_count": len(layers) - roles.get("speculative", 0),
         "forward_layers": roles.get("forward", 0),
@@ -83,8 +75,23 @@ def _step_row(step: StepWindow, layers: list[Layer], family: str, confidence: st
         "head_events": head,
         "tail_events": tail,
         "interlude_events": step.event_count - covered - head - tail,
+    }
+
+
+def _step_row(step: StepWindow, counts: dict, family: str, confidence: str) -> dict:
+    """One step_segments row (without its evidence columns)."""
+    return {
+        "step_ordinal": step.ordinal,
+        "step_id": step.step_id,
+        "source": step.source,
+        "complete": step.complete,
+        "tags": ";".join(step.tags),
+        "pos_start": step.start,
+        "pos_end": step.end,
+        "event_count": step.event_count,
+        **counts,
         "attention_family": family or None,
-        "layer_confidence": confidence if layers else "none",
+        "layer_confidence": confidence if counts["layer_count"] else "none",
     }
 
 
@@ -148,6 +155,8 @@ def map_rank(ctx: RankContext) -> StageResult:
     )
     gaps = modal_gaps(anchors, features.backward)
     templates: dict = {}
+    memo = StepLayerMemo(anchors, features, family, gaps)  # repeating steps are worked out once
+    layer_counts: dict = {}  # by step structure
     names = events.column("name").to_numpy(zero_copy_only=False)
     evidence_arrays = {
         "row_idx": events.column("row_idx").to_numpy(),
@@ -157,9 +166,13 @@ def map_rank(ctx: RankContext) -> StageResult:
 
     step_rows, layer_rows, hard_errors = [], [], []
     for step in steps:
-        found = step_layers(step.start, step.end, anchors, features, family, gaps, templates)
+        found = memo.layers(step.start, step.end, templates)
         confidence = "low" if family == fallback_family and found.layers else found.confidence
-        row = _step_row(step, found.layers, found.family, confidence)
+        counts = layer_counts.get(found.structure) if found.structure else None
+        if counts is None:
+            counts = _layer_counts(step, found.layers)
+            layer_counts[found.structure] = counts
+        row = _step_row(step, counts, found.family, confidence)
         step_rows.append(row)
         hard_errors += _step_hard_errors(rank, step, found.layers, row)
         layer_rows += _layer_rows(step, found.layers, names, layer_family)
