@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.group_text import joined_per_group
 
 HIGH_SKEW_US = 5_000.0  # step alignment confidence: high below this start skew (with ≥ 4 members)
 MEDIUM_SKEW_US = 20_000.0
@@ -44,8 +45,13 @@ def _on_common_clock(frame: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame
 
 
 def _joined_ranks(frame: pd.DataFrame, key: str) -> pd.Series:
-    ranks = frame[["rank_id", key]].drop_duplicates().sort_values(["rank_id"])
-    return ranks.groupby(key)["rank_id"].agg(lambda r: ";".join(map(str, r)))  # a loop over units
+    """``"0;3;5"``: the ranks of each unit, ascending, indexed by unit."""
+    pairs = frame[["rank_id", key]].drop_duplicates()
+    codes, units = pd.factorize(pairs[key], sort=True)
+    ranks = pairs["rank_id"].to_numpy(np.int64)
+    order = np.lexsort((ranks, codes))
+    order = order[codes[order] >= 0]  # a unit without a key joins nothing
+    return pd.Series(joined_per_group(codes[order], ranks[order], len(units)), index=units)
 
 
 def corrected(instances: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame:

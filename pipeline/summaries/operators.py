@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from npuprof.pipeline.group_text import joined_per_group
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.summaries.bound import bound_labels
 
@@ -62,10 +61,7 @@ def _sample_rows(group: np.ndarray, rows: np.ndarray, group_count: int) -> np.nd
     group, rows = group[order], rows[order]
     rank = np.arange(len(group)) - np.searchsorted(group, group, side="left")
     keep = rank < SAMPLE_ROWS
-    # every group keeps its rows back to back: one list per group, joined by Arrow
-    offsets = np.searchsorted(group[keep], np.arange(group_count + 1)).astype(np.int32)
-    texts = pc.cast(pa.array(rows[keep]), pa.string())
-    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), texts), ";").to_numpy(zero_copy_only=False)
+    return joined_per_group(group[keep], rows[keep], group_count)
 
 
 def operator_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
