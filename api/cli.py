@@ -488,11 +488,7 @@ def _target(host: str, args: argparse.Namespace):
     from npuprof.deploy.ssh import Target
 
     options = {"key_file": args.key, "known_hosts": args.known_hosts, "accept_new_host_key": args.accept_new_host_key}
-    if host.startswith("ssh://"):
-        target = Target.from_url(host, **options)
-    else:
-        user, _, name = host.rpartition("@")
-        target = Target(name, user or None, **options)
+    target = Target.parse(host, **options)
     overrides = {"user": args.user or target.user, "port": args.port or target.port}
     return Target(**{**vars(target), **overrides})
 

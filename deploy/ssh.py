@@ -35,6 +35,16 @@ class Target:
         return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port != 22 else ''}"
 
     @classmethod
+    def parse(cls, text: str, **kw) -> Target:
+        """``[user@]host`` or ``ssh://[user@]host[:port]``: the one parser of SSH targets."""
+        if text.startswith("ssh://"):
+            return cls.from_url(text, **kw)
+        user, _, host = text.rpartition("@")
+        if not host:
+            raise UsageError(f"{text!r}: expected [user@]host or ssh://[user@]host[:port]")
+        return cls(host, user or None, **kw)
+
+    @classmethod
     def from_url(cls, url: str, **kw) -> Target:
         """``ssh://[user@]host[:port]`` (the ``--via`` form)."""
         parts = urlsplit(url)

@@ -182,7 +182,7 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     merge = merge_sweep_task.si(sweep_id).set(task_id=merge_id, queue=queue_name)
     # a root chord that errors (a result lost while Redis restarted) fails the outer chord and skips its
     # body: this errback starts the merge anyway, which recovers or fails such roots from the archive
-    merge.link_error(merge_after_chord_error.si(sweep_id).set(queue=queue_name))
+    merge.link_error(merge_after_chord_error.si(sweep_id, queue_name).set(queue=queue_name))
     if root_chords:
         chord(root_chords, merge).apply_async()
     else:
@@ -220,16 +220,12 @@ def merge_sweep_task(self, sweep_id: str) -> dict:
     return {"status": "done", "status_counts": summary["status_counts"], "rollup": summary["rollup"]}
 
 
-@app.task(bind=True, name="npuprof.merge_after_chord_error", autoretry_for=TRANSIENT, retry_backoff=True)
-def merge_after_chord_error(self, sweep_id: str) -> dict:
-    """Run the sweep's merge (same task id) when its chord broke instead of calling it."""
+@app.task(name="npuprof.merge_after_chord_error", autoretry_for=TRANSIENT, retry_backoff=True)
+def merge_after_chord_error(sweep_id: str, queue_name: str) -> dict:
+    """Run the sweep's merge (same task id, on the sweep's queue) when its chord broke instead of calling it."""
     record = records.load(sweep_id)
     if record and record.get("state") != "done":
-        merge_sweep_task.apply_async(
-            (sweep_id,),
-            task_id=record["merge_id"],
-            queue=self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE,
-        )
+        merge_sweep_task.apply_async((sweep_id,), task_id=record["merge_id"], queue=queue_name)
     return {"sweep_id": sweep_id, "merge": "restarted"}
 
 
