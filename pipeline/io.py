@@ -198,18 +198,21 @@ def read_dataset(
     *,
     columns: list[str] | tuple[str, ...] | None = None,
     filter: pc.Expression | None = None,
+    dictionary: tuple[str, ...] = (),
 ) -> pa.Table:
     """Read a per-rank table (all ranks with an int32 ``rank_id`` column, or one rank's partition).
 
     ``columns`` projects (only those columns are read from disk) and ``filter`` is pushed down into
-    the scan, so a stage reads only what it needs.
+    the scan, so a stage reads only what it needs. ``dictionary`` text columns come back
+    dictionary-encoded, as they are stored: no string per row when only their codes matter.
     """
     path = Path(out_dir) / table.path
+    file_format = ds.ParquetFileFormat(dictionary_columns=list(dictionary)) if dictionary else "parquet"
     if rank_id is not None:
-        return ds.dataset(path / f"{schema.RANK_PARTITION_KEY}={rank_id}", format="parquet").to_table(
+        return ds.dataset(path / f"{schema.RANK_PARTITION_KEY}={rank_id}", format=file_format).to_table(
             columns=list(columns) if columns is not None else None, filter=filter
         )
-    dataset = ds.dataset(path, format="parquet", partitioning="hive")
+    dataset = ds.dataset(path, format=file_format, partitioning="hive")
     wanted = None
     if columns is not None:
         wanted = [c for c in columns if c != schema.RANK_PARTITION_KEY] + [schema.RANK_PARTITION_KEY]

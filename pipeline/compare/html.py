@@ -52,13 +52,13 @@ def _verdicts(operators: pd.DataFrame) -> dict[tuple, str]:
 
 
 def _lane(kernels: pd.DataFrame, verdicts: dict) -> list[list]:
-    keys = zip(kernels["name"].fillna(""), kernels["input_shapes"].fillna(""), kernels["output_shapes"].fillna(""))
-    return [
-        [name, kind, round(float(offset), 3), round(float(duration), 3), verdicts.get(key, "not_compared")]
-        for key, name, kind, offset, duration in zip(
-            keys, kernels["name"].fillna(""), kernels["type"].fillna(""), kernels["offset_us"], kernels["duration_us"]
-        )
-    ]
+    """[name, type, offset µs, duration µs, verdict] per kernel, built column-wise."""
+    texts = {column: kernels[column].fillna("").astype(str) for column in (*OPERATOR_KEY, "type")}
+    keys = list(zip(*(texts[column] for column in OPERATOR_KEY)))
+    verdict = [verdicts.get(key, "not_compared") for key in keys]
+    offsets = kernels["offset_us"].to_numpy(float).round(3).tolist()
+    durations = kernels["duration_us"].to_numpy(float).round(3).tolist()
+    return [list(row) for row in zip(texts["name"].tolist(), texts["type"].tolist(), offsets, durations, verdict)]
 
 
 def compare_html(base: Side, new: Side, tables: dict[str, pd.DataFrame], summary: dict) -> str:

@@ -6,6 +6,7 @@ by class they share nothing, and pairing unlike things would invent deltas.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -56,7 +57,8 @@ def compare_tables(base: Side, new: Side) -> dict[str, pd.DataFrame]:
 
 def compare(baseline: str | Path, new: str | Path, out_dir: str | Path) -> dict:
     """Compare two analyzed outputs into ``out_dir``; returns the summary document."""
-    base_side, new_side = load_side(baseline), load_side(new)
+    with ThreadPoolExecutor(max_workers=2) as pool:  # Arrow reads and encodes release the GIL
+        base_side, new_side = pool.map(load_side, (baseline, new))
     shape = structure(base_side, new_side)
     if not shape["same_model"]:
         fields = ", ".join(f"{k} {v[0]} vs {v[1]}" for k, v in shape["differing_fields"].items())

@@ -104,7 +104,10 @@ def _operator_calls(out: Path, steps: pd.DataFrame) -> pd.DataFrame:
     from npuprof.pipeline.summaries.communication import COMMUNICATION_OP_TYPES
 
     table = io.read_dataset(
-        out, schema.NORMALIZED_EVENTS, columns=[*OPERATOR_KEY, "op_type", "start_ns", "duration_ns"]
+        out,
+        schema.NORMALIZED_EVENTS,
+        columns=[*OPERATOR_KEY, "op_type", "start_ns", "duration_ns"],
+        dictionary=tuple(OPERATOR_KEY),
     )
     table = table.filter(pc.invert(pc.is_in(table["op_type"], pa.array(list(COMMUNICATION_OP_TYPES)))))
     spans = pd.read_csv(out / schema.STEP_SUMMARY.file, usecols=["rank_id", "step_ordinal", "start_ns", "end_ns"])
@@ -129,18 +132,28 @@ def _operator_calls(out: Path, steps: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """(code per row, text per code) of a text column; null reads as ``""``."""
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    chunks = column.unify_dictionaries().chunks
+    values = chunks[0].dictionary.to_pylist() if chunks else []
+    empty = values.index("") if "" in values else len(values)
+    if empty == len(values):
+        values.append("")
+    codes = [c.indices.fill_null(empty).to_numpy(zero_copy_only=False).astype(np.int64) for c in chunks]
+    return (np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)), values
+
+
 def _key_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
-    """(key code per call, key strings): each key column dictionary-encoded, the codes combined as integers,
-    strings built only for the distinct combinations."""
-    codes, dictionaries = [], []
-    for column in OPERATOR_KEY:
-        encoded = pc.fill_null(table[column], "").combine_chunks().dictionary_encode()
-        codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
-        dictionaries.append(encoded.dictionary.to_pylist())
-    combined = codes[0]
-    for code, dictionary in zip(codes[1:], dictionaries[1:]):
+    """(key code per call, key strings in sorted order): each key column as dictionary codes, the codes
+    combined as integers, strings built only for the distinct combinations."""
+    encoded = [_dictionary_codes(table[column]) for column in OPERATOR_KEY]
+    dictionaries = [values for _, values in encoded]
+    combined = encoded[0][0]
+    for (code, _), dictionary in zip(encoded[1:], dictionaries[1:]):
         combined = combined * len(dictionary) + code
-    distinct, inverse = np.unique(combined, return_inverse=True)
+    inverse, distinct = pd.factorize(combined)  # hashing, not sorting, the calls
     names = []
     for value in distinct.tolist():  # one per distinct operator key
         parts = []
@@ -148,7 +161,10 @@ def _key_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
             value, index = divmod(value, len(dictionary))
             parts.append(dictionary[index])
         names.append(KEY_SEPARATOR.join([dictionaries[0][value], *reversed(parts)]))
-    return inverse.astype(np.int64), names
+    order = np.argsort(np.array(names, dtype=object), kind="stable")  # keys in text order
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inverse], [names[i] for i in order]
 
 
 def split_key(keys: pd.Series) -> pd.DataFrame:
