@@ -28,18 +28,18 @@ REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"normalize": 1.5, "segment+classify": 1.5, "total": 5.0, "peak_rss_over_input": 1.5}
 
 
-def stage_seconds(root: Path, out: Path, jobs: int) -> tuple[dict[str, float], int]:
-    """Run every built stage alone, in order; returns seconds per stage and the peak tree RSS."""
+def stage_seconds(root: Path, out: Path, jobs: int) -> tuple[dict[str, float], dict[str, int]]:
+    """Run every built stage alone, in order; returns seconds and the peak tree RSS per stage."""
     seconds: dict[str, float] = {}
-    peak = 0
+    peaks: dict[str, int] = {}
     for position, stage in enumerate(s for s in STAGES if s.built):
         gc.collect()
         window = StageWindow(to_stage=stage.name) if position == 0 else StageWindow(only_stage=stage.name)
         with peak_rss() as run:
             analyze(root if position == 0 else None, out, jobs=jobs, overwrite=position == 0, window=window)
         seconds[stage.name] = round(run["seconds"], 3)
-        peak = max(peak, run["peak"])
-    return seconds, peak
+        peaks[stage.name] = run["peak"]
+    return seconds, peaks
 
 
 def main() -> None:
@@ -56,7 +56,8 @@ def main() -> None:
     gc.collect()
     bare = bare_read_seconds(files)
     started = time.perf_counter()
-    seconds, peak = stage_seconds(root, args.work / "pipeline_out", args.jobs)
+    seconds, peaks = stage_seconds(root, args.work / "pipeline_out", args.jobs)
+    peak = max(peaks.values())
     total = time.perf_counter() - started
     ratios = {name: round(s / bare, 3) for name, s in seconds.items()}
     measured = {
@@ -73,6 +74,7 @@ def main() -> None:
         "stage_s": seconds,
         "stage_over_bare_read": ratios,
         "total_s": round(total, 3),
+        "stage_peak_rss_over_input": {name: round(p / input_bytes, 3) for name, p in peaks.items()},
         "measured": measured,
         "targets": TARGETS,
         "met": {k: measured[k] is not None and measured[k] <= v for k, v in TARGETS.items()},

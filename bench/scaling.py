@@ -39,7 +39,8 @@ def measure(work: Path, scenario: str, ranks: int, steps: int, layers: int, jobs
     """Stage seconds, events and peak RSS over input bytes of one analyzed synthetic root."""
     root = _root(work, scenario, ranks, steps, layers)
     out = work / f"{root.name}_out"
-    seconds, peak = stage_seconds(root, out, jobs)
+    seconds, peaks = stage_seconds(root, out, jobs)
+    peak = max(peaks.values())
     events = json.loads((out / "normalize_manifest.json").read_text())["event_count"]
     input_bytes = _input_bytes(root)
     return {

@@ -13,7 +13,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,39 +90,48 @@ def write_parquet(target: Path, table: pa.Table) -> Path:
     return write_with(target, _write)
 
 
-def write_bytes(target: Path, payload: bytes | str) -> Path:
-    """Write rendered bytes (text is UTF-8 encoded), atomically."""
-    data = payload.encode("utf-8") if isinstance(payload, str) else payload
-    return write_with(target, lambda tmp: tmp.write_bytes(data))
+def write_bytes(target: Path, payload: bytes | str | Iterable[bytes]) -> Path:
+    """Write rendered bytes (text is UTF-8 encoded), atomically; an iterable of byte chunks is
+    written chunk by chunk as it is produced."""
+    if isinstance(payload, (bytes, str)):
+        data = payload.encode("utf-8") if isinstance(payload, str) else payload
+        return write_with(target, lambda tmp: tmp.write_bytes(data))
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            for chunk in payload:
+                handle.write(chunk)
+
+    return write_with(target, write)
 
 
-CSV_CHUNK_ROWS = 100_000  # rows rendered per thread task
+CSV_CHUNK_ROWS = 25_000  # rows rendered per thread task
 
 
-def write_csv(target: Path, frame) -> Path:
-    """Write a DataFrame as CSV, atomically; the header is always written.
-
-    Large tables are rendered in chunks of rows on a thread each (Arrow's number-to-text casts
-    release the GIL) and written in order."""
+def csv_chunks(frame, header: bool = True) -> Iterator[bytes]:
+    """A DataFrame as CSV bytes, in chunks of rows rendered on a thread each (Arrow's
+    number-to-text casts release the GIL), in order; ``header``: start with the column names."""
     import pyarrow.csv as pacsv
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
 
-    def render(lo: int) -> pa.Buffer:
+    def render(lo: int) -> bytes:
         sink = pa.BufferOutputStream()
-        options = pacsv.WriteOptions(include_header=lo == 0)
+        options = pacsv.WriteOptions(include_header=header and lo == 0)
         pacsv.write_csv(table.slice(lo, CSV_CHUNK_ROWS), sink, options)
-        return sink.getvalue()
+        return sink.getvalue().to_pybytes()
 
-    def write(tmp: Path) -> None:
-        if table.num_rows <= CSV_CHUNK_ROWS:
-            pacsv.write_csv(table, tmp)
-            return
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, open(tmp, "wb") as out:
-            for chunk in pool.map(render, range(0, table.num_rows, CSV_CHUNK_ROWS)):
-                out.write(chunk)
+    starts = range(0, max(table.num_rows, 1), CSV_CHUNK_ROWS)
+    if len(starts) == 1:
+        yield render(0)
+        return
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        yield from pool.map(render, starts)
 
-    return write_with(target, write)
+
+def write_csv(target: Path, frame) -> Path:
+    """Write a DataFrame as CSV, atomically; the header is always written."""
+    return write_bytes(target, csv_chunks(frame))
 
 
 def move_dir_into_place(work: Path, final: Path) -> None:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from npuprof.pipeline.io import json_text
 
-CHUNK_ROWS = 100_000  # records encoded per thread task
+CHUNK_ROWS = 25_000  # records encoded per thread task
 TEXT = pa.large_string()  # large strings throughout: a file of many records may pass 2 GiB
 _NEEDS_ESCAPE = r'["\\\x00-\x1f]'  # a quote, a backslash or a control character
 

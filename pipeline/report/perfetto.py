@@ -95,8 +95,10 @@ def trace_json(
     findings: list[dict],
     evidence: pd.DataFrame,
     offsets_us: dict[str, float],
-) -> bytes:
-    """The merged trace. ``events``: rank_id, stream_id, name, op_type, start_ns, end_ns (capped per rank)."""
+) -> list[bytes]:
+    """The merged trace, as byte chunks in file order.
+
+    ``events``: rank_id, stream_id, name, op_type, start_ns, end_ns (capped per rank)."""
     offsets = {int(r): float(v) * 1000.0 for r, v in (offsets_us or {}).items()}
     starts = [f["start_ns"].min() for f in (events, steps) if len(f)]
     base_ns = int(min(starts)) if starts else 0
@@ -130,5 +132,6 @@ def trace_json(
     if len(bubbles):
         names = "idle " + bubbles["kind"].astype(str) + " " + bubbles["evidence_id"].astype(str)
         chunks.append(_spans(bubbles, IDLE_ROW, names, "idle", offsets, base_ns))
-    chunks[-1] = chunks[-1].removesuffix(SEPARATOR.encode())  # one join: the body is hundreds of MB
-    return b"".join([b'{"displayTimeUnit": "ms", "traceEvents": [\n', *chunks, b"\n]}\n"])
+    chunks[-1] = chunks[-1].removesuffix(SEPARATOR.encode())
+    # chunks, not one joined copy: the body is hundreds of MB, and the writer takes them in order
+    return [b'{"displayTimeUnit": "ms", "traceEvents": [\n', *chunks, b"\n]}\n"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 import pyarrow as pa
@@ -62,13 +62,14 @@ class StageResult:
     ``tables``: declared Parquet tables (DataFrame or Arrow), conformed to their declaration.
     ``csv_views``: user-facing CSVs. ``json_files``: JSON documents by artifact file name.
     ``rendered``: rendered artifacts (markdown, xlsx, html and its gz assets, trace.json) as bytes
-    or text, by path relative to the output dir (``report/report.md``).
+    or text, by path relative to the output dir (``report/report.md``); a large one as an iterable
+    of byte chunks, produced while it is written (one rank's worth in memory, not the root's).
     """
 
     tables: dict[schema.Table, pd.DataFrame | pa.Table] = field(default_factory=dict)
     csv_views: dict[schema.CsvView, pd.DataFrame] = field(default_factory=dict)
     json_files: dict[str, Any] = field(default_factory=dict)
-    rendered: dict[str, bytes | str] = field(default_factory=dict)
+    rendered: dict[str, bytes | str | Iterable[bytes]] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
 
 

@@ -9,8 +9,11 @@ summary manifest.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof import knowledge
@@ -120,7 +123,8 @@ def map_rank(ctx: RankContext) -> StageResult:
     bubbles = bubble_windows(ctx.rank.rank_id, events, idle_gaps, steps, min_ns) if len(steps) else pd.DataFrame()
     bubbles, host_trace = attribute_bubbles(ctx.rank, bubbles, ctx.options.host_trace)
     blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
-    events = pd.concat([events, events_in_blocks(len(events), blocks).set_index(events.index)], axis=1)
+    for column, values in events_in_blocks(len(events), blocks).items():  # new columns, no copy of the rest
+        events[column] = values.to_numpy() if values.dtype.kind == "f" else values.array
     shapes, shape_of_event = shape_operators(events)
     shapes = _with_operator_ids(shapes, operators)
     flops = step_flops(events, shape_of_event, shapes, steps)
@@ -202,7 +206,6 @@ def reduce_root(ctx: RootContext) -> StageResult:
         schema.COMMUNICATION_LINKS_CSV: schema.join_view(
             schema.COMMUNICATION_LINKS_CSV, [ctx.read_frame(schema.COMMUNICATION_LINKS)]
         ),
-        schema.EVIDENCE_INDEX_CSV: schema.join_view(schema.EVIDENCE_INDEX_CSV, [ctx.read_frame(schema.EVIDENCE_INDEX)]),
     }
     views.update(_class_views(ctx, step_classes))
     model_views, model_documents, model_manifest = model_context(
@@ -219,17 +222,45 @@ def reduce_root(ctx: RootContext) -> StageResult:
         schema.OPERATOR_SHAPES_CSV, [ctx.read_frame(schema.OPERATOR_SHAPES)]
     )
     views.update({view: _conformed(view.tables[0], frame) for view, frame in model_views.items()})
-    bubbles = ctx.read_frame(schema.BUBBLE_WINDOWS).sort_values(["rank_id", "start_ns"], kind="stable")
     manifest = _root_manifest(sorted(ctx.rank_manifests, key=lambda m: m["rank_id"]), len(operator_classes))
-    manifest["bubble_window_count"] = int(len(bubbles))
+    manifest["bubble_window_count"] = sum(int(m["bubble_window_count"]) for m in ctx.rank_manifests)
     manifest["model"] = model_manifest
     manifest["limitations"] += model_manifest["limitations"]
     return StageResult(
         csv_views=views,
         json_files=model_documents,
-        rendered={schema.BUBBLE_WINDOWS_JSONL: bubble_windows_jsonl(bubbles)},
+        rendered={
+            schema.BUBBLE_WINDOWS_JSONL: _bubble_jsonl_chunks(ctx),
+            schema.EVIDENCE_INDEX_CSV.file: _evidence_csv_chunks(ctx),
+        },
         manifest=manifest,
     )
+
+
+def _rank_frames(ctx: RootContext, table: schema.Table) -> Iterator[pd.DataFrame]:
+    """``table`` one rank at a time (rank order), with its ``rank_id``: the evidence files of a root
+    are written rank by rank, never held whole."""
+    for rank_id in sorted(int(m["rank_id"]) for m in ctx.rank_manifests):
+        part = io.read_dataset(ctx.out_dir, table, rank_id)
+        yield part.append_column(schema.RANK_PARTITION_KEY, pa.array([rank_id] * part.num_rows, pa.int32())).to_pandas()
+
+
+def _bubble_jsonl_chunks(ctx: RootContext) -> Iterator[bytes]:
+    """evidence/bubble_windows.jsonl: every rank's idle windows by start time, ranks in order."""
+    for bubbles in _rank_frames(ctx, schema.BUBBLE_WINDOWS):
+        yield bubble_windows_jsonl(bubbles.sort_values("start_ns", kind="stable"))
+
+
+def _evidence_csv_chunks(ctx: RootContext) -> Iterator[bytes]:
+    """evidence_index.csv, rank by rank (the header once)."""
+    header = True
+    for frame in _rank_frames(ctx, schema.EVIDENCE_INDEX):
+        if frame.empty:
+            continue
+        yield from io.csv_chunks(schema.join_view(schema.EVIDENCE_INDEX_CSV, [frame]), header=header)
+        header = False
+    if header:  # no rank has evidence: the declared columns
+        yield from io.csv_chunks(pd.DataFrame(columns=list(schema.EVIDENCE_INDEX_CSV.columns)))
 
 
 def _class_views(ctx: RootContext, steps: pd.DataFrame) -> dict:
