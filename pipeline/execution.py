@@ -8,9 +8,11 @@ and returns a small manifest dict. A stage's manifest is written last: it marks 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -132,6 +134,28 @@ def _reraise(exc: BaseException) -> None:
     raise exc
 
 
+def _uses_process_pool(inputs: RootInputs, jobs: int) -> bool:
+    """Whether process-pool stages map this root's ranks in a pool (else in-process)."""
+    if min(jobs, len(inputs.ranks)) < 2 or not _main_is_importable():
+        return False  # e.g. `python - < script`: a process pool could not re-import __main__
+    # starting a process pool costs more than a few MB of kernels take in-process
+    return sum(_rank_weight(r) for r in inputs.ranks) >= POOL_MIN_BYTES
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["npuprof.pipeline.runner"])
+    return context
+
+
+def warm_process_pool(inputs: RootInputs, jobs: int) -> None:
+    """Start the fork server in the background (it imports the pipeline once, about a second) while
+    normalize, which maps ranks on threads, reads the sources; the first pool then starts at once."""
+    if _uses_process_pool(inputs, jobs):
+        _pool_context()
+        threading.Thread(target=multiprocessing.forkserver.ensure_running, daemon=True).start()
+
+
 def map_ranks(
     current: Stage, out_dir: Path, inputs: RootInputs, options: AnalyzeOptions, jobs: int, progress: Progress
 ) -> list[dict]:
@@ -141,10 +165,8 @@ def map_ranks(
     progress(current.name, 0, total, "ranks")
     results: list[dict] = []
     workers = max(1, min(jobs, total))
-    if not current.map_in_threads and not _main_is_importable():
-        workers = 1  # e.g. `python - < script`: a process pool could not re-import __main__
-    if not current.map_in_threads and sum(_rank_weight(r) for r in ranks) < POOL_MIN_BYTES:
-        workers = 1  # starting a process pool costs more than these few MB of kernels take in-process
+    if not current.map_in_threads and not _uses_process_pool(inputs, jobs):
+        workers = 1
     unit_args = [(current.name, str(out_dir), vars(rank), options.to_dict()) for rank in ranks]
     if workers == 1:
         for done, (rank, args) in enumerate(zip(ranks, unit_args), start=1):
@@ -154,9 +176,7 @@ def map_ranks(
     if current.map_in_threads:
         pool_cm = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"npuprof-{current.name}")
     else:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["npuprof.pipeline.runner"])
-        pool_cm = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        pool_cm = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
     with pool_cm as pool:
         futures = {pool.submit(run_rank_stage, *args): rank.rank_id for rank, args in zip(ranks, unit_args)}
         pending = set(futures)

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import BadInput, NpuprofError, UsageError, failure_object, traceback_of
-from npuprof.pipeline.execution import clear_stage_outputs, guard, map_ranks, run_root_stage
+from npuprof.pipeline.execution import clear_stage_outputs, guard, map_ranks, run_root_stage, warm_process_pool
 from npuprof.pipeline.manifests import result_object, write_top_manifest
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.sources.discovery import RootInputs, discover, is_rank_dir
@@ -177,6 +177,8 @@ def _analyze(
         progress("discover", 0, 1, str(root))
         inputs = guard("discover", None, discover, root)
         progress("discover", 1, 1, f"{len(inputs.ranks)} ranks")
+        if any(s.map_rank and not s.map_in_threads for s in stages):
+            warm_process_pool(inputs, jobs)
     else:
         inputs = guard("load", None, load_inputs, out)
 
