@@ -8,34 +8,23 @@ Usage: ``python bench/compare.py [--ranks 8] [--rows 250000] [--work DIR]``.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from normalize import bare_read_seconds, build_root  # noqa: E402
+from normalize import bare_read_seconds, bench_root  # noqa: E402
 
 from npuprof.pipeline import schema  # noqa: E402
 from npuprof.pipeline.compare.run import compare  # noqa: E402
 from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=250_000)
-    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count())
-    args = parser.parse_args()
-    root = build_root(args.work, args.ranks, args.rows)
-    files = sorted(root.rglob("kernel_details.csv"))
+    args, root, files = bench_root(__doc__)
     base = args.work / "compare_base"
     if not (base / schema.stage_manifest_name("summarize")).exists():
         analyze(root, base, jobs=args.jobs, overwrite=True, window=StageWindow(to_stage="summarize"))

@@ -79,6 +79,19 @@ def build_root(work: Path, ranks: int, rows: int) -> Path:
     return root
 
 
+def bench_root(description: str) -> tuple[argparse.Namespace, Path, list[Path]]:
+    """The benchmarks' common arguments (--ranks, --rows, --work, --jobs), the root they name (built
+    once, reused) and its kernel_details files."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=250_000)
+    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    root = build_root(args.work, args.ranks, args.rows)
+    return args, root, sorted(root.rglob("kernel_details.csv"))
+
+
 def bare_read_seconds(files: list[Path]) -> float:
     started = time.perf_counter()
     for path in files:
@@ -88,15 +101,7 @@ def bare_read_seconds(files: list[Path]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=250_000)
-    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count())
-    args = parser.parse_args()
-
-    root = build_root(args.work, args.ranks, args.rows)
-    files = sorted(root.rglob("kernel_details.csv"))
+    args, root, files = bench_root(__doc__)
     input_bytes = sum(f.stat().st_size for f in files)
     bare_read_seconds(files)  # warm the page cache
     gc.collect()

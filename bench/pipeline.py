@@ -9,22 +9,19 @@ Usage: ``python bench/pipeline.py [--ranks 8] [--rows 250000] [--work DIR] [--jo
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import peak_rss  # noqa: E402
-from normalize import bare_read_seconds, build_root  # noqa: E402
+from normalize import bare_read_seconds, bench_root  # noqa: E402
 
 from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
 from npuprof.pipeline.stages import STAGES  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"normalize": 1.5, "segment+classify": 1.5, "total": 5.0, "peak_rss_over_input": 1.5}
 
 
@@ -43,14 +40,7 @@ def stage_seconds(root: Path, out: Path, jobs: int) -> tuple[dict[str, float], d
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=250_000)
-    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count())
-    args = parser.parse_args()
-    root = build_root(args.work, args.ranks, args.rows)
-    files = sorted(root.rglob("kernel_details.csv"))
+    args, root, files = bench_root(__doc__)
     input_bytes = sum(f.stat().st_size for f in files)
     bare_read_seconds(files)  # warm the page cache
     gc.collect()

@@ -9,24 +9,20 @@ Usage: ``python bench/report.py [--ranks 8] [--rows 250000] [--work DIR]`` (need
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gc
 import http.server
 import json
-import os
 import sys
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from normalize import bare_read_seconds, build_root  # noqa: E402
+from normalize import bare_read_seconds, bench_root  # noqa: E402
 
 from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
 from npuprof.pipeline.stages.base import AnalyzeOptions  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def report_seconds(out: Path, mode: str, jobs: int) -> float:
@@ -58,14 +54,7 @@ def first_paint_seconds(report_dir: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=250_000)
-    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count())
-    args = parser.parse_args()
-    root = build_root(args.work, args.ranks, args.rows)
-    files = sorted(root.rglob("kernel_details.csv"))
+    args, root, files = bench_root(__doc__)
     out = args.work / "report_out"
     analyze(root, out, jobs=args.jobs, overwrite=True, window=StageWindow(to_stage="diagnostics"))
     bare_read_seconds(files)
