@@ -1,24 +1,36 @@
 """trace_view.json, streamed: the host-side events that overlap a time span.
 
-The file can be GBs (a top-level array from torch_npu, or ``{"traceEvents": [...]}``); it is parsed
-incrementally (ijson, C backend) and never held whole. Only complete (``X``) events of host lanes
-are kept: category cpu_op / python_function / ascendcl, or any event of a process labelled CPU
-(CANN's AscendCL events carry no category), that overlap the span, up to a cap.
+The file can be GBs (a top-level array from torch_npu, or ``{"traceEvents": [...]}``); it is never
+held whole. A top-level array is read a block at a time by Arrow's JSON reader (columnar, no Python
+per event); any other layout, or anything that reader would read differently, is parsed event by
+event (ijson, C backend), which is the reference the columnar path is tested against.
+Only complete (``X``) events of host lanes are kept: category cpu_op / python_function / ascendcl,
+or any event of a process labelled CPU (CANN's AscendCL events carry no category), that overlap the
+span, up to a cap.
 """
 
 from __future__ import annotations
 
+import io
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import ijson
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
 
 from npuprof.pipeline.errors import BadInput
 
 HOST_CATEGORIES = frozenset({"cpu_op", "python_function", "ascendcl"})
 HOST_PROCESS_NAMES = frozenset({"Python", "CANN", "Python GC"})
 COLUMNS = ["name", "pid", "tid", "start_us", "end_us"]
+BLOCK_BYTES = 32 << 20  # read per block
+PARSE_BLOCK_BYTES = 2 << 20  # Arrow parses these on every core; an event must fit in one
 
 
 @dataclass(frozen=True)
@@ -47,40 +59,179 @@ def _number(value: object) -> float:
         return float("nan")
 
 
+class _Kept:
+    """Host X events overlapping the span, in file order, up to the cap; the M events' host pids."""
+
+    def __init__(self, span_start_us: float, span_end_us: float, cap: int) -> None:
+        self.span = (span_start_us, span_end_us)
+        self.cap = cap
+        self.rows: list[tuple] = []
+        self.host_pids: set = set()
+        self.dropped = 0
+
+    def add(self, event: object) -> None:
+        """One parsed event (the event-by-event reader)."""
+        if not isinstance(event, dict):
+            return
+        phase = event.get("ph")
+        if phase == "M":
+            args = event.get("args") or {}
+            if (event.get("name") == "process_name" and args.get("name") in HOST_PROCESS_NAMES) or (
+                event.get("name") == "process_labels" and args.get("labels") == "CPU"
+            ):
+                self.host_pids.add(event.get("pid"))
+            return
+        if phase != "X":
+            return
+        start, duration = _number(event.get("ts")), _number(event.get("dur"))
+        if not duration > 0 or start > self.span[1] or start + duration < self.span[0]:
+            return
+        if len(self.rows) >= self.cap:
+            self.dropped += 1
+            return
+        category = str(event.get("cat") or "").lower()
+        self.rows.append((event.get("name"), event.get("pid"), event.get("tid"), start, start + duration, category))
+
+    def frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.rows, columns=[*COLUMNS, "category"])
+        is_host = frame["category"].isin(HOST_CATEGORIES) | frame["pid"].isin(self.host_pids)
+        frame = frame[is_host].drop(columns="category").reset_index(drop=True)
+        frame["name"] = frame["name"].astype(str)
+        return frame
+
+
+def _streamed(path: Path, handle, kept: _Kept) -> None:
+    """Any layout, one event at a time (ijson, C backend): the reference reader."""
+    try:
+        for event in ijson.items(handle, _prefix(path), use_float=True):  # a streaming parse
+            kept.add(event)
+    except ijson.JSONError as exc:
+        raise BadInput(path, f"broken JSON near byte {handle.tell()}: {exc}") from None
+
+
+# between two events of the array: torch_npu writes "}, {", sometimes "},{", others one per line
+_BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_EVENT_SCHEMA = pa.schema(
+    [
+        ("ph", pa.string()),
+        ("name", pa.string()),
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        ("ts", pa.string()),  # torch_npu writes µs as text
+        ("dur", pa.float64()),
+        ("cat", pa.string()),
+        ("args", pa.struct([("name", pa.string()), ("labels", pa.string())])),
+    ]
+)
+
+
+class _NeedsEventReader(Exception):
+    """The columnar reader cannot read this file exactly as the event-by-event reader would."""
+
+
+def _last_separator(data: bytes, start: int) -> re.Match | None:
+    """The last separator between two events at or after ``start`` (the tail first: it is short)."""
+    for lo in (max(start, len(data) - (1 << 20)), start):
+        last = None
+        for last in _BETWEEN_EVENTS.finditer(data, lo):
+            pass
+        if last is not None:
+            return last
+    return None
+
+
+def _ndjson_blocks(handle) -> Iterator[bytes]:
+    """The events of a top-level array, a block at a time, one event per line (NDJSON).
+
+    A block is cut after its last separator. A separator inside a string or a nested value puts a
+    line break where JSON forbids one (or splits a value across lines), so Arrow refuses such a
+    block instead of misreading it."""
+    head = handle.read(BLOCK_BYTES)
+    pending = head[head.index(b"[") + 1 :].lstrip()
+    while True:
+        block = handle.read(BLOCK_BYTES)
+        data = pending + block
+        if not block:
+            tail = data.rstrip()
+            if not tail.endswith(b"]"):
+                raise _NeedsEventReader  # truncated: the event reader says where
+            yield _BETWEEN_EVENTS.sub(b"}\n{", tail[:-1].rstrip())
+            return
+        cut = _last_separator(data, max(0, len(data) - BLOCK_BYTES))
+        if cut is None:
+            if len(data) > 4 * BLOCK_BYTES:
+                raise _NeedsEventReader  # no event ends in four blocks: not a layout for this reader
+            pending = data
+            continue
+        yield _BETWEEN_EVENTS.sub(b"}\n{", data[: cut.start() + 1])
+        pending = data[cut.end() - 1 :]  # from the next event's "{"
+
+
+def _block_events(body: bytes) -> pa.Table:
+    if not body:
+        return _EVENT_SCHEMA.empty_table()
+    options = pajson.ParseOptions(explicit_schema=_EVENT_SCHEMA, unexpected_field_behavior="ignore")
+    try:
+        return pajson.read_json(io.BytesIO(body), pajson.ReadOptions(block_size=PARSE_BLOCK_BYTES), options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        raise _NeedsEventReader from None
+
+
+def _columnar(handle, kept: _Kept) -> None:
+    """Host events of a top-level array, block by block through Arrow's JSON reader: no Python per
+    event. Anything the event reader would read differently (text durations, missing times, ids
+    that are not integers) raises _NeedsEventReader, and the caller reads the file event by event."""
+    span_start, span_end = kept.span
+    for body in _ndjson_blocks(handle):
+        events = _block_events(body)
+        phase = events.column("ph")
+        meta = events.filter(pc.fill_null(pc.equal(phase, "M"), False))
+        labels = meta.column("args").combine_chunks()
+        process = pc.and_(
+            pc.equal(meta.column("name"), "process_name"),
+            pc.is_in(labels.field("name"), pa.array(sorted(HOST_PROCESS_NAMES))),
+        )
+        cpu = pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.equal(labels.field("labels"), "CPU"))
+        kept.host_pids.update(meta.filter(pc.fill_null(pc.or_(process, cpu), False)).column("pid").to_pylist())
+        complete = events.filter(pc.fill_null(pc.equal(phase, "X"), False))
+        if complete.column("ts").null_count or complete.column("dur").null_count:
+            raise _NeedsEventReader
+        try:
+            start = pc.cast(complete.column("ts"), pa.float64()).to_numpy()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise _NeedsEventReader from None
+        duration = complete.column("dur").to_numpy()
+        overlapping = np.flatnonzero((duration > 0) & ~(start > span_end) & ~(start + duration < span_start))
+        room = max(kept.cap - len(kept.rows), 0)
+        kept.dropped += max(len(overlapping) - room, 0)
+        chosen = complete.take(pa.array(overlapping[:room]))
+        if any(chosen.column(c).null_count for c in ("name", "pid", "tid")):
+            raise _NeedsEventReader
+        category = pc.utf8_lower(pc.fill_null(chosen.column("cat"), "")).to_pylist()
+        kept.rows += zip(
+            chosen.column("name").to_pylist(),
+            chosen.column("pid").to_pylist(),
+            chosen.column("tid").to_pylist(),
+            start[overlapping[:room]].tolist(),
+            (start + duration)[overlapping[:room]].tolist(),
+            category,
+        )
+
+
 def read_host_events(path: str | Path, span_start_us: float, span_end_us: float, cap: int) -> HostTrace:
     """Host X events of ``path`` overlapping [span_start_us, span_end_us], at most ``cap`` of them."""
     path = Path(path)
-    kept: list[tuple] = []
-    host_pids: set = set()
-    dropped = 0
+    kept = _Kept(span_start_us, span_end_us, cap)
+    layout = _prefix(path)
     with open(path, "rb") as handle:
-        try:
-            for event in ijson.items(handle, _prefix(path), use_float=True):  # a streaming parse, one event at a time
-                if not isinstance(event, dict):
-                    continue
-                phase = event.get("ph")
-                if phase == "M":
-                    args = event.get("args") or {}
-                    if (event.get("name") == "process_name" and args.get("name") in HOST_PROCESS_NAMES) or (
-                        event.get("name") == "process_labels" and args.get("labels") == "CPU"
-                    ):
-                        host_pids.add(event.get("pid"))
-                    continue
-                if phase != "X":
-                    continue
-                start, duration = _number(event.get("ts")), _number(event.get("dur"))
-                if not duration > 0 or start > span_end_us or start + duration < span_start_us:
-                    continue
-                if len(kept) >= cap:
-                    dropped += 1
-                    continue
-                category = str(event.get("cat") or "").lower()
-                kept.append((event.get("name"), event.get("pid"), event.get("tid"), start, start + duration, category))
-        except ijson.JSONError as exc:
-            raise BadInput(path, f"broken JSON near byte {handle.tell()}: {exc}") from None
+        if layout == "item":
+            try:
+                _columnar(handle, kept)
+            except _NeedsEventReader:  # from the start, event by event: the reference reader
+                handle.seek(0)
+                kept = _Kept(span_start_us, span_end_us, cap)
+                _streamed(path, handle, kept)
+        else:
+            _streamed(path, handle, kept)
         size = handle.tell()
-    frame = pd.DataFrame(kept, columns=[*COLUMNS, "category"])
-    is_host = frame["category"].isin(HOST_CATEGORIES) | frame["pid"].isin(host_pids)
-    frame = frame[is_host].drop(columns="category").reset_index(drop=True)
-    frame["name"] = frame["name"].astype(str)
-    return HostTrace(frame, dropped, size)
+    return HostTrace(kept.frame(), kept.dropped, size)

@@ -1,0 +1,103 @@
+"""The columnar trace_view.json reader returns exactly what the event-by-event (ijson) reader does:
+on real traces, on synthetic ones, and on hostile files that must fall back to the event reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.sources import host_trace
+from npuprof.synth import generate
+
+SPANS = [((0.0, 1e20), 200_000), ((0.0, 1e20), 7), ((1_000_100.0, 1_000_400.0), 1_000)]
+
+
+def reference(path: Path, span: tuple[float, float], cap: int) -> host_trace.HostTrace:
+    kept = host_trace._Kept(span[0], span[1], cap)
+    with open(path, "rb") as handle:
+        host_trace._streamed(path, handle, kept)
+        size = handle.tell()
+    return host_trace.HostTrace(kept.frame(), kept.dropped, size)
+
+
+def assert_same_as_reference(path: Path) -> None:
+    for span, cap in SPANS:
+        fast, slow = host_trace.read_host_events(path, span[0], span[1], cap), reference(path, span, cap)
+        assert fast.events.equals(slow.events), (path.name, span, cap, fast.events.head(), slow.events.head())
+        assert (fast.dropped, fast.bytes_read) == (slow.dropped, slow.bytes_read)
+
+
+def read_columnar(path: Path) -> bool:
+    """Whether the columnar reader takes the file on its own (no fallback to the event reader)."""
+    with open(path, "rb") as handle:
+        try:
+            host_trace._columnar(handle, host_trace._Kept(0.0, 1e20, 200_000))
+        except host_trace._NeedsEventReader:
+            return False
+    return True
+
+
+def test_real_traces_read_the_same_both_ways():
+    traces = sorted(SAMPLES.rglob("trace_view.json"))
+    assert len(traces) >= 5
+    for path in traces:
+        assert_same_as_reference(path)
+    # the torch_npu exports go the columnar way (the point of it), not through the fallback
+    assert sum(read_columnar(path) for path in traces) >= 5
+
+
+def test_a_synthetic_trace_reads_the_same_both_ways(tmp_path):
+    root = Path(generate(tmp_path / "root", "host_bubble", seed=3, ranks=1)["root"])
+    (path,) = root.rglob("trace_view.json")
+    assert_same_as_reference(path)
+    assert read_columnar(path)
+    assert len(host_trace.read_host_events(path, 0.0, 1e20, 200_000).events) > 100
+
+
+def _event(name: str, ts: object = "1000100.5", dur: object = 20.0, pid: object = 7, **extra) -> dict:
+    return {"ph": "X", "name": name, "pid": pid, "tid": 1, "ts": ts, "dur": dur, "cat": "cpu_op", **extra}
+
+
+META = [{"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "Python"}}]
+HOSTILE = {
+    "separator_in_a_name": [_event('a"},{"ph": "X"'), _event("b},{c")],
+    "newline_in_a_name": [_event("line\nbreak"), _event("ok")],
+    "nested_objects_in_args": [_event("n", args={"list": [{"a": 1}, {"b": 2}]}), _event("m")],
+    "number_timestamps": [_event("n", ts=1000100.5), _event("m", ts=1000200)],
+    "text_durations": [_event("n", dur="20.5"), _event("m")],
+    "text_pids": [_event("n", pid="host"), _event("m", pid=9)],
+    "missing_timestamp": [_event("n", ts=None), _event("m")],
+    "an_event_bigger_than_a_parse_block": [_event("big", args={"blob": "x" * (3 << 20)}), _event("m")],
+    "categories_in_capitals": [_event("n", cat="CPU_OP"), _event("m", cat=None)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+@pytest.mark.parametrize("separator", [",", ",\n"])
+def test_hostile_traces_read_the_same_both_ways(tmp_path, case, separator):
+    events = [json.dumps(e) for e in META + HOSTILE[case]]
+    path = tmp_path / "trace_view.json"
+    path.write_text("[" + separator.join(events) + "]\n")
+    assert_same_as_reference(path)
+
+
+def test_mixed_separators_and_the_object_layout_read_the_same_both_ways(tmp_path):
+    events = [json.dumps(e) for e in META + [_event("a"), _event("b"), _event("c")]]
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text("[" + events[0] + ",\n" + events[1] + "," + events[2] + ", " + events[3] + "]")
+    assert_same_as_reference(mixed)
+    wrapped = tmp_path / "wrapped.json"
+    wrapped.write_text('{"traceEvents": [' + ",".join(events) + '], "otherData": {"x": [{"ph": "X"}]}}')
+    assert_same_as_reference(wrapped)
+
+
+def test_a_truncated_trace_is_broken_json_with_its_byte(tmp_path):
+    events = [json.dumps(e) for e in META + [_event(f"k{i}") for i in range(50)]]
+    path = tmp_path / "trace_view.json"
+    path.write_text(("[" + ",".join(events) + "]")[:-40])
+    with pytest.raises(BadInput, match="broken JSON near byte"):
+        host_trace.read_host_events(path, 0.0, 1e20, 1_000)
