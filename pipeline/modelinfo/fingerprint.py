@@ -15,6 +15,7 @@ from functools import lru_cache
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.distinct import map_distinct
 from npuprof.pipeline.modelinfo.flops import matmul_dims
 from npuprof.pipeline.modelinfo.shapes import parse_shapes
 
@@ -97,8 +98,8 @@ def _evidence(row: pd.Series) -> dict:
 def prepare(ops: pd.DataFrame) -> pd.DataFrame:
     """Distinct shape ops of every rank with parsed shapes (``ins``, ``outs``), most called first."""
     frame = ops.sort_values(["call_count", "rank_id"], ascending=[False, True], kind="stable").reset_index(drop=True)
-    frame["ins"] = frame["input_shapes"].map(parse_shapes)
-    frame["outs"] = frame["output_shapes"].map(parse_shapes)
+    frame["ins"] = map_distinct(frame["input_shapes"], parse_shapes)
+    frame["outs"] = map_distinct(frame["output_shapes"], parse_shapes)
     return frame
 
 
