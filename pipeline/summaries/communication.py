@@ -7,6 +7,8 @@ import re
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
@@ -90,12 +92,19 @@ def parallel_roles(names: pd.Series, parallel_group_info: dict | None) -> np.nda
     pattern = re.compile(rules["hccl_name_pattern"])
     by_suffix = role_by_group_suffix(parallel_group_info)
     codes, uniques = pd.factorize(names.fillna(""))
-    roles = []
-    for name in uniques:
-        match = pattern.match(name)
-        roles.append(by_suffix.get(match.group("group_suffix"), rules["parallel_role_unknown"]) if match else None)
-    table = np.array([r or rules["parallel_role_unknown"] for r in roles] or [""], dtype=object)
-    return table[codes] if len(codes) else table[:0]
+    if not len(codes):
+        return np.array([], dtype=object)
+    # every collective has its own name (a call counter): the pattern runs in Arrow's regex engine
+    # over the distinct names; Python's re only where they are not ASCII (its \\d is wider)
+    text = pa.array(np.asarray(uniques, dtype=object), pa.string())
+    suffix = pc.struct_field(pc.extract_regex(text, pattern.pattern), "group_suffix").to_numpy(zero_copy_only=False)
+    suffix = suffix.astype(object)
+    for index in np.flatnonzero(~pc.string_is_ascii(text).to_numpy(zero_copy_only=False)):
+        match = pattern.match(uniques[index])
+        suffix[index] = match.group("group_suffix") if match else None
+    unknown = rules["parallel_role_unknown"]
+    roles = np.array([by_suffix.get(x) or unknown if x is not None else unknown for x in suffix], dtype=object)
+    return roles[codes]
 
 
 def hccl_op_summary(comm: pd.DataFrame) -> pd.DataFrame:
