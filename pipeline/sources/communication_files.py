@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from npuprof.pipeline import schema
@@ -56,45 +57,57 @@ def _number(path: Path, key: str, field: str, value: object) -> float:
     return float(value)
 
 
-def _op_row(path: Path, step: int | None, scope: str, key: str, info: object) -> dict:
-    name, _, group = key.partition("@")
-    if not isinstance(info, dict):
-        raise BadInput(path, f"step {step} {scope} {key}: expected an object")
-    times = info.get("Communication Time Info") or {}
-    row: dict = {
-        "step_id": step,
-        "op_scope": scope,
-        "op_name": name,
-        "group_hash": group or None,
-        "packet_sizes_mb": "",
-    }
-    for field, column in _TIME_FIELDS.items():
-        row[column] = _number(path, key, field, times[field]) if field in times else None
-    busiest = -1.0
+def _transport_values(path: Path, key: str, info: dict, index: int, sparse: dict[str, dict[int, object]]) -> str:
+    """Record op ``index``'s per-transport size / time / bandwidth in ``sparse``; the busiest
+    transport's packet size distribution (transports repeat one distribution)."""
+    busiest, packets = -1.0, ""
     for transport, values in (info.get("Communication Bandwidth Info") or {}).items():
-        prefix = transport.lower()
         if transport not in schema.TRANSPORTS or not isinstance(values, dict):
             continue
-        row[f"{prefix}_size_mb"] = _number(path, key, transport, values.get("Transit Size(MB)", 0))
-        row[f"{prefix}_time_ms"] = _number(path, key, transport, values.get("Transit Time(ms)", 0))
-        row[f"{prefix}_bandwidth_gbps"] = _number(path, key, transport, values.get("Bandwidth(GB/s)", 0))
-        if row[f"{prefix}_size_mb"] > busiest:  # transports repeat one distribution: keep the busiest's
-            busiest = row[f"{prefix}_size_mb"]
+        prefix = transport.lower()
+        size = _number(path, key, transport, values.get("Transit Size(MB)", 0))
+        sparse[f"{prefix}_size_mb"][index] = size
+        sparse[f"{prefix}_time_ms"][index] = _number(path, key, transport, values.get("Transit Time(ms)", 0))
+        sparse[f"{prefix}_bandwidth_gbps"][index] = _number(path, key, transport, values.get("Bandwidth(GB/s)", 0))
+        if size > busiest:
+            busiest = size
             distribution = values.get("Size Distribution") or {}
-            row["packet_sizes_mb"] = ";".join(f"{size}x{int(entry[0])}" for size, entry in sorted(distribution.items()))
-    return row
+            packets = ";".join(f"{bucket}x{int(entry[0])}" for bucket, entry in sorted(distribution.items()))
+    return packets
 
 
 def read_communication_json(path: str | Path) -> pd.DataFrame:
-    """One row per op instance of a rank's communication.json (``OP_COLUMNS``)."""
+    """One row per op instance of a rank's communication.json (``OP_COLUMNS``), built column by
+    column (decode captures hold a hundred thousand ops per rank)."""
     path = Path(path)
-    rows = []
+    dense: dict[str, list] = {c: [] for c in ("step_id", "op_scope", "op_name", "group_hash", "packet_sizes_mb")}
+    dense.update({column: [] for column in _TIME_FIELDS.values()})
+    sparse: dict[str, dict[int, object]] = {c: {} for c in OP_COLUMNS if c not in dense}
+    times = list(_TIME_FIELDS.items())
     for step, scopes in _steps(path, read_json(path)).items():
         for scope in ("collective", "p2p"):
             for key, info in (scopes.get(scope) or {}).items():
-                if not str(key).startswith("Total"):
-                    rows.append(_op_row(path, step, scope, str(key), info))
-    return pd.DataFrame(rows, columns=OP_COLUMNS)
+                key = str(key)
+                if key.startswith("Total"):
+                    continue
+                if not isinstance(info, dict):
+                    raise BadInput(path, f"step {step} {scope} {key}: expected an object")
+                name, _, group = key.partition("@")
+                measured = info.get("Communication Time Info") or {}
+                for field, column in times:
+                    dense[column].append(_number(path, key, field, measured[field]) if field in measured else None)
+                dense["packet_sizes_mb"].append(_transport_values(path, key, info, len(dense["step_id"]), sparse))
+                dense["step_id"].append(step)
+                dense["op_scope"].append(scope)
+                dense["op_name"].append(name)
+                dense["group_hash"].append(group or None)
+    count = len(dense["step_id"])
+    columns: dict[str, object] = dict(dense)
+    for column, values in sparse.items():  # NaN where the op did not use that transport
+        filled = np.full(count, np.nan)
+        filled[list(values)] = list(values.values())
+        columns[column] = filled
+    return pd.DataFrame(columns, columns=OP_COLUMNS)
 
 
 def read_communication_matrix(path: str | Path) -> pd.DataFrame:
