@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import ijson
 import numpy as np
@@ -100,7 +101,7 @@ class _Kept:
         return frame
 
 
-def _streamed(path: Path, handle, kept: _Kept) -> None:
+def _streamed(path: Path, handle: BinaryIO, kept: _Kept) -> None:
     """Any layout, one event at a time (ijson, C backend): the reference reader."""
     try:
         for event in ijson.items(handle, _prefix(path), use_float=True):  # a streaming parse
@@ -140,7 +141,7 @@ def _last_separator(data: bytes, start: int) -> re.Match | None:
     return None
 
 
-def _ndjson_blocks(handle) -> Iterator[bytes]:
+def _ndjson_blocks(handle: BinaryIO) -> Iterator[bytes]:
     """The events of a top-level array, a block at a time, one event per line (NDJSON).
 
     A block is cut after its last separator. A separator inside a string or a nested value puts a
@@ -177,7 +178,7 @@ def _block_events(body: bytes) -> pa.Table:
         raise _NeedsEventReader from None
 
 
-def _columnar(handle, kept: _Kept) -> None:
+def _columnar(handle: BinaryIO, kept: _Kept) -> None:
     """Host events of a top-level array, block by block through Arrow's JSON reader: no Python per
     event. Anything the event reader would read differently (text durations, missing times, ids
     that are not integers) raises _NeedsEventReader, and the caller reads the file event by event."""
