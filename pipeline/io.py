@@ -105,28 +105,32 @@ def write_bytes(target: Path, payload: bytes | str | Iterable[bytes]) -> Path:
     return write_with(target, write)
 
 
-CSV_CHUNK_ROWS = 25_000  # rows rendered per thread task
+CHUNK_ROWS = 25_000  # rows rendered per thread task (CSV and JSON Lines)
+
+
+def rendered_in_chunks(row_count: int, render: Callable[[int, int], bytes]) -> Iterator[bytes]:
+    """``render(lo, hi)`` of successive row ranges, CHUNK_ROWS at a time, on a thread each (Arrow's
+    number-to-text casts and joins release the GIL), yielded in order; one range for zero rows."""
+    bounds = [(lo, min(lo + CHUNK_ROWS, row_count)) for lo in range(0, max(row_count, 1), CHUNK_ROWS)]
+    if len(bounds) == 1:
+        yield render(*bounds[0])
+        return
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        yield from pool.map(lambda bound: render(*bound), bounds)
 
 
 def csv_chunks(frame, header: bool = True) -> Iterator[bytes]:
-    """A DataFrame as CSV bytes, in chunks of rows rendered on a thread each (Arrow's
-    number-to-text casts release the GIL), in order; ``header``: start with the column names."""
+    """A DataFrame as CSV bytes, in chunks of rows, in order; ``header``: start with the column names."""
     import pyarrow.csv as pacsv
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
 
-    def render(lo: int) -> bytes:
+    def render(lo: int, hi: int) -> bytes:
         sink = pa.BufferOutputStream()
-        options = pacsv.WriteOptions(include_header=header and lo == 0)
-        pacsv.write_csv(table.slice(lo, CSV_CHUNK_ROWS), sink, options)
+        pacsv.write_csv(table.slice(lo, hi - lo), sink, pacsv.WriteOptions(include_header=header and lo == 0))
         return sink.getvalue().to_pybytes()
 
-    starts = range(0, max(table.num_rows, 1), CSV_CHUNK_ROWS)
-    if len(starts) == 1:
-        yield render(0)
-        return
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        yield from pool.map(render, starts)
+    return rendered_in_chunks(table.num_rows, render)
 
 
 def write_csv(target: Path, frame) -> Path:

@@ -8,8 +8,6 @@ value once: kernel names repeat) and records are joined element-wise.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -17,9 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.pipeline.io import json_text
+from npuprof.pipeline.io import json_text, rendered_in_chunks
 
-CHUNK_ROWS = 25_000  # records encoded per thread task
 TEXT = pa.large_string()  # large strings throughout: a file of many records may pass 2 GiB
 _NEEDS_ESCAPE = r'["\\\x00-\x1f]'  # a quote, a backslash or a control character
 
@@ -140,15 +137,12 @@ def _lines_bytes(record: Mapping[str, Field], length: int, separator: str) -> by
 
 def jsonl_bytes(record: Mapping[str, Field], length: int, separator: str = "\n") -> bytes:
     """UTF-8 JSON Lines of ``length`` records whose fields are given column by column (each record
-    followed by ``separator``: ``",\n"`` makes the body of a JSON array).
-
-    Chunks of rows are encoded on a thread each: Arrow's casts and joins release the GIL, so a
-    large file is written at the speed of every core."""
+    followed by ``separator``: ``",\n"`` makes the body of a JSON array). Chunks of records are
+    encoded on every core (``io.rendered_in_chunks``)."""
     if length == 0:
         return b""
-    bounds = [(lo, min(lo + CHUNK_ROWS, length)) for lo in range(0, length, CHUNK_ROWS)]
-    if len(bounds) == 1:
-        return _lines_bytes(record, length, separator)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="npuprof-jsonl") as pool:
-        parts = pool.map(lambda b: _lines_bytes(_sliced(record, *b), b[1] - b[0], separator), bounds)
-        return b"".join(parts)
+
+    def render(lo: int, hi: int) -> bytes:
+        return _lines_bytes(_sliced(record, lo, hi), hi - lo, separator)
+
+    return b"".join(rendered_in_chunks(length, render))
