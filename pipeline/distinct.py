@@ -17,3 +17,10 @@ def map_distinct(values: pd.Series, fn: Callable[[Any], Any]) -> np.ndarray:
     for index, value in enumerate(uniques):  # a loop over distinct values only
         results[index] = fn(value)
     return results[codes]
+
+
+def first_rows(codes: np.ndarray, count: int) -> np.ndarray:
+    """The first row of each group ``0 … count-1`` (``codes``: the group of each row)."""
+    first = np.full(count, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    return first

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.distinct import first_rows
 from npuprof.pipeline.modelinfo.shapes import Shape, compute_dtype, numel, parse_dtypes, parse_shapes, tensor_bytes
 
 FLOPS_COLUMNS = (
@@ -176,9 +177,7 @@ def shape_flops(ops: pd.DataFrame) -> pd.DataFrame:
     """FLOPS_COLUMNS for each row of ``ops`` (one row per distinct kernel + shapes + dtypes); worked
     out once per distinct FLOPs input (collectives differ by name only, per call)."""
     codes = ops[FLOPS_INPUTS].groupby(FLOPS_INPUTS, sort=False, dropna=False).ngroup().to_numpy()
-    first = np.full(int(codes.max()) + 1 if len(codes) else 0, len(codes), dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))
-    distinct = ops.iloc[first]
+    distinct = ops.iloc[first_rows(codes, int(codes.max()) + 1 if len(codes) else 0)]
     rows = []
     for kernel_type, op_type, ins, outs, formats, in_dtypes, out_dtypes in zip(
         *(distinct[column] for column in FLOPS_INPUTS)

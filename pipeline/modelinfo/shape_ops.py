@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from npuprof.pipeline.distinct import first_rows
 from npuprof.pipeline.modelinfo.flops import shape_flops
 
 SHAPE_KEY = [
@@ -28,8 +29,7 @@ def shape_operators(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     keys = events[SHAPE_KEY].fillna("")
     codes = keys.groupby(SHAPE_KEY, sort=False).ngroup().to_numpy()
     count = int(codes.max()) + 1 if len(codes) else 0
-    first = np.full(count, len(events), dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(len(events)))
+    first = first_rows(codes, count)
     ops = keys.iloc[first].reset_index(drop=True) if count else keys.iloc[:0].reset_index(drop=True)
     ops = ops.replace("", None)
     ops["primary_category"] = events["primary_category"].iloc[first].to_numpy() if count else []

@@ -17,6 +17,7 @@ import numpy as np
 
 from npuprof import knowledge
 from npuprof.pipeline.segmentation.features import EventFeatures
+from npuprof.pipeline.segmentation.windows import window_reduce
 
 
 @dataclass
@@ -86,8 +87,7 @@ def _rest_kinds(lo: np.ndarray, hi: np.ndarray, features: EventFeatures) -> np.n
     flags = features.role_flags
 
     def count(mask: np.ndarray) -> np.ndarray:
-        before = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
-        return before[hi + 1] - before[lo]
+        return window_reduce(np.add, mask.astype(np.int64), lo, hi)
 
     share = knowledge.load("segmentation_rules")["blocks"]["aicpu_min_share"]
     length = np.maximum(hi - lo + 1, 1)

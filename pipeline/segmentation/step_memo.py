@@ -58,14 +58,10 @@ class StepLayerMemo:
         codes = pd.DataFrame({str(i): np.asarray(f, dtype=np.int64) for i, f in enumerate(flags)})
         self.codes = codes.groupby(list(codes.columns), sort=False).ngroup().to_numpy(np.int64)
         self.results: dict[tuple, tuple[list[Layer], dict, str, str]] = {}
-        self.hits = 0
 
     def _template_key(self, templates: dict) -> tuple:
-        regions = tuple(
-            _digest(self.features.kernel_key[span[0] : span[1] + 1]) if templates.get(key) else None
-            for key in _POSITION_TEMPLATES
-            for span in [templates.get(key)]
-        )
+        spans = [templates.get(key) for key in _POSITION_TEMPLATES]
+        regions = tuple(_digest(self.features.kernel_key[span[0] : span[1] + 1]) if span else None for span in spans)
         return regions + tuple(templates.get(key) for key in _OFFSET_TEMPLATES)
 
     def layers(self, start: int, end: int, templates: dict) -> StepLayers:
@@ -81,7 +77,6 @@ class StepLayerMemo:
             self.results[key] = (relative, changed, found.family, found.confidence)
             found.structure = key
             return found
-        self.hits += 1
         relative, changed, family, confidence = stored
         for name, value in changed.items():
             templates[name] = (value[0] + start, value[1] + start) if name in _POSITION_TEMPLATES else value

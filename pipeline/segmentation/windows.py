@@ -19,6 +19,8 @@ def window_reduce(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, ends:
     Windows need not touch (interludes lie between layers): the reduction runs over interleaved
     [start, end + 1) bounds on a copy padded with one element, and every other result is kept.
     """
+    if len(starts) == 0:  # no windows (a rank without layers): nothing to read, even of no values
+        return np.empty(0, dtype=np.asarray(values).dtype)
     padded = np.append(values, values[-1])
     bounds = np.empty(2 * len(starts), dtype=np.int64)
     bounds[0::2] = starts

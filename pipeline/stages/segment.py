@@ -168,10 +168,9 @@ def map_rank(ctx: RankContext) -> StageResult:
     for step in steps:
         found = memo.layers(step.start, step.end, templates)
         confidence = "low" if family == fallback_family and found.layers else found.confidence
-        counts = layer_counts.get(found.structure) if found.structure else None
-        if counts is None:
-            counts = _layer_counts(step, found.layers)
-            layer_counts[found.structure] = counts
+        if found.structure not in layer_counts:  # every step comes from the memo: it has a structure
+            layer_counts[found.structure] = _layer_counts(step, found.layers)
+        counts = layer_counts[found.structure]
         row = _step_row(step, counts, found.family, confidence)
         step_rows.append(row)
         hard_errors += _step_hard_errors(rank, step, found.layers, row)
