@@ -1,1 +1,1 @@
-"""Turning machines into workers over SSH (design.md §3 deploy/). Not built yet."""
+"""Turning machines into workers over SSH (``npuprof deploy``) and fetching over SFTP (docs/architecture.md)."""

@@ -1,6 +1,6 @@
 """npuprof analysis library: sources, stages and the runner, as plain functions over tables.
 
-Nothing in this package imports Celery, Redis, paramiko or the CLI (design.md §1).
+Nothing in this package imports Celery, Redis, paramiko or the CLI (docs/architecture.md).
 """
 
 from importlib import metadata as _metadata

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -232,3 +233,10 @@ def read_dataset(
     result = dataset.to_table(columns=wanted, filter=filter)
     index = result.schema.get_field_index(schema.RANK_PARTITION_KEY)
     return result.set_column(index, schema.RANK_PARTITION_KEY, result.column(index).cast(pa.int32()))
+
+
+def int_ranks(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with an int64 rank_id (partitions read it as int32 / categorical)."""
+    if "rank_id" in frame and len(frame):
+        return frame.assign(rank_id=frame["rank_id"].astype("int64"))
+    return frame

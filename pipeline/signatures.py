@@ -129,6 +129,8 @@ def categorize(
 
 # --- op_type from Accelerator Core (reference-analyzer §3.2) ----------------------------------
 
+AICORE_OP_TYPES = ("aic", "aiv", "mix_cv", "mix_comm_aiv")  # op types whose tasks run on AI cores
+
 
 def op_type_of_core(core: object) -> str:
     """op_type of one Accelerator Core string (before the mix_comm_aiv refinement), by the

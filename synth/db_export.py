@@ -25,6 +25,7 @@ CREATE TABLE HOST_INFO (hostUid TEXT, hostName TEXT);
 CREATE TABLE RANK_DEVICE_MAP (rankId INTEGER, deviceId INTEGER);
 CREATE TABLE SESSION_TIME_INFO (startTimeNs INTEGER, endTimeNs INTEGER);
 CREATE TABLE STEP_TIME (id INTEGER, startNs INTEGER, endNs INTEGER);
+CREATE TABLE AICORE_FREQ (deviceId INTEGER, timestampNs NUMERIC, freq INTEGER);
 CREATE TABLE ENUM_API_TYPE (id INTEGER PRIMARY KEY, name TEXT);
 CREATE TABLE ENUM_HCCL_DATA_TYPE (id INTEGER PRIMARY KEY, name TEXT);
 CREATE TABLE TASK (startNs INTEGER, endNs INTEGER, deviceId INTEGER, connectionId INTEGER, globalTaskId INTEGER,
@@ -112,6 +113,7 @@ def write_profiler_db(
     con.execute("INSERT INTO NPU_INFO VALUES (?, 'Ascend910B')", (t.rank,))
     con.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (f"{1000 + t.rank}", f"synth-host-{t.rank}"))
     con.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (t.rank, t.rank))
+    con.executemany("INSERT INTO AICORE_FREQ VALUES (?, ?, ?)", [(t.rank, ns, round(mhz)) for ns, mhz in t.aicore_freq])
     end = t.start_ns + t.duration_ns
     con.execute(
         "INSERT INTO SESSION_TIME_INFO VALUES (?, ?)", (int(t.start_ns[0]) - 1_000_000, int(end.max()) + 1_000_000)

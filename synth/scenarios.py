@@ -13,7 +13,9 @@ class Fault:
     ``ranks``), host_bubble (``gap_us`` of host idle before ``layer`` on ``steps`` of ``ranks``),
     slow_link (bandwidth of ``link`` ÷ factor), exposed_aicpu (an AI CPU op of ``gap_us`` before
     ``layer`` on every step), reduced_work_rank (``ranks`` receive no routed tokens),
-    partial_capture (first and last step cut), clock_offset (``offset_us`` added to ``ranks``' clocks).
+    partial_capture (first and last step cut), clock_offset (``offset_us`` added to ``ranks``' clocks),
+    aicore_freq_throttled (the AI Core clock of ``ranks`` at nominal ÷ factor on ``steps``: their compute
+    kernels take factor × as long for the same cycles).
     """
 
     kind: str
@@ -36,6 +38,7 @@ class Fault:
             "reduced_work_rank": ("ranks",),
             "partial_capture": (),
             "clock_offset": ("ranks", "offset_us"),
+            "aicore_freq_throttled": ("ranks", "steps", "factor"),
         }[self.kind]
         return {
             **base,
@@ -129,6 +132,12 @@ SCENARIOS: dict[str, Scenario] = {
             tokens=256,
             micro_batches=1,
             faults=(Fault("reduced_work_rank", ranks=(3,)),),
+        ),
+        Scenario(
+            "throttled_card",
+            "dense training, data parallel; rank 1's AI Core clock drops to 1,200 MHz (nominal 1,800) on steps "
+            "1-3, so its kernels run 1.5x longer and the others wait for it",
+            faults=(Fault("aicore_freq_throttled", ranks=(1,), steps=(1, 2, 3), factor=1.5),),
         ),
         Scenario(
             "partial_capture",

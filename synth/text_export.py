@@ -100,6 +100,8 @@ def pmu_values(timeline: RankTimeline) -> dict[str, np.ndarray]:
         timeline.kernel_id
     ]
     busy = timeline.duration_ns / 1000.0 * 0.93
+    # cycles count work, not time: a throttled kernel takes longer for the same cycles
+    unthrottled = 1.0 / (timeline.clock_factor if timeline.clock_factor is not None else 1.0)
     shares = {
         stage: np.array([PROFILES[p].get(stage, 0.0) for p in profiles])[timeline.kernel_id]
         for stage in (*_AIC_STAGES, *_AIV_STAGES)
@@ -111,8 +113,8 @@ def pmu_values(timeline: RankTimeline) -> dict[str, np.ndarray]:
         {
             "aic_total_time": aic_time,
             "aiv_total_time": aiv_time,
-            "aic_total_cycles": np.round(aic_time * CYCLES_PER_US),
-            "aiv_total_cycles": np.round(aiv_time * CYCLES_PER_US),
+            "aic_total_cycles": np.round(aic_time * unthrottled * CYCLES_PER_US),
+            "aiv_total_cycles": np.round(aiv_time * unthrottled * CYCLES_PER_US),
         }
     )
     for stage in (*_AIC_STAGES, *_AIV_STAGES):

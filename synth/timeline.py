@@ -10,7 +10,7 @@ each communication op is matched across its members by (communicator, sequence n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from npuprof.synth.models import DENSE, LAYER, MOE, Program, Workload, build_ste
 from npuprof.synth.scenarios import Fault, Scenario
 
 STEP_PREP_US = 350.0  # host work between steps (dataloader, step bookkeeping)
+NOMINAL_AICORE_MHZ = 1800.0  # the AI Core clock every synthetic card runs at unless throttled
 BASE_CLOCK_NS = 1_764_246_877_000_000_000  # a 2025-11 wall clock, like the real samples
 
 
@@ -44,6 +45,8 @@ class RankTimeline:
     step_end_ns: np.ndarray
     layers_held: tuple[int, ...] = ()
     clock_offset_ns: int = 0
+    clock_factor: np.ndarray | None = None  # per event: nominal clock ÷ the clock it ran at (1 = nominal)
+    aicore_freq: list[tuple[int, float]] = field(default_factory=list)  # (ns, MHz) samples, rank clock
 
 
 @dataclass
@@ -135,6 +138,7 @@ class _RankPlan:
     comm_pos: np.ndarray  # indices of communication events
     comm_group: list[GroupInstance]
     n_step: int
+    clock_factor: np.ndarray
 
 
 def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
@@ -149,7 +153,8 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     slow = np.prod([f.factor for f in _faults(scenario, "slow_rank") if rank in f.ranks] or [1.0])
     changed = dict(scenario.kernel_factors)
     base_us = np.array([k.base_us * (1.0 if k.hccl_group else changed.get(k.type, 1.0)) for k in program.kernels])
-    dur = base_us[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow)
+    clock_factor = _clock_factor(scenario, rank, n_step, is_comm)
+    dur = base_us[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow) * clock_factor
     first_of_step = np.zeros(n, dtype=bool)
     first_of_step[::n_step] = True
     gap = rng.uniform(1.5, 6.0, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
@@ -160,7 +165,29 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
                 gap[s * n_step + rows[0]] += fault.gap_us
     comm_pos = np.flatnonzero(is_comm)
     groups = [topology.instance(program.kernels[k].hccl_group, rank) for k in kid[comm_pos]]
-    return _RankPlan(rank, program, arrays, kid, dur, gap, comm_pos, groups, n_step)
+    return _RankPlan(rank, program, arrays, kid, dur, gap, comm_pos, groups, n_step, clock_factor)
+
+
+def _clock_factor(scenario: Scenario, rank: int, n_step: int, is_comm: np.ndarray) -> np.ndarray:
+    """Per event: how much longer it runs for its cycles (throttled compute on throttled steps)."""
+    factor = np.ones(len(is_comm))
+    step = np.arange(len(is_comm)) // n_step
+    for fault in _faults(scenario, "aicore_freq_throttled"):
+        if rank in fault.ranks:
+            factor[np.isin(step, fault.steps or range(scenario.steps)) & ~is_comm] *= fault.factor
+    return factor
+
+
+def _freq_samples(scenario: Scenario, rank: int, step_start_ns: np.ndarray, step_end_ns: np.ndarray) -> list:
+    """(ns, MHz) AI Core clock samples: nominal from the capture start, each throttled step at
+    nominal ÷ factor from its start, nominal again from its end."""
+    samples = [(int(step_start_ns[0]) - 1000, NOMINAL_AICORE_MHZ)]
+    for fault in _faults(scenario, "aicore_freq_throttled"):
+        if rank in fault.ranks:
+            for step in fault.steps or range(scenario.steps):
+                samples.append((int(step_start_ns[step]), NOMINAL_AICORE_MHZ / fault.factor))
+                samples.append((int(step_end_ns[step]) + 1, NOMINAL_AICORE_MHZ))
+    return sorted(samples)
 
 
 def _slow_link_factor(scenario: Scenario, group: GroupInstance) -> float:
@@ -281,6 +308,13 @@ def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[Ra
                 step_end_ns=end_ns[firsts + n_step - 1] + offset,
                 layers_held=layers_held,
                 clock_offset_ns=offset - BASE_CLOCK_NS,
+                clock_factor=plan.clock_factor,
+                aicore_freq=_freq_samples(
+                    scenario,
+                    r,
+                    start_ns[firsts] - int(STEP_PREP_US * 500) + offset,
+                    end_ns[firsts + n_step - 1] + offset,
+                ),
             )
         )
     if _faults(scenario, "partial_capture"):
@@ -306,6 +340,7 @@ def _cut_edges(timeline: RankTimeline, n_step: int, share: float = 0.4) -> RankT
         "micro_batch",
         "block",
         "collective",
+        "clock_factor",
     )
     for name in fields:
         setattr(timeline, name, getattr(timeline, name)[keep])

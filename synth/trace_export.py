@@ -104,14 +104,10 @@ def write_trace_view(
             for i, n in enumerate(("Computing", "Communication", "Communication(Not Overlapped)", "Free"))
         ],
         {"ph": "M", "name": "process_name", "pid": freq, "tid": 0, "args": {"name": "AI Core Freq"}},
-        {
-            "name": "AI Core Freq",
-            "ts": us_text(t.start_ns[:1])[0].as_py(),
-            "pid": freq,
-            "tid": 0,
-            "args": {"MHz": 1800},
-            "ph": "C",
-        },
+        *[
+            {"name": "AI Core Freq", "ts": ts.as_py(), "pid": freq, "tid": 0, "args": {"MHz": mhz}, "ph": "C"}
+            for ts, (_, mhz) in zip(us_text(np.array([ns for ns, _ in t.aicore_freq])), t.aicore_freq)
+        ],
     ]
     writer.write_objects(meta)
     steps = []

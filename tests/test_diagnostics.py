@@ -29,9 +29,17 @@ FINDING_FOR = {
     "slow_link": "slow_link_suspected",
     "exposed_aicpu": "aicpu_exposed",
     "reduced_work_rank": "reduced_work_or_dummy_rank",
+    "aicore_freq_throttled": "aicore_freq_throttled",
 }
 # with no such fault planted, these must stay silent on every scenario
-MUST_STAY_SILENT = ("slow_rank", "ep_imbalance", "slow_link", "reduced_work_rank", "exposed_aicpu")
+MUST_STAY_SILENT = (
+    "slow_rank",
+    "ep_imbalance",
+    "slow_link",
+    "reduced_work_rank",
+    "exposed_aicpu",
+    "aicore_freq_throttled",
+)
 
 
 def findings_of(out: Path) -> list[dict]:
@@ -217,8 +225,8 @@ def test_the_analysis_facade_and_the_sweep_rollup_carry_the_findings(planted_out
 
 
 def test_host_bound_needs_both_idle_and_launch_lag():
-    from npuprof.pipeline.diagnosis.idle import host_bound
-    from npuprof.pipeline.diagnosis.inputs import DiagnosisInputs
+    from npuprof.pipeline.diagnosis.context import DiagnosisContext
+    from npuprof.pipeline.diagnosis.detectors.host_bound import host_bound
 
     steps = pd.DataFrame({"rank_id": [0, 0, 1, 1], "wall_ms": [10.0] * 4, "underfeed_ms": [4.0, 4.0, 4.0, 1.0]})
     labels = pd.DataFrame(
@@ -229,9 +237,7 @@ def test_host_bound_needs_both_idle_and_launch_lag():
             "labels": ["possible_host_launch_lag", "possible_sync_or_h2d", "possible_host_launch_lag", "x"],
         }
     )
-    empty = pd.DataFrame()
-    inputs = DiagnosisInputs(empty, empty, steps, empty, empty, empty, empty, empty, empty, {}, labels)
-    found = host_bound(inputs)
+    found = host_bound(DiagnosisContext.from_frames({"steps": steps, "soft_labels": labels}))
     # rank 0: 40 % idle, 75 % of labelled idle is launch lag; rank 1: 25 % idle (below 30 %)
     assert [f.rank_ids for f in found] == [[0]]
     assert found[0].evidence_ids == ["r0.step0.bubble0"] and found[0].statistic["value"] == pytest.approx(0.4)

@@ -1,4 +1,4 @@
-"""The Celery app: Redis broker and backend, reliability settings (design.md §3).
+"""The Celery app: Redis broker and backend, reliability settings (docs/architecture.md, README: the service).
 
 ``make_app(broker)`` builds an app for one broker URL: workers use the module's ``app`` (the URL of
 ``NPUPROF_BROKER_URL``), and a client that talks to another broker builds its own and sends tasks

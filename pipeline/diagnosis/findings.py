@@ -32,6 +32,8 @@ class Finding:
     alignment_ids: list[str] = field(default_factory=list)
     limitations: list[str] = field(default_factory=list)
     confidence: str | None = None  # the rule's unless the detector knows better
+    # how much shorter the mean step would be without the cause; None where not yet estimated
+    recoverable_ms_per_step: float | None = None
 
     def to_dict(self) -> dict:
         """The JSON object of diagnosis_findings.json."""
@@ -53,7 +55,28 @@ class Finding:
             "statistic": _plain(self.statistic),
             "metrics": _plain(self.values),
             "limitations": list(self.limitations),
+            "recoverable_ms_per_step": None
+            if self.recoverable_ms_per_step is None
+            else round(float(self.recoverable_ms_per_step), 3),
+            "likely_causes": [],
         }
+
+
+def link_causes(findings: list[dict]) -> list[dict]:
+    """Name a finding as the likely cause of another on the same rank where the rules say it explains
+    that type (``explains: {finding_type: sentence}``): the explained finding gains a ``likely_causes``
+    entry and the sentence at the end of its summary."""
+    rules = knowledge.load("diagnosis_rules")["findings"]
+    for cause in findings:
+        for explained_type, sentence in rules[cause["finding_type"]].get("explains", {}).items():
+            text = " ".join(sentence.format(**cause["metrics"]).split())
+            for effect in findings:
+                if effect["finding_type"] == explained_type and set(effect["rank_ids"]) & set(cause["rank_ids"]):
+                    effect["likely_causes"].append(
+                        {"claim_id": cause["claim_id"], "finding_type": cause["finding_type"], "text": text}
+                    )
+                    effect["summary"] = f"{effect['summary']}; likely cause: {text}"
+    return findings
 
 
 def _plain(values: dict[str, Any]) -> dict[str, Any]:

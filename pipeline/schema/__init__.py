@@ -1,4 +1,4 @@
-"""Every table and artifact npuprof writes, declared once (design.md §2).
+"""Every table and artifact npuprof writes, declared once (docs/architecture.md).
 
 One module per table family: ``events`` (normalize), ``segments`` (segment), ``classes`` and
 ``anatomy`` (classify), ``summaries`` (summarize), ``crossrank`` (cross_rank); ``artifacts`` holds
@@ -54,6 +54,7 @@ from npuprof.pipeline.schema.classes import (
 )
 from npuprof.pipeline.schema.crossrank import COLLECTIVE_ALIGNMENT, CROSS_RANK_ALIGNMENT, CROSS_RANK_ALIGNMENT_CSV
 from npuprof.pipeline.schema.events import (
+    AICORE_FREQ,
     EVENT_COLUMNS,
     EVENT_SCHEMA,
     FLOAT_EVENT_COLUMNS,
@@ -128,6 +129,7 @@ from npuprof.pipeline.schema.table import RANK_PARTITION_KEY, CsvView, Table, as
 
 TABLES: tuple[Table, ...] = (
     NORMALIZED_EVENTS,
+    AICORE_FREQ,
     STEP_SEGMENTS,
     LAYER_SEGMENTS,
     BLOCK_SEGMENTS,
@@ -193,6 +195,7 @@ FETCHABLE: tuple[str, ...] = (
 )
 
 __all__ = [
+    "AICORE_FREQ",
     "COMPARE_HTML",
     "COMPARE_OVERVIEW",
     "COMPARE_SERIES",

@@ -1,5 +1,5 @@
 """File names of the JSON documents and other artifacts of one output dir, a sweep archive, and the
-service (design.md §2 "Outputs of one root"). Tables and CSV views are declared in their family modules."""
+service (docs/architecture.md, "The stages"). Tables and CSV views are declared in their family modules."""
 
 from __future__ import annotations
 

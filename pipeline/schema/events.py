@@ -77,3 +77,17 @@ INT_EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA if f.type == pa.int64())
 FLOAT_EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA if f.type == pa.float64())
 
 NORMALIZED_EVENTS = Table("normalized_events", EVENT_SCHEMA)
+
+# AI Core frequency samples of a rank (profiler db AICORE_FREQ, or trace_view.json counter events):
+# each holds from its time until the next sample. source_row: the db rowid or the trace byte offset.
+AICORE_FREQ = Table(
+    "aicore_frequency",
+    pa.schema(
+        [
+            ("timestamp_ns", pa.int64()),
+            ("freq_mhz", pa.float64()),
+            ("source_id", pa.string()),
+            ("source_row", pa.int64()),
+        ]
+    ),
+)

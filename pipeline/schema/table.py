@@ -113,7 +113,7 @@ def join_view(view: CsvView, frames: list[pd.DataFrame]) -> pd.DataFrame:
     return joined.reset_index(drop=True)
 
 
-# The design's output contract names summarize's manifest after its tables (design.md §2).
+# summarize's manifest is named after its tables (the output contract since the first release).
 _MANIFEST_NAME_OVERRIDES = {"summarize": "summary_manifest.json"}
 
 

@@ -39,9 +39,10 @@ _ONE_RANK_SUFFIX = re.compile(r"_ascend_pt$|^device[_-]?\d+$", re.IGNORECASE)
 _PROF_EXPORT_OP_SUMMARY = "PROF_*/mindstudio_profiler_output/op_summary*.csv"
 _SKIP_DIR_NAMES = {"__pycache__", "cluster_analysis_output", "FRAMEWORK", "mindstudio_profiler_log"}
 
-# Registered per rank for later stages (paths only; normalize does not parse them).
+TRACE_VIEW = "trace_view_json"  # the supplemental source kind of trace_view.json
+# Registered per rank for later stages (paths only; normalize reads only trace_view.json's frequency counters).
 SUPPLEMENTAL = {
-    "trace_view_json": "trace_view.json",
+    TRACE_VIEW: "trace_view.json",
     "communication_json": "communication.json",
     "communication_matrix_json": "communication_matrix.json",
     "step_trace_time_csv": "step_trace_time.csv",

@@ -15,7 +15,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         name="normalize",
         requires=(),
-        produces=(schema.NORMALIZED_EVENTS, schema.SOURCE_INDEX, schema.CAPTURE_INFO),
+        produces=(schema.NORMALIZED_EVENTS, schema.AICORE_FREQ, schema.SOURCE_INDEX, schema.CAPTURE_INFO),
         map_rank=normalize.map_rank,
         reduce_root=normalize.reduce_root,
         map_in_threads=True,

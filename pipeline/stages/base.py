@@ -120,13 +120,6 @@ class RootContext:
         return self.read_table(table).to_pandas()
 
 
-def int_ranks(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with an int64 rank_id (partitions read it as int32 / categorical)."""
-    if "rank_id" in frame and len(frame):
-        return frame.assign(rank_id=frame["rank_id"].astype("int64"))
-    return frame
-
-
 @dataclass(frozen=True)
 class Stage:
     """A registered stage: its artifacts, its map (per rank) and reduce (per root) functions, and

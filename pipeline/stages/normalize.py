@@ -16,8 +16,9 @@ import pyarrow.compute as pc
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.signatures import categorize, op_types
+from npuprof.pipeline.sources.aicore_freq import read_aicore_freq
 from npuprof.pipeline.sources.capture_info import capture_info
-from npuprof.pipeline.sources.discovery import RankInput
+from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
 from npuprof.pipeline.sources.integrity import check_unchanged, drop_exact_duplicates
 from npuprof.pipeline.sources.kernel_csv import read_kernel_csv
 from npuprof.pipeline.sources.profiler_db import probe, read_profiler_db
@@ -143,6 +144,21 @@ def _rank_summary(
     }
 
 
+def _aicore_freq(ctx: RankContext, kind: str, paths: list[Path]) -> tuple[pa.Table, dict, list[str]]:
+    """The rank's AI Core frequency samples, from the same export as its kernels: the profiler db's
+    table when the db is the kernel source, else trace_view.json's counters (unless --no-host-trace)."""
+    rank = ctx.rank
+    trace = rank.supplemental.get(TRACE_VIEW) if ctx.options.host_trace else None
+    db = str(paths[0]) if kind == "profiler_db" else None
+    samples, path, notes = read_aicore_freq(db, trace)
+    source_id = f"r{rank.rank_id}:{'profiler_db' if path == db and db else TRACE_VIEW}"
+    table = schema.AICORE_FREQ.conform(samples.assign(source_id=source_id))
+    facts = {"samples": len(samples), "source_path": path}
+    if len(samples):
+        facts.update(min_mhz=float(samples["freq_mhz"].min()), max_mhz=float(samples["freq_mhz"].max()))
+    return table, facts, notes
+
+
 def map_rank(ctx: RankContext) -> StageResult:
     """Normalize one rank's kernel source into its ``normalized_events`` partition."""
     rank = ctx.rank
@@ -153,7 +169,8 @@ def map_rank(ctx: RankContext) -> StageResult:
             "this rank has no device events (communication files only)"
         )
         summary = _rank_summary(rank, events, "none", [], "no kernel source", [note], {})
-        return StageResult(tables={schema.NORMALIZED_EVENTS: events}, manifest=summary)
+        tables = {schema.NORMALIZED_EVENTS: events, schema.AICORE_FREQ: schema.AICORE_FREQ.schema.empty_table()}
+        return StageResult(tables=tables, manifest=summary)
     kind, paths, reason = _pick_source(rank, ctx.options.source)
     notes: list[str] = []
     tables = []
@@ -198,9 +215,10 @@ def map_rank(ctx: RankContext) -> StageResult:
             }
         )
     events = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    summary = _rank_summary(rank, events, kind, paths, reason, notes, facts)
-    summary["sources"] = sources
-    return StageResult(tables={schema.NORMALIZED_EVENTS: events}, manifest=summary)
+    freq, freq_facts, freq_notes = _aicore_freq(ctx, kind, paths)
+    summary = _rank_summary(rank, events, kind, paths, reason, notes + freq_notes, facts)
+    summary.update(sources=sources, aicore_freq=freq_facts)
+    return StageResult(tables={schema.NORMALIZED_EVENTS: events, schema.AICORE_FREQ: freq}, manifest=summary)
 
 
 def reduce_root(ctx: RootContext) -> StageResult:

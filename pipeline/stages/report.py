@@ -13,13 +13,14 @@ from pathlib import Path
 import pandas as pd
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.report.html import html_report
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.markdown import report_markdown
 from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, trace_json
 from npuprof.pipeline.report.summary import analysis_summary
 from npuprof.pipeline.report.xlsx import workbook
-from npuprof.pipeline.stages.base import RootContext, StageResult, int_ranks
+from npuprof.pipeline.stages.base import RootContext, StageResult
 
 MANIFEST_STAGES = ("normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics")
 TRACE_COLUMNS = ["row_idx", "stream_id", "name", "op_type", "start_ns", "end_ns"]

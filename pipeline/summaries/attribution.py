@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
-from npuprof.pipeline.sources.discovery import RankInput
+from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
 from npuprof.pipeline.sources.host_trace import read_host_events
 
 LABELS = (
@@ -36,7 +36,6 @@ ATTRIBUTION_COLUMNS = [
     "host_thread_count",
     "host_events",
 ]
-TRACE_VIEW = "trace_view_json"  # the supplemental source kind of trace_view.json (discovery)
 
 
 def attribute_bubbles(rank: RankInput, bubbles: pd.DataFrame, enabled: bool) -> tuple[pd.DataFrame, dict]:

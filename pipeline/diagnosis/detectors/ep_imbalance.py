@@ -1,4 +1,4 @@
-"""Expert-parallel findings: routed-token imbalance across EP ranks, and ranks with no expert work.
+"""ep_load_imbalance_suspected (a hot EP rank) and reduced_work_or_dummy_rank (a rank with ~no expert work).
 
 Routed tokens per rank come from the grouped expert matmul's input shapes, as the vendor's
 ep_load_balance reads them: the shape list split on ';', empty parts and the last two (weights,
@@ -7,19 +7,23 @@ group list) dropped, the first dims of the rest summed.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
-from npuprof import knowledge
+from npuprof.pipeline import schema
+from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
-from npuprof.pipeline.diagnosis.inputs import DiagnosisInputs
+from npuprof.pipeline.diagnosis.groups import is_ep_collective, members
+from npuprof.pipeline.diagnosis.registry import derived_input, detector
+from npuprof.pipeline.io import int_ranks
 
+if TYPE_CHECKING:
+    from npuprof.pipeline.stages.base import RootContext
 
-def is_ep_collective(alignment: pd.DataFrame) -> pd.Series:
-    """Which collective rows are expert-parallel: role EP, or a fused dispatch / combine kernel."""
-    markers = knowledge.load("diagnosis_rules")["ep_collective_markers"]
-    fused = alignment["name"].fillna("").str.contains("|".join(markers), regex=True)
-    return (alignment["parallel_role"] == "EP") | fused
+EXPERT_OP_TYPE = "GroupedMatmul"
 
 
 def _tokens_of_shapes(shapes: str | None) -> float:
@@ -32,6 +36,16 @@ def _tokens_of_shapes(shapes: str | None) -> float:
         except ValueError:
             return float("nan")
     return total if parts[:-2] else float("nan")
+
+
+@derived_input("expert_calls")
+def expert_calls(ctx: RootContext) -> pd.DataFrame:
+    """The grouped expert matmul events of every rank: rank_id, row_idx, input_shapes, duration_ns."""
+    columns = ["rank_id", "row_idx", "input_shapes", "duration_ns"]
+    if not (ctx.out_dir / schema.NORMALIZED_EVENTS).exists():
+        return pd.DataFrame(columns=columns)
+    table = ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns[1:], filter=pc.field("type") == EXPERT_OP_TYPE)
+    return int_ranks(table.to_pandas())
 
 
 def routed_tokens(expert_calls: pd.DataFrame) -> pd.DataFrame:
@@ -50,10 +64,10 @@ def routed_tokens(expert_calls: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _ep_groups(inputs: DiagnosisInputs, ranks: list[int]) -> list[list[int]]:
+def _ep_groups(inputs: DiagnosisContext, ranks: list[int]) -> list[list[int]]:
     units = inputs.units[inputs.units["alignment_type"] == "collective"]
     units = units[is_ep_collective(units)]
-    groups = {tuple(int(r) for r in str(m).split(";")) for m in units["rank_ids"].drop_duplicates()}
+    groups = {tuple(members(m)) for m in units["rank_ids"].drop_duplicates()}
     return [list(g) for g in sorted(groups)] or [ranks]
 
 
@@ -64,7 +78,7 @@ def _work(per_rank: pd.DataFrame) -> tuple[pd.Series, str]:
     return per_rank.set_index("rank_id")["expert_us"], "expert_time_us"
 
 
-def _ep_wait_ms(inputs: DiagnosisInputs, rank: int, group: list[int]) -> tuple[float, list[str]]:
+def _ep_wait_ms(inputs: DiagnosisContext, rank: int, group: list[int]) -> tuple[float, list[str]]:
     ep = inputs.alignment[is_ep_collective(inputs.alignment) & inputs.alignment["rank_id"].isin(group)]
     late = ep[ep["arrival_order"] == ep["member_count"] - 1]
     waited = ep[ep["alignment_id"].isin(late[late["rank_id"] == rank]["alignment_id"]) & (ep["rank_id"] != rank)]
@@ -72,12 +86,31 @@ def _ep_wait_ms(inputs: DiagnosisInputs, rank: int, group: list[int]) -> tuple[f
     return float(waited["late_by_us"].sum()) / 1000.0, top
 
 
-def _expert_rows(inputs: DiagnosisInputs, rank: int) -> list[str]:
-    ops = inputs.operators[(inputs.operators["rank_id"] == rank) & (inputs.operators["type"] == "GroupedMatmul")]
+def _expert_rows(inputs: DiagnosisContext, rank: int) -> list[str]:
+    ops = inputs.operators[(inputs.operators["rank_id"] == rank) & (inputs.operators["type"] == EXPERT_OP_TYPE)]
     return ops["evidence_id"].tolist()
 
 
-def ep_findings(inputs: DiagnosisInputs) -> list[Finding]:
+@detector(
+    finding_types=("ep_load_imbalance_suspected", "reduced_work_or_dummy_rank"),
+    reads={
+        "expert_calls": (),
+        "units": ("alignment_type", "parallel_role", "name", "rank_ids"),
+        "alignment": (
+            "alignment_id",
+            "rank_id",
+            "parallel_role",
+            "name",
+            "arrival_order",
+            "member_count",
+            "late_by_us",
+            "evidence_id",
+        ),
+        "operators": ("rank_id", "type", "evidence_id"),
+    },
+    notes=("ep_imbalance", "reduced_work"),
+)
+def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
     """ep_load_imbalance_suspected (a hot EP rank) and reduced_work_or_dummy_rank (a rank with ~no work)."""
     per_rank = routed_tokens(inputs.expert_calls)
     if per_rank.empty:

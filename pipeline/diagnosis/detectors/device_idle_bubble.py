@@ -1,11 +1,12 @@
-"""Idle-device findings: heavy bubbles, bubbles that recur step after step, and host-bound ranks."""
+"""device_idle_bubble and recurring_bubble_pattern: ranks whose steps hold heavy idle windows."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
-from npuprof.pipeline.diagnosis.inputs import DiagnosisInputs
+from npuprof.pipeline.diagnosis.registry import detector
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
@@ -24,7 +25,15 @@ def _largest_bubbles(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> l
     return mine.sort_values("duration_us", ascending=False).drop_duplicates("step_ordinal")["evidence_id"].tolist()
 
 
-def bubble_findings(inputs: DiagnosisInputs) -> list[Finding]:
+@detector(
+    finding_types=("device_idle_bubble", "recurring_bubble_pattern"),
+    reads={
+        "steps": ("rank_id", "step_ordinal", "step_id", "anomaly_tags", "complete", "largest_internal_bubble_ms"),
+        "bubbles": ("rank_id", "step_ordinal", "duration_us", "evidence_id"),
+    },
+    notes=("idle_bubble",),
+)
+def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
     """device_idle_bubble per rank with heavy steps; recurring_bubble_pattern where they recur."""
     spec, recurring = rule("device_idle_bubble"), rule("recurring_bubble_pattern")
     steps = inputs.steps
@@ -73,36 +82,4 @@ def bubble_findings(inputs: DiagnosisInputs) -> list[Finding]:
                     {"rank": rank, "count": len(heavy_complete), "total": len(complete), "share": share},
                 )
             )
-    return findings
-
-
-def host_bound(inputs: DiagnosisInputs) -> list[Finding]:
-    """Ranks that idle much of their wall while the host trace shows launch lag in the gaps."""
-    spec = rule("host_bound_suspected")
-    labels = inputs.soft_labels
-    if labels.empty or inputs.steps.empty:
-        return []
-    wall = inputs.steps.groupby("rank_id")["wall_ms"].sum()
-    idle = inputs.steps.groupby("rank_id")["underfeed_ms"].sum()
-    lag = labels[labels["labels"].str.contains("possible_host_launch_lag", regex=False)]
-    lag_us = lag.groupby("rank_id")["duration_us"].sum()
-    labelled_us = labels.groupby("rank_id")["duration_us"].sum()
-    findings = []
-    for rank in labelled_us.index:  # a loop over ranks with a host trace
-        bubble_share = float(idle.get(rank, 0.0) / wall.get(rank, float("inf")))
-        lag_share = float(lag_us.get(rank, 0.0) / labelled_us[rank]) if labelled_us[rank] > 0 else 0.0
-        if bubble_share < spec["bubble_share_min"] or lag_share < spec["launch_lag_share_min"]:
-            continue
-        evidence = lag[lag["rank_id"] == rank].sort_values("duration_us", ascending=False)["evidence_id"].tolist()
-        findings.append(
-            Finding(
-                "host_bound_suspected",
-                "rank",
-                [int(rank)],
-                evidence,
-                {"name": "idle_share_of_wall", "value": bubble_share, "threshold": spec["bubble_share_min"]},
-                {"rank": int(rank), "bubble_share": bubble_share, "lag_share": lag_share},
-                limitations=["host-trace labels are candidates, not established causes"],
-            )
-        )
     return findings

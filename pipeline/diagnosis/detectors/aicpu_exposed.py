@@ -1,14 +1,22 @@
-"""Operator findings: AI CPU work nothing hides, and operators that look hot only because they wait."""
+"""aicpu_exposed: AI CPU ops that run with almost no AI core work beside them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
+from npuprof.pipeline import schema
+from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
-from npuprof.pipeline.diagnosis.inputs import DiagnosisInputs
+from npuprof.pipeline.diagnosis.registry import derived_input, detector
+from npuprof.pipeline.io import int_ranks
+from npuprof.pipeline.signatures import AICORE_OP_TYPES
 
-AICORE_OP_TYPES = ("aic", "aiv", "mix_cv", "mix_comm_aiv")
+if TYPE_CHECKING:
+    from npuprof.pipeline.stages.base import RootContext
 
 
 def masked_time_ns(aicpu: pd.DataFrame, busy: pd.DataFrame) -> np.ndarray:
@@ -38,7 +46,44 @@ def masked_time_ns(aicpu: pd.DataFrame, busy: pd.DataFrame) -> np.ndarray:
     return covered_until(b) - covered_until(a)
 
 
-def aicpu_exposed(inputs: DiagnosisInputs) -> list[Finding]:
+@derived_input("aicpu_exposure")
+def aicpu_exposure(ctx: RootContext) -> pd.DataFrame:
+    """Per (rank, AI CPU op name): its time and the part AI core work on the rank overlaps."""
+    columns = ["rank_id", "name", "duration_us", "masked_us"]
+    if not (ctx.out_dir / schema.NORMALIZED_EVENTS).exists():
+        return pd.DataFrame(columns=columns)
+    events = int_ranks(
+        ctx.read_table(
+            schema.NORMALIZED_EVENTS,
+            columns=["name", "op_type", "start_ns", "end_ns"],
+            filter=pc.field("op_type").isin(["aicpu", *AICORE_OP_TYPES]),
+        ).to_pandas()
+    )
+    if not (events["op_type"] == "aicpu").any():
+        return pd.DataFrame(columns=columns)
+    parts = []
+    for rank, own in events.groupby("rank_id"):  # a loop over ranks
+        aicpu = own[own["op_type"] == "aicpu"]
+        parts.append(
+            pd.DataFrame(
+                {
+                    "rank_id": rank,
+                    "name": aicpu["name"].to_numpy(),
+                    "duration_us": (aicpu["end_ns"] - aicpu["start_ns"]).to_numpy() / 1000.0,
+                    "masked_us": masked_time_ns(aicpu, own[own["op_type"] != "aicpu"]) / 1000.0,
+                }
+            )
+        )
+    frame = pd.concat(parts, ignore_index=True)
+    return frame.groupby(["rank_id", "name"], as_index=False)[["duration_us", "masked_us"]].sum()
+
+
+@detector(
+    finding_types=("aicpu_exposed",),
+    reads={"aicpu_exposure": (), "operators": ("rank_id", "name", "op_type", "evidence_id")},
+    notes=("aicpu",),
+)
+def aicpu_exposed(inputs: DiagnosisContext) -> list[Finding]:
     """AI CPU ops that run with almost no AI core work beside them, per op name over ranks."""
     spec = rule("aicpu_exposed")
     exposure = inputs.aicpu_exposure
@@ -71,34 +116,3 @@ def aicpu_exposed(inputs: DiagnosisInputs) -> list[Finding]:
             )
         )
     return findings
-
-
-def wait_anchor_false_hotspot(inputs: DiagnosisInputs) -> list[Finding]:
-    """Among each rank's costliest operators, tiny ones whose cost is nearly all wait."""
-    spec = rule("wait_anchor_false_hotspot")
-    ops = inputs.operators
-    if ops.empty:
-        return []
-    ranked = (
-        ops.sort_values(["rank_id", "total_cost_us"], ascending=[True, False]).groupby("rank_id").head(spec["top_n"])
-    )
-    hits = ranked[(ranked["wait_ratio"] > spec["wait_ratio_min"]) & (ranked["duration_avg_us"] < spec["max_avg_us"])]
-    return [
-        Finding(
-            "wait_anchor_false_hotspot",
-            "operator",
-            [int(row.rank_id)],
-            [row.evidence_id],
-            {"name": "wait_ratio", "value": float(row.wait_ratio), "threshold": spec["wait_ratio_min"]},
-            {
-                "name": row.name,
-                "rank": int(row.rank_id),
-                "cost_ms": float(row.total_cost_us) / 1000.0,
-                "wait": float(row.wait_ratio),
-            },
-            limitations=[
-                f"rows {int(row.row_start)}..{int(row.row_end)}: its wait is queueing before it, not its work"
-            ],
-        )
-        for row in hits.itertuples(index=False)  # a loop over at most top_n operators per rank
-    ]

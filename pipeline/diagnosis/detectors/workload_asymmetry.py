@@ -1,0 +1,45 @@
+"""rank_workload_asymmetry: ranks of one DP / TP / EP / CP group that run a different number of layers."""
+
+from __future__ import annotations
+
+from npuprof.pipeline.diagnosis.context import DiagnosisContext
+from npuprof.pipeline.diagnosis.findings import Finding
+from npuprof.pipeline.diagnosis.groups import members, structural_groups
+from npuprof.pipeline.diagnosis.registry import detector
+from npuprof.pipeline.summaries.evidence import step_evidence_id
+
+
+@detector(
+    finding_types=("rank_workload_asymmetry",),
+    reads={
+        "steps": ("rank_id", "step_ordinal", "complete", "main_layer_count"),
+        "units": ("alignment_type", "parallel_role", "rank_ids"),
+    },
+    notes=("workload_asymmetry",),
+)
+def workload_asymmetry(inputs: DiagnosisContext) -> list[Finding]:
+    """Ranks of one DP / TP / EP / CP group that run a different number of layers per step."""
+    complete = inputs.steps[inputs.steps["complete"].astype(bool)]
+    if complete.empty:
+        return []
+    usual = complete.groupby("rank_id")["main_layer_count"].agg(lambda c: c.mode().iloc[0])  # a loop over ranks
+    findings = []
+    for role, member_ids in structural_groups(inputs.units).itertuples(index=False):  # a loop over groups
+        ranks = members(member_ids)
+        counts = usual.reindex(ranks).dropna()
+        if counts.nunique() <= 1:
+            continue
+        majority = counts.mode().iloc[0]
+        odd = counts[counts != majority].index.tolist()
+        evidence = [step_evidence_id(r, o) for r in odd for o in complete[complete["rank_id"] == r]["step_ordinal"][:2]]
+        findings.append(
+            Finding(
+                "rank_workload_asymmetry",
+                "cross_rank",
+                odd,
+                evidence,
+                {"name": "distinct_layer_counts", "value": float(counts.nunique()), "threshold": 1.0},
+                {"role": role, "counts": ", ".join(f"rank {r}: {int(c)}" for r, c in counts.items())},
+            )
+        )
+    return findings
