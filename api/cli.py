@@ -38,7 +38,7 @@ from npuprof.synth import SCENARIOS, generate
 EXIT_CODES_HELP = f"""exit codes:
   0   success
   {EXIT_INTERNAL}   internal error (a bug: failure.json in the output dir holds the traceback)
-  {EXIT_USAGE}   usage error (bad flags, non-empty output dir without --overwrite, stage not built)
+  {EXIT_USAGE}   usage error (bad flags, an unknown stage, non-empty output dir without --overwrite)
   {EXIT_BAD_INPUT}   bad input data (unreadable, truncated or malformed profiling files)
   {EXIT_MANIFEST_NOT_OK}   collection manifest.json whose analysis_status is not "ok"
   {EXIT_MISSING_PREREQUISITES}   a stage window needs artifacts of earlier stages that are missing
@@ -365,7 +365,7 @@ def _add_synth_and_demo(commands) -> None:
         "demo",
         help="generate a small 4-rank root with two planted faults and analyze it",
         description="Generate the 'demo' scenario (4 ranks, a slow rank and a host bubble planted) and run "
-        "npuprof analyze on it with every stage that is built; prints where the outputs are.",
+        "npuprof analyze on it with every stage; prints where the outputs are.",
     )
     demo.add_argument("--dir", default="npuprof-demo", help="working directory (default: ./npuprof-demo)")
     demo.add_argument("--progress", choices=PROGRESS_CHOICES, default="auto")

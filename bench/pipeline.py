@@ -29,7 +29,7 @@ def stage_seconds(root: Path, out: Path, jobs: int) -> tuple[dict[str, float], d
     """Run every built stage alone, in order; returns seconds and the peak tree RSS per stage."""
     seconds: dict[str, float] = {}
     peaks: dict[str, int] = {}
-    for position, stage in enumerate(s for s in STAGES if s.built):
+    for position, stage in enumerate(STAGES):
         gc.collect()
         window = StageWindow(to_stage=stage.name) if position == 0 else StageWindow(only_stage=stage.name)
         with peak_rss() as run:

@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolE
 from pathlib import Path
 from typing import Any, Callable
 
-from npuprof.pipeline import __version__, io, schema
+from npuprof.pipeline import __version__, io
 from npuprof.pipeline.errors import NpuprofError, StageFailed
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
@@ -37,12 +37,14 @@ def _remove(path: Path) -> None:
 def clear_stage_outputs(out_dir: Path, current: Stage) -> None:
     """Un-mark a stage (manifest first, so a crash never leaves it looking complete), then drop its artifacts."""
     _remove(out_dir / current.manifest_name)
-    for artifact in current.produces:
-        _remove(out_dir / schema.as_path(artifact))
+    for path in current.owned_paths:
+        _remove(out_dir / path)
 
 
-def write_result(out_dir: Path, result: StageResult, rank_id: int | None) -> None:
-    """Write every part of a stage result atomically (the manifest is the caller's, written last)."""
+def write_result(out_dir: Path, current: Stage, result: StageResult, rank_id: int | None) -> None:
+    """Write every part of a stage result atomically (the manifest is the caller's, written last);
+    an artifact the stage does not declare is refused before anything is written."""
+    current.check_declared(result)
     for table, data in result.tables.items():
         target = out_dir / (table.partition(rank_id) if rank_id is not None else table.path)
         io.write_parquet(target, table.conform(data))
@@ -60,7 +62,7 @@ def run_rank_stage(stage_name: str, out_dir: str, rank: dict, options: dict) -> 
     ctx = RankContext(Path(out_dir), RankInput(**rank), AnalyzeOptions.from_dict(options))
     started = time.perf_counter()
     result = current.map_rank(ctx)
-    write_result(Path(out_dir), result, rank_id=ctx.rank.rank_id)
+    write_result(Path(out_dir), current, result, rank_id=ctx.rank.rank_id)
     manifest = dict(result.manifest)
     manifest.setdefault("rank_id", ctx.rank.rank_id)
     manifest["seconds"] = round(time.perf_counter() - started, 4)
@@ -78,7 +80,7 @@ def run_root_stage(
     if current.reduce_root is not None:
         ctx = RootContext(out, RootInputs.from_dict(inputs), AnalyzeOptions.from_dict(options), rank_manifests)
         result = current.reduce_root(ctx)
-        write_result(out, result, rank_id=None)
+        write_result(out, current, result, rank_id=None)
         manifest = dict(result.manifest)
     elif rank_manifests:
         manifest = {"ranks": rank_manifests}

@@ -44,7 +44,6 @@ def write_top_manifest(
     options: AnalyzeOptions,
     executed: list[str],
     timings: dict,
-    not_built: list[str],
 ) -> dict:
     """manifest.json: version, options, stage timings, input file facts (written after every run)."""
     input_paths = [p for r in inputs.ranks for p in r.input_files()]
@@ -58,7 +57,6 @@ def write_top_manifest(
             "options": options.to_dict(),
             "stages_executed": executed,
             "stage_timings": timings,
-            "stages_not_built": not_built,
             "inputs": file_facts(input_paths, options.hash_sources)
             if "normalize" in executed
             else top.get("inputs", []),
@@ -94,7 +92,6 @@ def result_object(out: Path, top: dict) -> dict:
         "event_count": counts.get("event_count"),
         "stages_executed": top["stages_executed"],
         "stage_timings": {k: top["stage_timings"][k] for k in top["stages_executed"]},
-        "stages_not_built": top.get("stages_not_built", []),
         "notes": counts.get("notes", [])[:20],
         **headlines,
         # one call gives an agent the conclusions

@@ -21,7 +21,7 @@ from npuprof.pipeline.execution import clear_stage_outputs, guard, map_ranks, ru
 from npuprof.pipeline.manifests import result_object, write_top_manifest
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.sources.discovery import RootInputs, discover, is_rank_dir
-from npuprof.pipeline.stages import STAGES, not_built_after
+from npuprof.pipeline.stages import STAGES
 from npuprof.pipeline.stages.base import AnalyzeOptions, Stage
 from npuprof.pipeline.window import StageWindow, check_prerequisites, resolve_window
 
@@ -49,7 +49,7 @@ def _foreign_entries(out_dir: Path) -> list[str]:
     ours = {schema.TOP_MANIFEST, schema.FAILURE_JSON, schema.ROLLUP_ROW_CACHE, schema.REPORT_DIR, schema.RUN_LOCK}
     for registered in STAGES:
         ours.add(registered.manifest_name)
-        ours.update(schema.as_path(a) for a in registered.produces)
+        ours.update(registered.owned_paths)
     foreign = [p.name for p in out_dir.iterdir() if p.name not in ours and not p.name.endswith(".tmp")]
     top = out_dir / schema.TOP_MANIFEST
     if top.is_file():
@@ -148,13 +148,13 @@ def analyze(
     ``failure.json`` is left in ``out_dir`` when the dir could be prepared.
     """
     out = Path(out_dir)
-    stages, not_built = resolve_window(window)
+    stages = resolve_window(window)
     check_output_location(out, root)
     make_output_dir(out)
     with run_lock(out):
         prepare_output_dir(out, window, overwrite)
         try:
-            return _analyze(root, out, stages, not_built, options, window, jobs or os.cpu_count() or 1, progress)
+            return _analyze(root, out, stages, options, window, jobs or os.cpu_count() or 1, progress)
         except NpuprofError as exc:
             write_failure(out, exc)
             raise
@@ -164,7 +164,6 @@ def _analyze(
     root: str | Path | None,
     out: Path,
     stages: list[Stage],
-    not_built: list[str],
     options: AnalyzeOptions,
     window: StageWindow,
     jobs: int,
@@ -208,7 +207,7 @@ def _analyze(
         timings[current.name] = round(time.perf_counter() - started, 4)
         executed.append(current.name)
 
-    top = write_top_manifest(out, top, inputs, options, executed, timings, not_built)
+    top = write_top_manifest(out, top, inputs, options, executed, timings)
     return result_object(out, top)
 
 
@@ -232,6 +231,5 @@ def finish_root(out_dir: str, inputs: dict, options: dict, stage_names: list[str
         AnalyzeOptions.from_dict(options),
         list(stage_names),
         timings,
-        not_built_after(None),
     )
     return result_object(out, top)

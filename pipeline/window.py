@@ -1,4 +1,4 @@
-"""Which stages a run executes: the whole built pipeline, or a --from / --to / --only window, and
+"""Which stages a run executes: the whole pipeline, or a --from / --to / --only window, and
 whether the artifacts the window builds on exist."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from npuprof.pipeline import __version__, schema
+from npuprof.pipeline import schema
 from npuprof.pipeline.errors import MissingPrerequisites, UsageError
-from npuprof.pipeline.stages import STAGE_NAMES, built_stage_names, not_built_after, stage
+from npuprof.pipeline.stages import STAGE_NAMES, stage
 from npuprof.pipeline.stages.base import Stage
 
 
 @dataclass(frozen=True)
 class StageWindow:
-    """Which stages to run: the whole built pipeline, or a --from/--to/--only window."""
+    """Which stages to run: the whole pipeline, or a --from/--to/--only window."""
 
     from_stage: str | None = None
     to_stage: str | None = None
@@ -26,28 +26,22 @@ class StageWindow:
         return self.only_stage is not None or self.from_stage is not None
 
 
-def resolve_window(window: StageWindow) -> tuple[list[Stage], list[str]]:
-    """(stages to run, registered stages after them that are not built yet)."""
+def resolve_window(window: StageWindow) -> list[Stage]:
+    """The stages to run, in pipeline order."""
     for name in (window.from_stage, window.to_stage, window.only_stage):
         if name is not None and name not in STAGE_NAMES:
             raise UsageError(f"unknown stage {name!r}; stages are: {', '.join(STAGE_NAMES)}")
     if window.only_stage and (window.from_stage or window.to_stage):
         raise UsageError("--only-stage cannot be combined with --from-stage or --to-stage")
-    built = built_stage_names()
     if window.only_stage:
         names = [window.only_stage]
     else:
         first = STAGE_NAMES.index(window.from_stage) if window.from_stage else 0
-        last = STAGE_NAMES.index(window.to_stage) if window.to_stage else STAGE_NAMES.index(built[-1])
+        last = STAGE_NAMES.index(window.to_stage) if window.to_stage else len(STAGE_NAMES) - 1
         if last < first:
             raise UsageError(f"--to-stage {window.to_stage} comes before --from-stage {window.from_stage}")
         names = list(STAGE_NAMES[first : last + 1])
-    unbuilt = [n for n in names if not stage(n).built]
-    if unbuilt:
-        raise UsageError(
-            f"stage {unbuilt[0]!r} is not built yet in npuprof {__version__} (built stages: {', '.join(built)})"
-        )
-    return [stage(n) for n in names], not_built_after(names[-1])
+    return [stage(n) for n in names]
 
 
 def check_prerequisites(out_dir: Path, stages: list[Stage]) -> None:

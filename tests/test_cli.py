@@ -195,7 +195,7 @@ def test_analyze_runs_every_stage_and_prints_the_conclusions(cli, tmp_path):
     run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "out"), "--progress", "none")
     assert run.returncode == 0, run.stderr
     result = run.result
-    assert result["stages_not_built"] == [] and result["stages_executed"][-1] == "report"
+    assert "stages_not_built" not in result and result["stages_executed"][-1] == "report"
     summary = result["analysis_summary"]  # one call gives an agent the conclusions
     assert summary["status"] == result["status"] == "ok" and summary["identity"]["rank_count"] == 4
     assert (tmp_path / "out" / "report" / "report.md").exists()

@@ -4,6 +4,7 @@ projected reads, rules as data, and service commands that behave as users expect
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -20,7 +21,8 @@ from npuprof.api.cli import build_parser, celery_command
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import EXIT_SERVICE_UNAVAILABLE
 from npuprof.pipeline.execution import write_result
-from npuprof.pipeline.stages import STAGES, built_stage_names, stage
+from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.stages import STAGE_NAMES, STAGES, stage
 from npuprof.pipeline.stages.base import AnalyzeOptions, StageResult
 from npuprof.pipeline.sweep.roots import find_roots
 from npuprof.pipeline.window import StageWindow, resolve_window
@@ -112,7 +114,7 @@ def test_read_dataset_projects_columns_and_pushes_filters_down(tmp_path):
         )
         frame["complete"] = [True, True, rank == 0]
         result = StageResult(tables={schema.STEP_SEGMENTS: frame})
-        write_result(tmp_path, result, rank_id=rank)
+        write_result(tmp_path, stage("segment"), result, rank_id=rank)
     table = io.read_dataset(
         tmp_path, schema.STEP_SEGMENTS, columns=["step_id"], filter=pc.field("complete") == pa.scalar(False)
     )
@@ -133,10 +135,40 @@ def test_rendered_artifacts_are_written_atomically_where_the_stage_says(tmp_path
     result = StageResult(
         rendered={schema.REPORT_MD: "# report\n", f"{schema.REPORT_DIR}/assets/x.json.gz": b"\x1f\x8b"}
     )
-    write_result(tmp_path, result, rank_id=None)
+    write_result(tmp_path, stage("report"), result, rank_id=None)
     assert (tmp_path / schema.REPORT_MD).read_text() == "# report\n"
     assert (tmp_path / schema.REPORT_DIR / "assets" / "x.json.gz").read_bytes() == b"\x1f\x8b"
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_stage_may_write_only_what_it_declares(tmp_path):
+    """An artifact a stage does not declare is refused before anything of the result is written."""
+    result = StageResult(json_files={schema.DIAGNOSIS_FINDINGS: {}, "surprise.json": {}})
+    with pytest.raises(RuntimeError, match="diagnostics returned artifacts it does not declare: surprise.json"):
+        write_result(tmp_path, stage("diagnostics"), result, rank_id=None)
+    assert not list(tmp_path.iterdir())
+    elsewhere = StageResult(csv_views={schema.STEP_SUMMARY: pd.DataFrame()})  # classify's view, not summarize's
+    with pytest.raises(RuntimeError, match="step_summary.csv"):
+        write_result(tmp_path, stage("summarize"), elsewhere, rank_id=None)
+
+
+def test_optional_outputs_are_ours_and_go_when_a_rerun_does_not_write_them(tmp_path):
+    """--model-config adds three CSVs: --overwrite must accept them as npuprof's own, and a re-run of
+    summarize without the config must not leave them stale beside a manifest that has no config."""
+    root = Path(generate(tmp_path / "root", "clean", seed=2, ranks=2, steps=2)["root"])
+    config = tmp_path / "config.json"
+    truth = json.loads((root / "ground_truth.json").read_text())
+    config.write_text(json.dumps(truth["model"]["config"]))
+    out = tmp_path / "out"
+    optional = [out / view.file for view in schema.MODEL_CONFIG_CSVS]
+    to_summarize = StageWindow(to_stage="summarize")
+    analyze(root, out, jobs=1, window=to_summarize, options=AnalyzeOptions(model_config=str(config)))
+    assert all(p.is_file() for p in optional)
+    analyze(root, out, jobs=1, window=StageWindow(from_stage="summarize", to_stage="summarize"))
+    assert not any(p.exists() for p in optional)
+    analyze(root, out, jobs=1, window=to_summarize, options=AnalyzeOptions(model_config=str(config)), overwrite=True)
+    analyze(root, out, jobs=1, window=to_summarize, overwrite=True)
+    assert not any(p.exists() for p in optional)
 
 
 def test_failure_json_has_one_writer_and_one_reader(tmp_path):
@@ -158,12 +190,12 @@ def test_failure_json_has_one_writer_and_one_reader(tmp_path):
     assert io.read_failure(tmp_path / "nothing") is None
 
 
-def test_which_stages_are_built_is_answered_in_one_place():
-    stages, not_built = resolve_window(StageWindow())
-    built = ["normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics", "report"]
-    assert [s.name for s in stages] == built_stage_names() == built
-    assert not_built == []
-    assert all(stage(name).headline is not None for name in built[1:])
+def test_the_pipeline_order_is_answered_in_one_place():
+    stages = resolve_window(StageWindow())
+    order = ["normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics", "report"]
+    assert [s.name for s in stages] == list(STAGE_NAMES) == order
+    assert all(s.map_rank is not None or s.reduce_root is not None for s in STAGES)
+    assert all(stage(name).headline is not None for name in order[1:])
 
 
 def test_rules_named_by_segmentation_are_declared_categories_and_roles():

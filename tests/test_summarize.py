@@ -156,11 +156,11 @@ def test_the_service_order_of_units_gives_the_local_tables(analyzed, tmp_path):
     from npuprof.pipeline.execution import run_rank_chain
     from npuprof.pipeline.runner import finish_root
     from npuprof.pipeline.sources.discovery import discover
-    from npuprof.pipeline.stages import built_stage_names
+    from npuprof.pipeline.stages import STAGE_NAMES
 
     root, local = analyzed["mixed"]
     inputs = discover(root)
-    stages = built_stage_names()
+    stages = list(STAGE_NAMES)
     rank_results = [run_rank_chain(str(tmp_path), vars(rank), {}, stages) for rank in inputs.ranks]
     finish_root(str(tmp_path), inputs.to_dict(), {}, stages, rank_results)
     for view in schema.SUMMARY_CSVS:

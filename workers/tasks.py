@@ -23,7 +23,7 @@ from npuprof.pipeline.errors import EXIT_INTERNAL, NpuprofError, failure_object,
 from npuprof.pipeline.execution import run_rank_chain
 from npuprof.pipeline.runner import StageWindow, analyze, finish_root, write_failure
 from npuprof.pipeline.sources.discovery import discover
-from npuprof.pipeline.stages import built_stage_names
+from npuprof.pipeline.stages import STAGE_NAMES
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.local import is_reusable
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
@@ -137,7 +137,7 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     """On a worker that mounts the storage: find the roots and their ranks, launch the sweep chord."""
     archive_dir = Path(archive)
     archive_dir.mkdir(parents=True, exist_ok=True)
-    stages = built_stage_names()
+    stages = list(STAGE_NAMES)
     plan, root_chords = [], []
     for root in find_roots(search_roots):
         slug = root_slug(root, search_roots)

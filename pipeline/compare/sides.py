@@ -25,7 +25,6 @@ STEP_COLUMNS = [
     "start_ns",
     "end_ns",
 ]
-INSTANCE_COLUMNS = ["rank_id", "step_ordinal", "row_start", "row_end", "wall_ms"]
 
 
 @dataclass

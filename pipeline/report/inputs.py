@@ -27,7 +27,6 @@ class ReportInputs:
     evidence: pd.DataFrame  # evidence_index (all ranks)
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)  # layer_segments (timeline spans)
     events: pd.DataFrame = field(default_factory=pd.DataFrame)  # device events for the trace (capped)
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # every user-facing table (xlsx)
     model_insights: dict = field(default_factory=dict)  # summarize's model_insights.json
     hardware: dict = field(default_factory=dict)  # summarize's hardware_insights.json
     inferred_config: pd.DataFrame = field(default_factory=pd.DataFrame)  # model_inferred_config

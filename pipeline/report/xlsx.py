@@ -19,7 +19,6 @@ from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
 
-DEFAULT_CAP = 50_000
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
 MAX_WIDTH = 60
 

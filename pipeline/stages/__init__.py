@@ -1,9 +1,5 @@
-"""The seven stages, registered in order (design.md §2).
-
-Stages whose module is not built yet are registered without functions; the runner refuses them
-clearly instead of pretending they ran. ``built_stage_names`` is the one answer to "which stages
-are built".
-"""
+"""The seven stages, registered in order (docs/architecture.md): what each requires and produces,
+and its map (per rank) and reduce (per root) functions. ``STAGE_NAMES`` is the pipeline order."""
 
 from __future__ import annotations
 
@@ -68,6 +64,7 @@ STAGES: tuple[Stage, ...] = (
             schema.MODEL_INSIGHTS,
             schema.HARDWARE_INSIGHTS,
         ),
+        optional=schema.MODEL_CONFIG_CSVS,  # only with --model-config
         map_rank=summarize.map_rank,
         reduce_root=summarize.reduce_root,
         headline=summarize.headline,
@@ -114,14 +111,3 @@ def stage(name: str) -> Stage:
         if candidate.name == name:
             return candidate
     raise KeyError(name)
-
-
-def built_stage_names() -> list[str]:
-    """The stages this npuprof can run, in pipeline order."""
-    return [s.name for s in STAGES if s.built]
-
-
-def not_built_after(name: str | None) -> list[str]:
-    """Registered stages after ``name`` (all, for None) that are not built yet."""
-    start = STAGE_NAMES.index(name) + 1 if name else 0
-    return [s.name for s in STAGES[start:] if not s.built]

@@ -128,6 +128,8 @@ class Stage:
     name: str
     requires: tuple[schema.Table | schema.CsvView | str, ...] = ()  # must exist before it runs
     produces: tuple[schema.Table | schema.CsvView | str, ...] = ()  # owned: removed before a re-run
+    # owned too, but written only under some options (removed before a re-run that may not write them)
+    optional: tuple[schema.Table | schema.CsvView | str, ...] = ()
     map_rank: Callable[[RankContext], StageResult] | None = None
     reduce_root: Callable[[RootContext], StageResult] | None = None
     # The stage's part of the result JSON, from its manifest: (headline dict, warnings).
@@ -138,8 +140,18 @@ class Stage:
     map_in_threads: bool = False
 
     @property
-    def built(self) -> bool:
-        return self.map_rank is not None or self.reduce_root is not None
+    def owned_paths(self) -> tuple[str, ...]:
+        """Every path (relative to the output dir) this stage may write: its declared artifacts."""
+        return tuple(schema.as_path(a) for a in (*self.produces, *self.optional))
+
+    def check_declared(self, result: "StageResult") -> None:
+        """Refuse (an internal error) a result that holds an artifact the stage does not declare."""
+        owned = self.owned_paths
+        paths = [t.path for t in result.tables] + [v.file for v in result.csv_views]
+        paths += [*result.json_files, *result.rendered]
+        undeclared = [p for p in paths if not any(p == o or p.startswith(o + "/") for o in owned)]
+        if undeclared:
+            raise RuntimeError(f"stage {self.name} returned artifacts it does not declare: {', '.join(undeclared)}")
 
     @property
     def manifest_name(self) -> str:

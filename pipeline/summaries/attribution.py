@@ -19,14 +19,6 @@ from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
 from npuprof.pipeline.sources.host_trace import read_host_events
 
-LABELS = (
-    "possible_sync_or_h2d",
-    "possible_comm_wait",
-    "possible_untraced_host_blocking",
-    "possible_host_launch_lag",
-    "possible_python_serialization_or_lock",
-    "insufficient_evidence",
-)
 TOP_HOST_EVENTS = 5
 ATTRIBUTION_COLUMNS = [
     "soft_labels",

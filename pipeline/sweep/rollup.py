@@ -69,7 +69,6 @@ ROLLUP_COLUMNS = [
     "findings_by_severity",
     "elapsed_s",
 ]
-TIMING_COLUMNS = ("elapsed_s",)
 INTEGER_COLUMNS = (
     "rank_count",
     "event_count",
