@@ -185,6 +185,28 @@ def test_communication_files_split_each_op_and_name_its_group(tmp_path):
     assert (mine["parallel_role"] != "unknown").all()
     links = read(tmp_path / "out", schema.COMMUNICATION_LINKS_CSV)
     assert {"LOCAL", "HCCS"} <= set(links["transport"]) and (links["bandwidth_gbps"] >= 0).all()
+    # TP1 PP2 DP2: Megatron's mp group (ranks 0, 2) is model parallel, not tensor parallel; TP groups
+    # of a TP1 job hold one rank each
+    mp_hash = next(h for h, name in named.items() if name == "mp")
+    assert set(mine[mine["group_hash"].astype(str) == mp_hash]["parallel_role"]) == {"MP"}
+    hccl = read(tmp_path / "out", schema.HCCL_CLASS_SUMMARY_CSV)
+    assert (hccl[hccl["parallel_role"] == "TP"]["rank_count"] == 1).all()
+    mp = hccl[hccl["parallel_role"] == "MP"]
+    assert list(mp["kind"]) == ["allreduce"] and list(mp["rank_count"]) == [2]
+
+
+def test_a_role_that_disagrees_with_the_parallel_sizes_is_unknown():
+    from npuprof.pipeline.summaries.communication import role_by_group_hash
+
+    groups = {
+        "g_tp": {"group_name": "tp", "global_ranks": [0, 1]},  # two members, but the job is TP1
+        "g_dp": {"group_name": "dp", "global_ranks": [0, 1]},
+        "g_mp": {"group_name": "mp", "global_ranks": [0, 2]},
+    }
+    sizes = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2, "data_parallel_size": 2}
+    roles = set(role_by_group_hash(groups, sizes).values())
+    assert roles == {"unknown", "DP", "MP"}
+    assert set(role_by_group_hash(groups, None).values()) == {"TP", "DP", "MP"}  # no sizes: the names stand
 
 
 def test_the_planted_slow_link_has_a_quarter_of_the_bandwidth(analyzed):

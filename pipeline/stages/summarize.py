@@ -74,7 +74,7 @@ SUMMARIZE_INPUT_COLUMNS = [
 BLOCK_COLUMNS = ["pos_start", "pos_end", "layer_ordinal", "block_kind", "block_class_id"]
 
 
-def _labelled_events(ctx: RankContext, group_info: dict | None) -> pd.DataFrame:
+def _labelled_events(ctx: RankContext, rank_info: dict) -> pd.DataFrame:
     """The rank's events in device order with kind and role when they communicate."""
     table = ordered_events(ctx, SUMMARIZE_INPUT_COLUMNS)
     events = table.drop_columns(["categories", "roles"]).to_pandas()
@@ -83,7 +83,8 @@ def _labelled_events(ctx: RankContext, group_info: dict | None) -> pd.DataFrame:
     events["is_comm"] = events["op_type"].isin(COMMUNICATION_OP_TYPES)
     identity = events["type"].fillna(events["name"])
     events["kind"] = np.where(events["is_comm"], communication_kinds(identity), None)
-    events["parallel_role"] = np.where(events["is_comm"], parallel_roles(events["name"], group_info), None)
+    roles = parallel_roles(events["name"], rank_info.get("parallel_group_info"), rank_info.get("distributed_args"))
+    events["parallel_role"] = np.where(events["is_comm"], roles, None)
     return events
 
 
@@ -110,7 +111,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     # from the rank's own files: a map unit never reads what a reduce wrote (the service runs every
     # rank's map units before any reduce of the root)
     rank_info = rank_capture_info(ctx.rank)
-    events = _labelled_events(ctx, rank_info.get("parallel_group_info"))
+    events = _labelled_events(ctx, rank_info)
     steps = ctx.read_table(schema.STEP_SEGMENTS).to_pandas().sort_values("step_ordinal").reset_index(drop=True)
     layers = ctx.read_table(schema.LAYER_SEGMENTS, columns=["step_ordinal", "start_ns", "end_ns"]).to_pandas()
     spans = layers.groupby("step_ordinal").agg(main_start_ns=("start_ns", "min"), main_end_ns=("end_ns", "max"))
@@ -179,7 +180,7 @@ def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, 
         evidence_id=communication_evidence_ids(ctx.rank.rank_id, comm["row_idx"].to_numpy()),
     )[list(schema.COMMUNICATION_EVENTS.columns)]
     step_ids = steps.set_index("step_ordinal")["step_id"]
-    ops, links, source = communication_ops(ctx.rank.supplemental, comm, step_ids, rank_info.get("parallel_group_info"))
+    ops, links, source = communication_ops(ctx.rank.supplemental, comm, step_ids, rank_info)
     return comm, comm_rows, ops, links, source
 
 

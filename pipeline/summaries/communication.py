@@ -40,15 +40,37 @@ def double_hash(text: str) -> int:
     return (h1 << 32) | h2
 
 
-def _role_of(group: object) -> str:
+def _expected_members(group_name: str, distributed_args: dict | None) -> int | None:
+    """How many ranks a group of that name has under the job's parallel sizes (None: not known)."""
+    sizes = distributed_args if isinstance(distributed_args, dict) else {}
+    factors = knowledge.load("summary_rules")["group_member_count"].get(group_name)
+    if not factors:
+        return None
+    values = [sizes.get(key) for key in factors]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    return int(np.prod(values))
+
+
+def _role_of(group: object, distributed_args: dict | None = None) -> str:
+    """The role a group's name gives, kept only where its member count agrees with the parallel
+    sizes: a 'tp' group of two ranks in a TP1 job is not tensor parallel, so its role is unknown."""
     rules = knowledge.load("summary_rules")
     name = group.get("group_name") if isinstance(group, dict) else None
-    return rules["parallel_roles"].get(str(name), rules["parallel_role_unknown"])
+    role = rules["parallel_roles"].get(str(name), rules["parallel_role_unknown"])
+    members = group.get("global_ranks") if isinstance(group, dict) else None
+    expected = _expected_members(str(name), distributed_args)
+    if isinstance(members, list) and expected is not None and len(members) != expected:
+        return rules["parallel_role_unknown"]
+    return role
 
 
-def role_by_group_hash(parallel_group_info: dict | None) -> dict[str, str]:
+def role_by_group_hash(parallel_group_info: dict | None, distributed_args: dict | None = None) -> dict[str, str]:
     """{double_hash(group key) as text: parallel role}: how communication files name groups."""
-    return {str(double_hash(str(key))): _role_of(group) for key, group in (parallel_group_info or {}).items()}
+    return {
+        str(double_hash(str(key))): _role_of(group, distributed_args)
+        for key, group in (parallel_group_info or {}).items()
+    }
 
 
 def global_ranks_by_group_hash(group_infos: list[dict | None]) -> dict[str, list[int]]:
@@ -77,20 +99,22 @@ def group_ranks_of_names(names: pd.Series, group_infos: list[dict | None]) -> li
     return found
 
 
-def role_by_group_suffix(parallel_group_info: dict | None) -> dict[str, str]:
+def role_by_group_suffix(parallel_group_info: dict | None, distributed_args: dict | None = None) -> dict[str, str]:
     """{last 3 digits of a group's hash: its parallel role}; a suffix two groups share is left out
     (it cannot tell them apart)."""
     found: dict[str, set[str]] = {}
-    for group_hash, role in role_by_group_hash(parallel_group_info).items():
+    for group_hash, role in role_by_group_hash(parallel_group_info, distributed_args).items():
         found.setdefault(group_hash[-3:], set()).add(role)
     return {suffix: roles.pop() for suffix, roles in found.items() if len(roles) == 1}
 
 
-def parallel_roles(names: pd.Series, parallel_group_info: dict | None) -> np.ndarray:
+def parallel_roles(
+    names: pd.Series, parallel_group_info: dict | None, distributed_args: dict | None = None
+) -> np.ndarray:
     """The parallel role of each communication op from the group hash digits in its name."""
     rules = knowledge.load("summary_rules")
     pattern = re.compile(rules["hccl_name_pattern"])
-    by_suffix = role_by_group_suffix(parallel_group_info)
+    by_suffix = role_by_group_suffix(parallel_group_info, distributed_args)
     codes, uniques = pd.factorize(names.fillna(""))
     if not len(codes):
         return np.array([], dtype=object)
@@ -156,12 +180,13 @@ def hccl_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
 
 
 def communication_ops(
-    files: dict[str, str], comm_events: pd.DataFrame, step_ids: pd.Series, parallel_group_info: dict | None
+    files: dict[str, str], comm_events: pd.DataFrame, step_ids: pd.Series, rank_info: dict
 ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """(ops, links, source) of one rank: from its communication.json / communication_matrix.json,
-    or, without them, the ops from its communication events (transit / wait unknown)."""
+    or, without them, the ops from its communication events (transit / wait unknown). ``rank_info``:
+    the rank's capture facts (its parallel_group_info and distributed_args name the roles)."""
     rules = knowledge.load("summary_rules")
-    roles = role_by_group_hash(parallel_group_info)
+    roles = role_by_group_hash(rank_info.get("parallel_group_info"), rank_info.get("distributed_args"))
     unknown = rules["parallel_role_unknown"]
     links = pd.DataFrame()
     if "communication_matrix_json" in files:
