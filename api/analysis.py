@@ -79,7 +79,7 @@ class Analysis:
     def time_accounting(self) -> pd.DataFrame:
         """Where each step's wall time goes (long format): breakdown ``primary`` rows (compute by
         bound family, exposed communication by kind, overlap, idle by prelaunch / internal / tail)
-        add up to wall_ms; ``comm_by_role`` and ``compute_by_op_type`` re-split one category."""
+        add up to wall_ms; ``comm_by_role``, ``comm_by_role_kind`` and ``compute_by_op_type`` re-split one category."""
         return self._view(schema.STEP_TIME_ACCOUNTING_CSV, "summarize")
 
     def ranks(self) -> pd.DataFrame:

@@ -23,6 +23,7 @@ from npuprof.synth import SCENARIOS, generate
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares its fixtures
 
 SECTIONS = (
+    "Biggest Costs Of The Step",
     "Executive Summary",
     "Capture And Segmentation",
     "Macro Step Timeline",
@@ -154,3 +155,64 @@ def test_hostile_kernel_names_stay_inert_in_every_report_artifact(tmp_path):
     json.loads((out / schema.REPORT_TRACE).read_text())  # names are escaped JSON strings
     manifest = json.loads((out / schema.REPORT_MANIFEST).read_text())
     assert manifest["xlsx_status"] == "ok" and manifest["report_mode"] == "full"
+
+
+def _measure(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of [start, end) intervals as sorted disjoint intervals."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def _minus(covered: list[tuple[float, float]], cut: list[tuple[float, float]]) -> float:
+    """Length of ``covered`` (disjoint) outside ``cut`` (disjoint)."""
+    total = 0.0
+    for a, b in covered:
+        inside = sum(max(0.0, min(b, d) - max(a, c)) for c, d in cut)
+        total += (b - a) - inside
+    return total
+
+
+def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tmp_path):
+    """Rank 0 of the real Qwen3 capture (TP1 PP2 DP2) spends 39 % of its step in exposed pipeline
+    send/receive: the headline says so first, with the number an independent interval count over
+    the raw kernel_details.csv gives, and the step split equals the vendor's step_trace_time.csv."""
+    from conftest import QWEN_TRAINING
+
+    analyze(QWEN_TRAINING, tmp_path / "out", jobs=2)
+    headline = summary_of(tmp_path / "out")["headline"]
+    (rank0,) = [g for g in headline["groups"] if g["ranks"] == [0]]
+    first = rank0["costs"][0]
+    assert first["label"] == "exposed PP send_recv communication" and first["share"] == pytest.approx(0.3875, abs=1e-3)
+    raw = pd.read_csv(QWEN_TRAINING / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    raw = raw.assign(end=raw["Start Time(us)"] + raw["Duration(us)"])
+    is_comm = raw["Accelerator Core"] == "COMMUNICATION"
+    send_recv = raw[is_comm & raw["Name"].str.contains("batchSendRecv")]
+    compute = _measure(list(zip(raw[~is_comm]["Start Time(us)"], raw[~is_comm]["end"])))
+    exposed_ms = _minus(_measure(list(zip(send_recv["Start Time(us)"], send_recv["end"]))), compute) / 1000
+    assert first["ms_per_step"] == pytest.approx(exposed_ms, abs=0.01)
+    assert headline["text"][0].startswith("rank 0: of a 810.0 ms step, 313.9 ms (39%) exposed PP send_recv")
+    assert "ranks 1, 3: no device events" in headline["text"][-1]
+    # the accounting the headline is read from equals the vendor's step split (µs)
+    vendor = pd.read_csv(QWEN_TRAINING / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").iloc[0]
+    accounting = pd.read_csv(tmp_path / "out" / schema.STEP_TIME_ACCOUNTING_CSV.file)
+    primary = accounting[(accounting["rank_id"] == 0) & (accounting["breakdown"] == "primary")]
+    by_category = primary.groupby("category")["ms"].sum() * 1000
+    assert by_category["compute"] == pytest.approx(vendor["Computing"], abs=0.5)
+    assert by_category["communication"] == pytest.approx(vendor["Communication(Not Overlapped)"], abs=0.5)
+    assert by_category["idle"] == pytest.approx(vendor["Free"], abs=0.5)
+    report = (tmp_path / "out" / schema.REPORT_MD).read_text()
+    assert report.index("313.9 ms (39%) exposed PP send\\_recv") < report.index("Executive Summary")
+
+
+def test_every_scenario_names_its_biggest_costs_even_without_findings(planted_outputs):
+    _, out = planted_outputs["clean"]
+    headline = summary_of(out)["headline"]
+    assert headline["text"] and all(len(g["costs"]) == 3 for g in headline["groups"])
+    for group in headline["groups"]:
+        shares = [c["share"] for c in group["costs"]]
+        assert shares == sorted(shares, reverse=True) and sum(shares) <= 1.0 + 1e-6

@@ -38,7 +38,12 @@ def assert_accounting_adds_up(out: Path) -> None:
     assert len(total) == len(steps), "every step is accounted for"
     wall = steps["wall_ms"].reindex(total.index)
     assert ((total - wall).abs() < 1e-3).all(), (total - wall).abs().max()  # within 1 µs
-    for breakdown, category in (("comm_by_role", "communication"), ("compute_by_op_type", "compute")):
+    splits = (
+        ("comm_by_role", "communication"),
+        ("comm_by_role_kind", "communication"),
+        ("compute_by_op_type", "compute"),
+    )
+    for breakdown, category in splits:
         again = accounting[accounting["breakdown"] == breakdown].groupby(["rank_id", "step_ordinal"])["ms"].sum()
         part = primary[primary["category"] == category].groupby(["rank_id", "step_ordinal"])["ms"].sum()
         pd.testing.assert_series_equal(again, part.reindex(again.index), check_names=False, atol=1e-6)

@@ -69,6 +69,12 @@ def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root,
         shares = row.loc[root, ["compute_share", "exposed_communication_share", "idle_share"]]
         assert (shares >= 0).all() and shares.sum() <= 1 + 1e-9, shares
     assert row.loc["team_b/slow", "hccl_max_rank_skew_ratio"] >= row.loc["team_b/slow", "hccl_top_kind_rank_skew_ratio"]
+    # the headline's largest non-compute cost: rank 0 of the Qwen3 capture waits in PP send/receive
+    qwen = row.loc["team_a/qwen3_step13"]
+    assert qwen["top_noncompute_cost"] == "exposed PP send_recv communication"
+    assert str(qwen["top_noncompute_cost_ranks"]) == "0" and qwen["top_noncompute_cost_share"] == pytest.approx(
+        0.39, abs=0.01
+    )
     assert not list(out.glob(".*work*")), "no half-written root dir is left behind"
     assert json.loads((out / "sweep_summary.json").read_text())["status_counts"] == {"ok": 4, "failed": 1}
 

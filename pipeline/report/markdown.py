@@ -51,6 +51,14 @@ def _by_severity(counts: dict) -> str:
     return ", ".join(f"{cell(k)} {v}" for k, v in counts["by_severity"].items())
 
 
+def _headline(summary: dict) -> str:
+    headline = summary.get("headline") or {}
+    if not headline.get("text"):
+        return "_No step time accounting: no rank has device events in steps._\n"
+    lines = [f"- {cell(text)}" for text in headline["text"]]
+    return f"Where the step goes ({cell(headline['basis'])}):\n\n" + "\n".join(lines) + "\n"
+
+
 def _executive(summary: dict) -> str:
     identity, kpis, counts = summary["identity"], summary["kpis"], summary["finding_counts"]
     wall = kpis["step_wall_ms"]
@@ -313,6 +321,7 @@ def _evidence_chain(inputs: ReportInputs) -> str:
 def report_markdown(inputs: ReportInputs, summary: dict) -> str:
     """The whole report.md."""
     sections = [
+        ("Biggest Costs Of The Step", _headline(summary)),
         ("Executive Summary", _executive(summary)),
         ("Capture And Segmentation", _capture(inputs, summary)),
         ("Macro Step Timeline", _timeline(inputs, summary)),

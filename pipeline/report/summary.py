@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline import __version__, io
+from npuprof.pipeline.report.headline import headline_costs
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.notes import knowledge_refs
 
@@ -265,6 +266,10 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
         "tool_version": __version__,
         "generated_at": io.utc_now(),
         "status": status,
+        # the step's biggest costs, in words, before anything else (findings or not)
+        "headline": headline_costs(
+            inputs.accounting, [r["rank_id"] for r in inputs.manifest("normalize").get("rank_summaries", [])]
+        ),
         "identity": identity(inputs),
         "layer_validation": layer_validation(inputs),
         "kpis": kpis(inputs),

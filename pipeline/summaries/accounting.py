@@ -56,11 +56,9 @@ def _idle_window(stretch_step: np.ndarray, stretch_start: np.ndarray, layer_span
 def step_time_accounting(
     events: pd.DataFrame, steps: pd.DataFrame, layer_spans: pd.DataFrame
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(long table: per step, breakdown / category / component / ms / share; the idle gaps).
-
-    Each idle gap: step_ordinal, window (prelaunch / internal / tail), start_ns, end_ns and the
-    events on both sides (``before_pos`` ended at the gap's start, ``after_pos`` starts at its end;
-    positions in ``events``).
+    """(long table: per step, breakdown / category / component / ms / share; the idle gaps). Each idle
+    gap: step_ordinal, window (prelaunch / internal / tail), start_ns, end_ns and the events on both
+    sides (``before_pos`` ended at the gap's start, ``after_pos`` starts at its end; in ``events``).
 
     ``events``: step_ordinal (null outside steps), start_ns, end_ns, is_comm, bound_family, kind,
     parallel_role, op_type. ``steps``: step_ordinal, step_id, complete, start_ns, end_ns.
@@ -83,8 +81,9 @@ def step_time_accounting(
     comm_only = same_step & (comm_active > 0) & (compute_active == 0)
     rows: list[tuple[str, str, str, np.ndarray]] = []
 
-    def split(breakdown: str, category: str, column: str, selector: np.ndarray, where: np.ndarray, total) -> None:
-        codes, labels = pd.factorize(inside[column])  # int codes: one compare per label, not per string
+    def split(breakdown: str, category: str, column, selector: np.ndarray, where: np.ndarray, total) -> None:
+        # int codes: one compare per label, not per string
+        codes, labels = pd.factorize(inside[column]) if isinstance(column, str) else column
         present = np.unique(codes[selector])
         values = {labels[k] if k >= 0 else None: deltas(selector & (codes == k)) for k in present}
         for label, per_stretch in _shares(values, length, total, where).items():
@@ -95,6 +94,7 @@ def step_time_accounting(
     overlap = same_step & (comm_active > 0) & (compute_active > 0)
     rows.append(("primary", "overlap", "compute+communication", np.where(overlap, length, 0.0)))
     split("comm_by_role", COMMUNICATION, "parallel_role", is_comm, comm_only, comm_active)
+    split("comm_by_role_kind", COMMUNICATION, _role_kind_codes(inside), is_comm, comm_only, comm_active)
     split("compute_by_op_type", "compute", "op_type", ~is_comm, compute_only, compute_active)
     idle = same_step & (comm_active == 0) & (compute_active == 0)
     window = _idle_window(step[:-1], time[:-1], layer_spans)
@@ -113,6 +113,18 @@ def step_time_accounting(
         }
     )
     return _per_step(rows, step[:-1], steps), idle_gaps
+
+
+def _role_kind_codes(inside: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Codes and labels ('PP send_recv') of each event's parallel role and communication kind, from
+    the two columns' codes (no string built per event)."""
+    kind_codes, kinds = pd.factorize(inside["kind"])
+    role_codes, roles = pd.factorize(inside["parallel_role"])
+    combined = np.where((kind_codes >= 0) & (role_codes >= 0), kind_codes * max(len(roles), 1) + role_codes, -1)
+    codes, uniques = pd.factorize(combined)
+    width = max(len(roles), 1)
+    labels = [f"{roles[c % width]} {kinds[c // width]}" if c >= 0 else None for c in uniques]  # distinct pairs
+    return np.where(combined >= 0, codes, -1), labels
 
 
 def _per_step(rows, stretch_step: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.report.headline import headline_costs, top_cost
 
 # rollup column <- profiler_metadata distributed_args key
 PARALLEL_SIZES = {
@@ -57,6 +58,14 @@ ROLLUP_COLUMNS = [
     "compute_share",
     "exposed_communication_share",
     "idle_share",
+    "top_cost",  # the largest cost of the step over the ranks (report headline), with its ms and share
+    "top_cost_ms_per_step",
+    "top_cost_share",
+    "top_cost_ranks",
+    "top_noncompute_cost",  # the largest time the device is not computing: exposed communication or idle
+    "top_noncompute_cost_ms_per_step",
+    "top_noncompute_cost_share",
+    "top_noncompute_cost_ranks",
     *PARALLEL_SIZES,
     "model_best_candidate",
     "model_closest_candidate",
@@ -141,10 +150,13 @@ def _time_split(out_dir: Path) -> dict:
     if not walls:
         return {}
     by_category = primary.groupby("category")["ms"].sum()
+    headline = headline_costs(accounting, sorted(int(r) for r in accounting["rank_id"].unique()))
     return {
         "compute_share": float(by_category.get("compute", 0.0)) / walls,
         "exposed_communication_share": float(by_category.get("communication", 0.0)) / walls,
         "idle_share": float(by_category.get("idle", 0.0)) / walls,
+        **top_cost(headline, "top_cost"),
+        **top_cost(headline, "top_noncompute_cost", skip_compute=True),
     }
 
 
