@@ -42,6 +42,8 @@ FINDINGS_OF_FAULT = {
     "clock_offset": ("clock_offset",),
     # a throttled card is late at every collective of the steps it is throttled in: a slow rank too
     "aicore_freq_throttled": ("aicore_freq_throttled", "slow_rank"),
+    "pp_stage_layers": ("pp_stage_imbalance",),
+    "pp_few_micro_batches": ("pp_bubble_heavy",),
 }
 
 

@@ -97,12 +97,21 @@ class Workload:
     pp_size: int = 1
     tp: int = 1  # tensor parallel: heads, FFN and vocabulary are split over this many ranks
     wide_ffn_layers: tuple[int, ...] = ()  # planted shape change: these layers' FFN is twice as wide
+    last_stage_layers: int | None = None  # decoder layers of the last pipeline stage; None: an even split
 
     @property
     def stage_layers(self) -> range:
-        """The decoder layers this pipeline stage holds."""
-        per_stage = self.layers // self.pp_size
-        return range(self.pp_stage * per_stage, (self.pp_stage + 1) * per_stage)
+        """The decoder layers this pipeline stage holds: the last stage ``last_stage_layers``, the rest
+        split evenly over the other stages (the first takes any remainder)."""
+        if self.pp_size == 1:
+            return range(self.layers)
+        even = self.layers // self.pp_size
+        last = even if self.last_stage_layers is None else self.last_stage_layers
+        if self.last_stage:
+            return range(self.layers - last, self.layers)
+        per_stage, extra = divmod(self.layers - last, self.pp_size - 1)
+        start = 0 if self.first_stage else extra + self.pp_stage * per_stage
+        return range(start, extra + (self.pp_stage + 1) * per_stage)
 
     @property
     def first_stage(self) -> bool:

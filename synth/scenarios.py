@@ -15,7 +15,10 @@ class Fault:
     ``layer`` on every step), reduced_work_rank (``ranks`` receive no routed tokens),
     partial_capture (first and last step cut), clock_offset (``offset_us`` added to ``ranks``' clocks),
     aicore_freq_throttled (the AI Core clock of ``ranks`` at nominal ÷ factor on ``steps``: their compute
-    kernels take factor × as long for the same cycles).
+    kernels take factor × as long for the same cycles), pp_stage_layers (the last pipeline stage, ``ranks``,
+    holds ``layer`` decoder layers besides its LM head and loss; without it the stages split evenly),
+    pp_few_micro_batches (the
+    scenario's micro-batch count leaves the pipeline's own fill / drain bubble above a fifth of it).
     """
 
     kind: str
@@ -39,6 +42,8 @@ class Fault:
             "partial_capture": (),
             "clock_offset": ("ranks", "offset_us"),
             "aicore_freq_throttled": ("ranks", "steps", "factor"),
+            "pp_stage_layers": ("ranks", "layer"),
+            "pp_few_micro_batches": (),
         }[self.kind]
         return {
             **base,
@@ -73,9 +78,12 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("clean", "dense GQA training, data parallel, no fault planted"),
         Scenario(
             "pipeline_parallel",
-            "dense training like the real Qwen3 sample: TP1 PP2 DP2, 2 micro-batches, batchSendRecv between stages",
+            "dense training like the real Qwen3 sample: TP1 PP2 DP2, 2 micro-batches, batchSendRecv between "
+            "stages; layers split 3 / 3, so the last stage (ranks 2, 3) also running the LM head and loss is "
+            "the heavy one, and 2 micro-batches leave a third of the pipeline idle",
             pp=2,
             layers=6,
+            faults=(Fault("pp_stage_layers", ranks=(2, 3), layer=3), Fault("pp_few_micro_batches")),
         ),
         Scenario(
             "clean_inference",
@@ -197,6 +205,15 @@ def scenario(name: str, **overrides) -> Scenario:
         raise ValueError(
             f"scenario {name}: pipeline parallel needs training, ranks and layers divisible by pp={chosen.pp}"
         )
+    for fault in chosen.faults:
+        if fault.kind == "pp_few_micro_batches" and (chosen.pp - 1) / (chosen.micro_batches + chosen.pp - 1) < 0.2:
+            raise ValueError(
+                f"scenario {name}: {chosen.micro_batches} micro-batches over {chosen.pp} stages are not few"
+            )
+        if fault.kind == "pp_stage_layers" and (chosen.pp < 2 or not 0 < fault.layer < chosen.layers):
+            raise ValueError(
+                f"scenario {name}: pp_stage_layers needs pipeline parallel and 0 < layer < {chosen.layers}"
+            )
     if any(f.kind == "partial_capture" for f in chosen.faults) and chosen.steps < 3:
         raise ValueError(f"scenario {name}: partial_capture needs at least 3 steps")
     return chosen

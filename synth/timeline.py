@@ -91,6 +91,7 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         topology.pp,
         topology.tp,
         scenario.wide_ffn_layers,
+        next((f.layer for f in _faults(scenario, "pp_stage_layers")), None),
     )
 
 

@@ -18,7 +18,7 @@ from conftest import PYTORCH_DATA
 from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis import registry
-from npuprof.pipeline.diagnosis.context import BASE_INPUTS, DiagnosisContext
+from npuprof.pipeline.diagnosis.context import BASE_INPUTS, COMPOSED_INPUTS, DiagnosisContext, with_composed_reads
 from npuprof.pipeline.runner import analyze
 from npuprof.pipeline.sources.aicore_freq import read_aicore_freq, read_db_freq, read_trace_freq
 from npuprof.synth import SCENARIOS, generate
@@ -141,7 +141,7 @@ def test_every_detector_has_its_rules_and_a_note_that_names_its_findings():
         assert set(detector.notes) <= set(notes), (detector.name, detector.notes)
         explained = {t for note in detector.notes for t in notes[note]["finding_types"]}
         assert set(detector.finding_types) <= explained, detector.name
-        assert set(detector.reads) <= {*BASE_INPUTS, *registry.derived_inputs()}, detector.name
+        assert set(detector.reads) <= {*BASE_INPUTS, *COMPOSED_INPUTS, *registry.derived_inputs()}, detector.name
     assert emitted == set(rules), "a finding rule without a detector, or a detector without rules"
 
 
@@ -175,8 +175,9 @@ def test_the_context_loads_only_what_detectors_declare(planted_outputs):
     context = DiagnosisContext(RootContext(out, inputs, AnalyzeOptions()))
     slow = next(d for d in registry.detectors() if d.name == "slow_rank")
     slow.detect(context)
-    assert set(context._loaded) == {"alignment"}
-    declared = registry.declared_columns(registry.detectors())["alignment"]
+    # it reads the alignment, and the step replay that prices it reads the alignment and the steps
+    assert set(context._loaded) == {"alignment", "step_model", "steps"}
+    declared = with_composed_reads(registry.declared_columns(registry.detectors()))["alignment"]
     assert set(context.alignment.columns) == set(declared)
     with pytest.raises(AttributeError, match="no diagnosis input called 'nonsense'"):
         context.nonsense  # noqa: B018

@@ -30,6 +30,8 @@ FINDING_FOR = {
     "exposed_aicpu": "aicpu_exposed",
     "reduced_work_rank": "reduced_work_or_dummy_rank",
     "aicore_freq_throttled": "aicore_freq_throttled",
+    "pp_stage_layers": "pp_stage_imbalance",
+    "pp_few_micro_batches": "pp_bubble_heavy",
 }
 # with no such fault planted, these must stay silent on every scenario
 MUST_STAY_SILENT = (
@@ -39,6 +41,8 @@ MUST_STAY_SILENT = (
     "reduced_work_rank",
     "exposed_aicpu",
     "aicore_freq_throttled",
+    "pp_stage_layers",
+    "pp_few_micro_batches",
 )
 
 

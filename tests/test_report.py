@@ -207,6 +207,33 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     assert by_category["idle"] == pytest.approx(vendor["Free"], abs=0.5)
     report = (tmp_path / "out" / schema.REPORT_MD).read_text()
     assert report.index("313.9 ms (39%) exposed PP send\\_recv") < report.index("Executive Summary")
+    # the findings say why: stage 1 (rank 2) computes 1.73x stage 0 — the ratio an interval count of
+    # the two ranks' raw compute kernels gives — and 2 micro-batches over 2 stages leave a third idle
+    findings = {f["finding_type"]: f for f in summary_of(tmp_path / "out")["findings"]}
+
+    def compute_only_us(rank: int) -> float:
+        """Compute with no communication beside it: the accounting's (and the vendor's) Computing."""
+        kernels = pd.read_csv(
+            QWEN_TRAINING / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+        )
+        spans = list(zip(kernels["Start Time(us)"], kernels["Start Time(us)"] + kernels["Duration(us)"]))
+        comm = (kernels["Accelerator Core"] == "COMMUNICATION").to_numpy()
+        return _minus(
+            _measure([s for s, c in zip(spans, comm) if not c]), _measure([s for s, c in zip(spans, comm) if c])
+        )
+
+    ratio = compute_only_us(2) / compute_only_us(0)
+    imbalance = findings["pp_stage_imbalance"]
+    assert imbalance["affected"]["rank_ids"] == [2] and imbalance["statistic"]["value"] == pytest.approx(
+        ratio, rel=1e-3
+    )
+    assert "Exp" in imbalance["summary"] and "(only there)" in imbalance["summary"]  # the softmax of the loss
+    assert findings["pp_bubble_heavy"]["statistic"]["value"] > 1 / 3  # measured above the schedule's own
+    schedule = pd.read_csv(tmp_path / "out" / schema.PP_SCHEDULE_CSV.file).set_index("rank_id")
+    assert schedule.loc[0, "schedule"] == "F0 F1 B0 B1" and schedule.loc[2, "schedule"] == "F0 B0 F1 B1"  # 1F1B
+    assert (schedule["micro_batches"] == 2).all() and schedule["ideal_bubble_share"].tolist() == [1 / 3] * 2
+    assert schedule.loc[0, "pp_exposed_ms"] == pytest.approx(exposed_ms, abs=0.01)
+    assert "pp\\_stage\\_imbalance" in report.split("Executive Summary")[1].split("##")[0]
 
 
 def test_every_scenario_names_its_biggest_costs_even_without_findings(planted_outputs):

@@ -75,6 +75,11 @@ def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root,
     assert str(qwen["top_noncompute_cost_ranks"]) == "0" and qwen["top_noncompute_cost_share"] == pytest.approx(
         0.39, abs=0.01
     )
+    # the finding that costs the most: the planted slow rank, priced; a clean root has none
+    assert row.loc["team_b/slow", "top_recoverable_finding"] == "slow_rank_suspected"
+    assert float(row.loc["team_b/slow", "top_recoverable_ranks"]) == slow_truth["faults"][0]["ranks"][0]
+    assert row.loc["team_b/slow", "top_recoverable_ms_per_step"] > 1.0
+    assert pd.isna(row.loc["team_b/clean", "top_recoverable_finding"])
     assert not list(out.glob(".*work*")), "no half-written root dir is left behind"
     assert json.loads((out / "sweep_summary.json").read_text())["status_counts"] == {"ok": 4, "failed": 1}
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.registry import declared_columns, derived_inputs, detectors
+from npuprof.pipeline.diagnosis.retiming import ALIGNMENT_COLUMNS, STEP_COLUMNS, build_step_model
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.summaries.communication import global_ranks_by_group_hash
 
@@ -61,6 +62,29 @@ BASE_INPUTS: dict[str, Callable[[RootContext, tuple[str, ...] | None], Any]] = {
     "hardware": _hardware,  # hardware_insights.json: the chosen SoC and its clock
 }
 
+# Inputs built from other inputs (so a context over frames builds them too): name → (the inputs and
+# columns they read, builder).
+COMPOSED_INPUTS: dict[str, tuple[dict[str, tuple[str, ...]], Callable[["DiagnosisContext"], Any]]] = {
+    "step_model": (
+        {"alignment": ALIGNMENT_COLUMNS, "steps": STEP_COLUMNS},
+        lambda ctx: build_step_model(ctx.alignment, ctx.steps),
+    ),  # the replay of the steps that prices each finding (retiming.py)
+}
+
+
+def with_composed_reads(columns: dict[str, tuple[str, ...] | None]) -> dict[str, tuple[str, ...] | None]:
+    """The declared columns plus those the composed inputs some detector reads need."""
+    merged = dict(columns)
+    for name, (reads, _) in COMPOSED_INPUTS.items():
+        if name not in columns:
+            continue
+        for source, needed in reads.items():
+            if source not in merged:
+                merged[source] = needed
+            elif merged[source] is not None:
+                merged[source] = tuple(sorted({*merged[source], *needed}))
+    return merged
+
 
 class DiagnosisContext:
     """The inputs of the registered detectors, by name, loaded lazily and cached."""
@@ -68,7 +92,7 @@ class DiagnosisContext:
     def __init__(self, root: RootContext | None, frames: dict[str, Any] | None = None) -> None:
         self._root = root
         self._loaded: dict[str, Any] = dict(frames or {})
-        self._columns = declared_columns(detectors())
+        self._columns = with_composed_reads(declared_columns(detectors()))
 
     @classmethod
     def from_frames(cls, frames: dict[str, Any]) -> "DiagnosisContext":
@@ -76,7 +100,7 @@ class DiagnosisContext:
         return cls(None, frames)
 
     def known(self) -> set[str]:
-        return {*BASE_INPUTS, *derived_inputs()}
+        return {*BASE_INPUTS, *COMPOSED_INPUTS, *derived_inputs()}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -88,6 +112,8 @@ class DiagnosisContext:
     def _load(self, name: str) -> Any:
         if name not in self.known():
             raise AttributeError(f"no diagnosis input called {name!r}; known: {', '.join(sorted(self.known()))}")
+        if name in COMPOSED_INPUTS:
+            return COMPOSED_INPUTS[name][1](self)
         if self._root is None:
             return {} if name in ("group_ranks", "hardware") else pd.DataFrame()
         columns = self._columns.get(name)

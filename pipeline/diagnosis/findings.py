@@ -62,6 +62,22 @@ class Finding:
         }
 
 
+def rank_by_cost(findings: list[dict], step_wall_ms: float | None) -> list[dict]:
+    """Each finding's share of the mean step (``recoverable_share_of_step``) and the severity that share
+    earns (rules ``severity_by_step_share``); the findings most recoverable time first (stable, so
+    equal ones keep the rules' order; findings without an estimate last)."""
+    cut = knowledge.load("diagnosis_rules")["severity_by_step_share"]
+    for finding in findings:
+        saved = finding["recoverable_ms_per_step"]
+        share = saved / step_wall_ms if saved is not None and step_wall_ms else None
+        finding["recoverable_share_of_step"] = None if share is None else round(share, 4)
+        if share is not None:
+            finding["severity"] = "high" if share >= cut["high"] else "medium" if share >= cut["medium"] else "low"
+    return sorted(
+        findings, key=lambda f: -1.0 if f["recoverable_ms_per_step"] is None else -f["recoverable_ms_per_step"]
+    )
+
+
 def link_causes(findings: list[dict]) -> list[dict]:
     """Name a finding as the likely cause of another on the same rank where the rules say it explains
     that type (``explains: {finding_type: sentence}``): the explained finding gains a ``likely_causes``

@@ -155,6 +155,11 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
         cited = [e for e in finding["evidence_ids"] if e in by_id.index]
         window = None
         if cited:
+            # the first (strongest) evidence that is a moment, not an aggregate over the capture (an
+            # operator's rows span every step: jumping there shows nothing)
+            spans = by_id.loc[cited, "end_us"] - by_id.loc[cited, "start_us"]
+            moments = spans[spans <= spans.min() * 10]
+            cited = [str(moments.index[0])] + cited
             row = by_id.loc[cited[0]]
             rank = int(row["rank_id"])
             shift = offsets.get(rank, 0.0)
@@ -169,6 +174,7 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
                 "type": finding["finding_type"],
                 "severity": finding["severity"],
                 "summary": finding["summary"],
+                "recoverable_ms": finding.get("recoverable_ms_per_step"),
                 "ranks": finding["rank_ids"],
                 "window": window,
                 "claim_id": finding["claim_id"],

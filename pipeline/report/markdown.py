@@ -72,8 +72,17 @@ def _executive(summary: dict) -> str:
         f"Findings: {counts['total']} ({_by_severity(counts) or 'none'}).",
     ]
     for group in summary["findings"][:5]:
-        lines.append(f"- **{cell(group['finding_type'])}** ({cell(group['severity'])}): {cell(group['summary'])}")
+        label = f"**{cell(group['finding_type'])}** ({cell(group['severity'])}, {_saving(group)})"
+        lines.append(f"- {label}: {cell(group['summary'])}")
     return "\n\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n"
+
+
+def _saving(group: dict) -> str:
+    """'recovers 14.6 ms/step (9%)': what removing the cause saves per step, replayed."""
+    saved, share = group.get("recoverable_ms_per_step"), group.get("recoverable_share_of_step")
+    if saved is None:
+        return "recoverable time not estimated"
+    return f"recovers {saved:.3g} ms/step" + (f" ({share:.0%})" if share is not None else "")
 
 
 def _capture(inputs: ReportInputs, summary: dict) -> str:
@@ -286,6 +295,7 @@ def _findings(summary: dict) -> str:
         parts.append(
             f"### {cell(group['finding_type'])} — {cell(group['severity'])}, {cell(group['confidence'])} confidence\n\n"
             f"{cell(group['summary'])}\n\n"
+            f"- {_saving(group)} (the step replayed without the cause)\n"
             f"- statistic: {cell(stat.get('name'))} = {cell(stat.get('value'))} "
             f"(threshold {cell(stat.get('threshold'))})\n"
             f"- ranks: {', '.join(map(str, group['affected']['rank_ids']))}; occurrences: {group['occurrences']}\n"

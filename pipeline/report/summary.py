@@ -174,13 +174,22 @@ def _evidence_sample(finding_ids: list[str], evidence: pd.DataFrame) -> list[dic
 
 
 def finding_groups(inputs: ReportInputs) -> tuple[list[dict], int]:
-    """Findings rolled up by (type, severity, summary), most severe first; (groups, overflow)."""
+    """Findings rolled up by (type, severity, summary), the most recoverable time first; (groups, overflow)."""
     groups: dict[tuple, dict] = {}
     for finding in inputs.findings:
         key = (finding["finding_type"], finding["severity"], finding["summary"])
         group = groups.setdefault(key, {"findings": [], "key": key})
         group["findings"].append(finding)
-    ordered = sorted(groups.values(), key=lambda g: (SEVERITY_ORDER.get(g["key"][1], 9), g["key"][0], g["key"][2]))
+    for group in groups.values():
+        saved = [
+            f["recoverable_ms_per_step"] for f in group["findings"] if f.get("recoverable_ms_per_step") is not None
+        ]
+        group["saved"] = max(saved) if saved else None
+    # the most recoverable time first; then the most severe
+    ordered = sorted(
+        groups.values(),
+        key=lambda g: (g["saved"] is None, -(g["saved"] or 0.0), SEVERITY_ORDER.get(g["key"][1], 9), *g["key"][::2]),
+    )
     rolled = []
     for group in ordered[:MAX_FINDING_GROUPS]:  # a loop over finding groups (≤ 50)
         members = group["findings"]
@@ -191,6 +200,11 @@ def finding_groups(inputs: ReportInputs) -> tuple[list[dict], int]:
                 "finding_type": finding_type,
                 "severity": severity,
                 "summary": summary,
+                "recoverable_ms_per_step": group["saved"],
+                "recoverable_share_of_step": max(
+                    (f["recoverable_share_of_step"] for f in members if f.get("recoverable_share_of_step") is not None),
+                    default=None,
+                ),
                 "occurrences": len(members),
                 "confidence": min((f["confidence"] for f in members), key=lambda c: CONFIDENCE_ORDER.get(c, 9)),
                 "affected": {"rank_ids": sorted({r for f in members for r in f["rank_ids"]})[:8]},

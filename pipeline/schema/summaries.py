@@ -329,6 +329,33 @@ STEP_TIME_ACCOUNTING = Table(
     ),
 )
 
+PP_SCHEDULE = Table(
+    "pp_schedule",  # pipeline parallel only: per rank and step (columns: summaries/pp_schedule.py)
+    pa.schema(
+        [
+            ("rank_id", pa.int32()),
+            ("step_ordinal", pa.int64()),
+            ("step_id", pa.int64()),
+            ("complete", pa.bool_()),
+            ("pp_group", pa.string()),
+            ("stage", pa.int64()),
+            ("stages", pa.int64()),
+            ("micro_batches", pa.int64()),
+            ("schedule", pa.string()),
+            ("layers_held", pa.int64()),
+            ("layer_ms", pa.float64()),
+            ("wall_ms", pa.float64()),
+            ("compute_ms", pa.float64()),
+            ("pp_exposed_ms", pa.float64()),
+            ("idle_ms", pa.float64()),
+            ("bubble_ms", pa.float64()),
+            ("bubble_share", pa.float64()),
+            ("ideal_bubble_share", pa.float64()),
+        ]
+    ),
+    per_rank=False,
+)
+
 RANK_SUMMARY = Table(
     "rank_summary",
     pa.schema(
@@ -361,6 +388,7 @@ OPERATOR_CLASS_SUMMARY_CSV = CsvView("operator_class_summary.csv", (OPERATOR_CLA
 HCCL_OP_SUMMARY_CSV = CsvView("hccl_op_summary.csv", (HCCL_OP_SUMMARY,), ())
 HCCL_CLASS_SUMMARY_CSV = CsvView("hccl_class_summary.csv", (HCCL_CLASS_SUMMARY,), ())
 RANK_SUMMARY_CSV = CsvView("rank_summary.csv", (RANK_SUMMARY,), ())
+PP_SCHEDULE_CSV = CsvView("pp_schedule.csv", (PP_SCHEDULE,), ())
 BLOCK_CLASS_SUMMARY_CSV = CsvView("block_class_summary.csv", (BLOCK_CLASS_SUMMARY,), ())
 LAYER_CLASS_SUMMARY_CSV = CsvView("layer_class_summary.csv", (LAYER_CLASS_SUMMARY,), ())
 STEP_CLASS_SUMMARY_CSV = CsvView("step_class_summary.csv", (STEP_CLASS_SUMMARY,), ())

@@ -14,7 +14,7 @@ from npuprof import knowledge
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.evidence import check_evidence
-from npuprof.pipeline.diagnosis.findings import link_causes
+from npuprof.pipeline.diagnosis.findings import link_causes, rank_by_cost
 from npuprof.pipeline.diagnosis.registry import detectors
 from npuprof.pipeline.stages.base import RootContext, StageResult
 
@@ -25,7 +25,9 @@ def reduce_root(ctx: RootContext) -> StageResult:
     found = [finding for item in detectors() for finding in item.detect(inputs)]
     order = {name: position for position, name in enumerate(knowledge.load("diagnosis_rules")["findings"])}
     found.sort(key=lambda finding: order[finding.finding_type])  # stable: a detector's own order within a type
-    findings = link_causes([finding.to_dict() for finding in found])
+    steps = inputs.steps
+    step_wall_ms = float(steps["wall_ms"].mean()) if len(steps) and "wall_ms" in steps else None
+    findings = link_causes(rank_by_cost([finding.to_dict() for finding in found], step_wall_ms))
     evidence_ids = set(ctx.read_table(schema.EVIDENCE_INDEX, columns=["evidence_id"]).column(0).to_pylist())
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
     check_evidence(findings, evidence_ids, alignment_ids)

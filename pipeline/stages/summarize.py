@@ -50,6 +50,7 @@ from npuprof.pipeline.summaries.evidence import (
     operator_evidence_ids,
 )
 from npuprof.pipeline.summaries.operators import operator_class_summary, operator_summary
+from npuprof.pipeline.summaries.pp_schedule import pp_schedule
 from npuprof.pipeline.summaries.ranks import rank_summary
 
 SUMMARIZE_INPUT_COLUMNS = [
@@ -201,6 +202,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         schema.HCCL_OP_SUMMARY_CSV: _conformed(schema.HCCL_OP_SUMMARY, hccl_ops),
         schema.HCCL_CLASS_SUMMARY_CSV: _conformed(schema.HCCL_CLASS_SUMMARY, hccl_classes),
         schema.RANK_SUMMARY_CSV: _conformed(schema.RANK_SUMMARY, ranks),
+        schema.PP_SCHEDULE_CSV: _pp_schedule(ctx, accounting),
         schema.COMMUNICATION_SUMMARY_CSV: schema.join_view(
             schema.COMMUNICATION_SUMMARY_CSV, [ctx.read_frame(schema.COMMUNICATION_OPS)]
         ),
@@ -327,6 +329,12 @@ def _root_manifest(rank_manifests: list[dict], operator_class_count: int) -> dic
         },
         "rank_summaries": rank_manifests,
     }
+
+
+def _pp_schedule(ctx: RootContext, accounting: pd.DataFrame) -> pd.DataFrame:
+    capture_info = io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO)
+    steps, layers = ctx.read_frame(schema.STEP_SEGMENTS), ctx.read_frame(schema.LAYER_SEGMENTS)
+    return _conformed(schema.PP_SCHEDULE, pp_schedule(capture_info, steps, layers, accounting))
 
 
 def _conformed(table: schema.Table, frame: pd.DataFrame) -> pd.DataFrame:

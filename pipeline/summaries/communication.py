@@ -52,7 +52,7 @@ def _expected_members(group_name: str, distributed_args: dict | None) -> int | N
     return int(np.prod(values))
 
 
-def _role_of(group: object, distributed_args: dict | None = None) -> str:
+def role_of(group: object, distributed_args: dict | None = None) -> str:
     """The role a group's name gives, kept only where its member count agrees with the parallel
     sizes: a 'tp' group of two ranks in a TP1 job is not tensor parallel, so its role is unknown."""
     rules = knowledge.load("summary_rules")
@@ -68,7 +68,7 @@ def _role_of(group: object, distributed_args: dict | None = None) -> str:
 def role_by_group_hash(parallel_group_info: dict | None, distributed_args: dict | None = None) -> dict[str, str]:
     """{double_hash(group key) as text: parallel role}: how communication files name groups."""
     return {
-        str(double_hash(str(key))): _role_of(group, distributed_args)
+        str(double_hash(str(key))): role_of(group, distributed_args)
         for key, group in (parallel_group_info or {}).items()
     }
 

@@ -76,6 +76,9 @@ ROLLUP_COLUMNS = [
     "findings_total",
     "findings_by_type",
     "findings_by_severity",
+    "top_recoverable_finding",  # the finding whose cause costs the most, its ms per step and ranks
+    "top_recoverable_ms_per_step",
+    "top_recoverable_ranks",
     "elapsed_s",
 ]
 INTEGER_COLUMNS = (
@@ -288,6 +291,12 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
                 "findings_by_severity": json.dumps(dict(sorted(by_severity.items()))),
             }
         )
+        # diagnostics lists findings most recoverable time first
+        priced = [f for f in listed if f.get("recoverable_ms_per_step")]
+        if priced:
+            row["top_recoverable_finding"] = priced[0]["finding_type"]
+            row["top_recoverable_ms_per_step"] = priced[0]["recoverable_ms_per_step"]
+            row["top_recoverable_ranks"] = ";".join(map(str, priced[0]["rank_ids"]))
     return row
 
 

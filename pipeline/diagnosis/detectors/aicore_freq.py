@@ -19,6 +19,7 @@ from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
+from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.signatures import AICORE_OP_TYPES
 from npuprof.pipeline.summaries.evidence import step_evidence_id
@@ -70,8 +71,9 @@ def _spans(steps: pd.DataFrame) -> pd.DataFrame:
 
 @derived_input("throttled_kernels")
 def throttled_kernels(ctx: RootContext) -> pd.DataFrame:
-    """AI Core kernels that started while their card was throttled: rank_id, name, duration_ns, freq_mhz."""
-    columns = ["rank_id", "name", "duration_ns", "freq_mhz"]
+    """AI Core kernels that started while their card was throttled: rank_id, name, start_ns, duration_ns,
+    freq_mhz."""
+    columns = ["rank_id", "name", "start_ns", "duration_ns", "freq_mhz"]
     if not (ctx.out_dir / schema.AICORE_FREQ).exists():
         return pd.DataFrame(columns=columns)
     samples = int_ranks(ctx.read_frame(schema.AICORE_FREQ))
@@ -97,6 +99,7 @@ def throttled_kernels(ctx: RootContext) -> pd.DataFrame:
                 {
                     "rank_id": int(rank),
                     "name": chosen["name"].to_numpy(),
+                    "start_ns": chosen["start_ns"].to_numpy(),
                     "duration_ns": chosen["duration_ns"].to_numpy(),
                     "freq_mhz": own["freq_mhz"].to_numpy()[slot[inside]],
                 }
@@ -123,6 +126,7 @@ def _freq_at(samples: pd.DataFrame, times: np.ndarray) -> float | None:
         "hardware": (),
         "throttled_kernels": (),
         "operators": ("rank_id", "name", "evidence_id"),
+        "step_model": (),
     },
     notes=("aicore_freq",),
 )
@@ -164,6 +168,7 @@ def _finding(
     kernels = inputs.throttled_kernels
     kernels = kernels[kernels["rank_id"] == rank]
     extra_ns = kernels["duration_ns"].to_numpy(float) * (1.0 - kernels["freq_mhz"].to_numpy(float) / nominal)
+    extra = pd.DataFrame({"rank_id": rank, "start_us": kernels["start_ns"] / 1000.0, "duration_us": extra_ns / 1000.0})
     top = kernels.assign(extra=extra_ns).groupby("name")["extra"].sum().sort_values(ascending=False).head(4)
     ops = inputs.operators[(inputs.operators["rank_id"] == rank) & inputs.operators["name"].isin(top.index)]
     middles = ((windows["start_ns"] + windows["end_ns"]) // 2).to_numpy()
@@ -197,5 +202,6 @@ def _finding(
             "samples": rows,
         },
         limitations=[f"frequency samples {rows}: each holds until the next sample"],
-        recoverable_ms_per_step=float(extra_ns.sum()) / 1e6 / max(len(steps), 1),
+        # the card at nominal clock: each throttled kernel loses its extra time, replayed
+        recoverable_ms_per_step=recoverable_ms(inputs.step_model, close_windows(inputs.step_model, extra)),
     )

@@ -12,6 +12,7 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
+from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.signatures import AICORE_OP_TYPES
 
@@ -48,8 +49,9 @@ def masked_time_ns(aicpu: pd.DataFrame, busy: pd.DataFrame) -> np.ndarray:
 
 @derived_input("aicpu_exposure")
 def aicpu_exposure(ctx: RootContext) -> pd.DataFrame:
-    """Per (rank, AI CPU op name): its time and the part AI core work on the rank overlaps."""
-    columns = ["rank_id", "name", "duration_us", "masked_us"]
+    """Per AI CPU op instance: rank_id, name, start_us, its time and the part AI core work on the rank
+    overlaps."""
+    columns = ["rank_id", "name", "start_us", "duration_us", "masked_us"]
     if not (ctx.out_dir / schema.NORMALIZED_EVENTS).exists():
         return pd.DataFrame(columns=columns)
     events = int_ranks(
@@ -69,18 +71,18 @@ def aicpu_exposure(ctx: RootContext) -> pd.DataFrame:
                 {
                     "rank_id": rank,
                     "name": aicpu["name"].to_numpy(),
+                    "start_us": aicpu["start_ns"].to_numpy() / 1000.0,
                     "duration_us": (aicpu["end_ns"] - aicpu["start_ns"]).to_numpy() / 1000.0,
                     "masked_us": masked_time_ns(aicpu, own[own["op_type"] != "aicpu"]) / 1000.0,
                 }
             )
         )
-    frame = pd.concat(parts, ignore_index=True)
-    return frame.groupby(["rank_id", "name"], as_index=False)[["duration_us", "masked_us"]].sum()
+    return pd.concat(parts, ignore_index=True)
 
 
 @detector(
     finding_types=("aicpu_exposed",),
-    reads={"aicpu_exposure": (), "operators": ("rank_id", "name", "op_type", "evidence_id")},
+    reads={"aicpu_exposure": (), "operators": ("rank_id", "name", "op_type", "evidence_id"), "step_model": ()},
     notes=("aicpu",),
 )
 def aicpu_exposed(inputs: DiagnosisContext) -> list[Finding]:
@@ -97,7 +99,9 @@ def aicpu_exposed(inputs: DiagnosisContext) -> list[Finding]:
     ]
     findings = []
     for name, row in flagged.iterrows():  # a loop over flagged AI CPU op names
-        ranks = sorted(exposure[exposure["name"] == name]["rank_id"].unique().tolist())
+        instances = exposure[exposure["name"] == name]
+        ranks = sorted(instances["rank_id"].unique().tolist())
+        exposed = instances.assign(duration_us=instances["duration_us"] - instances["masked_us"])
         ops = inputs.operators[(inputs.operators["name"] == name) & (inputs.operators["op_type"] == "aicpu")]
         findings.append(
             Finding(
@@ -113,6 +117,8 @@ def aicpu_exposed(inputs: DiagnosisContext) -> list[Finding]:
                     "masked": float(row["masked_ratio"]),
                 },
                 limitations=["masking is measured against AI core kernels on any stream of the same rank"],
+                # the op off the device's critical path: each instance's exposed part removed, replayed
+                recoverable_ms_per_step=recoverable_ms(inputs.step_model, close_windows(inputs.step_model, exposed)),
             )
         )
     return findings

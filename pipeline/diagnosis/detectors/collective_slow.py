@@ -7,6 +7,7 @@ import pandas as pd
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import detector
+from npuprof.pipeline.diagnosis.retiming import recoverable_ms, scaled_transit
 
 
 def _transmit_per_instance(frame: pd.DataFrame) -> pd.DataFrame:
@@ -42,6 +43,7 @@ def _transmit_per_instance(frame: pd.DataFrame) -> pd.DataFrame:
             "name",
             "evidence_id",
         ),
+        "step_model": (),
     },
     notes=("collective_slow",),
 )
@@ -91,6 +93,10 @@ def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
                     "ranks": ", ".join(map(str, sorted(members["rank_id"].unique()))),
                 },
                 alignment_ids=list(ids),
+                # these instances transmitting at their comparable median, replayed
+                recoverable_ms_per_step=recoverable_ms(
+                    inputs.step_model, scaled_transit(inputs.step_model, group["median"] / group["transmit_us"])
+                ),
             )
         )
     return findings

@@ -7,6 +7,7 @@ import pandas as pd
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import detector
+from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
@@ -20,6 +21,14 @@ def _heavy_steps(steps: pd.DataFrame, tags: list[str], bubbles: pd.DataFrame) ->
     return tagged & keys.isin(with_window)
 
 
+def _closed(inputs: DiagnosisContext, rank: int, ordinals: pd.Series) -> float:
+    """ms per step the rank's steps would save with their idle windows in ``ordinals`` closed (replayed)."""
+    bubbles = inputs.bubbles
+    mine = bubbles[(bubbles["rank_id"] == rank) & bubbles["step_ordinal"].isin(ordinals)]
+    windows = mine.assign(start_us=mine["start_ns"] / 1000.0)[["rank_id", "start_us", "duration_us"]]
+    return recoverable_ms(inputs.step_model, close_windows(inputs.step_model, windows))
+
+
 def _largest_bubbles(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> list[str]:
     mine = bubbles[(bubbles["rank_id"] == rank) & bubbles["step_ordinal"].isin(ordinals)]
     return mine.sort_values("duration_us", ascending=False).drop_duplicates("step_ordinal")["evidence_id"].tolist()
@@ -29,7 +38,8 @@ def _largest_bubbles(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> l
     finding_types=("device_idle_bubble", "recurring_bubble_pattern"),
     reads={
         "steps": ("rank_id", "step_ordinal", "step_id", "anomaly_tags", "complete", "largest_internal_bubble_ms"),
-        "bubbles": ("rank_id", "step_ordinal", "duration_us", "evidence_id"),
+        "bubbles": ("rank_id", "step_ordinal", "start_ns", "duration_us", "evidence_id"),
+        "step_model": (),
     },
     notes=("idle_bubble",),
 )
@@ -66,6 +76,7 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
                     "largest_ms": float(worst["largest_internal_bubble_ms"]),
                     "step_id": None if pd.isna(worst["step_id"]) else int(worst["step_id"]),
                 },
+                recoverable_ms_per_step=_closed(inputs, rank, own["step_ordinal"]),
             )
         )
         complete = steps[(steps["rank_id"] == rank) & steps["complete"].astype(bool)]
@@ -80,6 +91,7 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
                     [step_evidence_id(rank, o) for o in heavy_complete["step_ordinal"]],
                     {"name": "bubble_recurrence_ratio", "value": share, "threshold": recurring["recurrence_min"]},
                     {"rank": rank, "count": len(heavy_complete), "total": len(complete), "share": share},
+                    recoverable_ms_per_step=_closed(inputs, rank, heavy_complete["step_ordinal"]),
                 )
             )
     return findings

@@ -6,6 +6,7 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.groups import members, structural_groups
 from npuprof.pipeline.diagnosis.registry import detector
+from npuprof.pipeline.diagnosis.retiming import at_peer_median, recoverable_ms
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
@@ -14,6 +15,7 @@ from npuprof.pipeline.summaries.evidence import step_evidence_id
     reads={
         "accounting": ("rank_id", "step_ordinal", "breakdown", "category", "ms"),
         "units": ("alignment_type", "parallel_role", "rank_ids"),
+        "step_model": (),
     },
     notes=("workload_asymmetry",),
 )
@@ -53,6 +55,10 @@ def dp_workload_imbalance(inputs: DiagnosisContext) -> list[Finding]:
                     "high_ms": float(group.max()),
                 },
                 limitations=["compute per step from the time accounting; input sizes per rank are not visible"],
+                # the heaviest rank's work at its DP peers' median, replayed
+                recoverable_ms_per_step=recoverable_ms(
+                    inputs.step_model, at_peer_median(inputs.step_model, int(group.idxmax()))
+                ),
             )
         )
     return findings

@@ -18,6 +18,7 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.groups import is_ep_collective, members
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
+from npuprof.pipeline.diagnosis.retiming import at_peer_median, recoverable_ms
 from npuprof.pipeline.io import int_ranks
 
 if TYPE_CHECKING:
@@ -86,6 +87,13 @@ def _ep_wait_ms(inputs: DiagnosisContext, rank: int, group: list[int]) -> tuple[
     return float(waited["late_by_us"].sum()) / 1000.0, top
 
 
+def _balanced_ms(inputs: DiagnosisContext, rank: int, group: list[int]) -> float:
+    """ms per step saved with the hot rank's work before each EP collective at its peers' median (the
+    tokens routed evenly), replayed."""
+    ep = inputs.alignment[is_ep_collective(inputs.alignment) & inputs.alignment["rank_id"].isin(group)]
+    return recoverable_ms(inputs.step_model, at_peer_median(inputs.step_model, rank, ep["alignment_id"].unique()))
+
+
 def _expert_rows(inputs: DiagnosisContext, rank: int) -> list[str]:
     ops = inputs.operators[(inputs.operators["rank_id"] == rank) & (inputs.operators["type"] == EXPERT_OP_TYPE)]
     return ops["evidence_id"].tolist()
@@ -107,6 +115,7 @@ def _expert_rows(inputs: DiagnosisContext, rank: int) -> list[str]:
             "evidence_id",
         ),
         "operators": ("rank_id", "type", "evidence_id"),
+        "step_model": (),
     },
     notes=("ep_imbalance", "reduced_work"),
 )
@@ -146,6 +155,7 @@ def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
                     limitations=[]
                     if measure == "routed_tokens"
                     else ["no token counts in the shapes: expert time compared"],
+                    recoverable_ms_per_step=_balanced_ms(inputs, int(rank), group),
                 )
             )
     return findings
@@ -160,4 +170,5 @@ def _reduced(rank: int, value: float, median: float, measure: str, spec: dict, e
         {"name": f"{measure}_over_group_median", "value": value / median, "threshold": spec["work_ratio_max"]},
         {"rank": rank, "ratio": value / median, "tokens": value, "median": median},
         limitations=[] if evidence else ["the rank has no expert operator rows to cite"],
+        recoverable_ms_per_step=0.0,  # a rank doing less work does not lengthen the step: capacity, not time
     )

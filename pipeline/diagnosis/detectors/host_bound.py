@@ -10,6 +10,7 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
+from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
 from npuprof.pipeline.io import int_ranks
 
 if TYPE_CHECKING:
@@ -18,15 +19,17 @@ if TYPE_CHECKING:
 
 @derived_input("soft_labels")
 def soft_labels(ctx: RootContext) -> pd.DataFrame:
-    """Idle windows the host trace labelled: rank_id, evidence_id, duration_us, labels ('|'-joined)."""
-    bubbles = int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS)[["rank_id", "evidence_id", "duration_us", "soft_labels"]])
+    """Idle windows the host trace labelled: rank_id, evidence_id, start_us, duration_us, labels ('|'-joined)."""
+    columns = ["rank_id", "evidence_id", "start_ns", "duration_us", "soft_labels"]
+    bubbles = int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS)[columns])
+    bubbles = bubbles.assign(start_us=bubbles["start_ns"] / 1000.0).drop(columns="start_ns")
     labelled = bubbles[bubbles["soft_labels"].notna()] if len(bubbles) else bubbles
     return labelled.rename(columns={"soft_labels": "labels"})
 
 
 @detector(
     finding_types=("host_bound_suspected",),
-    reads={"soft_labels": (), "steps": ("rank_id", "wall_ms", "underfeed_ms")},
+    reads={"soft_labels": (), "steps": ("rank_id", "wall_ms", "underfeed_ms"), "step_model": ()},
     notes=("host_bound",),
 )
 def host_bound(inputs: DiagnosisContext) -> list[Finding]:
@@ -46,7 +49,8 @@ def host_bound(inputs: DiagnosisContext) -> list[Finding]:
         lag_share = float(lag_us.get(rank, 0.0) / labelled_us[rank]) if labelled_us[rank] > 0 else 0.0
         if bubble_share < spec["bubble_share_min"] or lag_share < spec["launch_lag_share_min"]:
             continue
-        evidence = lag[lag["rank_id"] == rank].sort_values("duration_us", ascending=False)["evidence_id"].tolist()
+        mine = lag[lag["rank_id"] == rank]
+        evidence = mine.sort_values("duration_us", ascending=False)["evidence_id"].tolist()
         findings.append(
             Finding(
                 "host_bound_suspected",
@@ -56,6 +60,8 @@ def host_bound(inputs: DiagnosisContext) -> list[Finding]:
                 {"name": "idle_share_of_wall", "value": bubble_share, "threshold": spec["bubble_share_min"]},
                 {"rank": int(rank), "bubble_share": bubble_share, "lag_share": lag_share},
                 limitations=["host-trace labels are candidates, not established causes"],
+                # the host keeping up: the windows it lagged in closed, replayed
+                recoverable_ms_per_step=recoverable_ms(inputs.step_model, close_windows(inputs.step_model, mine)),
             )
         )
     return findings

@@ -9,6 +9,7 @@ from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.groups import is_ep_collective
 from npuprof.pipeline.diagnosis.outliers import low_outliers
 from npuprof.pipeline.diagnosis.registry import detector
+from npuprof.pipeline.diagnosis.retiming import at_peer_median, recoverable_ms
 
 ALIGNMENT_COLUMNS = (
     "alignment_id",
@@ -32,7 +33,11 @@ def _tested_collectives(alignment: pd.DataFrame, spec: dict) -> pd.DataFrame:
     ]
 
 
-@detector(finding_types=("slow_rank_suspected",), reads={"alignment": ALIGNMENT_COLUMNS}, notes=("slow_rank",))
+@detector(
+    finding_types=("slow_rank_suspected",),
+    reads={"alignment": ALIGNMENT_COLUMNS, "step_model": ()},
+    notes=("slow_rank",),
+)
 def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
     """The rank voted the late arrival in most collectives, persistently across steps."""
     spec = rule("slow_rank_suspected")
@@ -87,6 +92,8 @@ def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
                 alignment_ids=strongest.tolist(),
                 confidence="high" if step_total >= 3 and share >= 0.8 else None,
                 limitations=[] if step_total >= 2 else ["one step only: persistence across steps is not shown"],
+                # the rank's work between collectives at its peers' median, replayed
+                recoverable_ms_per_step=recoverable_ms(inputs.step_model, at_peer_median(inputs.step_model, rank)),
             )
         )
     return findings

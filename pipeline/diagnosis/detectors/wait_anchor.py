@@ -49,6 +49,7 @@ def wait_anchor_false_hotspot(inputs: DiagnosisContext) -> list[Finding]:
             limitations=[
                 f"rows {int(row.row_start)}..{int(row.row_end)}: its wait is queueing before it, not its work"
             ],
+            recoverable_ms_per_step=0.0,  # the wait is a symptom: its time belongs to what it waits for
         )
         for row in hits.itertuples(index=False)  # a loop over at most top_n operators per rank
     ]

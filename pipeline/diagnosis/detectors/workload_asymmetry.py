@@ -6,6 +6,7 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding
 from npuprof.pipeline.diagnosis.groups import members, structural_groups
 from npuprof.pipeline.diagnosis.registry import detector
+from npuprof.pipeline.diagnosis.retiming import at_peer_median, combined, recoverable_ms
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
@@ -14,6 +15,7 @@ from npuprof.pipeline.summaries.evidence import step_evidence_id
     reads={
         "steps": ("rank_id", "step_ordinal", "complete", "main_layer_count"),
         "units": ("alignment_type", "parallel_role", "rank_ids"),
+        "step_model": (),
     },
     notes=("workload_asymmetry",),
 )
@@ -40,6 +42,11 @@ def workload_asymmetry(inputs: DiagnosisContext) -> list[Finding]:
                 evidence,
                 {"name": "distinct_layer_counts", "value": float(counts.nunique()), "threshold": 1.0},
                 {"role": role, "counts": ", ".join(f"rank {r}: {int(c)}" for r, c in counts.items())},
+                # the odd ranks' work at their peers' median (only a rank doing more lengthens the step)
+                recoverable_ms_per_step=recoverable_ms(
+                    inputs.step_model,
+                    combined(inputs.step_model, [at_peer_median(inputs.step_model, int(r)) for r in odd]),
+                ),
             )
         )
     return findings

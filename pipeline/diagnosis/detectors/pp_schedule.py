@@ -1,0 +1,178 @@
+"""pp_stage_imbalance and pp_bubble_heavy: the pipeline schedule read from the kernels (pp_schedule.csv).
+
+A stage that computes much more than the others makes them wait in every P2P exchange; a schedule
+with few micro-batches leaves (p - 1) / (m + p - 1) of the pipeline idle even when balanced.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.diagnosis.context import DiagnosisContext
+from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.registry import derived_input, detector
+from npuprof.pipeline.diagnosis.retiming import local_work_ms, recoverable_ms, scaled_work
+from npuprof.pipeline.summaries.evidence import step_evidence_id
+from npuprof.pipeline.summaries.pp_schedule import COLUMNS
+
+if TYPE_CHECKING:
+    from npuprof.pipeline.stages.base import RootContext
+
+
+@derived_input("pp_schedule")
+def pp_schedule(ctx: RootContext) -> pd.DataFrame:
+    """pp_schedule.csv (summarize): per rank and step of a PP group, its stage, passes and time split."""
+    path = ctx.out_dir / schema.PP_SCHEDULE_CSV.file
+    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=COLUMNS)
+
+
+def _per_stage(schedule: pd.DataFrame) -> pd.DataFrame:
+    """Per stage over its ranks (every DP replica) and steps: mean compute, layer wall, bubble."""
+    complete = schedule[schedule["complete"].astype(bool)]
+    rows = complete if len(complete) else schedule
+    return rows.groupby("stage").agg(
+        compute_ms=("compute_ms", "mean"),
+        layer_ms=("layer_ms", "mean"),
+        layers=("layers_held", "median"),
+        bubble_share=("bubble_share", "mean"),
+        ranks=("rank_id", lambda r: sorted({int(x) for x in r})),
+        steps=("step_ordinal", "nunique"),
+    )
+
+
+def _extra_work(operators: pd.DataFrame, heavy: list[int], light: list[int], steps: int) -> str:
+    """What the heavy stage computes more of, per step: the operator types with the largest excess."""
+    compute = operators[~operators["primary_category"].fillna("").str.startswith("communication")]
+    per_type = compute.groupby(["rank_id", "type"])["total_cost_us"].sum().unstack(fill_value=0.0)
+    mean_of = lambda ranks: per_type.reindex(ranks).mean().fillna(0.0)  # noqa: E731
+    excess = ((mean_of(heavy) - mean_of(light)) / 1000.0 / max(steps, 1)).sort_values(ascending=False)
+    top = excess[excess > 0].head(5)
+    only = [t for t in top.index if mean_of(light).get(t, 0.0) == 0.0]
+    parts = [f"{name} +{ms:.1f} ms" + (" (only there)" if name in only else "") for name, ms in top.items()]
+    return ", ".join(parts) or "no operator type stands out"
+
+
+def _best_move(heavy: pd.Series, light: pd.Series) -> tuple[int, float, float]:
+    """Whole layers moved from the heavy to the light stage that minimise the slower of the two:
+    (layers, heavy ms after, light ms after); (0, ...) when moving none is best."""
+    moves = np.arange(0, max(int(heavy["layers"]), 1))
+    after_heavy = heavy["compute_ms"] - moves * heavy["layer_ms"]
+    after_light = light["compute_ms"] + moves * light["layer_ms"]
+    best = int(np.argmin(np.maximum(after_heavy, after_light)))
+    return int(moves[best]), float(after_heavy[best]), float(after_light[best])
+
+
+@detector(
+    finding_types=("pp_stage_imbalance", "pp_bubble_heavy"),
+    reads={
+        "pp_schedule": (),
+        "operators": ("rank_id", "type", "primary_category", "total_cost_us"),
+        "step_model": (),
+    },
+    notes=("pp_schedule",),
+)
+def pp_findings(inputs: DiagnosisContext) -> list[Finding]:
+    """The heavy stage of an uneven pipeline, and a pipeline whose schedule leaves it idle."""
+    schedule = inputs.pp_schedule
+    if schedule.empty:
+        return []
+    stages = _per_stage(schedule)
+    findings = []
+    imbalance = _stage_imbalance(inputs, stages, schedule)
+    if imbalance is not None:
+        findings.append(imbalance)
+    bubble = _bubble_heavy(schedule, stages)
+    if bubble is not None:
+        findings.append(bubble)
+    return findings
+
+
+def _stage_imbalance(inputs: DiagnosisContext, stages: pd.DataFrame, schedule: pd.DataFrame) -> Finding | None:
+    spec = rule("pp_stage_imbalance")
+    heavy, light = stages.loc[stages["compute_ms"].idxmax()], stages.loc[stages["compute_ms"].idxmin()]
+    ratio = float(heavy["compute_ms"] / light["compute_ms"]) if light["compute_ms"] > 0 else math.inf
+    if ratio < spec["compute_ratio_min"]:
+        return None
+    moved, heavy_after, light_after = _best_move(heavy, light)
+    saved = _replayed_move(inputs, {**_stage_change(heavy, heavy_after), **_stage_change(light, light_after)})
+    cited = schedule[schedule["rank_id"].isin([*heavy["ranks"][:2], *light["ranks"][:1]])][["rank_id", "step_ordinal"]]
+    evidence = [step_evidence_id(int(r), int(o)) for r, o in cited.head(4).itertuples(index=False)]
+    return Finding(
+        "pp_stage_imbalance",
+        "cross_rank",
+        list(heavy["ranks"]),
+        evidence,
+        {"name": "stage_compute_ratio_max_min", "value": ratio, "threshold": spec["compute_ratio_min"]},
+        {
+            "heavy": int(heavy.name),
+            "light": int(light.name),
+            "heavy_ranks": ", ".join(map(str, heavy["ranks"])),
+            "heavy_ms": float(heavy["compute_ms"]),
+            "light_ms": float(light["compute_ms"]),
+            "ratio": ratio,
+            "extra": _extra_work(inputs.operators, heavy["ranks"], light["ranks"], int(heavy["steps"])),
+            "move": moved,
+            "heavy_after_ms": heavy_after,
+            "light_after_ms": light_after,
+            "layer_ms": float(heavy["layer_ms"]),
+        },
+        limitations=[
+            "the move is whole layers between the heaviest and lightest stage; each stage's work is "
+            "scaled alike in the replay"
+        ],
+        recoverable_ms_per_step=saved,
+    )
+
+
+def _stage_change(stage: pd.Series, compute_after: float) -> dict[int, tuple[float, float]]:
+    """Each rank of ``stage``: its compute ms per step now and after the move (its idle unchanged)."""
+    return {int(r): (float(stage["compute_ms"]), compute_after) for r in stage["ranks"]}
+
+
+def _replayed_move(inputs: DiagnosisContext, compute: dict[int, tuple[float, float]]) -> float:
+    """ms per step saved with each rank's compute changed from before to after, replayed: only the
+    compute part of a rank's local work scales, the rest (its idle) stays."""
+    model = inputs.step_model
+    work = local_work_ms(model)
+    factors = {
+        rank: 1.0 + (after - before) / work[rank] for rank, (before, after) in compute.items() if work.get(rank, 0) > 0
+    }
+    return recoverable_ms(model, scaled_work(model, factors))
+
+
+def _bubble_heavy(schedule: pd.DataFrame, stages: pd.DataFrame) -> Finding | None:
+    spec = rule("pp_bubble_heavy")
+    p, m = int(schedule["stages"].max()), int(schedule["micro_batches"].median())
+    ideal, measured = (p - 1) / (m + p - 1), float(stages["bubble_share"].mean())
+    target = float(spec["ideal_share_max"])
+    if ideal < target:  # a bubble beyond the schedule's own is another finding's (stage imbalance, idle)
+        return None
+    # the smallest micro-batch count whose ideal bubble is under the rules' bound
+    suggested = max(int(math.floor((p - 1) * (1 - target) / target)) + 1, m)
+    compute = float(stages["compute_ms"].max())  # the slowest stage sets the pipeline's pace
+    # analytic, not replayed: the same work in more, smaller micro-batches: C (m + p - 1) / m per step
+    saved = compute * (p - 1) * (1 / m - 1 / suggested)
+    worst = schedule.sort_values("bubble_share", ascending=False).iloc[0]
+    return Finding(
+        "pp_bubble_heavy",
+        "cross_rank",
+        sorted({int(r) for r in schedule["rank_id"]}),
+        [step_evidence_id(int(worst["rank_id"]), int(worst["step_ordinal"]))],
+        {"name": "pipeline_bubble_share", "value": measured, "threshold": target},
+        {
+            "stages": p,
+            "micro_batches": m,
+            "measured": measured,
+            "ideal": ideal,
+            "suggested": suggested,
+            "suggested_ideal": (p - 1) / (suggested + p - 1),
+            "schedule": str(worst["schedule"]),
+        },
+        limitations=["time saved with more micro-batches is analytic (the same work split finer), not replayed"],
+        recoverable_ms_per_step=saved,
+    )
