@@ -74,7 +74,7 @@ def rank_by_cost(findings: list[dict], step_wall_ms: float | None) -> list[dict]
         if share is not None:
             finding["severity"] = "high" if share >= cut["high"] else "medium" if share >= cut["medium"] else "low"
     return sorted(
-        findings, key=lambda f: -1.0 if f["recoverable_ms_per_step"] is None else -f["recoverable_ms_per_step"]
+        findings, key=lambda f: (f["recoverable_ms_per_step"] is None, -(f["recoverable_ms_per_step"] or 0.0))
     )
 
 

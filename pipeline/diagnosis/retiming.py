@@ -15,6 +15,7 @@ step at most, each a few array reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,11 @@ class StepModel:
     @property
     def empty(self) -> bool:
         return self.slots.empty
+
+    @cached_property
+    def baseline_walls(self) -> pd.Series:
+        """The measured steps replayed unchanged (each finding's what-if is compared with it)."""
+        return step_walls(self)
 
 
 @dataclass
@@ -125,7 +131,7 @@ def recoverable_ms(model: StepModel, what_if: WhatIf) -> float:
     """Mean over the modelled steps of (baseline − what-if) replayed wall, ms; never negative."""
     if model.empty:
         return 0.0
-    saved = step_walls(model) - step_walls(model, what_if)
+    saved = model.baseline_walls - step_walls(model, what_if)
     return max(float(saved.mean()) / 1000.0, 0.0)
 
 
@@ -136,15 +142,21 @@ def close_windows(model: StepModel, windows: pd.DataFrame) -> WhatIf:
     if model.empty or windows.empty:
         return change
     slot = _slot_of(windows, model.slots)
-    inside = windows[slot >= 0].assign(slot=slot[slot >= 0])
+    inside = slot >= 0
+    slot, start = slot[inside], windows["start_us"].to_numpy(float)[inside]
+    cut = windows["duration_us"].to_numpy(float)[inside]
+    # each window's collective: the first of its (rank, step) slot starting at or after it, found with
+    # one sorted search over (slot, time since the slot's start) keys; none: the slot's tail
     by_slot = model.rows.sort_values(["slot", "start_us"])
-    for slot_id, own in inside.groupby("slot"):  # a loop over the (rank, step) slots with windows
-        collectives = by_slot[by_slot["slot"] == slot_id]
-        at = np.searchsorted(collectives["start_us"].to_numpy(), own["start_us"].to_numpy())
-        before_tail = at < len(collectives)
-        target_rows = collectives.index.to_numpy()[at[before_tail]]
-        np.add.at(change.gap_cut_us, target_rows, own["duration_us"].to_numpy()[before_tail])
-        change.tail_cut_us[slot_id] += own["duration_us"].to_numpy()[~before_tail].sum()
+    slot_start = model.slots["start_us"].to_numpy(float)
+    width = float((model.slots["end_us"] - model.slots["start_us"]).max()) + 1.0
+    row_slot = by_slot["slot"].to_numpy(np.int64)
+    row_keys = row_slot * width + (by_slot["start_us"].to_numpy(float) - slot_start[row_slot])
+    at = np.searchsorted(row_keys, slot * width + (start - slot_start[slot]))
+    hit = at < len(row_keys)
+    hit[hit] = row_slot[at[hit]] == slot[hit]
+    np.add.at(change.gap_cut_us, by_slot.index.to_numpy()[at[hit]], cut[hit])
+    np.add.at(change.tail_cut_us, slot[~hit], cut[~hit])
     return change
 
 

@@ -120,9 +120,9 @@ def _role_kind_codes(inside: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     the two columns' codes (no string built per event)."""
     kind_codes, kinds = pd.factorize(inside["kind"])
     role_codes, roles = pd.factorize(inside["parallel_role"])
-    combined = np.where((kind_codes >= 0) & (role_codes >= 0), kind_codes * max(len(roles), 1) + role_codes, -1)
-    codes, uniques = pd.factorize(combined)
     width = max(len(roles), 1)
+    combined = np.where((kind_codes >= 0) & (role_codes >= 0), kind_codes * width + role_codes, -1)
+    codes, uniques = pd.factorize(combined)
     labels = [f"{roles[c % width]} {kinds[c // width]}" if c >= 0 else None for c in uniques]  # distinct pairs
     return np.where(combined >= 0, codes, -1), labels
 

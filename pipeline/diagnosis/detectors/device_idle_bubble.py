@@ -21,16 +21,19 @@ def _heavy_steps(steps: pd.DataFrame, tags: list[str], bubbles: pd.DataFrame) ->
     return tagged & keys.isin(with_window)
 
 
+def _bubbles_of(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> pd.DataFrame:
+    return bubbles[(bubbles["rank_id"] == rank) & bubbles["step_ordinal"].isin(ordinals)]
+
+
 def _closed(inputs: DiagnosisContext, rank: int, ordinals: pd.Series) -> float:
     """ms per step the rank's steps would save with their idle windows in ``ordinals`` closed (replayed)."""
-    bubbles = inputs.bubbles
-    mine = bubbles[(bubbles["rank_id"] == rank) & bubbles["step_ordinal"].isin(ordinals)]
+    mine = _bubbles_of(inputs.bubbles, rank, ordinals)
     windows = mine.assign(start_us=mine["start_ns"] / 1000.0)[["rank_id", "start_us", "duration_us"]]
     return recoverable_ms(inputs.step_model, close_windows(inputs.step_model, windows))
 
 
 def _largest_bubbles(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> list[str]:
-    mine = bubbles[(bubbles["rank_id"] == rank) & bubbles["step_ordinal"].isin(ordinals)]
+    mine = _bubbles_of(bubbles, rank, ordinals)
     return mine.sort_values("duration_us", ascending=False).drop_duplicates("step_ordinal")["evidence_id"].tolist()
 
 
