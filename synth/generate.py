@@ -7,14 +7,14 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from npuprof.synth.db_export import write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
-from npuprof.synth.models import DENSE, LAYER, MOE
+from npuprof.synth.program import DENSE, LAYER, MOE
 from npuprof.synth.scenarios import Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
 from npuprof.synth.text_export import (
@@ -240,6 +240,76 @@ def _host_gaps(sc: Scenario, t: RankTimeline) -> list[tuple[int, int]]:
     return gaps
 
 
+@dataclass
+class _Capture:
+    """What every rank's files are written from: the scenario, its simulation and the export options."""
+
+    scenario: Scenario
+    topology: Topology
+    collectives: list[Collective]
+    names: dict[int, str]  # collective ordinal -> hcom op name
+    step_ids: list[int]
+    kinds: tuple[str, ...]
+    trace: bool
+
+
+def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
+    """Write one rank's profiler dir under ``tmp``; returns its event count."""
+    sc, collectives, names, step_ids, kinds = (
+        capture.scenario,
+        capture.collectives,
+        capture.names,
+        capture.step_ids,
+        capture.kinds,
+    )
+    rank_dir = tmp / f"synth-host_{1000 + t.rank}_20251127120000{t.rank:03d}_ascend_pt"
+    output = rank_dir / "ASCEND_PROFILER_OUTPUT"
+    output.mkdir(parents=True)
+    (rank_dir / f"profiler_info_{t.rank}.json").write_text(
+        json.dumps(_profiler_info(t.rank, t, kinds), indent=1), encoding="utf-8"
+    )
+    metadata = {
+        "distributed_args": _distributed_args(capture.topology, sc, t.rank),
+        "parallel_group_info": capture.topology.parallel_group_info(t.rank),
+    }
+    (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+    by_ordinal = np.array([names[i] for i in range(len(collectives))] + [""], dtype=object)
+    hccl_names = by_ordinal[t.collective]  # -1 (compute) picks the trailing ""
+    event_names = np.where(
+        t.collective >= 0, hccl_names, np.array([k.name for k in t.kernels], dtype=object)[t.kernel_id]
+    )
+    step_rows = step_trace_rows(t, step_ids, t.rank)
+    kept = set(int(o) for o in t.collective[t.collective >= 0])
+    slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link"), None)
+    communication, matrix = communication_records(
+        t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept
+    )
+    if "text" in kinds:
+        write_kernel_details(output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], t.rank, hccl_names)
+        write_step_trace_time(output / "step_trace_time.csv", step_rows)
+        write_communication(output, communication, matrix)
+        if capture.trace:
+            write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_gaps(sc, t))
+    if "db" in kinds:
+        group_of = np.array([c.group for c in collectives] + [None], dtype=object)
+        write_profiler_db(
+            output / f"ascend_pytorch_profiler_{t.rank}.db",
+            t,
+            event_names,
+            step_ids,
+            metadata,
+            list(group_of[t.collective]),
+        )
+        write_analysis_db(output / "analysis.db", step_rows, communication, matrix)
+    return len(t.start_ns)
+
+
+def _scenario_of(scenario: str | Scenario, scale: float, **sizes: int | None) -> Scenario:
+    """The scenario to write: a named one at the given sizes, its tokens scaled by ``scale``."""
+    sc = scenario if isinstance(scenario, Scenario) else named_scenario(scenario, **sizes)
+    return sc if scale == 1.0 else replace(sc, tokens=max(1, int(round(sc.tokens * scale))))
+
+
 def generate(
     out: str | Path,
     scenario: str | Scenario = "clean",
@@ -261,70 +331,19 @@ def generate(
     """
     if export not in EXPORTS:
         raise ValueError(f"unknown export {export!r}; choose one of {', '.join(EXPORTS)}")
-    sc = (
-        scenario
-        if isinstance(scenario, Scenario)
-        else named_scenario(scenario, ranks=ranks, steps=steps, layers=layers)
-    )
-    if scale != 1.0:
-        from dataclasses import replace
-
-        sc = replace(sc, tokens=max(1, int(round(sc.tokens * scale))))
+    sc = _scenario_of(scenario, scale, ranks=ranks, steps=steps, layers=layers)
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} is not empty")
     started = time.perf_counter()
     topology = topology_of(sc)
     timelines, collectives = simulate(sc, seed, topology)
-    names = _hccl_names(collectives)
     step_ids = [FIRST_STEP_ID + s for s in range(sc.steps)]
-    slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link"), None)
-
+    capture = _Capture(sc, topology, collectives, _hccl_names(collectives), step_ids, EXPORTS[export], trace)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        rows = 0
-        kinds = EXPORTS[export]
-        group_of = np.array([c.group for c in collectives] + [None], dtype=object)
-        by_ordinal = np.array([names[i] for i in range(len(collectives))] + [""], dtype=object)
-        for t in timelines:
-            rank_dir = tmp / f"synth-host_{1000 + t.rank}_20251127120000{t.rank:03d}_ascend_pt"
-            output = rank_dir / "ASCEND_PROFILER_OUTPUT"
-            output.mkdir(parents=True)
-            (rank_dir / f"profiler_info_{t.rank}.json").write_text(
-                json.dumps(_profiler_info(t.rank, t, kinds), indent=1), encoding="utf-8"
-            )
-            metadata = {
-                "distributed_args": _distributed_args(topology, sc, t.rank),
-                "parallel_group_info": topology.parallel_group_info(t.rank),
-            }
-            (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
-            hccl_names = by_ordinal[t.collective]  # -1 (compute) picks the trailing ""
-            event_names = np.where(
-                t.collective >= 0, hccl_names, np.array([k.name for k in t.kernels], dtype=object)[t.kernel_id]
-            )
-            step_rows = step_trace_rows(t, step_ids, t.rank)
-            kept = set(int(o) for o in t.collective[t.collective >= 0])
-            communication, matrix = communication_records(
-                t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept
-            )
-            rows += len(t.start_ns)
-            if "text" in kinds:
-                write_kernel_details(output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], t.rank, hccl_names)
-                write_step_trace_time(output / "step_trace_time.csv", step_rows)
-                write_communication(output, communication, matrix)
-                if trace:
-                    write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_gaps(sc, t))
-            if "db" in kinds:
-                write_profiler_db(
-                    output / f"ascend_pytorch_profiler_{t.rank}.db",
-                    t,
-                    event_names,
-                    step_ids,
-                    metadata,
-                    list(group_of[t.collective]),
-                )
-                write_analysis_db(output / "analysis.db", step_rows, communication, matrix)
+        rows = sum(_write_rank(tmp, t, capture) for t in timelines)
         truth = _ground_truth(sc, seed, timelines, step_ids)
         (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
         if out.exists():

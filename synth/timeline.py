@@ -16,7 +16,8 @@ import numpy as np
 
 from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.kernels import Kernel
-from npuprof.synth.models import DENSE, LAYER, MOE, Program, Workload, build_step
+from npuprof.synth.models import build_step
+from npuprof.synth.program import DENSE, LAYER, MOE, Program, Workload
 from npuprof.synth.scenarios import Fault, Scenario
 
 STEP_PREP_US = 350.0  # host work between steps (dataloader, step bookkeeping)
@@ -199,128 +200,143 @@ def _slow_link_factor(scenario: Scenario, group: GroupInstance) -> float:
     return factor
 
 
-def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[RankTimeline], list[Collective]]:
-    """Simulate every rank of ``scenario``; deterministic for ``seed``."""
-    plans = [_plan(scenario, rank, topology, seed) for rank in range(topology.world)]
-    start_us = [np.zeros(len(p.kernel_id)) for p in plans]
-    ordinal_at = [np.full(len(p.kernel_id), -1, dtype=np.int64) for p in plans]
-    clock = np.zeros(topology.world)  # end of the last event on each rank
-    cursor = [0] * topology.world  # next event to place
-    next_comm = [0] * topology.world  # index into comm_pos
-    waiting: dict[tuple[str, int], dict[int, float]] = {}
-    sequence: dict[tuple[str, int], int] = {}  # (communicator key, rank) -> ops issued so far
-    collectives: list[Collective] = []
-    rng = np.random.default_rng([seed, 10_000])
+class _Simulation:
+    """The event-by-event simulation of every rank: compute runs up to the next communication op, which
+    completes when its last member has arrived (plus the transfer)."""
 
-    def run_until_comm(r: int) -> None:
+    def __init__(self, scenario: Scenario, plans: list[_RankPlan], seed: int) -> None:
+        self.scenario = scenario
+        self.plans = plans
+        self.start_us = [np.zeros(len(p.kernel_id)) for p in plans]
+        self.ordinal_at = [np.full(len(p.kernel_id), -1, dtype=np.int64) for p in plans]
+        self.clock = np.zeros(len(plans))  # end of the last event on each rank
+        self.cursor = [0] * len(plans)  # next event to place
+        self.next_comm = [0] * len(plans)  # index into comm_pos
+        self.waiting: dict[tuple[str, int], dict[int, float]] = {}
+        self.sequence: dict[tuple[str, int], int] = {}  # (communicator key, rank) -> ops issued so far
+        self.collectives: list[Collective] = []
+        self.rng = np.random.default_rng([seed, 10_000])
+
+    def run(self) -> None:
+        """Place every event of every rank."""
+        for r in range(len(self.plans)):
+            self._run_until_comm(r)
+        while self.waiting:
+            ready = [key for key, arrived in self.waiting.items() if len(arrived) == len(self._group(arrived).members)]
+            if not ready:
+                raise RuntimeError(f"synthetic programs deadlock: {len(self.waiting)} communication ops never complete")
+            for key in sorted(ready, key=lambda k: min(self.waiting[k].values())):
+                arrived = self.waiting.pop(key)
+                self._complete(key, arrived)
+                for m in arrived:
+                    self._run_until_comm(m)
+
+    def _group(self, arrived: dict[int, float]) -> GroupInstance:
+        member = next(iter(arrived))
+        return self.plans[member].comm_group[self.next_comm[member]]
+
+    def _run_until_comm(self, r: int) -> None:
         """Place rank r's compute events up to its next communication op and register its arrival."""
-        plan = plans[r]
-        stop = plan.comm_pos[next_comm[r]] if next_comm[r] < len(plan.comm_pos) else len(plan.kernel_id)
-        lo = cursor[r]
+        plan, clock = self.plans[r], self.clock
+        stop = plan.comm_pos[self.next_comm[r]] if self.next_comm[r] < len(plan.comm_pos) else len(plan.kernel_id)
+        lo = self.cursor[r]
         if stop > lo:
             inc = plan.gap_us[lo:stop] + plan.dur_us[lo:stop]
             ends = clock[r] + np.cumsum(inc)
-            start_us[r][lo:stop] = ends - plan.dur_us[lo:stop]
+            self.start_us[r][lo:stop] = ends - plan.dur_us[lo:stop]
             clock[r] = ends[-1]
-        cursor[r] = stop
+        self.cursor[r] = stop
         if stop < len(plan.kernel_id):
-            group = plan.comm_group[next_comm[r]]
-            seq = sequence.get((group.key, r), 0)
-            sequence[(group.key, r)] = seq + 1
-            waiting.setdefault((group.key, seq), {})[r] = clock[r] + plan.gap_us[stop]
+            group = plan.comm_group[self.next_comm[r]]
+            seq = self.sequence.get((group.key, r), 0)
+            self.sequence[(group.key, r)] = seq + 1
+            self.waiting.setdefault((group.key, seq), {})[r] = clock[r] + plan.gap_us[stop]
 
-    for r in range(topology.world):
-        run_until_comm(r)
-    while waiting:
-        ready = [
-            key
-            for key, arrived in waiting.items()
-            if len(arrived) == len(next(plans[m].comm_group[next_comm[m]] for m in arrived).members)
-        ]
-        if not ready:
-            raise RuntimeError(f"synthetic programs deadlock: {len(waiting)} communication ops never complete")
-        for key in sorted(ready, key=lambda k: min(waiting[k].values())):
-            arrived = waiting.pop(key)
-            any_rank = next(iter(arrived))
-            plan = plans[any_rank]
-            pos = plan.comm_pos[next_comm[any_rank]]
-            kernel = plan.program.kernels[plan.kernel_id[pos]]
-            group = plan.comm_group[next_comm[any_rank]]
-            transfer = float(
-                np.mean([plans[m].dur_us[plans[m].comm_pos[next_comm[m]]] for m in arrived])
-            ) * _slow_link_factor(scenario, group)
-            last = max(arrived.values())
-            ordinal = len(collectives)
-            ends = {}
-            for m, arrive in arrived.items():
-                mpos = plans[m].comm_pos[next_comm[m]]
-                end = last + transfer + rng.uniform(0.0, 2.0)
-                start_us[m][mpos] = arrive
-                plans[m].dur_us[mpos] = end - arrive
-                ordinal_at[m][mpos] = ordinal
-                ends[m] = end
-                clock[m] = end
-                cursor[m] = mpos + 1
-                next_comm[m] += 1
-            collectives.append(
-                Collective(
-                    ordinal,
-                    kernel,
-                    int(pos // plan.n_step),
-                    group,
-                    key[1],
-                    {m: int(round(a * 1000)) + BASE_CLOCK_NS for m, a in arrived.items()},
-                    {m: int(round(e * 1000)) + BASE_CLOCK_NS for m, e in ends.items()},
-                    transfer * 1000,
-                )
-            )
-            for m in arrived:
-                run_until_comm(m)
-
-    offsets = {r: f.offset_us for f in _faults(scenario, "clock_offset") for r in f.ranks}
-    timelines = []
-    for plan in plans:
-        r, n_step, S = plan.rank, plan.n_step, scenario.steps
-        start_ns = np.round(start_us[r] * 1000).astype(np.int64)
-        duration_ns = np.round(plan.dur_us * 1000).astype(np.int64)
-        end_ns = start_ns + duration_ns
-        wait_ns = np.zeros(len(start_ns), dtype=np.int64)
-        wait_ns[1:] = np.clip(start_ns[1:] - np.maximum.accumulate(end_ns)[:-1], 0, None)
-        firsts = np.arange(S) * n_step
-        offset = int(round(offsets.get(r, 0.0) * 1000)) + BASE_CLOCK_NS
-        tile = lambda name: np.tile(plan.arrays[name], S)  # noqa: E731
-        layers_held = tuple(sorted({int(x) for x in plan.arrays["layer_index"] if x >= 0}))
-        timelines.append(
-            RankTimeline(
-                rank=r,
-                kernels=plan.program.kernels,
-                kernel_id=plan.kernel_id,
-                start_ns=start_ns + offset,
-                duration_ns=duration_ns,
-                wait_ns=wait_ns,
-                step=np.repeat(np.arange(S, dtype=np.int32), n_step),
-                region=tile("region"),
-                layer_index=tile("layer_index"),
-                layer_role=tile("layer_role"),
-                micro_batch=tile("micro_batch"),
-                block=tile("block"),
-                collective=ordinal_at[r],
-                step_start_ns=start_ns[firsts] - int(STEP_PREP_US * 500) + offset,
-                step_end_ns=end_ns[firsts + n_step - 1] + offset,
-                layers_held=layers_held,
-                clock_offset_ns=offset - BASE_CLOCK_NS,
-                clock_factor=plan.clock_factor,
-                aicore_freq=_freq_samples(
-                    scenario,
-                    r,
-                    start_ns[firsts] - int(STEP_PREP_US * 500) + offset,
-                    end_ns[firsts + n_step - 1] + offset,
-                ),
+    def _complete(self, key: tuple[str, int], arrived: dict[int, float]) -> None:
+        """End one communication op on all its members at the last arrival plus the transfer."""
+        plans, next_comm = self.plans, self.next_comm
+        any_rank = next(iter(arrived))
+        pos = plans[any_rank].comm_pos[next_comm[any_rank]]
+        group = self._group(arrived)
+        transfer = float(
+            np.mean([plans[m].dur_us[plans[m].comm_pos[next_comm[m]]] for m in arrived])
+        ) * _slow_link_factor(self.scenario, group)
+        last = max(arrived.values())
+        ordinal = len(self.collectives)
+        ends = {}
+        for m, arrive in arrived.items():
+            mpos = plans[m].comm_pos[next_comm[m]]
+            end = last + transfer + self.rng.uniform(0.0, 2.0)
+            self.start_us[m][mpos] = arrive
+            plans[m].dur_us[mpos] = end - arrive
+            self.ordinal_at[m][mpos] = ordinal
+            ends[m] = end
+            self.clock[m] = end
+            self.cursor[m] = mpos + 1
+            next_comm[m] += 1
+        plan = plans[any_rank]
+        self.collectives.append(
+            Collective(
+                ordinal,
+                plan.program.kernels[plan.kernel_id[pos]],
+                int(pos // plan.n_step),
+                group,
+                key[1],
+                {m: int(round(a * 1000)) + BASE_CLOCK_NS for m, a in arrived.items()},
+                {m: int(round(e * 1000)) + BASE_CLOCK_NS for m, e in ends.items()},
+                transfer * 1000,
             )
         )
+
+
+def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[RankTimeline], list[Collective]]:
+    """Simulate every rank of ``scenario``; deterministic for ``seed``."""
+    plans = [_plan(scenario, rank, topology, seed) for rank in range(topology.world)]
+    simulation = _Simulation(scenario, plans, seed)
+    simulation.run()
+    offsets = {r: f.offset_us for f in _faults(scenario, "clock_offset") for r in f.ranks}
+    timelines = [
+        _timeline(scenario, plan, simulation, int(round(offsets.get(plan.rank, 0.0) * 1000)) + BASE_CLOCK_NS)
+        for plan in plans
+    ]
     if _faults(scenario, "partial_capture"):
         timelines = [_cut_edges(t, plans[t.rank].n_step) for t in timelines]
-    return timelines, collectives
+    return timelines, simulation.collectives
+
+
+def _timeline(scenario: Scenario, plan: _RankPlan, simulation: _Simulation, offset: int) -> RankTimeline:
+    """One rank's simulated events in ns on its own clock (``offset`` added), with their ground truth."""
+    r, n_step, S = plan.rank, plan.n_step, scenario.steps
+    start_ns = np.round(simulation.start_us[r] * 1000).astype(np.int64)
+    duration_ns = np.round(plan.dur_us * 1000).astype(np.int64)
+    end_ns = start_ns + duration_ns
+    wait_ns = np.zeros(len(start_ns), dtype=np.int64)
+    wait_ns[1:] = np.clip(start_ns[1:] - np.maximum.accumulate(end_ns)[:-1], 0, None)
+    firsts = np.arange(S) * n_step
+    step_start_ns = start_ns[firsts] - int(STEP_PREP_US * 500) + offset
+    step_end_ns = end_ns[firsts + n_step - 1] + offset
+    tile = lambda name: np.tile(plan.arrays[name], S)  # noqa: E731
+    return RankTimeline(
+        rank=r,
+        kernels=plan.program.kernels,
+        kernel_id=plan.kernel_id,
+        start_ns=start_ns + offset,
+        duration_ns=duration_ns,
+        wait_ns=wait_ns,
+        step=np.repeat(np.arange(S, dtype=np.int32), n_step),
+        region=tile("region"),
+        layer_index=tile("layer_index"),
+        layer_role=tile("layer_role"),
+        micro_batch=tile("micro_batch"),
+        block=tile("block"),
+        collective=simulation.ordinal_at[r],
+        step_start_ns=step_start_ns,
+        step_end_ns=step_end_ns,
+        layers_held=tuple(sorted({int(x) for x in plan.arrays["layer_index"] if x >= 0})),
+        clock_offset_ns=offset - BASE_CLOCK_NS,
+        clock_factor=plan.clock_factor,
+        aicore_freq=_freq_samples(scenario, r, step_start_ns, step_end_ns),
+    )
 
 
 def _cut_edges(timeline: RankTimeline, n_step: int, share: float = 0.4) -> RankTimeline:

@@ -1,0 +1,242 @@
+"""The kernels of one decoder layer, forward and backward.
+
+A dense GQA layer (Qwen-like: RmsNorm with QK-norm, fused qkv MatMul, RoPE, flash attention,
+o_proj, SwiGlu MLP) and a MoE layer (DeepSeek-like: MLA prolog, FusedInferAttentionScore, gating
+TopK, dispatch / GroupedMatmul / combine); the backward of each forward kernel.
+"""
+
+from __future__ import annotations
+
+from npuprof.synth.kernels import Kernel, aclnn, hccl
+from npuprof.synth.program import LAYER, Program, Workload, scale_us
+
+
+def _vector(op: str, base_us: float, shapes_in: str, shapes_out: str, profile: str = "vector") -> Kernel:
+    """A vector-core aclnn kernel whose API is named like its op."""
+    return aclnn(op, op, "AI_VECTOR_CORE", base_us, profile, shapes_in, shapes_out)
+
+
+def _matmul(base_us: float, shapes_in: str, shapes_out: str, op: str = "MatMulV3", block_dim: int = 24) -> Kernel:
+    """A cube-core matmul launched through aclnnMatmul."""
+    return aclnn("Matmul", op, "AI_CORE", base_us, "cube", shapes_in, shapes_out, block_dim=block_dim)
+
+
+def _fused(op: str, core: str, base_us: float, profile: str, shapes_in: str, shapes_out: str, **kw) -> Kernel:
+    """A fused custom kernel, named by its bare op type."""
+    return Kernel(op, op, core, base_us, profile, input_shapes=shapes_in, output_shapes=shapes_out, **kw)
+
+
+def _tp_all_reduce(w: Workload) -> list[Kernel]:
+    """The row-parallel linear's all-reduce of inference with more than one rank."""
+    if w.training or w.world <= 1:
+        return []
+    return [hccl("allReduce", "tp", scale_us(w.tokens, 30), w.tokens * w.model.hidden * 2 / 1e6)]
+
+
+def _dense_attention(w: Workload) -> list[Kernel]:
+    m, t = w.model, w.tokens
+    # what one tensor-parallel rank holds (Megatron / vLLM column and row parallel linears)
+    heads, kv_heads = m.heads // w.tp, max(1, m.kv_heads // w.tp)
+    qkv = (heads + 2 * kv_heads) * m.head_dim
+    flash = "FusedInferAttentionScore" if not w.training and w.phase == "decode" else "FlashAttentionScore"
+    flash_us = scale_us(t, 160) * (1.0 if w.phase != "decode" else 0.4)
+    q, kv = f"{t},{heads * m.head_dim}", f"{t},{kv_heads * m.head_dim}"
+    return [
+        _vector("RmsNorm", scale_us(t, 14), f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"),
+        _matmul(scale_us(t, 95), f"{t},{m.hidden};{qkv},{m.hidden}", f"{t},{qkv}"),
+        _vector("RmsNorm", scale_us(t, 9), f"{t},{heads},{m.head_dim};{m.head_dim}", f"{t},{heads},{m.head_dim}"),
+        _vector("RmsNorm", scale_us(t, 6), f"{t},{kv_heads},{m.head_dim};{m.head_dim}", f"{t},{kv_heads},{m.head_dim}"),
+        _vector(
+            "RotaryPositionEmbedding",
+            scale_us(t, 11),
+            f"{t},{heads},{m.head_dim};{t},1,{m.head_dim}",
+            f"{t},{heads},{m.head_dim}",
+            "vector_mte",
+        ),
+        aclnn(flash, flash, "MIX_AIC", flash_us, "mix", f"{q};{kv};{kv}", q, block_dim=24, mix_block_dim=48),
+        _matmul(scale_us(t, 60), f"{t},{heads * m.head_dim};{m.hidden},{heads * m.head_dim}", f"{t},{m.hidden}"),
+        *_tp_all_reduce(w),
+    ]
+
+
+def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
+    m, t = w.model, w.tokens
+    ffn = m.ffn // w.tp * (2 if layer in w.wide_ffn_layers else 1)
+    residual = _vector("Add", scale_us(t, 7), f"{t},{m.hidden};{t},{m.hidden}", f"{t},{m.hidden}", "vector_mte")
+    return [
+        residual,
+        _vector("RmsNorm", scale_us(t, 14), f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"),
+        _matmul(scale_us(t, 210), f"{t},{m.hidden};{2 * ffn},{m.hidden}", f"{t},{2 * ffn}"),
+        _vector("SwiGlu", scale_us(t, 25), f"{t},{2 * ffn}", f"{t},{ffn}"),
+        _matmul(scale_us(t, 110), f"{t},{ffn};{m.hidden},{ffn}", f"{t},{m.hidden}"),
+        *_tp_all_reduce(w),
+        residual,
+    ]
+
+
+def dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
+    """One dense decoder layer's forward kernels."""
+    for block, kernels in (("attention", _dense_attention(w)), ("ffn", _dense_ffn(w, layer))):
+        for kernel in kernels:
+            p.add(kernel, LAYER, layer, "forward", mb, block)
+
+
+def _expert_exchange(w: Workload, step: str, shapes_in: str, shapes_out: str) -> Kernel:
+    """Tokens to / from their experts: an all-to-all in training, the fused MC2 kernel in inference."""
+    m, t = w.model, w.tokens
+    transfer_mb = t * m.top_k * m.hidden * 2 / 1e6
+    if w.training:
+        return hccl("alltoallv", "exp", scale_us(t * m.top_k, 40), transfer_mb)
+    return _fused(
+        f"MoeDistribute{step}",
+        "COMMUNICATION",
+        scale_us(t * m.top_k, 45),
+        "comm_aiv",
+        shapes_in,
+        shapes_out,
+        block_dim=48,
+        hccl_group="exp",
+        transfer_mb=transfer_mb,
+    )
+
+
+def _mla_attention(w: Workload) -> list[Kernel]:
+    m, t = w.model, w.tokens
+    return [
+        _vector("AddRmsNorm", scale_us(t, 16), f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"),
+        _fused(
+            "MlaPrologV2",
+            "MIX_AIC",
+            scale_us(t, 120),
+            "mix",
+            f"{t},{m.hidden};{m.hidden},1536;1536,{m.heads * 192}",
+            f"{t},{m.heads},192",
+            block_dim=24,
+            mix_block_dim=48,
+        ),
+        _fused(
+            "FusedInferAttentionScore",
+            "MIX_AIC",
+            scale_us(t, 170),
+            "mix",
+            f"{t},{m.heads},192;{t},1,576;{t},1,512",
+            f"{t},{m.heads},128",
+            block_dim=24,
+            mix_block_dim=48,
+        ),
+        _matmul(scale_us(t, 80), f"{t},{m.heads * 128};{m.hidden},{m.heads * 128}", f"{t},{m.hidden}"),
+    ]
+
+
+def _experts(w: Workload, routed: int) -> list[Kernel]:
+    """The routed tokens through this rank's experts: up-projection, SwiGlu, down-projection."""
+    m = w.model
+    gmm_us = scale_us(routed, 38) if routed else 3.0
+    local = m.experts // max(w.world, 1)
+    return [
+        _fused(
+            "GroupedMatmul",
+            "AI_CORE",
+            gmm_us,
+            "cube",
+            f"{routed},{m.hidden};{local},{m.hidden},{2 * m.moe_ffn};{local}",
+            f"{routed},{2 * m.moe_ffn}",
+            block_dim=24,
+        ),
+        _vector("SwiGlu", scale_us(routed, 4) if routed else 2.0, f"{routed},{2 * m.moe_ffn}", f"{routed},{m.moe_ffn}"),
+        _fused(
+            "GroupedMatmul",
+            "AI_CORE",
+            gmm_us / 2,
+            "cube",
+            f"{routed},{m.moe_ffn};{local},{m.moe_ffn},{m.hidden};{local}",
+            f"{routed},{m.hidden}",
+            block_dim=24,
+        ),
+    ]
+
+
+def _moe_block(w: Workload) -> list[Kernel]:
+    m, t = w.model, w.tokens
+    routed = 0 if w.reduced_work else max(1, int(round(t * m.top_k * w.tokens_factor)))
+    gating = f"{t},{m.experts}"
+    return [
+        _vector("AddRmsNorm", scale_us(t, 16), f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"),
+        _matmul(scale_us(t, 12), f"{t},{m.hidden};{m.experts},{m.hidden}", gating, op="MatMulV2", block_dim=8),
+        _fused("MoeGatingTopK", "AI_VECTOR_CORE", scale_us(t, 10), "vector", gating, f"{t},{m.top_k};{t},{m.top_k}"),
+        _expert_exchange(w, "Dispatch", f"{t},{m.hidden};{t},{m.top_k}", f"{routed},{m.hidden}"),
+        *_experts(w, routed),
+        _expert_exchange(w, "Combine", f"{routed},{m.hidden};{t},{m.top_k}", f"{t},{m.hidden}"),
+    ]
+
+
+def moe_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
+    """One MoE decoder layer's forward kernels (MLA attention, routed experts)."""
+    for block, kernels in (("attention", _mla_attention(w)), ("moe", _moe_block(w))):
+        for kernel in kernels:
+            p.add(kernel, LAYER, layer, "forward", mb, block)
+
+
+_GRAD = {
+    "RmsNorm": "RmsNormGrad",
+    "SwiGlu": "SwiGluGrad",
+    "RotaryPositionEmbedding": "RotaryPositionEmbeddingGrad",
+    "FlashAttentionScore": "FlashAttentionScoreGrad",
+    "FusedInferAttentionScore": "FlashAttentionScoreGrad",
+    "MlaPrologV2": "MlaPrologV2Grad",
+    "AddRmsNorm": "AddRmsNormGrad",
+    "MoeGatingTopK": "MoeGatingTopKGrad",
+}
+
+
+def _matmul_grads(kernel: Kernel) -> list[Kernel]:
+    """dgrad (output grad x weight) and wgrad (output grad x input) of a matmul."""
+    first_input, weight = kernel.input_shapes.split(";")[0], kernel.input_shapes.split(";")[-1]
+    dgrad = Kernel(
+        kernel.name,
+        kernel.type,
+        kernel.core,
+        kernel.base_us,
+        kernel.profile,
+        kernel.block_dim,
+        0,
+        kernel.output_shapes + ";" + weight,
+        output_shapes=first_input,
+    )
+    wgrad = Kernel(
+        kernel.name,
+        kernel.type,
+        kernel.core,
+        kernel.base_us * 1.05,
+        "cube_mte2",
+        kernel.block_dim,
+        0,
+        kernel.output_shapes + ";" + first_input,
+        output_shapes=weight,
+    )
+    return [dgrad, wgrad]
+
+
+def backward_of(kernel: Kernel) -> list[Kernel]:
+    """The backward kernels of one forward kernel: a *Grad kernel, or dgrad + wgrad for a matmul."""
+    if kernel.hccl_group:
+        return [kernel]  # the all-to-all runs again in backward
+    if kernel.type in ("MatMulV3", "MatMulV2", "GroupedMatmul"):
+        return _matmul_grads(kernel)
+    grad = _GRAD.get(kernel.type)
+    if grad is None:
+        return [kernel]  # elementwise ops (Add) run as themselves in backward
+    core = "MIX_AIC" if kernel.core == "MIX_AIC" else ("MIX_AIV" if grad == "RmsNormGrad" else kernel.core)
+    return [
+        Kernel(
+            f"aclnn{grad}_{grad}_{grad}",
+            grad,
+            core,
+            kernel.base_us * 2.2,
+            kernel.profile,
+            kernel.block_dim,
+            kernel.mix_block_dim,
+            kernel.output_shapes + ";" + kernel.input_shapes,
+            output_shapes=kernel.input_shapes,
+        )
+    ]
