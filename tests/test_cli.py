@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample
 from npuprof.pipeline.errors import MissingPrerequisites
 from npuprof.pipeline.stages import stage
 from npuprof.pipeline.window import check_prerequisites
+from npuprof.synth import SCENARIOS, generate
 
 RANK0 = "rank_0_ascend_pt"
 
@@ -199,6 +201,15 @@ def test_analyze_runs_every_stage_and_prints_the_conclusions(cli, tmp_path):
     summary = result["analysis_summary"]  # one call gives an agent the conclusions
     assert summary["status"] == result["status"] == "ok" and summary["identity"]["rank_count"] == 4
     assert (tmp_path / "out" / "report" / "report.md").exists()
+    assert run.stderr == ""  # a healthy run prints nothing but its JSON (no library warnings)
+
+
+@pytest.mark.parametrize("planted", ["dummy_rank", "mixed"])
+def test_a_healthy_moe_root_analyzes_without_a_line_on_stderr(cli, tmp_path, planted):
+    healthy = replace(SCENARIOS[planted], name=f"healthy_{planted}", faults=())
+    root = generate(tmp_path / "root", healthy, steps=3)["root"]
+    run = cli("analyze", root, "-o", str(tmp_path / "out"), "--progress", "none")
+    assert run.returncode == 0 and run.stderr == "", run.stderr
 
 
 def test_missing_prerequisites_are_named(cli, tmp_path):

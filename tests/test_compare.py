@@ -121,6 +121,15 @@ def test_one_layers_wider_ffn_is_listed_as_a_structural_change_never_paired(tmp_
     assert summary["only_on_one_side"][schema.COMPARE_LAYER_CLASSES] == 1
 
 
+def test_captures_of_different_layer_counts_get_no_speed_verdict(tmp_path):
+    # 6 layers take longer than 4 by construction: "slower" would be a wrong answer, not a finding
+    baseline = scenario("clean_inference", steps=3)
+    out, summary = _pair(tmp_path, baseline, replace(baseline, layers=6))
+    assert summary["headline"]["verdict"] == "not comparable: decoder layers differ (4 vs 6)"
+    assert summary["headline"]["step_wall_ms"]["delta"] > 0  # the walls are still shown, as walls
+    assert "**not comparable: decoder layers differ (4 vs 6)**" in (out / schema.COMPARE_MD).read_text()
+
+
 def test_captures_of_different_models_are_refused(tmp_path):
     dense = _analyzed(tmp_path, "dense", scenario("clean"))
     moe = _analyzed(tmp_path, "moe", scenario("mixed"))

@@ -4,6 +4,7 @@ where nothing was planted, clocks are recovered, and every cited id resolves to 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -245,3 +246,15 @@ def test_host_bound_needs_both_idle_and_launch_lag():
     # rank 0: 40 % idle, 75 % of labelled idle is launch lag; rank 1: 25 % idle (below 30 %)
     assert [f.rank_ids for f in found] == [[0]]
     assert found[0].evidence_ids == ["r0.step0.bubble0"] and found[0].statistic["value"] == pytest.approx(0.4)
+
+
+def test_outlier_test_skips_instances_too_small_to_test_without_a_warning():
+    # an instance seen on one or two ranks (a subgroup collective, a rank missing) is not tested;
+    # its median over nothing used to print "All-NaN slice encountered" on a healthy run
+    rows = [("a", 0, 1.0), ("a", 1, 1.1), ("a", 2, 1.2), ("b", 0, 1.0), ("c", 0, 1.0), ("c", 3, 2.0)]
+    values = pd.DataFrame(rows, columns=["alignment_id", "rank_id", "value"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = low_outliers(values, {3: 0.941}, 3.5, 0.0)
+        assert list(result["alignment_id"]) == ["a"]
+        assert low_outliers(values[values["alignment_id"] != "a"], {3: 0.941}, 3.5, 0.0).empty

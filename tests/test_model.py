@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import QWEN_TRAINING, run_cli
+from conftest import PYTORCH_DATA, QWEN_TRAINING, run_cli
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.modelinfo.flops import estimate
@@ -52,6 +52,25 @@ def test_the_closest_catalog_model_of_a_shrunken_qwen3_differs_only_in_its_layer
     first = candidates.iloc[0]
     assert first["model"] == "Qwen3-0.6B" and first["mismatched_fields"] == "num_hidden_layers=4/28"
     assert "best" not in set(candidates["status"])  # nothing agrees on every field: no model is claimed
+
+
+def test_a_cnn_capture_names_no_transformer_model_and_no_transformer_feature(tmp_path):
+    # the real CNN training sample (Conv2D, no attention kernel, no decoder layer): it agrees with every
+    # catalog model on the few fields it shows, which is no evidence of any of them
+    analyze(PYTORCH_DATA / "text" / "level1", tmp_path / "out", jobs=1)
+    insights = json.loads((tmp_path / "out" / schema.MODEL_INSIGHTS).read_text())
+    assert insights["transformer"]["present"] is False and insights["candidates"] == []
+    assert insights["best_candidate"] is None
+    assert [k for k, v in insights["features"].items() if v["present"]] == []  # "dense" was claimed before
+    assert pd.read_csv(tmp_path / "out" / schema.MODEL_CANDIDATE_SUMMARY_CSV.file).empty
+    report = (tmp_path / "out" / schema.REPORT_MD).read_text()
+    assert "Not read as a transformer" in report and "Llama" not in report
+
+
+def test_a_transformer_is_recognised_by_its_attention_kernels(planted_outputs):
+    for name in ("clean", "ep_imbalance"):  # GQA FlashAttention; MLA
+        insights = json.loads((planted_outputs[name][1] / schema.MODEL_INSIGHTS).read_text())
+        assert insights["transformer"]["present"] is True and insights["candidates"], name
 
 
 def _summarized_on(out: Path, tmp_path: Path, hardware_model: str) -> Path:

@@ -87,6 +87,20 @@ def test_each_finding_group_cites_resolvable_evidence_and_its_notes(planted_outp
         assert group["finding_type"] in note["finding_types"]  # the note written for it comes first
 
 
+def test_a_finding_cites_only_the_notes_that_explain_it(planted_outputs):
+    def refs(scenario: str, finding_type: str) -> list[str]:
+        groups = summary_of(planted_outputs[scenario][1])["findings"]
+        (group,) = [g for g in groups if g["finding_type"] == finding_type]
+        return [Path(r["ref"]).name for r in group["knowledge_refs"]]
+
+    slow = refs("slow_rank", "slow_rank_suspected")  # "the others wait for it": the wait-anchor note fits
+    assert slow[0] == "slow_rank.md" and not {"ep_imbalance.md", "slow_link.md", "pp_schedule.md"} & set(slow)
+    assert refs("exposed_aicpu", "aicpu_exposed") == ["aicpu.md"]  # not the reduced-work or PP notes
+    # a slow rank whose clock is throttled: the finding names the clock, and so cites its note too
+    throttled = refs("throttled_card", "slow_rank_suspected")
+    assert throttled[0] == "slow_rank.md" and "aicore_freq.md" in throttled
+
+
 def test_every_finding_type_has_a_knowledge_note():
     types = set(knowledge.load("diagnosis_rules")["findings"])
     covered = {t for note in knowledge.notes() for t in note["finding_types"]}
@@ -234,6 +248,29 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     assert (schedule["micro_batches"] == 2).all() and schedule["ideal_bubble_share"].tolist() == [1 / 3] * 2
     assert schedule.loc[0, "pp_exposed_ms"] == pytest.approx(exposed_ms, abs=0.01)
     assert "pp\\_stage\\_imbalance" in report.split("Executive Summary")[1].split("##")[0]
+    # a kernel on two core types (MatMulV3: aic and mix_cv) is the largest compute kernel over both
+    raw = pd.concat(
+        pd.read_csv(QWEN_TRAINING / f"rank_{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+        for r in (0, 2)
+    )
+    by_type = raw[raw["Accelerator Core"] != "COMMUNICATION"].groupby("Type")["Duration(us)"].sum()
+    assert by_type.idxmax() == "MatMulV3" and by_type.nlargest(2).index[1] == "FlashAttentionScoreGrad"
+    top = summary_of(tmp_path / "out")["kpis"]["top_operator_classes"][0]
+    assert "MatMulV3" in top["name"]
+    assert top["all_cores_duration_ms"] == pytest.approx(by_type["MatMulV3"] / 1000, abs=1e-3)
+    assert top["core_split"].startswith("aic 110.7 ms; mix_cv 36.8 ms")
+    operator_view = report.split("Top compute operators")[1]
+    assert operator_view.index("MatMulV3") < operator_view.index("FlashAttentionScoreGrad")
+    # HCCL calls are ranked per kind and group (hcom_batchSendRecv__128_*), never one call at a time
+    classes = pd.read_csv(tmp_path / "out" / schema.OPERATOR_CLASS_SUMMARY_CSV.file)
+    comm_classes = classes[classes["op_type"] == "communication"].set_index("name")
+    raw_comm = raw[raw["Accelerator Core"] == "COMMUNICATION"]
+    families = raw_comm["Name"].str.replace(r"_\d+_\d+$", "_*", regex=True)
+    expected = raw_comm.groupby(families)["Duration(us)"].sum()
+    assert sorted(comm_classes.index) == sorted(expected.index)
+    assert comm_classes["duration_sum_us"].reindex(expected.index).to_numpy() == pytest.approx(expected.to_numpy())
+    blocks = pd.read_csv(tmp_path / "out" / schema.BLOCK_CLASS_SUMMARY_CSV.file)
+    assert not blocks["top_ops"].fillna("").str.contains(r"hcom_\w+__\d{3}_\d+_\d+=").any()
 
 
 def test_every_scenario_names_its_biggest_costs_even_without_findings(planted_outputs):

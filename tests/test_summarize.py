@@ -313,3 +313,25 @@ def test_each_collective_knows_the_layer_and_block_it_ran_in(analyzed):
     located = expert.merge(blocks, on=["rank_id", "step_ordinal", "layer_ordinal", "block_class_id"], how="left")
     inside = (located["start_ns_x"] >= located["start_ns_y"]) & (located["end_ns_x"] <= located["end_ns_y"])
     assert inside.groupby([located["rank_id"], located["row_idx"]]).any().all()  # within its block's window
+
+
+def test_hccl_calls_are_ranked_per_kind_and_group_never_one_call_at_a_time(analyzed):
+    """Every HCCL call has its own name (hcom_allReduce__503_43_1): the class summaries merge them
+    into call families (hcom_allReduce__503_*), checked against the raw kernel_details.csv files."""
+    root, out = analyzed["clean_inference"]  # TP all-reduces inside every block
+    raw = pd.concat(pd.read_csv(path) for path in sorted(root.rglob("kernel_details.csv")))
+    raw_comm = raw[raw["Name"].str.startswith("hcom_")]
+    expected = raw_comm.groupby(raw_comm["Name"].str.replace(r"_\d+_\d+$", "_*", regex=True))["Duration(us)"].sum()
+    assert raw_comm["Name"].nunique() > 10 * len(expected)  # many calls, few families
+    classes = read(out, schema.OPERATOR_CLASS_SUMMARY_CSV)
+    comm = classes[classes["op_type"] == "communication"].set_index("name")["duration_sum_us"]
+    assert comm.reindex(expected.index).to_numpy() == pytest.approx(expected.to_numpy())
+    assert len(comm) == len(expected)
+    per_rank = read(out, schema.OPERATOR_SUMMARY_CSV)  # per call where the call is the point
+    assert per_rank[per_rank["op_type"] == "communication"]["name"].nunique() == raw_comm["Name"].nunique()
+    blocks = read(out, schema.BLOCK_CLASS_SUMMARY_CSV)
+    with_comm = blocks[blocks["comm_ms_mean"] > 0]
+    assert len(with_comm) and not blocks["top_ops"].str.contains(r"hcom_\w+__\d{3}_\d+_\d+=").any()
+    for row in with_comm.itertuples():  # one family per block: its share of top_ops is the block's comm
+        family = [item for item in row.top_ops.split(";") if item.startswith("hcom_")]
+        assert len(family) == 1 and float(family[0].split("=")[1]) == pytest.approx(row.comm_ms_mean, abs=1e-3)

@@ -67,6 +67,13 @@ def _moves(tables: dict[str, pd.DataFrame], step_delta: float) -> list[dict]:
     return sorted(moves, key=lambda m: abs(m["per_step_delta_ms"]), reverse=True)
 
 
+def _verdict(moves: list[dict], delta: float, shape: dict) -> str:
+    """faster / slower / no significant change, or "not comparable: why" when the steps differ in structure."""
+    if shape.get("not_comparable"):
+        return "not comparable: " + "; ".join(shape["not_comparable"])
+    return "no significant change" if not moves else ("faster" if delta < 0 else "slower")
+
+
 def compare_summary(base: Side, new: Side, tables: dict[str, pd.DataFrame], changes: dict, shape: dict) -> dict:
     """The comparison in brief: step delta, top gains and regressions, findings moves, limitations."""
     rules = knowledge.load("compare_rules")
@@ -88,7 +95,7 @@ def compare_summary(base: Side, new: Side, tables: dict[str, pd.DataFrame], chan
         "headline": {
             "step_wall_ms": {"baseline": round(before, 4), "new": round(after, 4), "delta": round(delta, 4)},
             "significant_changes": len(moves),
-            "verdict": "no significant change" if not moves else ("faster" if delta < 0 else "slower"),
+            "verdict": _verdict(moves, delta, shape),
         },
         "test": f"two-sided Mann-Whitney U on per-instance times, p < {rules['alpha']}, and the median moved "
         f"beyond 1.4826 × MAD of both sides and {rules['min_relative_change']:.0%} of the baseline",

@@ -34,10 +34,18 @@ def structure(base: Side, new: Side) -> dict:
         if value(base, name) is not None and value(new, name) is not None and value(base, name) != value(new, name)
     }
     layers = [value(base, "num_hidden_layers"), value(new, "num_hidden_layers")]
-    notes = []
+    notes, not_comparable = [], []
     if layers[0] is not None and layers[1] is not None and layers[0] != layers[1]:
+        # a step of more layers is longer by construction: its wall says nothing about speed
+        not_comparable.append(f"decoder layers differ ({layers[0]} vs {layers[1]})")
         notes.append(f"decoder layers differ ({layers[0]} vs {layers[1]}): only layer classes present on both compare")
-    return {"same_model": not differing, "differing_fields": differing, "layers": layers, "notes": notes}
+    return {
+        "same_model": not differing,
+        "differing_fields": differing,
+        "layers": layers,
+        "not_comparable": not_comparable,
+        "notes": notes,
+    }
 
 
 def compare_tables(base: Side, new: Side) -> dict[str, pd.DataFrame]:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 MAD_TO_SIGMA = 1.4826
+RESULT_COLUMNS = ["alignment_id", "rank_id", "statistic", "threshold", "test", "gap", "outlier"]
 
 
 def low_outliers(values: pd.DataFrame, q_critical: dict[int, float], z_min: float, min_gap: float) -> pd.DataFrame:
@@ -19,6 +20,10 @@ def low_outliers(values: pd.DataFrame, q_critical: dict[int, float], z_min: floa
     threshold, test ('dixon_q' | 'robust_z'), outlier (bool), gap (others' median − lowest value).
     """
     wide = values.pivot_table(index="alignment_id", columns="rank_id", values="value", aggfunc="first")
+    # only instances of 3+ members are tested: the statistics of smaller ones would be NaN medians
+    wide = wide[wide.notna().sum(axis=1) >= 3]
+    if wide.empty:
+        return pd.DataFrame(columns=RESULT_COLUMNS)
     counts = wide.notna().sum(axis=1).to_numpy()
     ordered = np.sort(wide.to_numpy(dtype=np.float64), axis=1)  # NaN sort last
     lowest_rank = wide.columns.to_numpy()[np.nanargmin(np.where(wide.notna(), wide.to_numpy(float), np.inf), axis=1)]
@@ -36,7 +41,6 @@ def low_outliers(values: pd.DataFrame, q_critical: dict[int, float], z_min: floa
     statistic = np.where(dixon, q, z)
     threshold = np.where(dixon, critical, z_min)
     gap = np.nanmedian(ordered[:, 1:], axis=1) - low if ordered.shape[1] > 1 else np.zeros(len(wide))
-    tested = counts >= 3
     result = pd.DataFrame(
         {
             "alignment_id": wide.index.to_numpy(),
@@ -46,6 +50,6 @@ def low_outliers(values: pd.DataFrame, q_critical: dict[int, float], z_min: floa
             "test": np.where(dixon, "dixon_q", "robust_z"),
             "gap": gap,
         }
-    )[tested]
+    )
     result["outlier"] = (result["statistic"] > result["threshold"]) & (result["gap"] >= min_gap)
     return result.reset_index(drop=True)

@@ -200,6 +200,8 @@ def _candidates(fp: Fingerprint, values: dict, model_id: str | None) -> tuple[pd
     family = model_id if model_id and model_id not in catalog_module.catalog() else None
     members = catalog_module.family_members(family) if family else None
     candidates = catalog_module.rank_candidates(values, fp.features, members)
+    if not fp.transformer["present"]:  # a CNN matches every catalog model on the few fields it shows
+        return candidates.iloc[0:0], None, family
     return candidates, catalog_module.best_model(candidates), family
 
 
@@ -264,6 +266,19 @@ def _efficiency_views(
     return views, hw, steps["mfu"].dropna() if len(steps) else pd.Series(dtype=float)
 
 
+def _hardware_limitations(hw: Hardware, mfu: pd.Series) -> list[str]:
+    """What the hardware choice leaves unknown or implausible."""
+    found = list(hw.limitations)
+    if not hw.resolved:
+        found.append("hardware unknown: FLOPs are kept, MFU and roofline are not computed")
+    if (mfu > 1).any():
+        found.append(
+            f"MFU above 1 on {int((mfu > 1).sum())} rank-steps: the chosen peaks ({hw.name}) or the shape FLOPs do "
+            "not describe this capture — check --hardware-model"
+        )
+    return found
+
+
 def model_context(
     shapes: pd.DataFrame,
     step_flops: pd.DataFrame,
@@ -281,7 +296,9 @@ def model_context(
     _parameters_lower_bound(fp, values)
     candidates, best, family = _candidates(fp, values, options.model_id)
     limitations: list[str] = []
-    if family and best is None:
+    if not fp.transformer["present"]:
+        limitations.append(f"not read as a transformer: {fp.transformer['method']}; no catalog model is named")
+    elif family and best is None:
         limitations.append(f"--model-id {family}: the profile does not single out one variant of the family")
     views = {
         schema.MODEL_INFERRED_CONFIG_CSV: inferred_config_table(fp),
@@ -296,17 +313,11 @@ def model_context(
         views.update(config_views)
     efficiency_views, hw, mfu = _efficiency_views(shapes, step_flops, accounting, options, capture)
     views.update(efficiency_views)
-    limitations += hw.limitations
-    if not hw.resolved:
-        limitations.append("hardware unknown: FLOPs are kept, MFU and roofline are not computed")
-    if (mfu > 1).any():
-        limitations.append(
-            f"MFU above 1 on {int((mfu > 1).sum())} rank-steps: the chosen peaks ({hw.name}) or the shape FLOPs do "
-            "not describe this capture — check --hardware-model"
-        )
+    limitations += _hardware_limitations(hw, mfu)
     insights = {
         "fingerprint": {k: fp.fields[k].as_dict() for k in FIELD_ORDER if k in fp.fields},
         "features": fp.features,
+        "transformer": fp.transformer,
         "parallel": vars(parallel),
         "candidates": candidates.head(5).to_dict("records") if len(candidates) else [],
         "best_candidate": best,

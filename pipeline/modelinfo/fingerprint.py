@@ -20,6 +20,8 @@ from npuprof.pipeline.modelinfo.flops import matmul_dims
 from npuprof.pipeline.modelinfo.shapes import parse_shapes
 
 CONFIDENCE_ORDER = ("high", "medium", "low")
+# features that are attention of some kind: each is evidence of a transformer
+ATTENTION_FEATURES = ("mla", "dsa", "csa", "linear_attention")
 
 
 @dataclass
@@ -136,6 +138,7 @@ class Fingerprint:
         self.layers = layers
         self.fields: dict[str, Field] = {}
         self.features: dict[str, dict] = {}
+        self.transformer: dict = {"present": False, "method": "no shape ops", "evidence": []}
 
     # -- fields -------------------------------------------------------------------------------------
     def hidden_size(self) -> None:
@@ -505,16 +508,39 @@ class Fingerprint:
                 "method": "query heads vs KV heads" if kind else "heads unknown",
             }
         moe = self.features.get("moe", {}).get("present")
+        transformer = self.transformer["present"]
         self.features["dense"] = {
-            "present": not moe,
-            "confidence": "medium",
+            "present": not moe if transformer else None,  # dense vs MoE is a transformer's property
+            "confidence": "medium" if transformer else "none",
             "evidence": [],
             "call_count": 0,
-            "method": "no MoE kernel runs" if not moe else "MoE kernels run",
+            "method": ("no MoE kernel runs" if not moe else "MoE kernels run")
+            if transformer
+            else "no attention or decoder-layer evidence",
+        }
+
+    def transformer_evidence(self) -> None:
+        """Is this a transformer at all? Attention kernels, an attention-family feature or decoder
+        layers segment found. Without any, no model is named and no transformer feature claimed."""
+        scores = _of(self.ops, "attention_score") if len(self.ops) else self.ops
+        families = [f for f in ATTENTION_FEATURES if self.features.get(f, {}).get("present")]
+        layers = [n for n in self.layers.get("observed_total_layers") or [] if n]
+        found = []
+        if len(scores):
+            found.append(f"attention kernels run ({', '.join(sorted(set(scores['type'])))})")
+        if families:
+            found.append(f"attention-family kernels run ({', '.join(families)})")
+        if layers:
+            found.append(f"segment found decoder layers ({', '.join(str(n) for n in layers)})")
+        self.transformer = {
+            "present": bool(found),
+            "method": "; ".join(found) or "no attention kernel, no attention-family kernel, no decoder layer",
+            "evidence": [_evidence(r) for _, r in scores.head(2).iterrows()] if len(scores) else [],
         }
 
     def run(self) -> Fingerprint:
         self.detect_features()
+        self.transformer_evidence()
         self.hidden_size()
         self.attention()
         self.intermediate()
@@ -527,4 +553,8 @@ class Fingerprint:
 
 def infer(ops: pd.DataFrame, parallel: Parallel, layers: dict) -> Fingerprint:
     """The fingerprint of a capture from its shape ops (all ranks), parallel sizes and segment's layers."""
-    return Fingerprint(prepare(ops), parallel, layers).run() if len(ops) else Fingerprint(ops, parallel, layers)
+    if len(ops):
+        return Fingerprint(prepare(ops), parallel, layers).run()
+    empty = Fingerprint(ops, parallel, layers)
+    empty.transformer_evidence()  # decoder layers can show without shapes
+    return empty

@@ -20,6 +20,7 @@ import pandas as pd
 
 from npuprof.pipeline.io import json_text
 from npuprof.pipeline.report.perfetto import rebased_us
+from npuprof.pipeline.summaries.communication import call_families
 
 COARSE_BINS = 1500
 CHUNKS = 64
@@ -82,10 +83,25 @@ def _chunks(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: f
         rows[:, 4] = remap[rows[:, 4].astype(np.int64)]
         found[int(index)] = {
             "names": names[used].tolist(),
+            "families": call_families(pd.Series(names[used], dtype=object)).tolist(),  # how op_classes key them
             "kinds": kinds.tolist(),
             "kernels": rows.tolist(),
             "truncated": bool((chunk == index).sum() > MAX_KERNELS_PER_CHUNK),
         }
+    return found
+
+
+def _op_classes(classes: pd.DataFrame) -> dict[str, dict[str, list]]:
+    """{name (an HCCL call family): {op_type: [calls, µs, bound family, µs over every core type]}}."""
+    found: dict[str, dict[str, list]] = {}
+    for r in classes.itertuples():  # a loop over at most 2,000 operator classes
+        total = r.all_cores_duration_sum_us if pd.notna(r.all_cores_duration_sum_us) else r.duration_sum_us
+        found.setdefault(str(r.name), {})[str(r.op_type)] = [
+            int(r.call_count),
+            round(float(r.duration_sum_us), 3),
+            str(r.bound_family),
+            round(float(total), 3),
+        ]
     return found
 
 
@@ -210,12 +226,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "layers": _layers(inputs.layers, offsets, base_ns),
         "bubbles": _bubbles(bubbles, offsets, base_ns),
         "coarse": _coarse(events, start, end, span) if len(events) else {"bin_us": 1, "lanes": [], "busy": []},
-        "op_classes": {
-            str(r.name): [int(r.call_count), round(float(r.duration_sum_us), 3), str(r.op_type), str(r.bound_family)]
-            for r in classes.itertuples()
-        }
-        if len(classes)
-        else {},
+        "op_classes": _op_classes(classes),
     }
     assets = {f"{ASSET_DIR}/overview.json.gz": _gz(overview)}
     if len(events):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from npuprof.pipeline.report.inputs import ReportInputs
+from npuprof.pipeline.summaries.operators import by_kernel_total
 
 # inline markup, table cells and HTML; the text is one line inside a paragraph or a table cell
 MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"})
@@ -144,9 +145,18 @@ def _fingerprint(inputs: ReportInputs) -> str:
     text += table(known, ["field", "value", "confidence", "evidence_kernel", "evidence_rank_row", "note"], 30)
     present = [k for k, v in insights.get("features", {}).items() if v.get("present")]
     text += f"\nFeatures present: {cell(', '.join(present) or 'none detected')}.\n\n"
+    transformer = insights.get("transformer") or {"present": True}
     best = insights.get("best_candidate")
-    if best:
+    agreeing = inputs.candidates[inputs.candidates["mismatched_count"] == 0] if len(inputs.candidates) else []
+    if not transformer["present"]:
+        text += f"Not read as a transformer ({cell(transformer.get('method'))}): no catalog model is named.\n\n"
+    elif best:
         text += f"Closest known model: **{cell(best)}** (no field disagrees).\n\n"
+    elif len(agreeing):
+        text += (
+            f"{len(agreeing)} catalog models agree on every visible field: the kernels show too little to tell "
+            f"them apart (first: {cell(agreeing.iloc[0]['model'])}).\n\n"
+        )
     elif len(inputs.candidates):
         first = inputs.candidates.iloc[0]
         text += (
@@ -250,9 +260,20 @@ def _operators(inputs: ReportInputs) -> str:
     ops = inputs.operator_classes
     if ops.empty:
         return _missing("summarize")
-    compute = ops[~ops["op_type"].isin(["communication", "mix_comm_aiv"])]
-    text = "Top compute operators:\n\n" + table(
-        compute, ["name", "op_type", "bound_family", "call_count", "duration_sum_us", "rank_duration_skew_ratio"], 15
+    compute = by_kernel_total(ops[~ops["op_type"].isin(["communication", "mix_comm_aiv"])])
+    text = "Top compute operators (a kernel that runs on several core types: one row each, its total beside):\n\n"
+    text += table(
+        compute,
+        [
+            "name",
+            "op_type",
+            "bound_family",
+            "call_count",
+            "duration_sum_us",
+            "all_cores_duration_sum_us",
+            "rank_duration_skew_ratio",
+        ],
+        15,
     )
     text += "\nHCCL by kind and role:\n\n" + table(
         inputs.hccl_classes.sort_values("duration_sum_us", ascending=False),

@@ -1,6 +1,7 @@
 """Which knowledge notes explain a finding: BM25 (bm25s) over each note's title, finding types and
 body, queried with the finding's type and summary. A note that names the finding type is always
-first; the rest rank by relevance."""
+first; another note only where it matches the finding at least as well as that note does
+(rules: note_relevance_min_ratio)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def knowledge_refs(finding_type: str, summary: str, top: int = TOP_REFS) -> list
         zip(ranked[0].tolist(), scores[0].tolist()),
         key=lambda pair: (finding_type not in notes[pair[0]]["finding_types"], -pair[1]),
     )
+    own = [score for i, score in order if finding_type in notes[i]["finding_types"]]
+    bar = (max(own) if own else max((s for _, s in order), default=0.0)) * knowledge.load("diagnosis_rules")[
+        "note_relevance_min_ratio"
+    ]
+    order = [(i, s) for i, s in order if finding_type in notes[i]["finding_types"] or (s >= bar and s > 0)]
     return [
         {
             "ref": notes[i]["ref"],

@@ -17,6 +17,7 @@ from npuprof.pipeline import __version__, io
 from npuprof.pipeline.report.headline import headline_costs
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.notes import knowledge_refs
+from npuprof.pipeline.summaries.operators import by_kernel_total
 
 MAX_FINDING_GROUPS = 50
 MAX_BYTES = 50_000
@@ -125,7 +126,9 @@ def kpis(inputs: ReportInputs) -> dict:
     wall = float(by_category.sum()) if len(by_category) else 0.0
     operators = inputs.operator_classes
     compute_ops = (
-        operators[~operators["op_type"].isin(["communication", "mix_comm_aiv"])] if len(operators) else operators
+        by_kernel_total(operators[~operators["op_type"].isin(["communication", "mix_comm_aiv"])])
+        if len(operators)
+        else operators
     )
     hccl = inputs.hccl_classes
     top_hccl = hccl.groupby("kind")["duration_sum_us"].sum().sort_values(ascending=False).head(5) if len(hccl) else {}
@@ -149,6 +152,8 @@ def kpis(inputs: ReportInputs) -> dict:
                 "bound_family": r.bound_family,
                 "duration_ms": _number(r.duration_sum_us / 1000.0),
                 "calls": int(r.call_count),
+                "all_cores_duration_ms": _number(r.all_cores_duration_sum_us / 1000.0),
+                "core_split": None if pd.isna(r.core_split) else r.core_split,
             }
             for r in compute_ops.head(10).itertuples()
         ],

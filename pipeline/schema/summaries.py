@@ -257,6 +257,8 @@ OPERATOR_CLASS_SUMMARY = Table(
             ("rank_duration_skew_ratio", pa.float64()),  # (max - min) / mean over ranks
             *BOUND_LABELS,
             *[(f"{field}_sum", pa.float64()) for field in PIPELINE_FIELDS],
+            ("all_cores_duration_sum_us", pa.float64()),  # the kernel (name, type) over every core type
+            ("core_split", pa.string()),  # "aic 110.7 ms; mix_cv 36.8 ms" where it runs on several
         ]
     ),
     per_rank=False,

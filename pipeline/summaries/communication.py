@@ -108,24 +108,43 @@ def role_by_group_suffix(parallel_group_info: dict | None, distributed_args: dic
     return {suffix: roles.pop() for suffix, roles in found.items() if len(roles) == 1}
 
 
+def _hccl_name_part(uniques: np.ndarray, part: str) -> np.ndarray:
+    """One named group of ``hccl_name_pattern`` for each distinct name (None where it does not match)."""
+    pattern = re.compile(knowledge.load("summary_rules")["hccl_name_pattern"])
+    # every collective has its own name (a call counter): the pattern runs in Arrow's regex engine
+    # over the distinct names; Python's re only where they are not ASCII (its \\d is wider)
+    text = pa.array(np.asarray(uniques, dtype=object), pa.string())
+    found = pc.struct_field(pc.extract_regex(text, pattern.pattern), part).to_numpy(zero_copy_only=False)
+    found = found.astype(object)
+    for index in np.flatnonzero(~pc.string_is_ascii(text).to_numpy(zero_copy_only=False)):
+        match = pattern.match(uniques[index])
+        found[index] = match.group(part) if match else None
+    return found
+
+
+def call_families(names: pd.Series) -> np.ndarray:
+    """Each op's name with an HCCL call's own counter replaced by ``*`` (``hcom_allReduce__170_*``:
+    every call of that kind in that group); other names are returned as they are."""
+    codes, uniques = pd.factorize(names)
+    if not len(uniques):
+        return np.full(len(codes), None, dtype=object)
+    family = _hccl_name_part(uniques, "call_family")
+    labels = np.asarray(uniques, dtype=object).copy()
+    matched = ~pd.isna(family)
+    labels[matched] = family[matched] + "_*"
+    return np.where(codes >= 0, labels[codes], None)
+
+
 def parallel_roles(
     names: pd.Series, parallel_group_info: dict | None, distributed_args: dict | None = None
 ) -> np.ndarray:
     """The parallel role of each communication op from the group hash digits in its name."""
     rules = knowledge.load("summary_rules")
-    pattern = re.compile(rules["hccl_name_pattern"])
     by_suffix = role_by_group_suffix(parallel_group_info, distributed_args)
     codes, uniques = pd.factorize(names.fillna(""))
     if not len(codes):
         return np.array([], dtype=object)
-    # every collective has its own name (a call counter): the pattern runs in Arrow's regex engine
-    # over the distinct names; Python's re only where they are not ASCII (its \\d is wider)
-    text = pa.array(np.asarray(uniques, dtype=object), pa.string())
-    suffix = pc.struct_field(pc.extract_regex(text, pattern.pattern), "group_suffix").to_numpy(zero_copy_only=False)
-    suffix = suffix.astype(object)
-    for index in np.flatnonzero(~pc.string_is_ascii(text).to_numpy(zero_copy_only=False)):
-        match = pattern.match(uniques[index])
-        suffix[index] = match.group("group_suffix") if match else None
+    suffix = _hccl_name_part(uniques, "group_suffix")
     unknown = rules["parallel_role_unknown"]
     roles = np.array([by_suffix.get(x) or unknown if x is not None else unknown for x in suffix], dtype=object)
     return roles[codes]

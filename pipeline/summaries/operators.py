@@ -9,6 +9,7 @@ import pandas as pd
 from npuprof.pipeline.group_text import joined_per_group
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.summaries.bound import bound_labels
+from npuprof.pipeline.summaries.communication import call_families
 
 OPERATOR_KEYS = ["name", "type", "op_type"]
 SAMPLE_ROWS = 5
@@ -65,8 +66,17 @@ def _sample_rows(group: np.ndarray, rows: np.ndarray, group_count: int) -> np.nd
 
 
 def operator_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
-    """Operators merged over ranks by (name, type, op_type), with the spread of their per-rank time."""
-    frame = per_rank.assign(type=per_rank["type"].fillna(""))
+    """Operators merged over ranks by (name, type, op_type), with the spread of their per-rank time.
+
+    HCCL calls merge by call family (every call has its own name; ``hcom_allReduce__170_*`` is that
+    kind in that group). A kernel that runs on several core types (MatMulV3 on aic and mix_cv) keeps a
+    row per core type and carries its total over them (``all_cores_duration_sum_us``, ``core_split``).
+    """
+    pipeline_sums = [f"{f}_sum" for f in PIPELINE_FIELDS]
+    frame = per_rank.assign(type=per_rank["type"].fillna(""), name=call_families(per_rank["name"]))
+    by_rank = frame.groupby([*OPERATOR_KEYS, "rank_id"], sort=False, dropna=False)
+    frame = by_rank[["call_count", "duration_sum_us", "wait_sum_us", *pipeline_sums]].sum(min_count=1)
+    frame = frame.join(by_rank["primary_category"].first()).reset_index()
     grouped = frame.groupby(OPERATOR_KEYS, sort=False, dropna=False)
     table = grouped.agg(
         primary_category=("primary_category", "first"),
@@ -79,7 +89,7 @@ def operator_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
         rank_duration_p50_us=("duration_sum_us", "median"),
         rank_duration_mean_us=("duration_sum_us", "mean"),
     )
-    sums = grouped[[f"{f}_sum" for f in PIPELINE_FIELDS]].sum(min_count=1)
+    sums = grouped[pipeline_sums].sum(min_count=1)
     table = table.join(sums).reset_index()
     table["duration_avg_us"] = table["duration_sum_us"] / table["call_count"]
     cost = table["duration_sum_us"] + table["wait_sum_us"]
@@ -87,7 +97,29 @@ def operator_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
     mean = table.pop("rank_duration_mean_us")
     spread = table["rank_duration_max_us"] - table["rank_duration_min_us"]
     table["rank_duration_skew_ratio"] = np.where(mean > 0, spread / mean.where(mean > 0, 1.0), 0.0)
-    stages = table[[f"{f}_sum" for f in PIPELINE_FIELDS]].rename(columns=lambda c: c[: -len("_sum")])
-    table = pd.concat([table, bound_labels(table["op_type"], stages)], axis=1)
+    stages = table[pipeline_sums].rename(columns=lambda c: c[: -len("_sum")])
+    table = pd.concat([table, bound_labels(table["op_type"], stages), _all_cores(table)], axis=1)
     table["type"] = table["type"].replace("", None)
     return table.sort_values("duration_sum_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _all_cores(table: pd.DataFrame) -> pd.DataFrame:
+    """Per row, its kernel's time over every core type it ran on, and the split where there are several."""
+    kernel = table.groupby(["name", "type"], sort=False, dropna=False)["duration_sum_us"]
+    total = kernel.transform("sum")
+    cores = kernel.transform("size")
+    ordered = table.assign(ms=table["duration_sum_us"] / 1000.0).sort_values("ms", ascending=False, kind="stable")
+    parts = ordered["op_type"].astype(str) + " " + ordered["ms"].map("{:.1f} ms".format)
+    split = parts.groupby([ordered["name"], ordered["type"]], sort=False, dropna=False).transform("; ".join)
+    return pd.DataFrame(
+        {"all_cores_duration_sum_us": total, "core_split": split.reindex(table.index).where(cores > 1, None)},
+        index=table.index,
+    )
+
+
+def by_kernel_total(operator_classes: pd.DataFrame) -> pd.DataFrame:
+    """Operator classes heaviest kernel first (over all its core types), its core-type rows together."""
+    total = operator_classes["all_cores_duration_sum_us"].fillna(operator_classes["duration_sum_us"])
+    ordered = operator_classes.assign(_total=total)
+    ordered = ordered.sort_values(["_total", "duration_sum_us"], ascending=False, kind="stable")
+    return ordered.drop(columns="_total")
