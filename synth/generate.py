@@ -198,7 +198,7 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
     faults = []
     for fault in sc.faults:
         entry = fault.as_dict()
-        if "steps" in entry:
+        if "step_ordinals" in entry:
             entry["step_ids"] = [step_ids[s] for s in (fault.steps or range(sc.steps))]
         faults.append(entry)
     planted = {kind for f in sc.faults for kind in FINDINGS_OF_FAULT[f.kind]}

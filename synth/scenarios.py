@@ -45,10 +45,10 @@ class Fault:
             "pp_stage_layers": ("ranks", "layer"),
             "pp_few_micro_batches": (),
         }[self.kind]
-        return {
-            **base,
-            **{k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys},
-        }
+        found = {k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys}
+        if "steps" in found:  # ordinals, labelled as such: texts and findings number steps by captured id
+            found["step_ordinals"] = found.pop("steps")
+        return {**base, **found}
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "host_bubble",
-            "dense prefill; rank 0 idles 6 ms on the host before layer 2 on steps 1 and 2",
+            "dense prefill; rank 0 idles 6 ms on the host before layer 2 in steps 11 and 12 (ordinals 1, 2)",
             training=False,
             phase="prefill",
             micro_batches=1,
@@ -143,8 +143,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "throttled_card",
-            "dense training, data parallel; rank 1's AI Core clock drops to 1,200 MHz (nominal 1,800) on steps "
-            "1-3, so its kernels run 1.5x longer and the others wait for it",
+            "dense training, data parallel; rank 1's AI Core clock drops to 1,200 MHz (nominal 1,800) in steps "
+            "11-13 (ordinals 1-3), so its kernels run 1.5x longer and the others wait for it",
             faults=(Fault("aicore_freq_throttled", ranks=(1,), steps=(1, 2, 3), factor=1.5),),
         ),
         Scenario(
@@ -156,7 +156,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "demo",
             "dense prefill on 4 ranks (TP all-reduces): rank 2 computes 1.5x slower, "
-            "and rank 0 idles 5 ms on the host before layer 2 on step 1",
+            "and rank 0 idles 5 ms on the host before layer 2 in step 11 (ordinal 1)",
             training=False,
             phase="prefill",
             micro_batches=1,

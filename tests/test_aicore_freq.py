@@ -78,7 +78,7 @@ def test_normalize_keeps_the_samples_with_their_source(planted_outputs):
     fault = json.loads((root / "ground_truth.json").read_text())["faults"][0]
     rank = samples[samples["rank_id"].astype(int) == fault["ranks"][0]]
     assert sorted(rank["freq_mhz"].unique()) == [1200.0, 1800.0]
-    assert (rank["freq_mhz"] == 1200.0).sum() == len(fault["steps"])
+    assert (rank["freq_mhz"] == 1200.0).sum() == len(fault["step_ids"])
     index = json.loads((out / schema.SOURCE_INDEX).read_text())
     assert set(samples["source_id"]) <= {s["source_id"] for s in index["sources"]}
 
@@ -132,7 +132,8 @@ def test_throttled_kernels_keep_their_cycles(planted_outputs):
 
 
 def test_every_detector_has_its_rules_and_a_note_that_names_its_findings():
-    rules = knowledge.load("diagnosis_rules")["findings"]
+    loaded = knowledge.load("diagnosis_rules")
+    rules = {**loaded["findings"], **loaded["annotations"]}
     notes = {Path(n["ref"]).stem: n for n in knowledge.notes()}
     emitted = set()
     for detector in registry.detectors():

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample
+from conftest import MSTT, PYTORCH_DATA, QWEN_TRAINING, copy_sample
 
 from npuprof.pipeline.errors import MissingPrerequisites
 from npuprof.pipeline.stages import stage
@@ -383,3 +383,16 @@ def test_analyze_from_code_read_on_stdin_still_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_two_unrelated_captures_in_one_folder_are_refused_as_not_one_capture(cli, tmp_path):
+    # the vendor's advisor test data: a 2023 capture (33 columns) and a 2025 one (46 columns), each
+    # one rank with no profiler_info; joined, they made ranks 0 and 1 of a "capture" of 14 months
+    advisor = copy_sample(MSTT / "ut" / "advisor", tmp_path / "advisor")
+    out = tmp_path / "out"
+    run = cli("analyze", str(advisor), "-o", str(out), "--progress", "none")
+    failure = assert_clean_failure(run, out, 3, "not one capture", "days before", "different columns (33 on")
+    assert failure["phase"] == "normalize" and "come only from the order" in failure["error"]
+    swept = cli("sweep", "--search-root", str(advisor), "-o", str(tmp_path / "sweep"), "--progress", "none")
+    assert swept.returncode == 0, swept.stderr  # a sweep takes them as the two roots they are
+    assert swept.result["root_count"] == 2

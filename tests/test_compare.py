@@ -103,6 +103,39 @@ def test_a_link_at_half_bandwidth_makes_its_all_reduce_the_top_communication_reg
     assert summary["headline"]["verdict"] == "slower"
 
 
+def test_a_slow_rank_shows_as_wait_on_its_peers_and_compute_on_itself_never_as_transmit(tmp_path):
+    # rank 2 computes 1.6x slower: the others wait for it inside every all-reduce, but no byte moves
+    # slower — communication.json's transit is the same on both sides (checked in the raw files)
+    planted = scenario("slow_rank")
+    out, summary = _pair(tmp_path, replace(planted, faults=()), planted)
+
+    def transit_ms(root: Path) -> float:
+        total = 0.0
+        for path in sorted(root.rglob("communication.json")):
+            for step in json.loads(path.read_text()).values():
+                for op in step.get("collective", {}).values():
+                    total += op["Communication Time Info"]["Transit Time(ms)"]
+        return total
+
+    assert transit_ms(tmp_path / "base_root") == pytest.approx(transit_ms(tmp_path / "new_root"), rel=1e-6)
+    comm = _read(out, schema.COMPARE_COMMUNICATION).set_index(["kind", "part"])
+    assert comm.loc[("allreduce", "transmit"), "status"] == "no_significant_change"
+    assert comm.loc[("allreduce", "transmit"), "split_source"] == "communication_json"
+    wait = comm.loc[("allreduce", "wait")]
+    assert wait["status"] == "changed" and wait["per_step_delta_ms"] > 0
+    assert comm["per_step_delta_ms"].abs().idxmax() == ("allreduce", "wait")
+    # per rank: the slow rank's compute grew; its peers' compute did not, their waiting did
+    overview = _read(out, schema.COMPARE_OVERVIEW).astype({"rank_id": str})
+    primary = overview[overview["breakdown"] == "primary"]
+    compute = primary[primary["category"] == "compute"].groupby("rank_id")[["base_ms_per_step", "delta_ms"]].sum()
+    assert compute.loc["2", "delta_ms"] == pytest.approx(0.6 * compute.loc["2", "base_ms_per_step"], rel=0.02)
+    peers = compute.drop(["2", "all"])
+    assert (peers["delta_ms"].abs() < 0.01 * peers["base_ms_per_step"]).all()
+    first = summary["per_rank"][0]  # the summary names the rank that moved, not only all-rank medians
+    assert first["rank"] == "2" and first["compute_delta_ms"] > 0 and abs(first["communication_delta_ms"]) < 0.1
+    assert all(r["communication_delta_ms"] > 5 for r in summary["per_rank"][1:])  # its peers wait for it
+
+
 def test_one_layers_wider_ffn_is_listed_as_a_structural_change_never_paired(tmp_path):
     baseline = scenario("clean_inference")
     out, summary = _pair(tmp_path, baseline, replace(baseline, wide_ffn_layers=(1,)))

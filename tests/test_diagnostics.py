@@ -4,6 +4,7 @@ where nothing was planted, clocks are recovered, and every cited id resolves to 
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -258,3 +259,42 @@ def test_outlier_test_skips_instances_too_small_to_test_without_a_warning():
         result = low_outliers(values, {3: 0.941}, 3.5, 0.0)
         assert list(result["alignment_id"]) == ["a"]
         assert low_outliers(values[values["alignment_id"] != "a"], {3: 0.941}, 3.5, 0.0).empty
+
+
+def test_a_wait_anchor_is_an_annotation_of_its_operator_never_a_finding(planted_outputs):
+    """An op that looks hot only because a stream waits in it shows on healthy runs too: it qualifies
+    the operator evidence it names and claims nothing (no severity, no recoverable time)."""
+    annotated = 0
+    for name, (_, out) in planted_outputs.items():
+        document = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())
+        findings = document["diagnosis_findings"]
+        assert "wait_anchor_false_hotspot" not in {f["finding_type"] for f in findings}, name
+        operators = pd.read_csv(out / schema.OPERATOR_SUMMARY_CSV.file).set_index("evidence_id")
+        for annotation in document["evidence_annotations"]:
+            assert annotation["finding_type"] == "wait_anchor_false_hotspot", name
+            assert annotation["severity"] is None and annotation["recoverable_ms_per_step"] is None
+            (cited,) = annotation["evidence_ids"]
+            op = operators.loc[cited]  # the operator it qualifies: its cost is nearly all wait
+            assert op["wait_sum_us"] / (op["wait_sum_us"] + op["duration_sum_us"]) > 0.95, (name, cited)
+        annotated += len(document["evidence_annotations"])
+        assert document["counts"]["annotation_count"] == len(document["evidence_annotations"])
+    assert annotated > 0  # the rule still runs: healthy DP all-reduces wait in such ops
+
+
+def test_steps_are_numbered_by_their_captured_id_everywhere(planted_outputs):
+    """One numbering: the planted text, the ground truth, the finding and the evidence all say step 11
+    for the demo's bubble; evidence ids number steps by ordinal and say so (``r0.step#1``)."""
+    for name, (root, _) in planted_outputs.items():
+        truth = truth_of(root)
+        mentioned = {int(n) for n in re.findall(r"\bsteps? (\d+)", truth["description"])}
+        mentioned |= {int(n) for n in re.findall(r"\bsteps? \d+(?:-| and )(\d+)", truth["description"])}
+        assert mentioned <= set(truth["step_ids"]), (name, truth["description"])
+    root, out = planted_outputs["demo"]
+    (fault,) = [f for f in truth_of(root)["faults"] if f["kind"] == "host_bubble"]
+    assert fault["step_ids"] == [11] and fault["step_ordinals"] == [1] and "step 11" in truth_of(root)["description"]
+    (bubble,) = [f for f in findings_of(out) if f["finding_type"] == "device_idle_bubble"]
+    assert "step 11" in bubble["summary"]
+    index = pd.read_csv(out / schema.EVIDENCE_INDEX_CSV.file).set_index("evidence_id")
+    steps = [e for e in bubble["evidence_ids"] if index.loc[e, "kind"] == "step_window"]
+    assert steps and all(e.startswith("r0.step#") for e in steps)
+    assert index.loc[steps[0], "summary"].startswith("step 11")

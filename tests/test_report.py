@@ -210,7 +210,24 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     exposed_ms = _minus(_measure(list(zip(send_recv["Start Time(us)"], send_recv["end"]))), compute) / 1000
     assert first["ms_per_step"] == pytest.approx(exposed_ms, abs=0.01)
     assert headline["text"][0].startswith("rank 0: of a 810.0 ms step, 313.9 ms (39%) exposed PP send_recv")
-    assert "ranks 1, 3: no device events" in headline["text"][-1]
+    # ranks 1 and 3 hold no kernels: they are told from their step_trace_time.csv, as the vendor does
+    traced = {g["ranks"][0]: g for g in headline["groups"] if g["source"] == "step_trace_time.csv"}
+    assert sorted(traced) == [1, 3] and all(len(g["ranks"]) == 1 for g in traced.values())
+    trace = pd.read_csv(tmp_path / "out" / schema.STEP_TRACE_ACCOUNTING_CSV.file).set_index("rank_id")
+    for rank in (1, 3):
+        vendor_row = pd.read_csv(
+            QWEN_TRAINING / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+        ).iloc[0]
+        assert trace.loc[rank, "wall_ms"] == pytest.approx(vendor_row["Stage"] / 1000)
+        assert trace.loc[rank, "exposed_comm_ms"] == pytest.approx(vendor_row["Communication(Not Overlapped)"] / 1000)
+    assert trace.loc[1, "exposed_comm_ms"] == pytest.approx(441.708, abs=1e-3)  # of an 809.4 ms step
+    # rank 1 (stage 0's DP peer) waits like rank 0; rank 3 (stage 1's) computes like rank 2
+    assert traced[1]["costs"][0]["cost"] == "step_trace_time.csv: exposed communication"
+    assert traced[3]["costs"][0]["cost"] == "step_trace_time.csv: compute"
+    assert "rank 1 (from step_trace_time.csv): of a 809.4 ms step, 441.7 ms (55%) exposed communication" in (
+        headline["text"]
+    )[1]
+    assert headline["ranks_without_accounting"] == []
     # the accounting the headline is read from equals the vendor's step split (µs)
     vendor = pd.read_csv(QWEN_TRAINING / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").iloc[0]
     accounting = pd.read_csv(tmp_path / "out" / schema.STEP_TIME_ACCOUNTING_CSV.file)

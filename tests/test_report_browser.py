@@ -182,3 +182,29 @@ def test_hostile_kernel_names_never_execute_in_the_page(browser, tmp_path):
     )
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text
+
+
+def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_capture(browser, tmp_path):
+    """TP1 PP2 DP2: ranks 0 and 2 are stages 0 and 1, each running 2 micro-batches forward and back
+    (stage 0 F0 F1 B0 B1, the last stage 1F1B), read from their kernels alone."""
+    from conftest import QWEN_TRAINING
+
+    out = tmp_path / "out"
+    analyze(QWEN_TRAINING, out, jobs=2, options=AnalyzeOptions(mode="full", html_single_file=True))
+    schedule = pd.read_csv(out / schema.PP_SCHEDULE_CSV.file).set_index("rank_id")
+    open_report(browser, (out / "report" / "report.html").as_uri())
+    canvas = browser.find_element(By.ID, "pp-chart")
+    assert browser.find_element(By.ID, "pp-section").is_displayed()
+    assert canvas.get_attribute("data-rows") == "2" and canvas.get_attribute("data-blocks") == "8"
+    rows = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "#pp-rows p")]
+    assert rows[0].startswith(f"stage 0 (rank 0): {schedule.loc[0, 'schedule']}")
+    assert rows[1].startswith(f"stage 1 (rank 2): {schedule.loc[2, 'schedule']}")
+    chart = browser.execute_script("return npuprof.state.data.pp")
+    first, last = chart["rows"]
+    assert [p[0] for p in first["passes"]] == ["F0", "F1", "B0", "B1"]
+    assert first["passes"][0][1] == 0.0 and last["passes"][0][1] > first["passes"][0][2] * 0.5  # stage 1 starts later
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.find_element(By.ID, "pp-section").screenshot(str(ARTIFACTS / "report-qwen3-pp.png"))
+    trace = json.loads((out / schema.REPORT_TRACE).read_text())["traceEvents"]
+    pp_spans = [e for e in trace if e.get("cat") == "pp"]
+    assert sorted({e["pid"] for e in pp_spans}) == [0, 2] and len(pp_spans) == 8

@@ -11,6 +11,7 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.compare.sides import OPERATOR_KEY, Side
+from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 MAX_KERNELS = 20_000  # per side: one step of one rank
 
@@ -76,7 +77,7 @@ def compare_html(base: Side, new: Side, tables: dict[str, pd.DataFrame], summary
             lanes[label] = {
                 "rank_id": int(step["rank_id"]),
                 "step_id": int(step["step_id"]),
-                "evidence": f"r{int(step['rank_id'])}.step{int(step['step_ordinal'])}",
+                "evidence": step_evidence_id(step["rank_id"], step["step_ordinal"]),
                 "wall_us": float(step["end_ns"] - step["start_ns"]) / 1000.0,
                 "kernels": _lane(kernels, verdicts),
             }

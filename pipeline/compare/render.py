@@ -67,6 +67,27 @@ def _moves(tables: dict[str, pd.DataFrame], step_delta: float) -> list[dict]:
     return sorted(moves, key=lambda m: abs(m["per_step_delta_ms"]), reverse=True)
 
 
+def per_rank_moves(overview: pd.DataFrame) -> list[dict]:
+    """Per rank: how its step wall, compute, exposed communication and idle moved (ms per step), the
+    rank whose compute moved most first — a slowdown on one rank of many, hidden in all-rank medians."""
+    ranks = overview[(overview["rank_id"] != "all") & overview["breakdown"].isin(["step", "primary"])]
+    if ranks.empty:
+        return []
+    moved = ranks.pivot_table(index="rank_id", columns="category", values="delta_ms", aggfunc="sum").fillna(0.0)
+    moved = moved.reindex(columns=["wall", "compute", "communication", "idle"], fill_value=0.0)
+    order = moved["compute"].abs().sort_values(ascending=False, kind="stable").index
+    return [
+        {
+            "rank": str(rank),
+            "wall_delta_ms": round(float(moved.loc[rank, "wall"]), 4),
+            "compute_delta_ms": round(float(moved.loc[rank, "compute"]), 4),
+            "communication_delta_ms": round(float(moved.loc[rank, "communication"]), 4),
+            "idle_delta_ms": round(float(moved.loc[rank, "idle"]), 4),
+        }
+        for rank in order
+    ]
+
+
 def _verdict(moves: list[dict], delta: float, shape: dict) -> str:
     """faster / slower / no significant change, or "not comparable: why" when the steps differ in structure."""
     if shape.get("not_comparable"):
@@ -101,6 +122,7 @@ def compare_summary(base: Side, new: Side, tables: dict[str, pd.DataFrame], chan
         f"beyond 1.4826 × MAD of both sides and {rules['min_relative_change']:.0%} of the baseline",
         "top_gains": [m for m in moves if m["per_step_delta_ms"] < 0][: rules["summary_top"]],
         "top_regressions": [m for m in moves if m["per_step_delta_ms"] > 0][: rules["summary_top"]],
+        "per_rank": per_rank_moves(tables[schema.COMPARE_OVERVIEW])[: rules["summary_top"]],
         "findings": {k: (v if isinstance(v, int) else v[:5]) for k, v in changes.items()},
         "only_on_one_side": structural,
         "limitations": LIMITATIONS + shape["notes"],
@@ -152,6 +174,11 @@ def compare_markdown(summary: dict, tables: dict[str, pd.DataFrame]) -> str:
         "## Where the step's time goes (all ranks, ms per step)\n\n"
         + table(overall, ["category", "component", "base_ms_per_step", "new_ms_per_step", "delta_ms", "ratio"], 40)
     )
+    if summary.get("per_rank"):
+        parts.append(
+            "## Per rank (ms per step; the rank whose compute moved most first)\n\n"
+            + table(pd.DataFrame(summary["per_rank"]), list(summary["per_rank"][0]), 16)
+        )
     for name, (level, labels) in SOURCES.items():
         frame = tables[name]
         parts.append(

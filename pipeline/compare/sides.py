@@ -72,6 +72,7 @@ def load_side(out_dir: str | Path) -> Side:
         comm = pd.DataFrame(columns=["rank_id", "step_ordinal", "kind", "parallel_role", "duration_us", "wait_us"])
     comm["rank_id"] = comm["rank_id"].astype(int)
     comm = _in_complete_steps(comm.dropna(subset=["step_ordinal"]).astype({"step_ordinal": int}), steps)
+    comm = _transit_and_wait(out, comm, steps)
     accounting = _csv(out, schema.STEP_TIME_ACCOUNTING_CSV)
     accounting = accounting[accounting["complete"].astype(bool)]
     findings = io.read_json_or_empty(out / schema.DIAGNOSIS_FINDINGS).get("diagnosis_findings", [])
@@ -87,6 +88,37 @@ def load_side(out_dir: str | Path) -> Side:
         findings=findings,
         model=io.read_json_or_empty(out / schema.MODEL_INSIGHTS),
     )
+
+
+def _transit_and_wait(out: Path, comm: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Each call's time split into transmit and wait (µs), and where the split came from.
+
+    communication.json times each op on each rank: transit (moving data) and wait (for the other
+    members; a straggler shows as wait on everyone else). Without it the split is the kernel's:
+    its duration minus the stream wait before it, which counts waiting for a late member as transmit.
+    """
+    comm = comm.assign(
+        transmit_us=comm["duration_us"] - comm["wait_us"].fillna(0),
+        member_wait_us=comm["wait_us"].fillna(0),
+        split_source="kernel_duration",
+    )
+    if comm.empty or not (out / schema.COMMUNICATION_OPS.path).exists():
+        return comm
+    ops = io.read_dataset(
+        out, schema.COMMUNICATION_OPS, columns=["step_id", "op_name", "source", "transit_ms", "wait_ms"]
+    ).to_pandas()
+    ops = ops[(ops["source"] == "communication_json") & ops["transit_ms"].notna()]
+    if ops.empty:
+        return comm
+    keys = ["rank_id", "step_id", "name"]
+    ops = ops.rename(columns={"op_name": "name"}).astype({"rank_id": int}).drop_duplicates(keys)
+    ids = steps[["rank_id", "step_ordinal", "step_id"]]
+    timed = comm.merge(ids, on=["rank_id", "step_ordinal"], how="left").merge(ops, on=keys, how="left")
+    found = timed["transit_ms"].notna().to_numpy()
+    comm.loc[found, "transmit_us"] = timed.loc[found, "transit_ms"].to_numpy() * 1000.0
+    comm.loc[found, "member_wait_us"] = timed.loc[found, "wait_ms"].fillna(0).to_numpy() * 1000.0
+    comm.loc[found, "split_source"] = "communication_json"
+    return comm
 
 
 OPERATOR_KEY = ["name", "input_shapes", "output_shapes"]

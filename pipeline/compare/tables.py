@@ -14,6 +14,7 @@ import pandas as pd
 
 from npuprof.pipeline.compare.sides import OPERATOR_KEY, Side, split_key
 from npuprof.pipeline.compare.stats import change
+from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 DELTA_COLUMNS = [
     "status",  # changed | no_significant_change | only_in_baseline | only_in_new
@@ -33,12 +34,12 @@ DELTA_COLUMNS = [
 
 
 def _evidence(frame: pd.DataFrame) -> str | None:
-    """``r<rank>.step<ordinal> rows a-b`` of the first instance (resolves in evidence_index)."""
+    """``r<rank>.step#<ordinal> rows a-b`` of the first instance (resolves in evidence_index)."""
     if frame.empty:
         return None
     first = frame.iloc[0]
     rows = f" rows {int(first['row_start'])}-{int(first['row_end'])}" if "row_start" in frame else ""
-    return f"r{int(first['rank_id'])}.step{int(first['step_ordinal'])}{rows}"
+    return f"{step_evidence_id(first['rank_id'], first['step_ordinal'])}{rows}"
 
 
 def _groups(frame: pd.DataFrame, key: list[str]) -> dict:
@@ -147,13 +148,25 @@ def operator_table(sides: tuple[Side, Side]) -> pd.DataFrame:
 
 
 def communication_table(sides: tuple[Side, Side]) -> pd.DataFrame:
-    """Collectives matched by kind + parallel role: transmit (duration − wait) and wait per call, per step."""
+    """Collectives matched by kind + parallel role: transmit and wait per rank and step (communication.json's
+    transit and wait where the capture has it, else the kernel's duration minus its stream wait).
+
+    The instances tested are a rank's step, not single calls: a straggler makes its peers wait at the
+    first collective after it and at none of the rest, so per call the median never moves while the
+    time waited per step does."""
     frames = []
+    keys = ["rank_id", "step_ordinal", "kind", "parallel_role"]
     for side in sides:
         comm = side.communication.copy()
         comm["parallel_role"] = comm["parallel_role"].fillna("unknown")
-        comm["transmit_us"] = comm["duration_us"] - comm["wait_us"].fillna(0)
-        frames.append(comm)
+        comm = comm.rename(columns={"wait_us": "stream_wait_us", "member_wait_us": "wait_us"})
+        per_step = comm.groupby(keys, sort=False).agg(
+            transmit_us=("transmit_us", "sum"),
+            wait_us=("wait_us", "sum"),
+            evidence_id=("evidence_id", "first"),
+            split_source=("split_source", "first"),
+        )
+        frames.append(per_step.reset_index())
 
     def evidence(frame: pd.DataFrame) -> str | None:
         return None if frame.empty else str(frame["evidence_id"].iloc[0])
@@ -171,10 +184,23 @@ def communication_table(sides: tuple[Side, Side]) -> pd.DataFrame:
             per_step_scale=1e-3,
         )
         table.insert(2, "part", part.removesuffix("_us"))
+        table["split_source"] = _split_sources(frames, table)
         tables.append(table)
     table = pd.concat(tables, ignore_index=True)
     order = table["per_step_delta_ms"].abs().sort_values(ascending=False, kind="stable").index
     return table.loc[order].reset_index(drop=True)
+
+
+def _split_sources(frames: list[pd.DataFrame], table: pd.DataFrame) -> list[str]:
+    """Per (kind, role) row: where both sides' transmit / wait split came from ("a | b" when they differ)."""
+    found = []
+    for row in table.itertuples():  # a loop over the few (kind, role) rows
+        sources = set()
+        for frame in frames:
+            match = frame[(frame["kind"] == row.kind) & (frame["parallel_role"] == row.parallel_role)]
+            sources |= set(match["split_source"])
+        found.append(" | ".join(sorted(sources)))
+    return found
 
 
 def overview_table(sides: tuple[Side, Side]) -> pd.DataFrame:

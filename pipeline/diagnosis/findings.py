@@ -10,8 +10,15 @@ from npuprof import knowledge
 
 
 def rule(finding_type: str) -> dict:
-    """The thresholds, severity, confidence and wording of one finding type (diagnosis_rules.yaml)."""
-    return knowledge.load("diagnosis_rules")["findings"][finding_type]
+    """The thresholds, severity, confidence and wording of one finding (or annotation) type
+    (diagnosis_rules.yaml)."""
+    rules = knowledge.load("diagnosis_rules")
+    return rules["findings"].get(finding_type) or rules["annotations"][finding_type]
+
+
+def is_annotation(finding_type: str) -> bool:
+    """Does this type qualify evidence (rules ``annotations``) rather than claim a cause?"""
+    return finding_type in knowledge.load("diagnosis_rules")["annotations"]
 
 
 def evidence_cap() -> int:
@@ -47,7 +54,7 @@ class Finding:
             "finding_type": self.finding_type,
             "scope": self.scope,
             "summary": summary,
-            "severity": spec["severity"],
+            "severity": spec.get("severity"),  # annotations have none
             "confidence": self.confidence or spec["confidence"],
             "rank_ids": ranks,
             "evidence_ids": evidence,

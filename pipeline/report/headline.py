@@ -4,6 +4,7 @@ From the step time accounting (whose primary rows add up to each step's wall): c
 communication by parallel role and kind ('PP send_recv'), compute overlapping communication, and
 device idle by anatomy window. Per rank, the mean over its complete steps (all steps where none is
 complete); ranks whose top costs are the same items are told together, ranks that differ apart.
+A rank whose kernels the capture does not hold is told from its profiler's step_trace_time.csv.
 """
 
 from __future__ import annotations
@@ -48,22 +49,63 @@ def _per_rank(items: pd.DataFrame) -> pd.DataFrame:
     return sums.sort_values(["rank_id", "ms"], ascending=[True, False], kind="stable")
 
 
+STEP_TRACE = "step_trace_time.csv"
+STEP_TRACE_COSTS = (
+    ("compute_ms", "compute"),
+    ("exposed_comm_ms", "exposed communication"),
+    ("overlap_ms", "compute overlapping communication"),
+    ("idle_ms", "device idle"),
+)
+
+
+def _step_trace_per_rank(step_trace: pd.DataFrame, ranks: set[int]) -> pd.DataFrame:
+    """The same per-rank means from the profiler's step_trace_time.csv, for ``ranks`` (those without
+    device events); their cost keys say the source, so they never merge with kernel-read ranks."""
+    frame = step_trace[step_trace["rank_id"].isin(ranks)] if len(step_trace) else step_trace
+    if frame.empty:
+        return pd.DataFrame()
+    means = frame.groupby("rank_id")[[c for c, _ in STEP_TRACE_COSTS] + ["wall_ms"]].mean()
+    steps = frame.groupby("rank_id")["step_id"].nunique()
+    rows = [
+        {
+            "rank_id": int(rank),
+            "cost": f"{STEP_TRACE}: {label}",
+            "label": f"{label} ({STEP_TRACE})",
+            "ms": float(means.loc[rank, column]),
+            "wall_ms": float(means.loc[rank, "wall_ms"]),
+            "steps": int(steps.loc[rank]),
+            "complete_only": True,
+        }
+        for rank in means.index
+        for column, label in STEP_TRACE_COSTS
+    ]
+    return pd.DataFrame(rows).sort_values(["rank_id", "ms"], ascending=[True, False], kind="stable")
+
+
 def _who(ranks: list[int], all_ranks: int) -> str:
     if len(ranks) == all_ranks and all_ranks > 1:
         return f"all {all_ranks} ranks"
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def _group_text(who: str, wall_ms: float, costs: list[dict]) -> str:
-    parts = [f"{c['ms_per_step']:.1f} ms ({c['share']:.0%}) {c['label']}" for c in costs]
+def _group_text(who: str, wall_ms: float, costs: list[dict], source: str) -> str:
+    suffix = f" ({STEP_TRACE})"
+    parts = [f"{c['ms_per_step']:.1f} ms ({c['share']:.0%}) {c['label'].removesuffix(suffix)}" for c in costs]
+    who = f"{who} (from {STEP_TRACE})" if source == STEP_TRACE else who
     return f"{who}: of a {wall_ms:.1f} ms step, " + "; ".join(parts)
 
 
-def headline_costs(accounting: pd.DataFrame, rank_ids: list[int]) -> dict:
+def headline_costs(accounting: pd.DataFrame, rank_ids: list[int], step_trace: pd.DataFrame | None = None) -> dict:
     """The top costs of the step per group of ranks that share them, with ms per step and share of
-    the step wall, and one sentence per group; ``rank_ids``: every rank of the root (those without
-    device events are named as not covered)."""
+    the step wall, and one sentence per group; ``rank_ids``: every rank of the root. A rank without
+    device events is told from its ``step_trace`` rows (step_trace_time.csv, so labelled) where it
+    has them, else named as not covered."""
     per_rank = _per_rank(cost_items(accounting))
+    kernel_ranks = set(per_rank["rank_id"].astype(int)) if len(per_rank) else set()
+    from_trace = _step_trace_per_rank(
+        step_trace if step_trace is not None else pd.DataFrame(), set(rank_ids) - kernel_ranks
+    )
+    per_rank = pd.concat([per_rank, from_trace], ignore_index=True) if len(from_trace) else per_rank
     if per_rank.empty:
         return {"groups": [], "text": [], "ranks_without_accounting": sorted(rank_ids)}
     top = per_rank.groupby("rank_id").head(TOP_COSTS)
@@ -87,14 +129,17 @@ def headline_costs(accounting: pd.DataFrame, rank_ids: list[int]) -> dict:
                     "ms_range": [round(float(rows["ms"].min()), 3), round(float(rows["ms"].max()), 3)],
                 }
             )
-        groups.append({"ranks": ranks, "wall_ms": round(wall, 3), "costs": costs})
+        source = STEP_TRACE if key[0].startswith(STEP_TRACE) else "kernels"
+        groups.append({"ranks": ranks, "wall_ms": round(wall, 3), "costs": costs, "source": source})
     groups.sort(key=lambda g: g["ranks"][0])
-    text = [_group_text(_who(g["ranks"], len(covered)), g["wall_ms"], g["costs"]) for g in groups[:MAX_GROUPS]]
+    text = [
+        _group_text(_who(g["ranks"], len(covered)), g["wall_ms"], g["costs"], g["source"]) for g in groups[:MAX_GROUPS]
+    ]
     if len(groups) > MAX_GROUPS:
         text.append(f"... and {len(groups) - MAX_GROUPS} more rank groups (analysis_summary.json headline)")
     missing = sorted(set(rank_ids) - set(covered))
     if missing:
-        text.append(f"{_who(missing, 0)}: no device events (communication files only), not in this breakdown")
+        text.append(f"{_who(missing, 0)}: no device events and no {STEP_TRACE}, not in this breakdown")
     complete = bool(per_rank["complete_only"].all())
     basis = "complete steps" if complete else "all steps (some ranks have no complete step)"
     return {"basis": f"mean per step over {basis}", "groups": groups, "text": text, "ranks_without_accounting": missing}

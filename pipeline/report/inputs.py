@@ -33,6 +33,9 @@ class ReportInputs:
     candidates: pd.DataFrame = field(default_factory=pd.DataFrame)  # model_candidate_summary
     peaks: pd.DataFrame = field(default_factory=pd.DataFrame)  # hardware_theoretical_peaks
     efficiency: pd.DataFrame = field(default_factory=pd.DataFrame)  # operator_efficiency_summary
+    annotations: list[dict] = field(default_factory=list)  # diagnostics' evidence_annotations
+    step_trace: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_trace_accounting (no-kernel ranks)
+    pp_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)  # pp_schedule (pipeline parallel only)
 
     def manifest(self, stage: str) -> dict:
         """A stage's manifest, or {} when the stage did not run."""

@@ -275,6 +275,10 @@ def _operators(inputs: ReportInputs) -> str:
         ],
         15,
     )
+    if inputs.annotations:  # these ops rank high by cost, but their cost is waiting
+        text += "\nLooks hot, is waiting (annotations, not findings):\n\n" + "".join(
+            f"- {cell(a['summary'])} ({code(', '.join(a['evidence_ids']))})\n" for a in inputs.annotations[:10]
+        )
     text += "\nHCCL by kind and role:\n\n" + table(
         inputs.hccl_classes.sort_values("duration_sum_us", ascending=False),
         [

@@ -16,7 +16,7 @@ from npuprof.pipeline.io import json_text
 from npuprof.pipeline.jsonlines import jsonl_bytes
 
 MAX_KERNELS_PER_RANK = 200_000
-STEP_ROW, LAYER_ROW, IDLE_ROW = 1_000_000, 1_000_001, 1_000_002  # thread ids beside the streams
+STEP_ROW, LAYER_ROW, IDLE_ROW, PP_ROW = 1_000_000, 1_000_001, 1_000_002, 1_000_003  # threads beside the streams
 SEPARATOR = ",\n"
 
 
@@ -32,7 +32,7 @@ def _metadata(ranks: list[int], streams: pd.DataFrame) -> list[dict]:
     for rank in ranks:  # a loop over ranks and their few streams
         events.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}})
-        rows = [(STEP_ROW, "steps"), (LAYER_ROW, "layers"), (IDLE_ROW, "idle windows")]
+        rows = [(STEP_ROW, "steps"), (PP_ROW, "pp schedule"), (LAYER_ROW, "layers"), (IDLE_ROW, "idle windows")]
         rows += [(int(s), f"stream {int(s)}") for s in streams[streams["rank_id"] == rank]["stream_id"].dropna()]
         for order, (tid, label) in enumerate(rows):
             events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}})
@@ -95,10 +95,13 @@ def trace_json(
     findings: list[dict],
     evidence: pd.DataFrame,
     offsets_us: dict[str, float],
+    passes: pd.DataFrame | None = None,
 ) -> list[bytes]:
     """The merged trace, as byte chunks in file order.
 
-    ``events``: rank_id, stream_id, name, op_type, start_ns, end_ns (capped per rank)."""
+    ``events``: rank_id, stream_id, name, op_type, start_ns, end_ns (capped per rank); ``passes``: the
+    pipeline-parallel passes (report/pp_chart.py ``stage_passes``), spans "F0", "B0", … on a row of
+    their own."""
     offsets = {int(r): float(v) * 1000.0 for r, v in (offsets_us or {}).items()}
     starts = [f["start_ns"].min() for f in (events, steps) if len(f)]
     base_ns = int(min(starts)) if starts else 0
@@ -132,6 +135,9 @@ def trace_json(
     if len(bubbles):
         names = "idle " + bubbles["kind"].astype(str) + " " + bubbles["evidence_id"].astype(str)
         chunks.append(_spans(bubbles, IDLE_ROW, names, "idle", offsets, base_ns))
+    if passes is not None and len(passes):
+        names = passes["label"].astype(str) + " (stage " + passes["stage"].astype(str) + ")"
+        chunks.append(_spans(passes, PP_ROW, names, "pp", offsets, base_ns))
     chunks[-1] = chunks[-1].removesuffix(SEPARATOR.encode())
     # chunks, not one joined copy: the body is hundreds of MB, and the writer takes them in order
     return [b'{"displayTimeUnit": "ms", "traceEvents": [\n', *chunks, b"\n]}\n"]

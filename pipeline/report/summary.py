@@ -20,6 +20,7 @@ from npuprof.pipeline.report.notes import knowledge_refs
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
 MAX_FINDING_GROUPS = 50
+MAX_ANNOTATIONS = 20
 MAX_BYTES = 50_000
 CONFIDENCE_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
@@ -287,7 +288,9 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
         "status": status,
         # the step's biggest costs, in words, before anything else (findings or not)
         "headline": headline_costs(
-            inputs.accounting, [r["rank_id"] for r in inputs.manifest("normalize").get("rank_summaries", [])]
+            inputs.accounting,
+            [r["rank_id"] for r in inputs.manifest("normalize").get("rank_summaries", [])],
+            inputs.step_trace,
         ),
         "identity": identity(inputs),
         "layer_validation": layer_validation(inputs),
@@ -304,6 +307,12 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
             "rollup_groups": len(groups),
             "rollup_overflow": overflow,
         },
+        # qualifiers of evidence, not claims: e.g. an op that looks hot only because a stream waits in it
+        "annotations": [
+            {k: a[k] for k in ("finding_type", "summary", "rank_ids", "evidence_ids")}
+            for a in inputs.annotations[:MAX_ANNOTATIONS]
+        ],
+        "annotation_count": len(inputs.annotations),
         "model_brief": model_brief(inputs),
         "hardware_brief": hardware_brief(inputs),
         "artifacts": artifacts,

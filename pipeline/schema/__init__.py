@@ -125,6 +125,8 @@ from npuprof.pipeline.schema.summaries import (
     STEP_CLASS_SUMMARY_CSV,
     STEP_TIME_ACCOUNTING,
     STEP_TIME_ACCOUNTING_CSV,
+    STEP_TRACE_ACCOUNTING,
+    STEP_TRACE_ACCOUNTING_CSV,
     TRANSPORTS,
 )
 from npuprof.pipeline.schema.table import RANK_PARTITION_KEY, CsvView, Table, as_path, join_view, stage_manifest_name
@@ -162,6 +164,7 @@ SUMMARY_CSVS: tuple[CsvView, ...] = (
     STEP_TIME_ACCOUNTING_CSV,
     RANK_SUMMARY_CSV,
     PP_SCHEDULE_CSV,
+    STEP_TRACE_ACCOUNTING_CSV,
     COMMUNICATION_SUMMARY_CSV,
     COMMUNICATION_LINKS_CSV,
     EVIDENCE_INDEX_CSV,
@@ -271,6 +274,8 @@ __all__ = [
     "OPERATOR_SUMMARY_CSV",
     "PP_SCHEDULE",
     "PP_SCHEDULE_CSV",
+    "STEP_TRACE_ACCOUNTING",
+    "STEP_TRACE_ACCOUNTING_CSV",
     "RANK_SUMMARY",
     "RANK_SUMMARY_CSV",
     "STEP_TIME_ACCOUNTING",

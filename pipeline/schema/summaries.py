@@ -122,7 +122,7 @@ BUBBLE_WINDOWS = Table(
     "bubble_windows",
     pa.schema(
         [
-            ("evidence_id", pa.string()),  # r<rank>.step<ordinal>.bubble<k>
+            ("evidence_id", pa.string()),  # r<rank>.step#<ordinal>.bubble<k>
             ("step_ordinal", pa.int64()),
             ("step_id", pa.int64()),
             ("kind", pa.string()),  # prelaunch | internal | tail (the anatomy window it sits in)
@@ -331,6 +331,23 @@ STEP_TIME_ACCOUNTING = Table(
     ),
 )
 
+STEP_TRACE_ACCOUNTING = Table(
+    "step_trace_accounting",  # ranks without device events: their profiler's own step split
+    pa.schema(
+        [
+            ("rank_id", pa.int64()),
+            ("step_id", pa.int64()),
+            ("wall_ms", pa.float64()),  # Stage
+            ("compute_ms", pa.float64()),  # Computing minus Overlapped
+            ("overlap_ms", pa.float64()),  # Overlapped
+            ("exposed_comm_ms", pa.float64()),  # Communication(Not Overlapped)
+            ("idle_ms", pa.float64()),  # Free
+            ("source_path", pa.string()),  # the rank's step_trace_time.csv
+        ]
+    ),
+    per_rank=False,
+)
+
 PP_SCHEDULE = Table(
     "pp_schedule",  # pipeline parallel only: per rank and step (columns: summaries/pp_schedule.py)
     pa.schema(
@@ -375,6 +392,7 @@ RANK_SUMMARY = Table(
             ("compute_share", pa.float64()),
             ("communication_share", pa.float64()),  # exposed (not overlapped with compute)
             ("overlap_share", pa.float64()),
+            ("accounting_source", pa.string()),  # kernels | step_trace_time.csv (no kernels held) | none
             ("bubbling_step_count", pa.int64()),  # complete steps with an internal bubble
             ("bubble_recurrence_ratio", pa.float64()),  # bubbling / complete steps
             ("recurring_bubble_pattern", pa.bool_()),
@@ -391,6 +409,7 @@ HCCL_OP_SUMMARY_CSV = CsvView("hccl_op_summary.csv", (HCCL_OP_SUMMARY,), ())
 HCCL_CLASS_SUMMARY_CSV = CsvView("hccl_class_summary.csv", (HCCL_CLASS_SUMMARY,), ())
 RANK_SUMMARY_CSV = CsvView("rank_summary.csv", (RANK_SUMMARY,), ())
 PP_SCHEDULE_CSV = CsvView("pp_schedule.csv", (PP_SCHEDULE,), ())
+STEP_TRACE_ACCOUNTING_CSV = CsvView("step_trace_accounting.csv", (STEP_TRACE_ACCOUNTING,), ())
 BLOCK_CLASS_SUMMARY_CSV = CsvView("block_class_summary.csv", (BLOCK_CLASS_SUMMARY,), ())
 LAYER_CLASS_SUMMARY_CSV = CsvView("layer_class_summary.csv", (LAYER_CLASS_SUMMARY,), ())
 STEP_CLASS_SUMMARY_CSV = CsvView("step_class_summary.csv", (STEP_CLASS_SUMMARY,), ())

@@ -14,7 +14,7 @@ from npuprof import knowledge
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.evidence import check_evidence
-from npuprof.pipeline.diagnosis.findings import link_causes, rank_by_cost
+from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, rank_by_cost
 from npuprof.pipeline.diagnosis.registry import detectors
 from npuprof.pipeline.stages.base import RootContext, StageResult
 
@@ -23,18 +23,22 @@ def reduce_root(ctx: RootContext) -> StageResult:
     """Run every registered detector, check the evidence chain, write diagnosis_findings.json."""
     inputs = DiagnosisContext(ctx)
     found = [finding for item in detectors() for finding in item.detect(inputs)]
-    order = {name: position for position, name in enumerate(knowledge.load("diagnosis_rules")["findings"])}
+    rules = knowledge.load("diagnosis_rules")
+    order = {name: position for position, name in enumerate([*rules["findings"], *rules["annotations"]])}
     found.sort(key=lambda finding: order[finding.finding_type])  # stable: a detector's own order within a type
     steps = inputs.steps
     step_wall_ms = float(steps["wall_ms"].mean()) if len(steps) and "wall_ms" in steps else None
-    findings = link_causes(rank_by_cost([finding.to_dict() for finding in found], step_wall_ms))
+    claims = [finding.to_dict() for finding in found if not is_annotation(finding.finding_type)]
+    findings = link_causes(rank_by_cost(claims, step_wall_ms))
+    annotations = [finding.to_dict() for finding in found if is_annotation(finding.finding_type)]
     evidence_ids = set(ctx.read_table(schema.EVIDENCE_INDEX, columns=["evidence_id"]).column(0).to_pylist())
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
-    check_evidence(findings, evidence_ids, alignment_ids)
+    check_evidence(findings + annotations, evidence_ids, alignment_ids)
     counts = {
         "finding_count": len(findings),
         "by_type": dict(Counter(f["finding_type"] for f in findings)),
         "by_severity": dict(Counter(f["severity"] for f in findings)),
+        "annotation_count": len(annotations),
     }
     document = {
         "schema_version": 1,
@@ -42,6 +46,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "analysis_stage": "diagnostics",
         "created_at": io.utc_now(),
         "diagnosis_findings": findings,
+        "evidence_annotations": annotations,  # qualify evidence, claim no cause (rules: annotations)
         "counts": counts,
     }
     return StageResult(json_files={schema.DIAGNOSIS_FINDINGS: document}, manifest=counts)

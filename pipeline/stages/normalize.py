@@ -18,6 +18,7 @@ from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.signatures import categorize, op_types
 from npuprof.pipeline.sources.aicore_freq import read_aicore_freq
 from npuprof.pipeline.sources.capture_info import capture_info
+from npuprof.pipeline.sources.coherence import check_one_capture
 from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
 from npuprof.pipeline.sources.integrity import check_unchanged, drop_exact_duplicates
 from npuprof.pipeline.sources.kernel_csv import read_kernel_csv
@@ -244,6 +245,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "rank_summaries": ranks,
         "notes": [f"rank {m['rank_id']}: {n}" for m in ranks for n in m["notes"]],
     }
+    capture = capture_info(ctx.inputs)
+    check_one_capture(ctx.inputs.root, ranks, capture)  # before anything is written as one capture
     source_index = {"profile_root": ctx.inputs.root, "inputs": ctx.inputs.to_dict(), "sources": sources}
-    json_files = {schema.SOURCE_INDEX: source_index, schema.CAPTURE_INFO: capture_info(ctx.inputs)}
+    json_files = {schema.SOURCE_INDEX: source_index, schema.CAPTURE_INFO: capture}
     return StageResult(json_files=json_files, manifest=manifest)

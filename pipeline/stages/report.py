@@ -18,6 +18,7 @@ from npuprof.pipeline.report.html import html_report
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.markdown import report_markdown
 from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, trace_json
+from npuprof.pipeline.report.pp_chart import stage_passes
 from npuprof.pipeline.report.summary import analysis_summary
 from npuprof.pipeline.report.xlsx import workbook
 from npuprof.pipeline.stages.base import RootContext, StageResult
@@ -44,6 +45,7 @@ SHEETS = (
     (schema.STEP_ANATOMY_CSV, 50_000),
     (schema.STEP_CLASS_SUMMARY_CSV, None),
     (schema.STEP_TIME_ACCOUNTING_CSV, 50_000),
+    (schema.STEP_TRACE_ACCOUNTING_CSV, None),
     (schema.LAYER_SUMMARY, 20_000),
     (schema.LAYER_CLASS_SUMMARY_CSV, None),
     (schema.BLOCK_SUMMARY, 5_000),
@@ -132,7 +134,8 @@ def _layers(ctx: RootContext) -> pd.DataFrame:
 def _inputs(ctx: RootContext) -> ReportInputs:
     manifests = {s: io.read_json_or_empty(ctx.out_dir / schema.stage_manifest_name(s)) for s in MANIFEST_STAGES}
     frames = {t: ctx.read_frame(t) for t in schema.STEP_SUMMARY.tables}
-    findings = io.read_json_or_empty(ctx.out_dir / schema.DIAGNOSIS_FINDINGS).get("diagnosis_findings", [])
+    diagnosis = io.read_json_or_empty(ctx.out_dir / schema.DIAGNOSIS_FINDINGS)
+    findings = diagnosis.get("diagnosis_findings", [])
     return ReportInputs(
         out_dir=str(ctx.out_dir),
         mode=ctx.options.mode,
@@ -156,6 +159,9 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         candidates=ctx.read_view(schema.MODEL_CANDIDATE_SUMMARY_CSV),
         peaks=ctx.read_view(schema.HARDWARE_THEORETICAL_PEAKS_CSV),
         efficiency=ctx.read_view(schema.OPERATOR_EFFICIENCY_SUMMARY_CSV),
+        annotations=diagnosis.get("evidence_annotations", []),
+        step_trace=ctx.read_view(schema.STEP_TRACE_ACCOUNTING_CSV),
+        pp_schedule=ctx.read_view(schema.PP_SCHEDULE_CSV),
     )
 
 
@@ -193,9 +199,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
     summary = analysis_summary(inputs, status, artifacts)
     bubbles = int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS))
     offsets = inputs.manifest("cross_rank").get("clock_offsets_us") or {}
+    passes = stage_passes(inputs.layers, inputs.pp_schedule)
     rendered: dict[str, bytes | str] = {
         schema.REPORT_TRACE: trace_json(
-            inputs.events, inputs.steps, inputs.layers, bubbles, inputs.findings, inputs.evidence, offsets
+            inputs.events, inputs.steps, inputs.layers, bubbles, inputs.findings, inputs.evidence, offsets, passes
         ),
     }
     statuses = {"xlsx": "skipped (fast mode)", "html": "skipped (fast mode)"}

@@ -24,6 +24,7 @@ from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.segmentation.windows import window_positions
 from npuprof.pipeline.sources.capture_info import rank_capture_info
+from npuprof.pipeline.sources.step_trace import read_step_trace_time
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.summaries.accounting import step_time_accounting
 from npuprof.pipeline.summaries.attribution import attribute_bubbles
@@ -194,7 +195,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
     operator_classes = operator_class_summary(operators) if len(operators) else pd.DataFrame()
     hccl_ops = hccl_op_summary(comm) if len(comm) else pd.DataFrame()
     hccl_classes = hccl_class_summary(hccl_ops) if len(hccl_ops) else pd.DataFrame()
-    ranks = rank_summary(ctx.rank_manifests, step_classes, accounting)
+    step_trace = _step_trace_accounting(ctx)
+    ranks = rank_summary(ctx.rank_manifests, step_classes, accounting, step_trace)
     views = {
         schema.OPERATOR_SUMMARY_CSV: schema.join_view(schema.OPERATOR_SUMMARY_CSV, [operators]),
         schema.STEP_TIME_ACCOUNTING_CSV: schema.join_view(schema.STEP_TIME_ACCOUNTING_CSV, [accounting]),
@@ -203,6 +205,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         schema.HCCL_CLASS_SUMMARY_CSV: _conformed(schema.HCCL_CLASS_SUMMARY, hccl_classes),
         schema.RANK_SUMMARY_CSV: _conformed(schema.RANK_SUMMARY, ranks),
         schema.PP_SCHEDULE_CSV: _pp_schedule(ctx, accounting),
+        schema.STEP_TRACE_ACCOUNTING_CSV: step_trace,
         schema.COMMUNICATION_SUMMARY_CSV: schema.join_view(
             schema.COMMUNICATION_SUMMARY_CSV, [ctx.read_frame(schema.COMMUNICATION_OPS)]
         ),
@@ -335,6 +338,18 @@ def _pp_schedule(ctx: RootContext, accounting: pd.DataFrame) -> pd.DataFrame:
     capture_info = io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO)
     steps, layers = ctx.read_frame(schema.STEP_SEGMENTS), ctx.read_frame(schema.LAYER_SEGMENTS)
     return _conformed(schema.PP_SCHEDULE, pp_schedule(capture_info, steps, layers, accounting))
+
+
+def _step_trace_accounting(ctx: RootContext) -> pd.DataFrame:
+    """The profiler's own step split (step_trace_time.csv) of each rank without device events, so
+    the headline and the rank table still cover it; ranks with events are accounted from them."""
+    without_events = {int(m["rank_id"]) for m in ctx.rank_manifests if not m["event_count"]}
+    frames = []
+    for rank in ctx.inputs.ranks if ctx.inputs else []:
+        path = rank.supplemental.get("step_trace_time_csv")
+        if rank.rank_id in without_events and path:
+            frames.append(read_step_trace_time(path).assign(rank_id=rank.rank_id, source_path=path))
+    return _conformed(schema.STEP_TRACE_ACCOUNTING, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
 
 
 def _conformed(table: schema.Table, frame: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,10 @@ from npuprof.pipeline.io import text_of_path
 from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
 from npuprof.pipeline.sources.discovery import RankInput
 
+# Evidence ids number a rank's steps by ordinal (0, 1, ... in capture order): "#" marks the ordinal
+# everywhere (``r0.step#1``), so it is never read as the captured step id (``step 11``) the texts use.
+STEP_ORDINAL = ".step#"
+
 
 def _texts(*parts: object) -> np.ndarray:
     """Element-wise concatenation of text constants and columns (numbers as their Arrow text)."""
@@ -45,7 +49,7 @@ def bubble_windows(rank_id: int, events: pd.DataFrame, idle_gaps: pd.DataFrame, 
     ordinals = gaps["step_ordinal"].to_numpy(np.int64)
     return pd.DataFrame(
         {
-            "evidence_id": _texts(f"r{rank_id}.step", ordinals, ".bubble", index_in_step),
+            "evidence_id": _texts(f"r{rank_id}{STEP_ORDINAL}", ordinals, ".bubble", index_in_step),
             "step_ordinal": ordinals,
             "step_id": steps.set_index("step_ordinal")["step_id"].reindex(ordinals).to_numpy(),
             "kind": gaps["window"].to_numpy(),
@@ -63,7 +67,7 @@ def bubble_windows(rank_id: int, events: pd.DataFrame, idle_gaps: pd.DataFrame, 
 
 def step_evidence_id(rank_id: int, step_ordinal: int) -> str:
     """The evidence id of one step window (the same text ``_step_rows`` writes)."""
-    return f"r{int(rank_id)}.step{int(step_ordinal)}"
+    return f"r{int(rank_id)}{STEP_ORDINAL}{int(step_ordinal)}"
 
 
 def operator_evidence_ids(rank_id: int, count: int) -> np.ndarray:
@@ -80,7 +84,7 @@ def _step_rows(rank_id: int, steps: pd.DataFrame) -> pd.DataFrame:
     complete = np.where(steps["complete"].to_numpy(bool), " (complete)", " (partial)")
     return pd.DataFrame(
         {
-            "evidence_id": _texts(f"r{rank_id}.step", steps["step_ordinal"].to_numpy(np.int64)),
+            "evidence_id": _texts(f"r{rank_id}{STEP_ORDINAL}", steps["step_ordinal"].to_numpy(np.int64)),
             "kind": "step_window",
             "step_ordinal": steps["step_ordinal"].to_numpy(),
             "row_start": steps["row_start"].to_numpy(),

@@ -79,18 +79,26 @@ def pp_schedule(
     return frame[COLUMNS].sort_values(keys).reset_index(drop=True)
 
 
-def _passes(layers: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, step): micro-batches, the F / B order, layers held and the mean layer wall."""
+def pass_spans(layers: pd.DataFrame) -> pd.DataFrame:
+    """One row per pass of a rank's step (a micro-batch's forward or backward through the layers it
+    holds): rank_id, step_ordinal, pass_index, direction, start_ns, end_ns and its label ("F0", "B1"),
+    in time order."""
     passes = (
         layers.groupby(["rank_id", "step_ordinal", "pass_index"])
-        .agg(direction=("direction", "first"), start=("start_ns", "min"))
+        .agg(direction=("direction", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
         .reset_index()
-        .sort_values(["rank_id", "step_ordinal", "start"])
+        .sort_values(["rank_id", "step_ordinal", "start_ns"])
     )
     forward = passes["direction"] == "forward"
     # the k-th forward pass of a step is micro-batch k, and so is the k-th backward pass
     ordinal = passes.groupby(["rank_id", "step_ordinal", forward]).cumcount()
     passes["label"] = np.where(forward, "F", "B") + ordinal.astype(str)
+    return passes.reset_index(drop=True)
+
+
+def _passes(layers: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, step): micro-batches, the F / B order, layers held and the mean layer wall."""
+    passes = pass_spans(layers)
     per_step = passes.groupby(["rank_id", "step_ordinal"]).agg(
         schedule=("label", " ".join),
         forwards=("direction", lambda d: int((d == "forward").sum())),

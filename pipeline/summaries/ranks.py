@@ -10,12 +10,22 @@ from npuprof import knowledge
 IDLE_PATTERNS = {"prelaunch": "prelaunch_gap_ms", "internal": "internal_bubble_total_ms", "tail": "tail_gap_ms"}
 
 
-def rank_summary(rank_manifests: list[dict], step_classes: pd.DataFrame, accounting: pd.DataFrame) -> pd.DataFrame:
-    """Rank rollup over complete steps (partial capture steps stay out of statistics)."""
+def rank_summary(
+    rank_manifests: list[dict],
+    step_classes: pd.DataFrame,
+    accounting: pd.DataFrame,
+    step_trace: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Rank rollup over complete steps (partial capture steps stay out of statistics); a rank without
+    device events takes its walls and shares from its ``step_trace`` rows (step_trace_time.csv)."""
     rules = knowledge.load("summary_rules")["recurring_bubble"]
     rows = []
     for manifest in sorted(rank_manifests, key=lambda m: m["rank_id"]):  # a loop over ranks
         rank = manifest["rank_id"]
+        traced = step_trace[step_trace["rank_id"] == rank] if step_trace is not None and len(step_trace) else None
+        if not manifest["event_count"] and traced is not None and len(traced):
+            rows.append(_from_step_trace(rank, traced))
+            continue
         steps = step_classes[step_classes["rank_id"] == rank] if len(step_classes) else step_classes
         complete = steps[steps["complete"].astype(bool)] if len(steps) else steps
         wall = complete["wall_ms"] if len(complete) else pd.Series(dtype=float)
@@ -31,6 +41,7 @@ def rank_summary(rank_manifests: list[dict], step_classes: pd.DataFrame, account
             "busy_ms_mean": complete["busy_ms"].mean() if len(complete) else None,
             "bubble_share": complete["underfeed_ms"].sum() / wall.sum() if len(wall) and wall.sum() else None,
         }
+        row["accounting_source"] = "kernels" if manifest["event_count"] else "none"
         row.update(_time_shares(accounting, rank, wall.sum() if len(wall) else 0.0))
         bubbling = int((complete["bubble_count"] > 0).sum()) if len(complete) else 0
         ratio = bubbling / len(complete) if len(complete) else None
@@ -46,6 +57,36 @@ def rank_summary(rank_manifests: list[dict], step_classes: pd.DataFrame, account
         )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _from_step_trace(rank: int, traced: pd.DataFrame) -> dict:
+    """A rank's row from its profiler's step split: walls and shares, no kernel-level columns."""
+    wall = traced["wall_ms"]
+    total = float(wall.sum())
+
+    def share(column: str) -> float | None:
+        return float(traced[column].sum()) / total if total else None
+
+    return {
+        "rank_id": rank,
+        "event_count": 0,
+        "step_count": int(len(traced)),
+        "complete_step_count": int(len(traced)),
+        "wall_ms_mean": float(wall.mean()),
+        "wall_ms_p50": float(np.percentile(wall, 50)),
+        "wall_ms_p90": float(np.percentile(wall, 90)),
+        "wall_ms_max": float(wall.max()),
+        "busy_ms_mean": float((traced["compute_ms"] + traced["overlap_ms"] + traced["exposed_comm_ms"]).mean()),
+        "bubble_share": share("idle_ms"),
+        "compute_share": share("compute_ms"),
+        "communication_share": share("exposed_comm_ms"),
+        "overlap_share": share("overlap_ms"),
+        "accounting_source": "step_trace_time.csv",
+        "bubbling_step_count": None,
+        "bubble_recurrence_ratio": None,
+        "recurring_bubble_pattern": False,
+        "dominant_idle_pattern": None,
+    }
 
 
 def _time_shares(accounting: pd.DataFrame, rank: int, wall_ms: float) -> dict:

@@ -1,4 +1,8 @@
-"""wait_anchor_false_hotspot: costly operators whose cost is nearly all waiting."""
+"""wait_anchor_false_hotspot, an annotation: costly operators whose cost is nearly all waiting.
+
+It fires on healthy runs too (every stream that waits has such an op), so it qualifies the operator
+evidence it names instead of claiming a cause: no severity, no recoverable time.
+"""
 
 from __future__ import annotations
 
@@ -49,7 +53,6 @@ def wait_anchor_false_hotspot(inputs: DiagnosisContext) -> list[Finding]:
             limitations=[
                 f"rows {int(row.row_start)}..{int(row.row_end)}: its wait is queueing before it, not its work"
             ],
-            recoverable_ms_per_step=0.0,  # the wait is a symptom: its time belongs to what it waits for
         )
         for row in hits.itertuples(index=False)  # a loop over at most top_n operators per rank
     ]
