@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from npuprof.api.terminal import print_summary
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import (
     EXIT_BAD_INPUT,
@@ -414,7 +415,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         progress=make_progress(args.progress),
         options=AnalyzeOptions(mode="full" if args.render_html else "fast", hardware_model=args.hardware_model),
     )
-    _print_json({"status": "ok" if not summary["failed_roots"] else "partial", **summary})
+    result = {"status": "ok" if not summary["failed_roots"] else "partial", **summary}
+    _print_json(result)
+    print_summary("sweep", result)
     return EXIT_PARTIAL if summary["failed_roots"] else 0
 
 
@@ -479,7 +482,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     progress = make_progress(args.progress)
     baseline = _analyzed(args.baseline, out, "baseline", progress)
     new = _analyzed(args.new, out, "new", progress)
-    _print_json(compare(baseline, new, out))
+    result = compare(baseline, new, out)
+    _print_json(result)
+    print_summary("compare", result)
     return 0
 
 
@@ -644,6 +649,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         "events_parquet": str(out / schema.NORMALIZED_EVENTS),
     }
     _print_json(result)
+    print_summary("demo", result)
     return 0
 
 
@@ -681,6 +687,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         progress=make_progress(args.progress),
     )
     _print_json(result)
+    print_summary("analyze", result)
     return EXIT_DEGRADED if result["status"] == "degraded" else 0
 
 

@@ -190,6 +190,13 @@ def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
 
     conn = _connect(broker)
     record = conn.load(sweep_id)
+    if record.get("state") in ("done", "cancelled"):  # nothing left to revoke: say so, change nothing
+        return {
+            "sweep_id": sweep_id,
+            "state": record["state"],
+            "revoked": 0,
+            "note": f"the sweep was already {record['state']}",
+        }
     ids = [record.get("plan_id"), record.get("merge_id")] + [
         i for e in record.get("roots", []) for i in (e.get("rank_ids", []) + [e.get("reduce_id")])
     ]
@@ -203,12 +210,16 @@ def _fetch_paths(record: dict, sweep_id: str, root: str | None) -> list[str]:
     """Paths, relative to the archive, that a fetch copies: the rollup, and one root's summary files."""
     paths = [schema.SWEEP_ROLLUP, schema.SWEEP_SUMMARY]
     if root is not None:
-        entry = next(
-            (e for e in record.get("roots", []) if root in (e["root"], e["slug"]) or Path(e["root"]).name == root), None
-        )
-        if entry is None:
-            raise UsageError(f"root {root!r} is not part of sweep {sweep_id}")
-        paths += [f"{entry['slug']}/{name}" for name in schema.FETCHABLE]
+        entries = record.get("roots", [])
+        exact = [e for e in entries if root in (e["root"], e["slug"])]
+        matches = exact or [e for e in entries if Path(e["root"]).name == root]
+        if not matches:
+            slugs = ", ".join(e["slug"] for e in entries[:10]) + (", …" if len(entries) > 10 else "")
+            raise UsageError(f"root {root!r} is not part of sweep {sweep_id}; its roots: {slugs or 'none'}")
+        if len(matches) > 1:  # a dir name many roots share: copying one of them would be a guess
+            slugs = ", ".join(e["slug"] for e in matches)
+            raise UsageError(f"root {root!r} names {len(matches)} roots of sweep {sweep_id} ({slugs}): pass a slug")
+        paths += [f"{matches[0]['slug']}/{name}" for name in schema.FETCHABLE]
     return paths
 
 

@@ -67,7 +67,10 @@ def prepare_output_dir(out_dir: Path, window: StageWindow, overwrite: bool) -> N
     resume a stage window; --overwrite never removes a file npuprof did not write."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output path {out_dir} exists and is not a directory")
-    entries = [p for p in out_dir.iterdir() if p.name != schema.RUN_LOCK] if out_dir.is_dir() else []
+    # a dir holding only npuprof's failure document (a run that failed at once: a typo in the root)
+    # is reused as it is: the corrected rerun needs no --overwrite
+    leftovers = (schema.RUN_LOCK, schema.FAILURE_JSON)
+    entries = [p for p in out_dir.iterdir() if p.name not in leftovers] if out_dir.is_dir() else []
     if entries:
         if overwrite:
             foreign = _foreign_entries(out_dir)
@@ -100,9 +103,12 @@ def run_lock(out_dir: Path) -> Iterator[None]:
     """Hold the output dir for one run: a second run into the same dir is refused, not interleaved.
 
     An advisory ``flock`` on ``OUT/.npuprof.lock``: the kernel releases it when the process ends,
-    so a killed run never leaves a stale lock behind.
+    so a killed run never holds the dir; the file is removed when the run ends (one a killed run
+    leaves is taken over by the next, as nobody holds its lock).
     """
-    handle = open(out_dir / schema.RUN_LOCK, "a+")
+    path = out_dir / schema.RUN_LOCK
+    handle = open(path, "a+")
+    held = False
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -110,12 +116,15 @@ def run_lock(out_dir: Path) -> Iterator[None]:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             raise UsageError(f"output dir {out_dir} is being written by another npuprof run ({holder})") from None
+        held = True
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
         handle.flush()
         yield
     finally:
+        if held:
+            path.unlink(missing_ok=True)  # while still holding it: no other run sees it half-released
         handle.close()
 
 

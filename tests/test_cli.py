@@ -396,3 +396,43 @@ def test_two_unrelated_captures_in_one_folder_are_refused_as_not_one_capture(cli
     swept = cli("sweep", "--search-root", str(advisor), "-o", str(tmp_path / "sweep"), "--progress", "none")
     assert swept.returncode == 0, swept.stderr  # a sweep takes them as the two roots they are
     assert swept.result["root_count"] == 2
+
+
+def test_a_terminal_gets_a_summary_a_person_reads_and_stdout_keeps_its_json(tmp_path):
+    import pty
+    import subprocess
+    import threading
+
+    leader, follower = pty.openpty()
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [shutil.which("npuprof"), "analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none"],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(follower)
+    drained = []
+
+    def drain() -> None:  # the JSON is bigger than a pty buffer: read while the process writes
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            drained.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    _, stderr = proc.communicate(timeout=300)
+    reader.join(timeout=10)
+    os.close(leader)
+    assert proc.returncode == 0, stderr
+    result = json.loads(b"".join(drained).decode().replace("\r\n", "\n"))
+    assert result["status"] == "ok"  # still the one JSON object
+    assert stderr.startswith("npuprof analyze: status: ok — 4 ranks")
+    assert "rank 0: of a 810.0 ms step, 313.9 ms (39%) exposed PP send_recv" in stderr
+    assert "pp_stage_imbalance" not in stderr and "saves ~" in stderr  # findings in words, with their saving
+    assert f"report: {out / 'report' / 'report.md'}" in stderr

@@ -41,6 +41,20 @@ def test_a_second_run_into_the_same_output_dir_is_refused_while_the_first_writes
     assert json.loads(stdout)["status"] == "ok"
     again = run_cli("analyze", root, "-o", str(out), "--overwrite", "--progress", "none", "--to-stage", "normalize")
     assert again.returncode == 0, again.stderr  # the lock went with the first run's process
+    assert not lock.exists()  # removed when the run ended: a finished output holds no lock file
+
+
+def test_a_run_that_failed_at_once_leaves_a_dir_the_corrected_rerun_reuses(tmp_path):
+    root = generate(tmp_path / "root", "clean", steps=3, seed=2, trace=False)["root"]
+    out = tmp_path / "out"
+    typo = run_cli("analyze", str(tmp_path / "roto"), "-o", str(out), "--progress", "none")
+    assert typo.returncode == 3 and (out / schema.FAILURE_JSON).exists()
+    fixed = run_cli("analyze", root, "-o", str(out), "--progress", "none")  # no --overwrite needed
+    assert fixed.returncode == 0, fixed.stderr
+    assert not (out / schema.FAILURE_JSON).exists() and not (out / schema.RUN_LOCK).exists()
+    # a dir with real outputs in it is still refused without --overwrite
+    again = run_cli("analyze", root, "-o", str(out), "--progress", "none")
+    assert again.returncode == 2 and "not empty" in again.result["error"]
 
 
 def test_a_kernel_source_that_changed_since_discovery_fails_its_rank(tmp_path):

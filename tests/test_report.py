@@ -224,9 +224,10 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     # rank 1 (stage 0's DP peer) waits like rank 0; rank 3 (stage 1's) computes like rank 2
     assert traced[1]["costs"][0]["cost"] == "step_trace_time.csv: exposed communication"
     assert traced[3]["costs"][0]["cost"] == "step_trace_time.csv: compute"
-    assert "rank 1 (from step_trace_time.csv): of a 809.4 ms step, 441.7 ms (55%) exposed communication" in (
-        headline["text"]
-    )[1]
+    assert (
+        "rank 1 (from step_trace_time.csv): of a 809.4 ms step, 441.7 ms (55%) exposed communication"
+        in (headline["text"])[1]
+    )
     assert headline["ranks_without_accounting"] == []
     # the accounting the headline is read from equals the vendor's step split (µs)
     vendor = pd.read_csv(QWEN_TRAINING / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").iloc[0]

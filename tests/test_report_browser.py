@@ -49,6 +49,7 @@ def browser():
         "--disable-dev-shm-usage",
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors are test failures
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     yield driver
     driver.quit()
@@ -154,6 +155,32 @@ def test_zooming_in_shows_kernels_and_their_operator_card(browser, served):
     )
     card = browser.find_element(By.ID, "card-body").text
     assert "source row" in card and "duration" in card
+
+
+def console_errors(driver) -> list[str]:
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def test_the_report_opened_by_a_double_click_shows_every_level(browser, mixed_report):
+    """report.html from file:// with its assets beside it (no server, no --html-single-file): the page
+    loads its data as scripts, so the timeline, the findings, a finding jump and the kernels all work."""
+    console_errors(browser)  # drop what earlier pages logged
+    open_report(browser, (mixed_report / "out" / "report" / "report.html").as_uri())
+    assert browser.find_element(By.ID, "timeline").get_attribute("data-rank-rows") == "4"
+    assert browser.find_element(By.ID, "status").text in ("ok", "degraded")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "report-mixed-file-url.png"))  # the README's picture
+    buttons = browser.find_elements(By.CSS_SELECTOR, "#findings button")
+    assert len(buttons) >= 2
+    before = view_of(browser)
+    buttons[0].click()
+    assert view_of(browser)[1] - view_of(browser)[0] < before[1] - before[0]
+    span = browser.execute_script("return npuprof.state.data.span_us")
+    browser.execute_script("npuprof.setView(arguments[0], arguments[1])", span * 0.30, span * 0.305)
+    WebDriverWait(browser, 20).until(
+        lambda d: int(d.find_element(By.ID, "timeline").get_attribute("data-kernels-drawn")) > 0
+    )
+    assert console_errors(browser) == []
 
 
 def test_the_single_file_report_works_from_a_file_url(browser, mixed_report):

@@ -239,4 +239,19 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         inline = {name: base64.b64encode(data).decode("ascii") for name, data in assets.items()}
         shell = template.replace(ASSET_SLOT, "window.NPUPROF_INLINE = " + json.dumps(inline) + ";")
         return {"report.html": shell.encode("utf-8")}
-    return {"report.html": template.encode("utf-8"), **assets}
+    return {
+        "report.html": template.encode("utf-8"),
+        **{script_of(name): _script(name, data) for name, data in assets.items()},
+    }
+
+
+def script_of(asset: str) -> str:
+    """The script file an asset is written as: ``assets/overview.json.gz`` -> ``assets/overview.js``."""
+    return asset.removesuffix(".json.gz") + ".js"
+
+
+def _script(asset: str, data: bytes) -> bytes:
+    """An asset as a script that registers its gzipped bytes (base64): a page opened from file:// may
+    load scripts beside it but not fetch files, so a double-click shows every level."""
+    call = f"npuprofAsset({json.dumps(asset)}, {json.dumps(base64.b64encode(data).decode('ascii'))});\n"
+    return call.encode("ascii")

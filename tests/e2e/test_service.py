@@ -14,7 +14,7 @@ import pytest
 from conftest import QWEN_TRAINING, copy_sample, run_cli
 from service_harness import free_port, wait_until
 
-from npuprof.pipeline.errors import EXIT_PARTIAL
+from npuprof.pipeline.errors import EXIT_PARTIAL, UsageError
 from npuprof.synth import generate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
@@ -173,6 +173,24 @@ def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
         == 2
     )
     assert run_cli("status", "no-such-sweep", "--broker", redis_server.url).returncode == 2
+    unknown = run_cli("fetch", sweep_id, "--root", "case_09", "-o", str(tmp_path / "d3"), "--broker", redis_server.url)
+    assert unknown.returncode == 2 and "case_00_clean" in unknown.result["error"]  # the valid roots, listed
+    finished = run_cli("cancel", sweep_id, "--broker", redis_server.url)
+    assert finished.result["state"] == "done" and finished.result["revoked"] == 0  # nothing revoked
+
+
+def test_a_root_name_several_roots_share_is_an_error_listing_them():
+    from npuprof.api.service import _fetch_paths
+
+    record = {
+        "roots": [
+            {"root": "/data/a/level2", "slug": "a-level2-1f2e"},
+            {"root": "/data/b/level2", "slug": "b-level2-9c0d"},
+        ]
+    }
+    with pytest.raises(UsageError, match="names 2 roots .*a-level2-1f2e, b-level2-9c0d"):
+        _fetch_paths(record, "s1", "level2")
+    assert _fetch_paths(record, "s1", "b-level2-9c0d")[-1].startswith("b-level2-9c0d/")
 
 
 def test_a_service_archive_compares_against_a_baseline_like_a_local_one(redis_server, workers, tmp_path):

@@ -1,0 +1,80 @@
+"""What a person at a terminal reads after a command: a few lines on stderr (status, the step's biggest
+costs, the findings most worth fixing with the time each would save, where the report is). Only when
+stdout is a terminal; a pipe gets the JSON alone, as always."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from npuprof.pipeline import schema
+
+TOP_FINDINGS = 5
+
+
+def _findings(summary: dict) -> list[str]:
+    lines = []
+    for group in summary.get("findings", [])[:TOP_FINDINGS]:
+        saves = group.get("recoverable_ms_per_step")
+        cost = f"saves ~{saves:.2f} ms/step" if saves is not None else "saving not estimated"
+        lines.append(f"  - [{group['severity']}, {cost}] {group['summary']}")
+    return lines or ["  none"]
+
+
+def _analysis(result: dict) -> list[str]:
+    summary = result.get("analysis_summary") or {}
+    out = Path(result.get("output_dir", "."))
+    lines = [f"status: {result.get('status')} — {result.get('rank_count')} ranks, {result.get('event_count')} events"]
+    headline = (summary.get("headline") or {}).get("text") or []
+    if headline:
+        lines += ["biggest costs of the step:", *(f"  {text}" for text in headline)]
+    if summary:
+        lines += ["findings, most recoverable time first:", *_findings(summary)]
+    reports = [out / name for name in (schema.REPORT_HTML, schema.REPORT_MD)]
+    lines += [f"report: {path}" for path in reports if path.exists()]
+    return lines
+
+
+def _demo(result: dict) -> list[str]:
+    demo = result["demo"]
+    found = [g["summary"] for g in (result.get("analysis_summary") or {}).get("findings", [])]
+    return [
+        f"planted: {demo['planted']} (ground truth: {demo['ground_truth']})",
+        "found:" if found else "found: nothing",
+        *(f"  - {text}" for text in found[:TOP_FINDINGS]),
+        *_analysis(result),
+    ]
+
+
+def _compare(result: dict) -> list[str]:
+    wall = result.get("step_wall_ms") or {}
+    return [
+        f"{result.get('verdict')}: step wall {wall.get('baseline')} → {wall.get('new')} ms "
+        f"({wall.get('delta')} ms per step), {result.get('significant_changes')} significant changes",
+        f"details: {Path(result.get('output_dir', '.')) / schema.COMPARE_MD}",
+    ]
+
+
+def _sweep(result: dict) -> list[str]:
+    return [
+        f"status: {result.get('status')} — {result.get('root_count')} roots, "
+        f"{len(result.get('failed_roots') or [])} failed",
+        f"rollup: {result.get('rollup')}",
+    ]
+
+
+RENDERERS = {"analyze": _analysis, "demo": _demo, "compare": _compare, "sweep": _sweep}
+
+
+def print_summary(command: str, result: dict) -> None:
+    """The human summary of ``result`` on stderr, when stdout is a terminal and the command has one."""
+    render = RENDERERS.get(command)
+    if render is None or not sys.stdout.isatty() or result.get("status") == "failed":
+        return
+    if command == "compare" and "verdict" not in result:  # a sweep against its baseline: the JSON says it
+        return
+    sys.stderr.write(
+        "\n".join(f"npuprof {command}: {line}" if i == 0 else line for i, line in enumerate(render(result)))
+    )
+    sys.stderr.write("\n")
+    sys.stderr.flush()
