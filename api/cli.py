@@ -446,6 +446,9 @@ def _cmd_service(args: argparse.Namespace) -> int:
         result = service.fetch(args.sweep_id, args.output, root=args.root, broker=args.broker, via=via)
     else:
         result = service.cancel(args.sweep_id, broker=args.broker)
+    from npuprof.workers.settings import broker_url, redacted
+
+    result["broker"] = redacted(args.broker or broker_url())  # which Redis was asked (password masked)
     _print_json(result)
     if args.command == "status" and args.watch and result["state"] == "done" and result["totals"].get("FAILURE"):
         return EXIT_PARTIAL

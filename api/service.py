@@ -34,7 +34,9 @@ class Connection:
 
         record = records.load(sweep_id, self.url)
         if record is None:
-            raise UsageError(f"no sweep {sweep_id!r} is known to this broker")
+            from npuprof.workers.settings import redacted
+
+            raise UsageError(f"no sweep {sweep_id!r} is known to the broker at {redacted(self.url)}")
         return record
 
 

@@ -19,7 +19,9 @@ from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import BadInput, NpuprofError, UsageError, failure_object, traceback_of
 from npuprof.pipeline.execution import clear_stage_outputs, guard, map_ranks, run_root_stage, warm_process_pool
 from npuprof.pipeline.manifests import result_object, write_top_manifest
+from npuprof.pipeline.modelinfo.hardware import check_hardware_model
 from npuprof.pipeline.progress import Progress, no_progress
+from npuprof.pipeline.segmentation.expected import expected_model
 from npuprof.pipeline.sources.discovery import RootInputs, discover, is_rank_dir
 from npuprof.pipeline.stages import STAGES
 from npuprof.pipeline.stages.base import AnalyzeOptions, Stage
@@ -159,6 +161,7 @@ def analyze(
     out = Path(out_dir)
     stages = resolve_window(window)
     check_output_location(out, root)
+    check_before_writing(root, options, stages)
     make_output_dir(out)
     with run_lock(out):
         prepare_output_dir(out, window, overwrite)
@@ -167,6 +170,17 @@ def analyze(
         except NpuprofError as exc:
             write_failure(out, exc)
             raise
+
+
+def check_before_writing(root: str | Path | None, options: AnalyzeOptions, stages: list[Stage]) -> None:
+    """What can be refused without reading the capture is refused before OUT is created: a root that does
+    not exist, an unknown --model-id or --hardware-model, a --model-config that is not a readable config
+    (a typo must not leave an output dir behind that the corrected run then refuses)."""
+    if root is not None and stages[0].name == "normalize" and not Path(root).exists():
+        raise BadInput(root, "no such file or directory")
+    check_hardware_model(options.hardware_model)
+    if options.model_id or options.model_config:
+        expected_model(options.model_config, options.model_id, str(root) if root is not None else ".")
 
 
 def _analyze(

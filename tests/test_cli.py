@@ -176,6 +176,7 @@ def test_a_bad_rank_removes_the_partitions_of_the_good_ranks(cli, tmp_path):
 def test_nonexistent_root_is_bad_input(cli, tmp_path):
     run = cli("analyze", str(tmp_path / "nope"), "-o", str(tmp_path / "out"), "--progress", "none")
     assert run.returncode == 3 and "no such file" in run.result["error"]
+    assert not (tmp_path / "out").exists()  # nothing written for a typo
 
 
 def test_non_empty_output_is_refused_without_overwrite(cli, tmp_path):

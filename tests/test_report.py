@@ -39,6 +39,7 @@ SECTIONS = (
     "Finding Inventory",
     "Evidence Chain",
     "Limitations",
+    "Glossary",
 )
 HOSTILE = {"formula": "=cmd|' /C calc'!A0", "script": "<script>alert(1)</script>"}
 
@@ -159,6 +160,20 @@ def test_hostile_kernel_names_stay_inert_in_every_report_artifact(tmp_path):
                     seen.add(cell.value)
     assert seen == set(HOSTILE.values())  # present, as text
     assert {"README", "case_summary", "operator_summary", "diagnosis_findings"} <= set(book.sheetnames)
+    # a spreadsheet a person can use: numbers as numbers, readable times, filters, every sheet explained
+    case = {row[0].value: row[1] for row in book["case_summary"].iter_rows(min_row=2)}
+    assert case["rank_count"].value == 2 and case["rank_count"].data_type == "n"
+    steps = [[c.value for c in row] for row in book["step_summary"].iter_rows()]
+    header, first = steps[0], dict(zip(steps[0], steps[1]))
+    assert not [h for h in header if h.endswith("_ns")] and 0 <= first["start_us_from_start"] < 1e7
+    raw = pd.read_csv(out / schema.STEP_SUMMARY.file)
+    assert first["wall_ms"] == pytest.approx(raw["wall_ms"].iloc[0])
+    readme = {row[0].value: row[1].value for row in book["README"].iter_rows(min_row=2)}
+    for sheet in book.worksheets[1:]:
+        assert sheet.auto_filter.ref and sheet.auto_filter.ref.startswith("A1:"), sheet.title
+        assert sheet.title in readme and readme[sheet.title] != sheet.title, sheet.title  # a sentence, not a name
+    empty = [[c.value for c in row] for row in book["step_trace_accounting"].iter_rows()]
+    assert empty[1][0] == "(no rows)" and "every rank has device events" in empty[1][1]
     report = (out / schema.REPORT_MD).read_text()
     assert "<script>" not in report
     top = pd.read_csv(out / schema.OPERATOR_CLASS_SUMMARY_CSV.file)
@@ -266,6 +281,15 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     assert (schedule["micro_batches"] == 2).all() and schedule["ideal_bubble_share"].tolist() == [1 / 3] * 2
     assert schedule.loc[0, "pp_exposed_ms"] == pytest.approx(exposed_ms, abs=0.01)
     assert "pp\\_stage\\_imbalance" in report.split("Executive Summary")[1].split("##")[0]
+    # words a person reads: steps counted once, percent shares, no "None", a glossary of the derived metrics
+    executive = report.split("Executive Summary")[1].split("##")[0]
+    assert "1 complete step (id 13) on 2 ranks" in executive and "4 ranks," in executive
+    assert "compute 39.0 %" in executive
+    assert "None" not in report and "1 ranks" not in report
+    assert "expected layers: not known (no config.json or --model-id); detected per rank: 14" in report
+    glossary = report.split("Glossary")[1]
+    for term in ("underfeed_ms", "rank_duration_skew_ratio", "exposed communication", "recoverable time"):
+        assert term in glossary, term
     # a kernel on two core types (MatMulV3: aic and mix_cv) is the largest compute kernel over both
     raw = pd.concat(
         pd.read_csv(QWEN_TRAINING / f"rank_{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")

@@ -235,3 +235,17 @@ def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_ca
     trace = json.loads((out / schema.REPORT_TRACE).read_text())["traceEvents"]
     pp_spans = [e for e in trace if e.get("cat") == "pp"]
     assert sorted({e["pid"] for e in pp_spans}) == [0, 2] and len(pp_spans) == 8
+    # the page says which ranks it cannot draw, and a one-step capture still lists its top operators
+    assert "no device events on ranks 1, 3" in browser.find_element(By.ID, "identity").text
+    assert "idle windows" in browser.find_element(By.ID, "legend").text
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.top-ops tr"))
+    parts = browser.execute_script(
+        "return [...document.querySelectorAll('#inspector .bar div')].map(e => parseFloat(e.style.width))"
+    )
+    assert len(parts) == 3 and sum(parts) == pytest.approx(100.0, abs=0.5)  # head + main + tail = the step
+    assert browser.find_element(By.CSS_SELECTOR, "#kpis").text.count("%") == 3  # shares as percent
+    from npuprof.pipeline.report.glossary import GLOSSARY
+
+    browser.find_element(By.CSS_SELECTOR, "#help summary").click()
+    terms = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#glossary dt")]
+    assert terms == [term for term, _ in GLOSSARY] and "underfeed_ms / idle" in terms

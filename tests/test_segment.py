@@ -300,6 +300,7 @@ def test_expected_layers_come_from_config_or_catalog_and_are_checked(tmp_path, c
         "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "d"), "--model-id", "NoSuchModel", "--progress", "none"
     )
     assert run.returncode == 2 and "model catalog" in run.result["error"]
+    assert not (tmp_path / "d").exists()  # refused before anything was written: the corrected run needs no flag
 
 
 def test_config_json_in_a_synthetic_root_validates_pipeline_stage_layers(tmp_path):

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.io import json_text
+from npuprof.pipeline.report.glossary import GLOSSARY
 from npuprof.pipeline.report.perfetto import rebased_us
 from npuprof.pipeline.report.pp_chart import pp_chart, stage_passes
 from npuprof.pipeline.summaries.communication import call_families
@@ -222,6 +223,12 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "span_us": span,
         "chunk_us": span / CHUNKS,
         "ranks": sorted({int(r) for f in (events, inputs.steps) if len(f) for r in f["rank_id"].unique()}),
+        "glossary": [list(item) for item in GLOSSARY],
+        "ranks_without_events": sorted(
+            int(m["rank_id"])
+            for m in inputs.manifest("normalize").get("rank_summaries", [])
+            if not m.get("event_count")
+        ),
         "findings": _findings(inputs.findings, inputs.evidence, offsets, base_ns),
         "steps": _steps(inputs.steps, inputs.anatomy, offsets, base_ns),
         "layers": _layers(inputs.layers, offsets, base_ns),

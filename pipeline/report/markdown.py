@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from npuprof.pipeline.report.glossary import glossary_markdown
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
@@ -60,17 +61,39 @@ def _headline(summary: dict) -> str:
     return f"Where the step goes ({cell(headline['basis'])}):\n\n" + "\n".join(lines) + "\n"
 
 
-def _executive(summary: dict) -> str:
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def _complete_steps(steps: pd.DataFrame) -> str:
+    """'1 complete step (id 13) on 2 ranks': steps counted once however many ranks ran them."""
+    complete = steps[steps["complete"].astype(bool)] if len(steps) else steps
+    if complete.empty:
+        return "no complete step"
+    ids = sorted(int(i) for i in complete["step_id"].dropna().unique())
+    named = f" (id{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids[:8]))}{', …' if len(ids) > 8 else ''})"
+    count = len(ids) if ids else int(complete.groupby("rank_id").size().max())
+    return (
+        f"{_plural(count, 'complete step')}{named if ids else ''} on {_plural(complete['rank_id'].nunique(), 'rank')}"
+    )
+
+
+def _executive(inputs: ReportInputs, summary: dict) -> str:
     identity, kpis, counts = summary["identity"], summary["kpis"], summary["finding_counts"]
     wall = kpis["step_wall_ms"]
     lines = [
-        f"**Status: {cell(summary['status'])}.** {cell(identity['rank_count'])} ranks, "
-        f"{cell(identity['event_count'])} device events, capture of {cell(identity['capture']['wall_ms'])} ms "
-        f"from {cell(identity['source'])}.",
-        f"Complete steps: {wall['count']}, wall mean {cell(wall['mean'])} ms (p50 {cell(wall['p50'])}, "
-        f"p90 {cell(wall['p90'])}). Share of wall: compute {cell(kpis['compute_share_of_wall'])}, exposed "
-        f"communication {cell(kpis['comm_share_of_wall'])}, idle {cell(kpis['bubble_share_of_wall'])}.",
-        f"Findings: {counts['total']} ({_by_severity(counts) or 'none'}).",
+        f"**Status: {cell(summary['status'])}.** {_plural(int(identity['rank_count']), 'rank')}, "
+        f"{cell(identity['event_count'])} device events over {cell(identity['capture']['wall_ms'])} ms of capture "
+        f"(kernel source: {cell(identity['source'])}).",
+        f"{_complete_steps(inputs.steps)}: step wall mean {cell(wall['mean'])} ms (p50 {cell(wall['p50'])}, "
+        f"p90 {cell(wall['p90'])}). Share of the step: compute {_share(kpis['compute_share_of_wall'])}, exposed "
+        f"communication {_share(kpis['comm_share_of_wall'])}, device idle {_share(kpis['bubble_share_of_wall'])}.",
+        f"Findings: {counts['total']} ({_by_severity(counts) or 'none'})"
+        + (f"; the {min(5, len(summary['findings']))} most recoverable:" if summary["findings"] else "."),
     ]
     for group in summary["findings"][:5]:
         label = f"**{cell(group['finding_type'])}** ({cell(group['severity'])}, {_saving(group)})"
@@ -88,10 +111,16 @@ def _saving(group: dict) -> str:
 
 def _capture(inputs: ReportInputs, summary: dict) -> str:
     validation = summary["layer_validation"]
+    low, high = validation["detected_layers"]["min"], validation["detected_layers"]["max"]
+    detected = "none" if low is None else f"{low}" if low == high else f"{low} to {high}"
+    expected = (
+        f"{validation['expected_layers']} from {validation['expected_source']}"
+        if validation["expected_layers"] is not None
+        else "not known (no config.json or --model-id)"
+    )
     text = (
-        f"Layer validation: **{cell(validation['status'])}** (expected {cell(validation['expected_layers'])} from "
-        f"{cell(validation['expected_source'])}; detected {cell(validation['detected_layers']['min'])}–"
-        f"{cell(validation['detected_layers']['max'])} per rank; hard errors {cell(validation['hard_error_count'])}, "
+        f"Layer validation: **{cell(validation['status'])}** (expected layers: {cell(expected)}; detected per rank: "
+        f"{cell(detected)}; hard errors {cell(validation['hard_error_count'])}, "
         f"interior islands {cell(validation['interior_island_total'])}).\n\n"
     )
     if inputs.steps.empty:
@@ -201,8 +230,15 @@ def _roofline(inputs: ReportInputs) -> str:
     frame["reclaimable_ms"] = frame["reclaimable_us"] / 1000.0
     text = (
         "Per kernel and shapes (all ranks): FLOPs and bytes from shapes, achieved rate, the bound on the sustained "
-        "roof, and the time above that roof (reclaimable). Top by reclaimable time:\n\n"
+        "roof, and the time above that roof (reclaimable)."
     )
+    if frame["reclaimable_ms"].notna().any():
+        frame = frame.sort_values("reclaimable_ms", ascending=False, kind="stable")
+        text += " Top by reclaimable time:\n\n"
+    else:  # no roof without the hardware: rank by the time spent instead of by a column of dashes
+        frame = frame.assign(_total=frame["duration_avg_us"] * frame["call_count"])
+        frame = frame.sort_values("_total", ascending=False, kind="stable")
+        text += " The hardware is unknown (`--hardware-model`), so there is no roof; top by time spent:\n\n"
     return text + table(
         frame,
         [
@@ -357,7 +393,7 @@ def report_markdown(inputs: ReportInputs, summary: dict) -> str:
     """The whole report.md."""
     sections = [
         ("Biggest Costs Of The Step", _headline(summary)),
-        ("Executive Summary", _executive(summary)),
+        ("Executive Summary", _executive(inputs, summary)),
         ("Capture And Segmentation", _capture(inputs, summary)),
         ("Macro Step Timeline", _timeline(inputs, summary)),
         ("Pipeline Coverage And Bound Families", _bound(inputs, summary)),
@@ -372,6 +408,7 @@ def report_markdown(inputs: ReportInputs, summary: dict) -> str:
         ("Finding Inventory", _finding_inventory(summary)),
         ("Evidence Chain", _evidence_chain(inputs)),
         ("Limitations", "".join(f"- {cell(text)}\n" for text in summary["limitations"]) or "_none_\n"),
+        ("Glossary", glossary_markdown()),
     ]
     title = f"# npuprof report: {cell(summary['identity']['profile_root'])}\n\n"
     return title + "\n".join(f"## {i}. {name}\n\n{body}" for i, (name, body) in enumerate(sections, start=1))

@@ -3,7 +3,8 @@
 Kernel names and paths are untrusted: a text cell is always written as text, so one that starts
 with ``=``, ``+``, ``-`` or ``@`` can never become a formula, and characters Excel refuses are
 dropped. Per-instance sheets are capped, with a visible ``__truncated__`` row saying how many rows
-the CSV holds; class sheets stay whole. Headers are frozen and columns sized to their content.
+the CSV holds; class sheets stay whole. Headers are frozen, columns sized to their content, every
+table filterable; numbers stay numbers, and absolute times become µs from the capture start.
 """
 
 from __future__ import annotations
@@ -57,7 +58,40 @@ def _rows(sheet, frame: pd.DataFrame):
     return zip(*columns) if columns else iter(())
 
 
-def _sheet(book: Workbook, title: str, frame: pd.DataFrame, cap: int | None, csv_name: str | None) -> None:
+TIME_SUFFIX = "_us_from_start"
+ABSOLUTE_US = 1e12  # µs values above this are epoch timestamps (2001 on), not durations
+
+
+def relative_times(frame: pd.DataFrame, base_ns: int | None) -> pd.DataFrame:
+    """Absolute times as µs from the capture start (``base_ns``): ``*_ns`` columns, and ``*_us``
+    columns that hold epoch µs; renamed ``<name>_us_from_start`` (an epoch-µs column whose ns twin is
+    already shown is left out). A spreadsheet shows 1.76e+18 ns as nothing a person reads, and rounds it."""
+    if base_ns is None or frame.empty:
+        return frame
+    out = frame.copy()
+    renamed: dict[str, str] = {}
+    dropped = []
+    numeric = [
+        n for n in frame.columns if pd.api.types.is_numeric_dtype(frame[n]) and not pd.api.types.is_bool_dtype(frame[n])
+    ]
+    for name in numeric:  # nanosecond columns first: they are the exact ones
+        if name.endswith("_ns"):
+            out[name] = (frame[name] - base_ns) / 1000.0
+            renamed[name] = name[: -len("_ns")] + TIME_SUFFIX
+    for name in numeric:
+        if name.endswith("_us") and frame[name].abs().median() > ABSOLUTE_US:
+            target = name[: -len("_us")] + TIME_SUFFIX
+            if target in renamed.values() or target in frame.columns:
+                dropped.append(name)
+            else:
+                out[name] = frame[name] - base_ns / 1000.0
+                renamed[name] = target
+    return out.drop(columns=dropped).rename(columns=renamed)
+
+
+def _sheet(
+    book: Workbook, title: str, frame: pd.DataFrame, cap: int | None, csv_name: str | None, empty_reason: str
+) -> None:
     sheet = book.create_sheet(title=title[:31])
     sheet.freeze_panes = "A2"
     shown = frame.head(cap) if cap else frame
@@ -73,20 +107,27 @@ def _sheet(book: Workbook, title: str, frame: pd.DataFrame, cap: int | None, csv
     sheet.append(header)
     for row in _rows(sheet, shown):
         sheet.append(list(row))
+    if len(frame.columns):
+        sheet.auto_filter.ref = f"A1:{get_column_letter(len(frame.columns))}{max(len(shown), 1) + 1}"
+    if frame.empty:
+        sheet.append([_text_cell(sheet, "(no rows)"), _text_cell(sheet, empty_reason)])
     if cap and len(frame) > cap:
         where = f"all {len(frame)} rows are in {csv_name}" if csv_name else f"{len(frame)} rows in all"
         sheet.append([_text_cell(sheet, "__truncated__"), _text_cell(sheet, f"first {cap} rows shown; {where}")])
 
 
-def workbook(readme: list[tuple[str, str]], sheets: list[tuple[str, pd.DataFrame, int | None, str | None]]) -> bytes:
-    """The workbook: README (sheet → what it holds) then each (title, frame, cap, csv file)."""
+def workbook(
+    readme: list[tuple[str, str]], sheets: list[tuple[str, pd.DataFrame, int | None, str | None, str]]
+) -> bytes:
+    """The workbook: README (sheet → what it holds) then each (title, frame, cap, csv file, why it
+    may be empty)."""
     book = Workbook(write_only=True)
     about = book.create_sheet(title="README")
     about.append([_text_cell(about, "sheet"), _text_cell(about, "what it holds")])
     for name, text in readme:
         about.append([_text_cell(about, name), _text_cell(about, text)])
-    for title, frame, cap, csv_name in sheets:
-        _sheet(book, title, frame, cap, csv_name)
+    for title, frame, cap, csv_name, empty_reason in sheets:
+        _sheet(book, title, frame, cap, csv_name, empty_reason)
     buffer = _io.BytesIO()
     book.save(buffer)
     return buffer.getvalue()

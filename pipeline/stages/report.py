@@ -14,13 +14,15 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.io import int_ranks
+from npuprof.pipeline.report.glossary import GLOSSARY
 from npuprof.pipeline.report.html import html_report
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.markdown import report_markdown
 from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, trace_json
 from npuprof.pipeline.report.pp_chart import stage_passes
+from npuprof.pipeline.report.sheet_notes import TIMES, sheet_note
 from npuprof.pipeline.report.summary import analysis_summary
-from npuprof.pipeline.report.xlsx import workbook
+from npuprof.pipeline.report.xlsx import relative_times, workbook
 from npuprof.pipeline.stages.base import RootContext, StageResult
 
 MANIFEST_STAGES = ("normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics")
@@ -89,7 +91,9 @@ def _workbook(ctx: RootContext, inputs: ReportInputs, summary: dict) -> bytes:
             *[(f"kpi.{k}", v) for k, v in summary["kpis"].items() if not isinstance(v, (dict, list))],
         ],
         columns=["field", "value"],
-    ).astype({"value": str})
+    )
+    # numbers stay numbers (a spreadsheet sums them); lists as text
+    case["value"] = [", ".join(map(str, v)) if isinstance(v, list) else v for v in case["value"]]
     findings = pd.DataFrame(
         [
             {
@@ -111,12 +115,16 @@ def _workbook(ctx: RootContext, inputs: ReportInputs, summary: dict) -> bytes:
             "statistic",
         ],
     )
-    sheets = [("case_summary", case, None, None)]
-    sheets += [(Path(view.file).stem, ctx.read_view(view), cap, view.file) for view, cap in SHEETS]
-    sheets.append(("diagnosis_findings", findings, None, schema.DIAGNOSIS_FINDINGS))
-    readme = [("case_summary", "status, identity and headline KPIs of the root")]
-    readme += [
-        (title, f"{file or title}" + (f" (first {cap} rows)" if cap else "")) for title, _, cap, file in sheets[1:]
+    base_ns = int(inputs.steps["start_ns"].min()) if len(inputs.steps) else None
+    tables = [("case_summary", case, None, None)]
+    tables += [(Path(view.file).stem, ctx.read_view(view), cap, view.file) for view, cap in SHEETS]
+    tables.append(("diagnosis_findings", findings, None, schema.DIAGNOSIS_FINDINGS))
+    sheets = [
+        (title, relative_times(frame, base_ns), cap, file, sheet_note(title)[1]) for title, frame, cap, file in tables
+    ]
+    readme = [("(times)", TIMES), *((f"(glossary) {term}", text) for term, text in GLOSSARY)] + [
+        (title, sheet_note(title)[0] + (f" — {file}" if file else "") + (f", first {cap} rows" if cap else ""))
+        for title, _, cap, file, _ in sheets
     ]
     return workbook(readme, sheets)
 

@@ -145,6 +145,7 @@ def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, wo
         "sweep_id": sweep_id,
         "state": again.result["state"],
         "resubmitted": False,
+        "broker": redis_server.url,
     }  # still running: not sent again
     wait_done(redis_server.url, sweep_id)
     manifests = {p: p.stat().st_mtime_ns for p in archive.glob("*/manifest.json")}
@@ -172,7 +173,8 @@ def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
         ).returncode
         == 2
     )
-    assert run_cli("status", "no-such-sweep", "--broker", redis_server.url).returncode == 2
+    unknown_sweep = run_cli("status", "no-such-sweep", "--broker", redis_server.url)
+    assert unknown_sweep.returncode == 2 and redis_server.url in unknown_sweep.result["error"]  # which broker
     unknown = run_cli("fetch", sweep_id, "--root", "case_09", "-o", str(tmp_path / "d3"), "--broker", redis_server.url)
     assert unknown.returncode == 2 and "case_00_clean" in unknown.result["error"]  # the valid roots, listed
     finished = run_cli("cancel", sweep_id, "--broker", redis_server.url)

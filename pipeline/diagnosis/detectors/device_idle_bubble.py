@@ -78,6 +78,7 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
                     "total": total,
                     "largest_ms": float(worst["largest_internal_bubble_ms"]),
                     "step_id": None if pd.isna(worst["step_id"]) else int(worst["step_id"]),
+                    "in_step": "" if pd.isna(worst["step_id"]) else f", step {int(worst['step_id'])}",
                 },
                 recoverable_ms_per_step=_closed(inputs, rank, own["step_ordinal"]),
             )
