@@ -202,32 +202,32 @@ def _add_service(commands) -> None:
     submit.add_argument(
         "--queue", help="queue to plan on (default: storage.<name> from NPUPROF_STORAGE_MAP, else 'npuprof')"
     )
-    submit.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
+    _add_broker(submit)
     submit.add_argument(
         "--render-html", action="store_true", help="full report mode for every root: report.xlsx and report.html too"
     )
     _add_hardware_model(submit)
 
     status_cmd = commands.add_parser("status", help="per-root state and progress of a sweep")
-    status_cmd.add_argument("sweep_id")
+    status_cmd.add_argument("sweep_id", help=SWEEP_ID_HELP)
     status_cmd.add_argument("--json", action="store_true", help="print only the JSON object (no table on stderr)")
     status_cmd.add_argument("--watch", action="store_true", help="poll until the sweep is done")
     status_cmd.add_argument("--interval", type=float, default=2.0, help="seconds between polls with --watch")
-    status_cmd.add_argument("--broker")
+    _add_broker(status_cmd)
 
     fetch_cmd = commands.add_parser("fetch", help="copy a sweep's rollup and a root's summaries from the archive")
-    fetch_cmd.add_argument("sweep_id")
+    fetch_cmd.add_argument("sweep_id", help=SWEEP_ID_HELP)
     fetch_cmd.add_argument("--root", help="also copy this root's summary files (root path, slug or dir name)")
     fetch_cmd.add_argument("-o", "--output", required=True, help="destination directory")
-    fetch_cmd.add_argument("--broker")
+    _add_broker(fetch_cmd)
     fetch_cmd.add_argument(
         "--via", help="ssh://[user@]host[:port] of a machine that mounts the archive: copy over SFTP from there"
     )
     _add_ssh_options(fetch_cmd)
 
     cancel_cmd = commands.add_parser("cancel", help="revoke a sweep's pending tasks")
-    cancel_cmd.add_argument("sweep_id")
-    cancel_cmd.add_argument("--broker")
+    cancel_cmd.add_argument("sweep_id", help=SWEEP_ID_HELP)
+    _add_broker(cancel_cmd)
 
     _add_worker_and_flower(commands)
 
@@ -244,7 +244,7 @@ def _add_worker_and_flower(commands) -> None:
         "-Q", "--queues", default=None, help="comma-separated queues (e.g. storage.lustre); default: npuprof"
     )
     worker.add_argument("-c", "--concurrency", type=int, default=None, help="worker processes (default: CPU cores)")
-    worker.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
+    _add_broker(worker)
 
     flower = commands.add_parser(
         "flower",
@@ -254,7 +254,7 @@ def _add_worker_and_flower(commands) -> None:
     )
     flower.add_argument("--port", type=int, default=5555)
     flower.add_argument("--address", default="127.0.0.1")
-    flower.add_argument("--broker")
+    _add_broker(flower)
     flower.add_argument(
         "--basic-auth-file",
         help="a file holding user:password lines for HTTP basic auth (kept off the command line and out of ps)",
@@ -321,7 +321,7 @@ def _add_deploy(commands) -> None:
         default=None,
         help="queue the worker listens on (repeatable; default: npuprof)",
     )
-    deploy.add_argument("--broker", help="Redis URL (default: NPUPROF_BROKER_URL or redis://127.0.0.1:6379/0)")
+    _add_broker(deploy)
     deploy.add_argument(
         "--storage-map",
         help="the worker's NPUPROF_STORAGE_MAP (name=/mount,...): roots it plans go to storage.<name> queues",
@@ -337,6 +337,17 @@ def _add_deploy(commands) -> None:
     deploy.add_argument("--init", choices=("auto", "systemd", "supervisor"), default="auto")
     deploy.add_argument("--wheel", help="install this wheel (default: build one from the running source tree)")
     deploy.add_argument("--ping-timeout", type=float, default=90.0, help="seconds to wait for the worker's answer")
+
+
+SWEEP_ID_HELP = "the sweep's id, as `npuprof submit` printed it"
+
+
+def _add_broker(parser: argparse.ArgumentParser) -> None:
+    """--broker, the same everywhere: which Redis the command talks to."""
+    parser.add_argument(
+        "--broker",
+        help="Redis URL of the service (default: NPUPROF_BROKER_URL, else redis://127.0.0.1:6379/0)",
+    )
 
 
 def _add_synth_and_demo(commands) -> None:

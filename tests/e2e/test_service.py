@@ -91,7 +91,7 @@ def test_ten_root_sweep_through_two_workers_matches_the_local_sweep(redis_server
 @pytest.mark.parametrize("how", ["pool_child", "worker_process"])
 def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
     search = build_search_root(
-        tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=30, layers=16, trace=False
+        tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=16, layers=12, trace=False
     )
     first, second = workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
