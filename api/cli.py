@@ -148,7 +148,7 @@ def _add_report_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--html-single-file",
         action="store_true",
-        help="with --mode full: inline the HTML report's data so report.html opens from file:// (larger file)",
+        help="with --mode full: inline the HTML report's data into report.html itself, one file to mail (larger)",
     )
     run.add_argument(
         "--no-host-trace",
