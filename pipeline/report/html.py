@@ -21,7 +21,7 @@ import pandas as pd
 from npuprof.pipeline.io import json_text
 from npuprof.pipeline.report.glossary import GLOSSARY
 from npuprof.pipeline.report.perfetto import rebased_us
-from npuprof.pipeline.report.pp_chart import pp_chart, stage_passes
+from npuprof.pipeline.report.pp_chart import pp_chart
 from npuprof.pipeline.summaries.communication import call_families
 
 COARSE_BINS = 1500
@@ -233,7 +233,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "steps": _steps(inputs.steps, inputs.anatomy, offsets, base_ns),
         "layers": _layers(inputs.layers, offsets, base_ns),
         "bubbles": _bubbles(bubbles, offsets, base_ns),
-        "pp": pp_chart(stage_passes(inputs.layers, inputs.pp_schedule), inputs.pp_schedule, offsets, base_ns),
+        "pp": pp_chart(inputs.pp_passes, inputs.pp_schedule, offsets, base_ns),
         "coarse": _coarse(events, start, end, span) if len(events) else {"bin_us": 1, "lanes": [], "busy": []},
         "op_classes": _op_classes(classes),
     }

@@ -144,6 +144,7 @@ def _inputs(ctx: RootContext) -> ReportInputs:
     frames = {t: ctx.read_frame(t) for t in schema.STEP_SUMMARY.tables}
     diagnosis = io.read_json_or_empty(ctx.out_dir / schema.DIAGNOSIS_FINDINGS)
     findings = diagnosis.get("diagnosis_findings", [])
+    layers, pp_schedule = _layers(ctx), ctx.read_view(schema.PP_SCHEDULE_CSV)
     return ReportInputs(
         out_dir=str(ctx.out_dir),
         mode=ctx.options.mode,
@@ -159,7 +160,7 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         operator_classes=ctx.read_view(schema.OPERATOR_CLASS_SUMMARY_CSV),
         hccl_classes=ctx.read_view(schema.HCCL_CLASS_SUMMARY_CSV),
         evidence=int_ranks(ctx.read_frame(schema.EVIDENCE_INDEX)),
-        layers=_layers(ctx),
+        layers=layers,
         events=_trace_events(ctx),
         model_insights=io.read_json_or_empty(ctx.out_dir / schema.MODEL_INSIGHTS),
         hardware=io.read_json_or_empty(ctx.out_dir / schema.HARDWARE_INSIGHTS),
@@ -169,7 +170,8 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         efficiency=ctx.read_view(schema.OPERATOR_EFFICIENCY_SUMMARY_CSV),
         annotations=diagnosis.get("evidence_annotations", []),
         step_trace=ctx.read_view(schema.STEP_TRACE_ACCOUNTING_CSV),
-        pp_schedule=ctx.read_view(schema.PP_SCHEDULE_CSV),
+        pp_schedule=pp_schedule,
+        pp_passes=stage_passes(layers, pp_schedule),  # the chart and the trace draw the same passes
     )
 
 
@@ -207,10 +209,16 @@ def reduce_root(ctx: RootContext) -> StageResult:
     summary = analysis_summary(inputs, status, artifacts)
     bubbles = int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS))
     offsets = inputs.manifest("cross_rank").get("clock_offsets_us") or {}
-    passes = stage_passes(inputs.layers, inputs.pp_schedule)
     rendered: dict[str, bytes | str] = {
         schema.REPORT_TRACE: trace_json(
-            inputs.events, inputs.steps, inputs.layers, bubbles, inputs.findings, inputs.evidence, offsets, passes
+            inputs.events,
+            inputs.steps,
+            inputs.layers,
+            bubbles,
+            inputs.findings,
+            inputs.evidence,
+            offsets,
+            inputs.pp_passes,
         ),
     }
     statuses = {"xlsx": "skipped (fast mode)", "html": "skipped (fast mode)"}
