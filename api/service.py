@@ -21,6 +21,17 @@ from npuprof.pipeline.stages.base import AnalyzeOptions
 SERVICE_EXTRA_HINT = "the service needs its extra: pip install 'npuprof[service]'"
 
 
+def require_service_extra(*modules: str) -> None:
+    """One clear line instead of a traceback when the service extra (celery, redis, flower) is missing."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ServiceUnavailable(f"{SERVICE_EXTRA_HINT} ({exc})") from None
+
+
 @dataclass
 class Connection:
     """A client's handle on one broker: a Celery app built for it, and its URL."""

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pytest
 
 from npuprof import knowledge
-from npuprof.api.cli import build_parser, celery_command
+from npuprof.api.cli import build_parser
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import EXIT_SERVICE_UNAVAILABLE
 from npuprof.pipeline.execution import write_result
@@ -27,6 +27,7 @@ from npuprof.pipeline.stages.base import AnalyzeOptions, StageResult
 from npuprof.pipeline.sweep.roots import find_roots
 from npuprof.pipeline.window import StageWindow, resolve_window
 from npuprof.synth import generate
+from npuprof.workers.launch import worker_command
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT_DIRS = ("pipeline", "workers", "api")
@@ -229,10 +230,10 @@ def test_worker_passes_celery_options_through_without_a_separator():
     parser = build_parser()
     options = "-Q storage.lustre -n a@%h -l DEBUG --autoscale 4,1 --max-tasks-per-child 5".split()
     args, extra = parser.parse_known_args(["worker", *options])
-    command = celery_command(args, extra)
+    command = worker_command(args.queues, args.concurrency, extra)
     assert command[command.index("worker") + 1 :] == options
     args, extra = parser.parse_known_args(["worker"])
-    assert celery_command(args, extra)[-2:] == ["--loglevel", "INFO"]
+    assert worker_command(args.queues, args.concurrency, extra)[-2:] == ["--loglevel", "INFO"]
 
 
 @pytest.mark.parametrize(
@@ -247,10 +248,42 @@ def test_service_commands_without_the_service_extra_say_how_to_install_it(comman
     assert "Traceback" not in run.stderr
 
 
-def test_every_analyze_option_changes_what_is_computed():
+def _long_options(command: str) -> set[str]:
     commands = next(a for a in build_parser()._actions if a.dest == "command")
-    analyze_parser = commands.choices["analyze"]
-    options = {o for action in analyze_parser._actions for o in action.option_strings if o.startswith("--")}
+    return {o for action in commands.choices[command]._actions for o in action.option_strings if o.startswith("--")}
+
+
+def test_sweep_and_submit_accept_every_analyze_option():
+    analysis_options = _long_options("analyze") - {
+        "--output",
+        "--from-stage",
+        "--to-stage",
+        "--only-stage",
+        "--progress",
+        "--jobs",
+        "--overwrite",
+        "--help",
+    }
+    assert "--model-config" in analysis_options and "--no-host-trace" in analysis_options
+    for command in ("sweep", "submit"):
+        assert analysis_options <= _long_options(command), (command, analysis_options - _long_options(command))
+
+
+def test_every_help_page_is_built_without_pandas_numpy_or_pyarrow():
+    # npuprof --help must answer at once: its parsers may import nothing that loads the data stack
+    code = (
+        "import sys\n"
+        "from npuprof.api.cli import build_parser\n"
+        "build_parser()\n"
+        "print(sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'scipy', 'celery') if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
+def test_every_analyze_option_changes_what_is_computed():
+    options = _long_options("analyze")
     # each option is an AnalyzeOptions field, a stage window, or how the run is driven
     fields = {f"--{k.replace('_', '-')}" for k in AnalyzeOptions._KEYS} | {
         "--no-host-trace",

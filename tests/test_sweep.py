@@ -93,10 +93,14 @@ def test_reuse_existing_skips_finished_roots_and_limit_caps(cli, search_root, tm
     run = cli("sweep", "--search-root", str(search_root), "-o", str(out), "--reuse-existing", "--progress", "none")
     assert run.result["reused_roots"] == 4  # the broken root is retried, the 4 finished ones are not
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/manifest.json")} == manifests
-    limited = cli(
-        "sweep", "--search-root", str(search_root), "-o", str(tmp_path / "two"), "--limit", "2", "--progress", "none"
-    )
+    # every analyze option applies to each root of a sweep
+    options = ("--limit", "2", "--progress", "none", "--no-host-trace", "--mode", "full")
+    limited = cli("sweep", "--search-root", str(search_root), "-o", str(tmp_path / "two"), *options)
     assert limited.result["root_count"] == 2
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "two").glob("*/manifest.json")]
+    assert len(manifests) == 2
+    assert all(m["options"]["host_trace"] is False and m["options"]["mode"] == "full" for m in manifests)
+    assert len(list((tmp_path / "two").glob("*/report/report.html"))) == 2
 
 
 def test_sweep_output_inside_the_search_root_is_not_analyzed_again(cli, search_root, tmp_path):

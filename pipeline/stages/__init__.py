@@ -1,9 +1,10 @@
 """The seven stages, registered in order (docs/architecture.md): what each requires and produces,
-and its map (per rank) and reduce (per root) functions. ``STAGE_NAMES`` is the pipeline order."""
+and its map (per rank) and reduce (per root) functions. ``STAGE_NAMES`` (stage_order.py) is the pipeline order."""
 
 from __future__ import annotations
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.stage_order import STAGE_NAMES
 from npuprof.pipeline.stages import classify, cross_rank, diagnostics, normalize, report, segment, summarize
 from npuprof.pipeline.stages.base import Stage
 
@@ -102,7 +103,8 @@ STAGES: tuple[Stage, ...] = (
     ),
 )
 
-STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+if tuple(s.name for s in STAGES) != STAGE_NAMES:  # the CLI's --help reads the light list
+    raise RuntimeError("npuprof.pipeline.stage_order.STAGE_NAMES differs from the registered stages")
 
 
 def stage(name: str) -> Stage:

@@ -86,19 +86,19 @@ class RedisServer:
 
 
 class Worker:
-    """One ``celery -A npuprof.workers.app worker`` process (prefork, one child)."""
+    """One ``npuprof worker`` process (Celery prefork, one child)."""
 
     def __init__(self, name: str, broker: str, logdir: Path, env: dict | None = None, queues: str = "npuprof") -> None:
         self.name = name
         self.log = logdir / f"{name}.log"
         self.env = {**os.environ, "NPUPROF_BROKER_URL": broker, **(env or {})}
-        self.command = [
+        self.command = [  # through `npuprof worker`, as a user starts one
             sys.executable,
             "-m",
-            "celery",
-            "-A",
-            "npuprof.workers.app",
+            "npuprof.api.cli",
             "worker",
+            "--broker",
+            broker,
             "-Q",
             queues,
             "-c",

@@ -137,7 +137,8 @@ def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_
 
 def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, workers, tmp_path):
     search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"])
-    workers(2)
+    started = workers(2)
+    assert all(f"npuprof worker: broker {redis_server.url}\n" in w.log_text() for w in started)  # its first line
     archive = tmp_path / "archive"
     sweep_id = submit(redis_server.url, search, archive)
     again = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", redis_server.url)

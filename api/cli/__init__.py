@@ -1,0 +1,62 @@
+"""The ``npuprof`` command line: one module per command group, the shared option groups in
+``options``. Parsers import nothing heavy, so ``npuprof --help`` answers before pandas would load;
+each command imports what it runs when it runs.
+
+Stdout carries exactly one JSON object per command (the result, or ``{"status": "failed", ...}``);
+everything meant for people (progress, one-line errors, the terminal summary) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from npuprof.api.cli import analyze, deploy, service, sweep, synth
+from npuprof.api.cli.options import EXIT_CODES_HELP, Parser, print_json
+from npuprof.pipeline import __version__
+from npuprof.pipeline.errors import NpuprofError, UsageError, failure_object
+
+COMMAND_GROUPS = (analyze, sweep, service, deploy, synth)
+HANDLERS = {name: run for group in COMMAND_GROUPS for name, run in group.HANDLERS.items()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every npuprof command."""
+    parser = Parser(
+        prog="npuprof",
+        description="Analyze Ascend NPU profiling roots (torch_npu / CANN) into traceable answers.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"npuprof {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for group in COMMAND_GROUPS:
+        group.add_parsers(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``npuprof`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args, passthrough = parser.parse_known_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            raise UsageError("npuprof: a COMMAND is required (see npuprof --help)")
+        if args.command == "worker":  # Celery's own worker options pass through
+            return service.run_celery(args, passthrough)
+        if passthrough:
+            raise UsageError(f"npuprof {args.command}: unrecognized arguments: {' '.join(passthrough)}")
+        if args.command == "flower":
+            return service.run_celery(args, [])
+        return HANDLERS[args.command](args)
+    except NpuprofError as exc:
+        failure = failure_object(exc)
+        sys.stderr.write(f"npuprof: error [{failure['phase']}]: {exc.one_line()}\n")
+        print_json(failure)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("npuprof: interrupted\n")
+        print_json({"status": "failed", "phase": "interrupted", "kind": "interrupted", "error": "interrupted by user"})
+        return 130

@@ -1,0 +1,81 @@
+"""``npuprof synth`` (a synthetic root with planted faults) and ``npuprof demo`` (one, analyzed)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from npuprof.api.cli.options import add_progress, print_json, require_positive
+from npuprof.pipeline.errors import UsageError
+from npuprof.synth.scenarios import SCENARIOS
+
+
+def add_parsers(commands) -> None:
+    synth = commands.add_parser(
+        "synth",
+        help="generate a synthetic profiling root with planted faults",
+        description="Generate a realistic synthetic profiling root (torch_npu text export) with planted faults "
+        "and OUT/ground_truth.json. Deterministic for a seed. Scenarios: "
+        + ", ".join(f"{n} ({s.description})" for n, s in SCENARIOS.items()),
+    )
+    synth.add_argument("out", help="directory to create (refused if non-empty, unless --overwrite)")
+    synth.add_argument("--scenario", default="clean", choices=sorted(SCENARIOS), metavar="NAME", help="scenario name")
+    synth.add_argument("--ranks", type=int, help="number of ranks (default: the scenario's)")
+    synth.add_argument("--steps", type=int, help="steps captured per rank")
+    synth.add_argument("--layers", type=int, help="decoder layers")
+    synth.add_argument("--scale", type=float, default=1.0, help="multiply tokens per step (and so kernel durations)")
+    synth.add_argument(
+        "--export",
+        choices=("text", "db", "both"),
+        default="text",
+        help="text files, profiler dbs (schema 1.0.0 + analysis.db), or both (default: text)",
+    )
+    synth.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
+    synth.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+
+    demo = commands.add_parser(
+        "demo",
+        help="generate a small 4-rank root with two planted faults and analyze it",
+        description="Generate the 'demo' scenario (4 ranks, a slow rank and a host bubble planted) and run "
+        "npuprof analyze on it with every stage; prints where the outputs are.",
+    )
+    demo.add_argument("--dir", default="npuprof-demo", help="working directory (default: ./npuprof-demo)")
+    add_progress(demo)
+
+
+def run_synth(args: argparse.Namespace) -> int:
+    from npuprof.synth import generate
+
+    require_positive(args, "ranks", "steps", "layers")
+    if args.scale <= 0:
+        raise UsageError("--scale must be positive")
+    try:
+        result = generate(
+            args.out,
+            args.scenario,
+            ranks=args.ranks,
+            steps=args.steps,
+            layers=args.layers,
+            scale=args.scale,
+            seed=args.seed,
+            export=args.export,
+            overwrite=args.overwrite,
+        )
+    except (ValueError, FileExistsError) as exc:
+        raise UsageError(f"npuprof synth: {exc}") from None
+    print_json(result)
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from npuprof.api.terminal import print_summary
+    from npuprof.api.workflows import run_demo as demo
+    from npuprof.pipeline.progress import make_progress
+
+    result = demo(Path(args.dir), make_progress(args.progress))
+    print_json(result)
+    print_summary("demo", result)
+    return 0
+
+
+HANDLERS = {"synth": run_synth, "demo": run_demo}

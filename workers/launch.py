@@ -1,0 +1,56 @@
+"""The command lines that start npuprof's Celery worker and Flower, and Flower's auth policy.
+
+Plain functions of plain values (no Celery import): ``npuprof worker`` / ``npuprof flower`` exec
+what these return.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from npuprof.pipeline.errors import UsageError
+
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
+
+
+def _celery() -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "npuprof.workers.app"]
+
+
+def worker_command(queues: str | None, concurrency: int | None, passthrough: list[str]) -> list[str]:
+    """``celery worker`` with npuprof's app; Celery's own worker options in ``passthrough`` go through
+    unchanged (INFO logging unless they set a level)."""
+    command = _celery() + ["worker"]
+    if not any(a in ("-l", "--loglevel") or a.startswith(("--loglevel=", "-l")) for a in passthrough):
+        command += ["--loglevel", "INFO"]
+    if queues:
+        command += ["-Q", queues]
+    if concurrency:
+        command += ["-c", str(concurrency)]
+    return command + [a for a in passthrough if a != "--"]
+
+
+def flower_command(port: int, address: str) -> list[str]:
+    """``celery flower`` with npuprof's app on ``address:port``."""
+    return _celery() + ["flower", f"--port={port}", f"--address={address}"]
+
+
+def flower_auth_env(address: str, basic_auth_file: str | None) -> dict:
+    """Flower's basic auth (FLOWER_BASIC_AUTH, never on the command line); refused without it off loopback."""
+    users = os.environ.get("NPUPROF_FLOWER_BASIC_AUTH", "")
+    if basic_auth_file:
+        path = Path(basic_auth_file)
+        if not path.is_file():
+            raise UsageError(f"--basic-auth-file {path} does not exist")
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not lines or not all(":" in line and "," not in line for line in lines):
+            raise UsageError(f"--basic-auth-file {path}: one user:password per line (no commas)")
+        users = ",".join(lines)
+    if not users and address not in LOOPBACK_ADDRESSES:
+        raise UsageError(
+            f"flower --address {address} would serve the cluster to the network without a password: "
+            "give --basic-auth-file (or NPUPROF_FLOWER_BASIC_AUTH=user:password)"
+        )
+    return {"FLOWER_BASIC_AUTH": users} if users else {}
