@@ -42,12 +42,12 @@ def run_demo(work: Path, progress: Progress) -> dict:
 def analyzed_output(path: str, out: Path, side: str, progress: Progress) -> Path:
     """``path`` if it is an analyzed output dir, else the profiling root analyzed into OUT/<side>
     (resumed when an earlier compare got that far)."""
-    if (Path(path) / schema.stage_manifest_name("summarize")).exists():
+    if (Path(path) / schema.stage_manifest_name("model")).exists():
         return Path(path)
     if not Path(path).is_dir():
         raise UsageError(f"npuprof compare: {path} is neither an npuprof output dir nor a profiling root")
     target = out / side
-    resume = (target / schema.stage_manifest_name("summarize")).exists()
+    resume = (target / schema.stage_manifest_name("model")).exists()
     if not resume:
         analyze(
             path, target, options=AnalyzeOptions(), window=StageWindow(), progress=progress, overwrite=target.exists()

@@ -1,7 +1,7 @@
 """Benchmark: ``npuprof compare`` of two 8-rank × 250 k-event outputs vs a bare ``pyarrow.csv.read_csv``
 of one root's kernel_details files (target ≤ 1×, one run).
 
-Builds (or reuses) the root of bench/normalize.py, analyzes it through summarize once, copies the
+Builds (or reuses) the root of bench/normalize.py, analyzes it through the model stage once, copies the
 output as the "new" side, then times the comparison alone.
 Usage: ``python bench/compare.py [--ranks 8] [--rows 250000] [--work DIR]``.
 """
@@ -26,8 +26,8 @@ from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
 def main() -> None:
     args, root, files = bench_root(__doc__)
     base = args.work / "compare_base"
-    if not (base / schema.stage_manifest_name("summarize")).exists():
-        analyze(root, base, jobs=args.jobs, overwrite=True, window=StageWindow(to_stage="summarize"))
+    if not (base / schema.stage_manifest_name("model")).exists():
+        analyze(root, base, jobs=args.jobs, overwrite=True, window=StageWindow(to_stage="model"))
     new = args.work / "compare_new"
     if not new.exists():
         shutil.copytree(base, new)

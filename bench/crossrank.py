@@ -39,7 +39,7 @@ def stages_over_read(work: Path, ranks: int, rows: int, jobs: int) -> dict:
     root = build_root(work, ranks, rows)
     files = sorted(root.rglob("kernel_details.csv"))
     out = work / "crossrank_out"
-    analyze(root, out, jobs=jobs, overwrite=True, window=StageWindow(to_stage="summarize"))
+    analyze(root, out, jobs=jobs, overwrite=True, window=StageWindow(to_stage="model"))
     bare_read_seconds(files)
     gc.collect()
     bare = bare_read_seconds(files)
@@ -114,7 +114,7 @@ def alignment_scaling(work: Path) -> dict:
             )["root"]
         )
         out = work / f"align_{ranks}_out"
-        analyze(root, out, jobs=os.cpu_count(), overwrite=True, window=StageWindow(to_stage="summarize"))
+        analyze(root, out, jobs=os.cpu_count(), overwrite=True, window=StageWindow(to_stage="model"))
         started = time.perf_counter()
         analyze(None, out, jobs=1, window=StageWindow(only_stage="cross_rank"))
         seconds = time.perf_counter() - started

@@ -6,6 +6,8 @@ STAGE_NAMES: tuple[str, ...] = (
     "segment",
     "classify",
     "summarize",
+    "evidence",
+    "model",
     "cross_rank",
     "diagnostics",
     "report",

@@ -233,7 +233,7 @@ def test_from_stage_reruns_segment_on_existing_normalize_output(cli, tmp_path):
     )
     run = cli("analyze", "-o", str(out), "--from-stage", "segment", "--progress", "none")
     assert run.returncode == 0, run.stderr
-    rerun = ["segment", "classify", "summarize", "cross_rank", "diagnostics", "report"]
+    rerun = ["segment", "classify", "summarize", "evidence", "model", "cross_rank", "diagnostics", "report"]
     assert run.result["stages_executed"] == rerun and run.result["rank_count"] == 4
     assert (out / "segment_manifest.json").is_file() and (out / "step_segments").is_dir()
 

@@ -29,7 +29,7 @@ HOSTILE = "<img src=x onerror=\"document.title='pwned'\">"
 
 def _analyzed(base: Path, name: str, planted) -> Path:
     root = Path(generate(base / f"{name}_root", planted, seed=4)["root"])
-    analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage="summarize"))
+    analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage="model"))
     return base / f"{name}_out"
 
 

@@ -192,7 +192,7 @@ def test_the_planted_host_bubble_is_labelled_a_sync(planted_outputs):
         assert window["rank_id"] in fault["ranks"]
         assert "possible_sync_or_h2d" in window["soft_attribution"]["soft_root_cause_labels"]
         assert window["soft_attribution"]["sync_overlap"] >= 0.9
-    manifest = json.loads((out / schema.stage_manifest_name("summarize")).read_text())
+    manifest = json.loads((out / schema.stage_manifest_name("evidence")).read_text())
     assert fault["ranks"][0] in manifest["host_trace"]["ranks_attributed"]
 
 
@@ -201,8 +201,8 @@ def test_a_broken_trace_is_a_stated_limitation_not_a_failure(tmp_path):
     for trace in root.rglob("trace_view.json"):  # cut mid-event; rank 0 holds the planted bubble
         trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])
     result = analyze(root, tmp_path / "out", jobs=1)
-    assert any("trace_view.json" in text for text in result["summarize"]["limitations"])
-    manifest = json.loads((tmp_path / "out" / schema.stage_manifest_name("summarize")).read_text())
+    assert any("trace_view.json" in text for text in result["evidence"]["limitations"])
+    manifest = json.loads((tmp_path / "out" / schema.stage_manifest_name("evidence")).read_text())
     statuses = {rank: entry["status"] for rank, entry in manifest["host_trace"]["by_rank"].items()}
     assert statuses == {"0": "unreadable", "1": "no_bubbles"}, statuses  # a rank without bubbles never reads it
     assert (

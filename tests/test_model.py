@@ -74,18 +74,18 @@ def test_a_transformer_is_recognised_by_its_attention_kernels(planted_outputs):
 
 
 def _summarized_on(out: Path, tmp_path: Path, hardware_model: str) -> Path:
-    """A copy of an analyzed output with summarize re-run for a named NPU (the host's CANN not read)."""
+    """A copy of an analyzed output with the model stage re-run for a named NPU (the host's CANN not read)."""
     target = tmp_path / "out"
     shutil.copytree(out, target)
     options = AnalyzeOptions(hardware_model=hardware_model, cann_hardware_scan=False)
-    analyze(None, target, jobs=1, window=StageWindow(from_stage="summarize", to_stage="summarize"), options=options)
+    analyze(None, target, jobs=1, window=StageWindow(from_stage="model", to_stage="model"), options=options)
     return target
 
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("qwen3") / "out"
-    analyze(QWEN_TRAINING, out, jobs=1, window=StageWindow(to_stage="summarize"))
+    analyze(QWEN_TRAINING, out, jobs=1, window=StageWindow(to_stage="model"))
     return out
 
 
@@ -159,7 +159,7 @@ def test_a_qwen3_config_json_agrees_and_its_parameters_match_the_published_size(
         QWEN_TRAINING,
         out,
         jobs=1,
-        window=StageWindow(to_stage="summarize"),
+        window=StageWindow(to_stage="model"),
         options=AnalyzeOptions(model_config=str(path)),
     )
     overview = pd.read_csv(out / schema.MODEL_CONFIG_OVERVIEW_CSV.file)
@@ -173,9 +173,7 @@ def test_a_qwen3_config_json_agrees_and_its_parameters_match_the_published_size(
 
 def test_a_family_name_lets_the_fingerprint_pick_the_variant(tmp_path):
     out = tmp_path / "out"
-    analyze(
-        QWEN_TRAINING, out, jobs=1, window=StageWindow(to_stage="summarize"), options=AnalyzeOptions(model_id="qwen3")
-    )
+    analyze(QWEN_TRAINING, out, jobs=1, window=StageWindow(to_stage="model"), options=AnalyzeOptions(model_id="qwen3"))
     segment = json.loads((out / "segment_manifest.json").read_text())
     assert segment["expected_layers"] is None  # a family names no layer count
     candidates = pd.read_csv(out / schema.MODEL_CANDIDATE_SUMMARY_CSV.file)
@@ -321,7 +319,7 @@ def test_bad_hardware_and_config_inputs_fail_with_one_line(tmp_path):
         "--progress",
         "none",
         "--to-stage",
-        "summarize",
+        "model",
     )
     assert unknown.returncode != 0 and "Ascend999" in unknown.stderr and "Traceback" not in unknown.stderr
     broken = tmp_path / "peaks.json"
@@ -336,8 +334,8 @@ def test_bad_hardware_and_config_inputs_fail_with_one_line(tmp_path):
         "--progress",
         "none",
         "--to-stage",
-        "summarize",
+        "model",
     )
     assert bad.returncode != 0 and "peaks.json" in bad.stderr and "Traceback" not in bad.stderr
     failure = json.loads((tmp_path / "b" / schema.FAILURE_JSON).read_text())
-    assert failure["phase"] == "summarize"
+    assert failure["phase"] == "model"

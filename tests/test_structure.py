@@ -155,20 +155,20 @@ def test_a_stage_may_write_only_what_it_declares(tmp_path):
 
 def test_optional_outputs_are_ours_and_go_when_a_rerun_does_not_write_them(tmp_path):
     """--model-config adds three CSVs: --overwrite must accept them as npuprof's own, and a re-run of
-    summarize without the config must not leave them stale beside a manifest that has no config."""
+    the model stage without the config must not leave them stale beside a manifest that has no config."""
     root = Path(generate(tmp_path / "root", "clean", seed=2, ranks=2, steps=2)["root"])
     config = tmp_path / "config.json"
     truth = json.loads((root / "ground_truth.json").read_text())
     config.write_text(json.dumps(truth["model"]["config"]))
     out = tmp_path / "out"
     optional = [out / view.file for view in schema.MODEL_CONFIG_CSVS]
-    to_summarize = StageWindow(to_stage="summarize")
-    analyze(root, out, jobs=1, window=to_summarize, options=AnalyzeOptions(model_config=str(config)))
+    to_model = StageWindow(to_stage="model")
+    analyze(root, out, jobs=1, window=to_model, options=AnalyzeOptions(model_config=str(config)))
     assert all(p.is_file() for p in optional)
-    analyze(root, out, jobs=1, window=StageWindow(from_stage="summarize", to_stage="summarize"))
+    analyze(root, out, jobs=1, window=StageWindow(from_stage="model", to_stage="model"))
     assert not any(p.exists() for p in optional)
-    analyze(root, out, jobs=1, window=to_summarize, options=AnalyzeOptions(model_config=str(config)), overwrite=True)
-    analyze(root, out, jobs=1, window=to_summarize, overwrite=True)
+    analyze(root, out, jobs=1, window=to_model, options=AnalyzeOptions(model_config=str(config)), overwrite=True)
+    analyze(root, out, jobs=1, window=to_model, overwrite=True)
     assert not any(p.exists() for p in optional)
 
 
@@ -191,9 +191,16 @@ def test_failure_json_has_one_writer_and_one_reader(tmp_path):
     assert io.read_failure(tmp_path / "nothing") is None
 
 
+def test_no_stage_writes_more_than_a_screenful_of_artifacts():
+    # summarize once wrote 34 (operators, evidence, model, hardware): each stage now has one job
+    counts = {s.name: len(s.produces) + len(s.optional) for s in STAGES}
+    assert max(counts.values()) <= 17, counts
+
+
 def test_the_pipeline_order_is_answered_in_one_place():
     stages = resolve_window(StageWindow())
-    order = ["normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics", "report"]
+    order = ["normalize", "segment", "classify", "summarize", "evidence", "model"]
+    order += ["cross_rank", "diagnostics", "report"]
     assert [s.name for s in stages] == list(STAGE_NAMES) == order
     assert all(s.map_rank is not None or s.reduce_root is not None for s in STAGES)
     assert all(stage(name).headline is not None for name in order[1:])

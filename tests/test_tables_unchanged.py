@@ -1,4 +1,4 @@
-"""A speed rewrite must not change what segment, classify and summarize write: their tables on
+"""A speed rewrite must not change what segment, classify, summarize, evidence and model write: their tables on
 every synth scenario and on the real samples hash to the digests recorded before the rewrite.
 
 Correctness lives in the ground-truth tests; this one pins the bytes. After an intended change
@@ -22,7 +22,7 @@ from npuprof.synth import SCENARIOS
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares planted_outputs
 
 DIGESTS = Path(__file__).parent / "data" / "table_digests.json"
-STAGES = ("segment", "classify", "summarize")
+STAGES = ("segment", "classify", "summarize", "evidence", "model")
 SAMPLES = ("qwen3_training", "text_level2", "db_level2")
 
 
@@ -33,7 +33,7 @@ def sample_outputs(tmp_path_factory) -> dict[str, Path]:
     for name in SAMPLES:
         root = copy_sample(SAMPLE_ROOTS[name][0], base / f"{name}_root")
         outputs[name] = base / f"{name}_out"
-        analyze(root, outputs[name], jobs=2, window=StageWindow(to_stage="summarize"))
+        analyze(root, outputs[name], jobs=2, window=StageWindow(to_stage="model"))
     return outputs
 
 

@@ -59,9 +59,9 @@ def _in_complete_steps(frame: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame
 
 
 def load_side(out_dir: str | Path) -> Side:
-    """The tables of an ``npuprof analyze`` output dir that ran through summarize (diagnostics optional)."""
+    """The tables of an ``npuprof analyze`` output dir that ran through the model stage (diagnostics optional)."""
     out = Path(out_dir)
-    if not (out / schema.stage_manifest_name("summarize")).exists():
+    if not (out / schema.stage_manifest_name("model")).exists():
         raise UsageError(f"{out} holds no summarized npuprof analysis (run npuprof analyze on it first)")
     steps = _csv(out, schema.STEP_SUMMARY)
     steps = steps[steps["complete"].astype(bool)][STEP_COLUMNS].reset_index(drop=True)

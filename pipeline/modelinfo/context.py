@@ -19,7 +19,8 @@ from npuprof.pipeline.modelinfo import catalog as catalog_module
 from npuprof.pipeline.modelinfo.catalog import COMPARED_FIELDS
 from npuprof.pipeline.modelinfo.configs import config_overview, kv_cache_estimate, normalized_config, parameter_estimate
 from npuprof.pipeline.modelinfo.efficiency import main_dtype, operator_efficiency, step_efficiency
-from npuprof.pipeline.modelinfo.fingerprint import Field, Fingerprint, Parallel, infer
+from npuprof.pipeline.modelinfo.fingerprint import Fingerprint, infer
+from npuprof.pipeline.modelinfo.fingerprint_fields import Field, Parallel
 from npuprof.pipeline.modelinfo.hardware import Hardware, choose
 
 # the inferred config's rows: the fields a catalog model is compared on, then the profile-only ones

@@ -7,126 +7,22 @@ vocabulary; expert-parallel experts) are scaled by the parallel sizes the captur
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from dataclasses import dataclass, field
-from functools import lru_cache
-
 import pandas as pd
 
 from npuprof import knowledge
-from npuprof.pipeline.distinct import map_distinct
+from npuprof.pipeline.modelinfo.fingerprint_fields import (
+    ATTENTION_FEATURES,
+    Field,
+    Parallel,
+    capped,
+    evidence_of,
+    of_field,
+    of_kernels,
+    prepare,
+    scaled,
+    weighted_mode,
+)
 from npuprof.pipeline.modelinfo.flops import matmul_dims
-from npuprof.pipeline.modelinfo.shapes import parse_shapes
-
-CONFIDENCE_ORDER = ("high", "medium", "low")
-# features that are attention of some kind: each is evidence of a transformer
-ATTENTION_FEATURES = ("mla", "dsa", "csa", "linear_attention")
-
-
-@dataclass
-class Field:
-    """One inferred config field with where it was read."""
-
-    value: object = None
-    confidence: str = "none"
-    method: str = ""
-    evidence: list[dict] = field(default_factory=list)
-    note: str = ""
-
-    def as_dict(self) -> dict:
-        return {
-            "value": self.value,
-            "confidence": self.confidence,
-            "method": self.method,
-            "evidence": self.evidence,
-            "note": self.note,
-        }
-
-
-@dataclass
-class Parallel:
-    """Parallel sizes from the capture's distributed_args (None where it does not say)."""
-
-    tp: int | None = None
-    pp: int | None = None
-    ep: int | None = None
-
-    @classmethod
-    def from_capture(cls, capture_info: dict) -> Parallel:
-        args = (capture_info.get("common") or {}).get("distributed_args") or {}
-        sizes = {}
-        for key, name in (
-            ("tp", "tensor_model_parallel_size"),
-            ("pp", "pipeline_model_parallel_size"),
-            ("ep", "expert_model_parallel_size"),
-        ):
-            value = args.get(name)
-            sizes[key] = value if isinstance(value, int) and value > 0 else None
-        return cls(**sizes)
-
-
-@lru_cache(maxsize=None)
-def _pattern(group: str, key: str) -> re.Pattern:
-    patterns = knowledge.load("model_shapes")[group][key]
-    return re.compile("|".join(f"(?:{p})" for p in patterns))
-
-
-def _of_kernels(ops: pd.DataFrame, group: str, key: str) -> pd.DataFrame:
-    """Rows of ``ops`` whose kernel Type fully matches one of the ``<group>.<key>`` kernels of
-    model_shapes.yaml (each distinct Type is matched once: shape ops repeat Types many times)."""
-    pattern = _pattern(group, key)
-    types = ops["type"].dropna().unique()
-    matching = [t for t in types if isinstance(t, str) and pattern.fullmatch(t)]
-    return ops[ops["type"].isin(matching)]
-
-
-def _of(ops: pd.DataFrame, key: str) -> pd.DataFrame:
-    """Rows of ``ops`` whose kernel Type is one of the ``fields.<key>`` kernels."""
-    return _of_kernels(ops, "fields", key)
-
-
-def _evidence(row: pd.Series) -> dict:
-    return {
-        "kernel": row["type"],
-        "shapes": f"{row['input_shapes']} -> {row['output_shapes']}",
-        "rank_id": int(row["rank_id"]),
-        "row": int(row["row_start"]),
-        "evidence_id": row.get("evidence_id"),
-        "calls": int(row["call_count"]),
-    }
-
-
-def prepare(ops: pd.DataFrame) -> pd.DataFrame:
-    """Distinct shape ops of every rank with parsed shapes (``ins``, ``outs``), most called first."""
-    frame = ops.sort_values(["call_count", "rank_id"], ascending=[False, True], kind="stable").reset_index(drop=True)
-    frame["ins"] = map_distinct(frame["input_shapes"], parse_shapes)
-    frame["outs"] = map_distinct(frame["output_shapes"], parse_shapes)
-    return frame
-
-
-def _weighted_mode(pairs: list[tuple[object, int, pd.Series]]) -> tuple[object, list[pd.Series]]:
-    """The value with the most calls, and the rows that show it (most called first)."""
-    counts: Counter = Counter()
-    rows: dict[object, list[pd.Series]] = {}
-    for value, calls, row in pairs:
-        counts[value] += calls
-        rows.setdefault(value, []).append(row)
-    value = counts.most_common(1)[0][0]
-    return value, rows[value]
-
-
-def _scaled(local: int, size: int | None, what: str, axis: str) -> tuple[int, str, str]:
-    """(value, confidence cap, note) of a per-rank shard scaled by a parallel size."""
-    if size is None:
-        return local, "low", f"{what} per rank; the capture does not record the {axis} size"
-    if size == 1:
-        return local, "high", ""
-    return local * size, "medium", f"{local} per rank × {axis} {size}"
-
-
-def _cap(confidence: str, cap: str) -> str:
-    return max(confidence, cap, key=CONFIDENCE_ORDER.index)
 
 
 class Fingerprint:
@@ -143,7 +39,7 @@ class Fingerprint:
     # -- fields -------------------------------------------------------------------------------------
     def hidden_size(self) -> None:
         pairs = []
-        for _, row in _of(self.ops, "norm").iterrows():
+        for _, row in of_field(self.ops, "norm").iterrows():
             ins = [s for s in row["ins"] if s is not None]
             if len(ins) >= 2 and len(ins[-1]) == 1 and ins[0][-1] == ins[-1][0]:
                 pairs.append((ins[-1][0], int(row["call_count"]), row))
@@ -157,11 +53,11 @@ class Fingerprint:
             hidden,
             "high" if confirmed else "medium",
             "widest RMS/LayerNorm weight over its input's last dim" + (" (= the embedding width)" if confirmed else ""),
-            [_evidence(r) for r in rows[:2]],
+            [evidence_of(r) for r in rows[:2]],
         )
 
     def _embedding_width(self) -> int | None:
-        for _, row in _of(self.ops, "embedding").iterrows():
+        for _, row in of_field(self.ops, "embedding").iterrows():
             table = row["ins"][0] if row["ins"] else None
             if table is not None and len(table) == 2 and row["type"] != "EmbeddingDenseGradV2":
                 return table[1]
@@ -171,7 +67,7 @@ class Fingerprint:
         """(heads, head_dim, row) of per-head tensors: RoPE inputs and per-head (QK) norms."""
         head_dims = set(knowledge.load("model_shapes")["head_dims"])
         found = []
-        for _, row in _of(self.ops, "rope").iterrows():
+        for _, row in of_field(self.ops, "rope").iterrows():
             first = row["ins"][0] if row["ins"] else None
             if first is not None and len(first) >= 3 and first[-1] in head_dims:
                 found.append((first[-2], first[-1], row))
@@ -193,7 +89,7 @@ class Fingerprint:
                 and present[0][-1] in head_dims
             )
 
-        norms = _of(self.ops, "norm")
+        norms = of_field(self.ops, "norm")
         return norms[norms["ins"].map(per_head)]
 
     def attention(self) -> None:
@@ -206,12 +102,12 @@ class Fingerprint:
             return
         tp = self.parallel.tp
         if per_head:
-            head_dim, rows = _weighted_mode([(d, int(r["call_count"]), r) for _, d, r in per_head])
+            head_dim, rows = weighted_mode([(d, int(r["call_count"]), r) for _, d, r in per_head])
             self.fields["head_dim"] = Field(
                 head_dim,
                 "high",
                 "last dim of per-head tensors (RoPE inputs, QK-norm inputs)",
-                [_evidence(r) for r in rows[:2]],
+                [evidence_of(r) for r in rows[:2]],
             )
         else:
             return  # head_dim unknown: a fused q/k width cannot be split into heads
@@ -235,17 +131,17 @@ class Fingerprint:
             local = widths.get(key)
             if local is None:
                 continue
-            value, cap, note = _scaled(local, tp, "heads", "TP")
+            value, cap, note = scaled(local, tp, "heads", "TP")
             if key == "kv" and local == 1 and tp and tp > 1:
                 cap, note = "low", f"one KV head per rank: KV heads may be replicated over the TP {tp} ranks (≤ {tp})"
-            confidence = _cap("high" if agrees else "medium", cap)
-            self.fields[name] = Field(value, confidence, method, [_evidence(r) for r in evidence[key]], note)
+            confidence = capped("high" if agrees else "medium", cap)
+            self.fields[name] = Field(value, confidence, method, [evidence_of(r) for r in evidence[key]], note)
 
     def _score_widths(self) -> list[tuple[int, int, pd.Series]]:
         """(q width, k width, row) of flash-attention calls in a [T|B,S|S,B, N·D] layout."""
         head_dims = set(knowledge.load("model_shapes")["head_dims"])
         found = []
-        for _, row in _of(self.ops, "attention_score").iterrows():
+        for _, row in of_field(self.ops, "attention_score").iterrows():
             q, k = (row["ins"] + [None, None])[:2]
             if q is None or k is None or len(q) != len(k) or len(q) not in (2, 3):
                 continue
@@ -256,20 +152,20 @@ class Fingerprint:
         return found
 
     def _mla_attention(self) -> None:
-        scores = _of(self.ops, "attention_score")
+        scores = of_field(self.ops, "attention_score")
         for _, row in scores.iterrows():
             q = row["ins"][0] if row["ins"] else None
             out = row["outs"][-1] if row["outs"] else None
             if q is None or out is None or len(q) != 3 or len(out) != 3:
                 continue
             heads, qk_dim, v_dim = q[1], q[2], out[2]
-            value, cap, note = _scaled(heads, self.parallel.tp, "heads", "TP")
-            evidence = [_evidence(row)]
+            value, cap, note = scaled(heads, self.parallel.tp, "heads", "TP")
+            evidence = [evidence_of(row)]
             method = "MLA: attention query [T, N, qk_head_dim] and output [T, N, v_head_dim]"
-            self.fields["num_attention_heads"] = Field(value, _cap("high", cap), method, evidence, note)
+            self.fields["num_attention_heads"] = Field(value, capped("high", cap), method, evidence, note)
             self.fields["num_key_value_heads"] = Field(
                 value,
-                _cap("high", cap),
+                capped("high", cap),
                 method,
                 evidence,
                 "MLA keeps one shared latent KV; its configs list num_key_value_heads = num_attention_heads",
@@ -288,7 +184,7 @@ class Fingerprint:
 
     def intermediate(self) -> None:
         by_block: dict[str, list] = {}
-        for _, row in _of(self.ops, "activation").iterrows():
+        for _, row in of_field(self.ops, "activation").iterrows():
             out = row["outs"][0] if row["outs"] else None
             if out is None:
                 continue
@@ -297,13 +193,13 @@ class Fingerprint:
         moe_present = self.features.get("moe", {}).get("present")
         dense = by_block.get("ffn") or (by_block.get("unknown") if not moe_present else None)
         if dense:
-            width, rows = _weighted_mode(dense)
-            value, cap, note = _scaled(width, self.parallel.tp, "FFN width", "TP")
+            width, rows = weighted_mode(dense)
+            value, cap, note = scaled(width, self.parallel.tp, "FFN width", "TP")
             self.fields["intermediate_size"] = Field(
                 value,
-                _cap("high", cap),
+                capped("high", cap),
                 "gated activation (SwiGlu) output width in dense FFN blocks",
-                [_evidence(r) for r in rows[:2]],
+                [evidence_of(r) for r in rows[:2]],
                 note,
             )
         in_moe = by_block.get("moe") or []
@@ -311,12 +207,12 @@ class Fingerprint:
         routed = [p for p in in_moe if not routed_tokens or p[2]["outs"][0][0] in routed_tokens]
         shared = [p for p in in_moe if routed_tokens and p[2]["outs"][0][0] not in routed_tokens]
         if routed:
-            width, rows = _weighted_mode(routed)
+            width, rows = weighted_mode(routed)
             self.fields["moe_intermediate_size"] = Field(
                 width,
                 "high",
                 "gated activation output width in MoE blocks (one expert)",
-                [_evidence(r) for r in rows[:2]],
+                [evidence_of(r) for r in rows[:2]],
             )
             self._shared_experts(width, shared)
 
@@ -336,36 +232,36 @@ class Fingerprint:
                 0, "medium", "no gated FFN over the layer's own tokens in the MoE blocks (routed tokens only)"
             )
             return
-        width, rows = _weighted_mode(shared)
-        local, cap, note = _scaled(width, self.parallel.tp, "shared expert width", "TP")
+        width, rows = weighted_mode(shared)
+        local, cap, note = scaled(width, self.parallel.tp, "shared expert width", "TP")
         if local % expert_width:
             self.fields["n_shared_experts"] = Field(
                 None,
                 "none",
                 "shared FFN width is not a multiple of the expert width",
-                [_evidence(rows[0])],
+                [evidence_of(rows[0])],
                 f"shared width {local}, expert width {expert_width}",
             )
             return
         self.fields["n_shared_experts"] = Field(
             local // expert_width,
-            _cap("high", cap),
+            capped("high", cap),
             "gated FFN over the layer's own tokens in MoE blocks ÷ expert width",
-            [_evidence(r) for r in rows[:2]],
+            [evidence_of(r) for r in rows[:2]],
             note,
         )
 
     def experts(self) -> None:
         if not self.features.get("moe", {}).get("present"):
             return
-        for _, row in _of(self.ops, "gating_topk").iterrows():
+        for _, row in of_field(self.ops, "gating_topk").iterrows():
             scores = row["ins"][0] if row["ins"] else None
             chosen = row["outs"][0] if row["outs"] else None
             if scores is None or chosen is None or len(scores) != 2 or len(chosen) != 2:
                 continue
             if row["type"] in ("TopK", "TopKV2") and row["block_kind"] != "moe":
                 continue
-            evidence = [_evidence(row)]
+            evidence = [evidence_of(row)]
             confirmed = self._local_experts()
             note = ""
             confidence = "high"
@@ -375,19 +271,21 @@ class Fingerprint:
                 if ep and local * ep != scores[1]:
                     note = f"grouped matmul holds {local} experts × EP {ep} = {local * ep}, not {scores[1]}"
                     confidence = "medium"
-                evidence.append(_evidence(ep_row))
+                evidence.append(evidence_of(ep_row))
             self.fields["n_routed_experts"] = Field(
                 scores[1], confidence, "router scores width (gating top-k input)", evidence, note
             )
-            self.fields["num_experts_per_tok"] = Field(chosen[1], "high", "gating top-k output width", [_evidence(row)])
+            self.fields["num_experts_per_tok"] = Field(
+                chosen[1], "high", "gating top-k output width", [evidence_of(row)]
+            )
             break
         else:
             found = self._local_experts()
             if found is not None:
                 local, row = found
-                value, cap, note = _scaled(local, self.parallel.ep, "experts", "EP")
+                value, cap, note = scaled(local, self.parallel.ep, "experts", "EP")
                 self.fields["n_routed_experts"] = Field(
-                    value, cap, "grouped matmul weight's expert dim", [_evidence(row)], note
+                    value, cap, "grouped matmul weight's expert dim", [evidence_of(row)], note
                 )
         if "moe_intermediate_size" not in self.fields:
             self._moe_width_from_grouped_matmul()
@@ -400,7 +298,7 @@ class Fingerprint:
         return None
 
     def _grouped_matmuls(self) -> pd.DataFrame:
-        return _of(self.ops, "grouped_matmul")
+        return of_field(self.ops, "grouped_matmul")
 
     def _moe_width_from_grouped_matmul(self) -> None:
         hidden = self.fields.get("hidden_size", Field()).value
@@ -412,7 +310,7 @@ class Fingerprint:
                     x[-1],
                     "medium",
                     "input width of the grouped matmul that returns to the hidden size (down proj)",
-                    [_evidence(row)],
+                    [evidence_of(row)],
                 )
                 return
 
@@ -433,12 +331,12 @@ class Fingerprint:
                 shard,
                 "high",
                 "LM head matmul output width (hidden → vocabulary, outside decoder layers)",
-                [_evidence(row)],
+                [evidence_of(row)],
             )
-            value, cap, note = _scaled(shard, self.parallel.tp, "LM head columns", "TP")
+            value, cap, note = scaled(shard, self.parallel.tp, "LM head columns", "TP")
             if self.parallel.tp and self.parallel.tp > 1:
                 note += " (assumes a vocabulary-parallel LM head)"
-            self.fields["vocab_size"] = Field(value, cap, "LM head output width", [_evidence(row)], note)
+            self.fields["vocab_size"] = Field(value, cap, "LM head output width", [evidence_of(row)], note)
             return
 
     def layer_count(self) -> None:
@@ -472,11 +370,11 @@ class Fingerprint:
     def detect_features(self) -> None:
         markers = knowledge.load("model_shapes")["features"]
         for feature in markers:
-            hits = _of_kernels(self.ops, "features", feature)
+            hits = of_kernels(self.ops, "features", feature)
             self.features[feature] = {
                 "present": bool(len(hits)),
                 "confidence": "high" if len(hits) else "medium",
-                "evidence": [_evidence(r) for _, r in hits.head(2).iterrows()],
+                "evidence": [evidence_of(r) for _, r in hits.head(2).iterrows()],
                 "call_count": int(hits["call_count"].sum()) if len(hits) else 0,
                 "method": "a marker kernel runs" if len(hits) else "no marker kernel in the capture",
             }
@@ -486,7 +384,7 @@ class Fingerprint:
         self.features["qk_norm"] = {
             "present": bool(len(qk)),
             "confidence": "high" if len(qk) else "medium",
-            "evidence": [_evidence(r) for _, r in qk.head(2).iterrows()],
+            "evidence": [evidence_of(r) for _, r in qk.head(2).iterrows()],
             "call_count": int(qk["call_count"].sum()) if len(qk) else 0,
             "method": "RMS norm over per-head tensors [.., heads, head_dim]" if len(qk) else "no per-head norm",
         }
@@ -522,7 +420,7 @@ class Fingerprint:
     def transformer_evidence(self) -> None:
         """Is this a transformer at all? Attention kernels, an attention-family feature or decoder
         layers segment found. Without any, no model is named and no transformer feature claimed."""
-        scores = _of(self.ops, "attention_score") if len(self.ops) else self.ops
+        scores = of_field(self.ops, "attention_score") if len(self.ops) else self.ops
         families = [f for f in ATTENTION_FEATURES if self.features.get(f, {}).get("present")]
         layers = [n for n in self.layers.get("observed_total_layers") or [] if n]
         found = []
@@ -535,7 +433,7 @@ class Fingerprint:
         self.transformer = {
             "present": bool(found),
             "method": "; ".join(found) or "no attention kernel, no attention-family kernel, no decoder layer",
-            "evidence": [_evidence(r) for _, r in scores.head(2).iterrows()] if len(scores) else [],
+            "evidence": [evidence_of(r) for _, r in scores.head(2).iterrows()] if len(scores) else [],
         }
 
     def run(self) -> Fingerprint:

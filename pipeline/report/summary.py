@@ -268,7 +268,7 @@ def hardware_brief(inputs: ReportInputs) -> dict | None:
 def limitations(inputs: ReportInputs) -> list[str]:
     """What the data could not say, from every stage that ran (and the stages that did not)."""
     found = []
-    for stage in ("summarize", "cross_rank"):
+    for stage in ("summarize", "evidence", "model", "cross_rank"):
         found += inputs.manifest(stage).get("limitations", [])
     found += inputs.manifest("normalize").get("notes", [])[:10]
     if not inputs.manifest("diagnostics"):

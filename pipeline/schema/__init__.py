@@ -155,6 +155,8 @@ TABLES: tuple[Table, ...] = (
 )
 # classify's views of its per-rank tables
 CSV_VIEWS: tuple[CsvView, ...] = (STEP_SUMMARY, LAYER_SUMMARY, BLOCK_SUMMARY, STEP_ANATOMY_CSV)
+# classify's class summaries: every member of every rank, by class
+CLASS_SUMMARY_CSVS: tuple[CsvView, ...] = (LAYER_CLASS_SUMMARY_CSV, STEP_CLASS_SUMMARY_CSV)
 # summarize's user-facing tables
 SUMMARY_CSVS: tuple[CsvView, ...] = (
     OPERATOR_SUMMARY_CSV,
@@ -167,15 +169,9 @@ SUMMARY_CSVS: tuple[CsvView, ...] = (
     STEP_TRACE_ACCOUNTING_CSV,
     COMMUNICATION_SUMMARY_CSV,
     COMMUNICATION_LINKS_CSV,
-    EVIDENCE_INDEX_CSV,
     BLOCK_CLASS_SUMMARY_CSV,
-    LAYER_CLASS_SUMMARY_CSV,
-    STEP_CLASS_SUMMARY_CSV,
-    OPERATOR_SHAPES_CSV,
-    OPERATOR_EFFICIENCY_SUMMARY_CSV,
-    STEP_EFFICIENCY_CSV,
 )
-# summarize's model and hardware context (the config comparison ones only with --model-config)
+# the model stage's model and hardware context (the config comparison ones only with --model-config)
 MODEL_CSVS: tuple[CsvView, ...] = (
     MODEL_INFERRED_CONFIG_CSV,
     MODEL_FEATURE_SUMMARY_CSV,
@@ -184,6 +180,8 @@ MODEL_CSVS: tuple[CsvView, ...] = (
     HARDWARE_SUMMARY_CSV,
     HARDWARE_THEORETICAL_PEAKS_CSV,
 )
+# the model stage's roofline and MFU views
+EFFICIENCY_CSVS: tuple[CsvView, ...] = (OPERATOR_EFFICIENCY_SUMMARY_CSV, STEP_EFFICIENCY_CSV)
 MODEL_CONFIG_CSVS: tuple[CsvView, ...] = (
     MODEL_CONFIG_OVERVIEW_CSV,
     MODEL_PARAMETER_ESTIMATE_CSV,
@@ -242,6 +240,8 @@ __all__ = [
     "STEP_EFFICIENCY_CSV",
     "STEP_FLOPS",
     "MODEL_CSVS",
+    "CLASS_SUMMARY_CSVS",
+    "EFFICIENCY_CSVS",
     "MODEL_CONFIG_CSVS",
     "COLLECTIVE_ALIGNMENT",
     "CROSS_RANK_ALIGNMENT",

@@ -1,11 +1,21 @@
-"""The seven stages, registered in order (docs/architecture.md): what each requires and produces,
+"""The nine stages, registered in order (docs/architecture.md): what each requires and produces,
 and its map (per rank) and reduce (per root) functions. ``STAGE_NAMES`` (stage_order.py) is the pipeline order."""
 
 from __future__ import annotations
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.stage_order import STAGE_NAMES
-from npuprof.pipeline.stages import classify, cross_rank, diagnostics, normalize, report, segment, summarize
+from npuprof.pipeline.stages import (
+    classify,
+    cross_rank,
+    diagnostics,
+    evidence,
+    model,
+    normalize,
+    report,
+    segment,
+    summarize,
+)
 from npuprof.pipeline.stages.base import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -35,6 +45,7 @@ STAGES: tuple[Stage, ...] = (
             schema.STEP_ANATOMY,
             schema.CLASS_SIGNATURES,
             *schema.CSV_VIEWS,
+            *schema.CLASS_SUMMARY_CSVS,
         ),
         map_rank=classify.map_rank,
         reduce_root=classify.reduce_root,
@@ -54,26 +65,52 @@ STAGES: tuple[Stage, ...] = (
             schema.COMMUNICATION_EVENTS,
             schema.COMMUNICATION_OPS,
             schema.COMMUNICATION_LINKS,
-            schema.BUBBLE_WINDOWS,
-            schema.EVIDENCE_INDEX,
             schema.BLOCK_CLASS_OPS,
-            schema.OPERATOR_SHAPES,
-            schema.STEP_FLOPS,
-            schema.EVIDENCE_DIR,
             *schema.SUMMARY_CSVS,
-            *schema.MODEL_CSVS,
-            schema.MODEL_INSIGHTS,
-            schema.HARDWARE_INSIGHTS,
         ),
-        optional=schema.MODEL_CONFIG_CSVS,  # only with --model-config
         map_rank=summarize.map_rank,
         reduce_root=summarize.reduce_root,
         headline=summarize.headline,
     ),
     Stage(
-        name="cross_rank",
+        name="evidence",
         requires=(
             schema.stage_manifest_name("summarize"),
+            schema.STEP_SEGMENTS,
+            schema.OPERATOR_SUMMARY,
+            schema.COMMUNICATION_EVENTS,
+        ),
+        produces=(schema.BUBBLE_WINDOWS, schema.EVIDENCE_INDEX, schema.EVIDENCE_DIR, schema.EVIDENCE_INDEX_CSV),
+        map_rank=evidence.map_rank,
+        reduce_root=evidence.reduce_root,
+        headline=evidence.headline,
+    ),
+    Stage(
+        name="model",
+        requires=(
+            schema.stage_manifest_name("evidence"),
+            schema.OPERATOR_SUMMARY,
+            schema.STEP_TIME_ACCOUNTING,
+            schema.LAYER_CLASS_SUMMARY_CSV,
+        ),
+        produces=(
+            schema.OPERATOR_SHAPES,
+            schema.STEP_FLOPS,
+            schema.OPERATOR_SHAPES_CSV,
+            *schema.MODEL_CSVS,
+            *schema.EFFICIENCY_CSVS,
+            schema.MODEL_INSIGHTS,
+            schema.HARDWARE_INSIGHTS,
+        ),
+        optional=schema.MODEL_CONFIG_CSVS,  # only with --model-config
+        map_rank=model.map_rank,
+        reduce_root=model.reduce_root,
+        headline=model.headline,
+    ),
+    Stage(
+        name="cross_rank",
+        requires=(
+            schema.stage_manifest_name("model"),
             schema.COMMUNICATION_EVENTS,
             schema.STEP_SEGMENTS,
             schema.LAYER_SEGMENTS,

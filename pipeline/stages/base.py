@@ -55,6 +55,11 @@ class AnalyzeOptions:
         return cls(**{k: data[k] for k in cls._KEYS if k in data})
 
 
+def conformed(table: schema.Table, frame: pd.DataFrame) -> pd.DataFrame:
+    """A root-level table with exactly its declared columns (all of them, also when empty)."""
+    return table.conform(frame).to_pandas()
+
+
 @dataclass
 class StageResult:
     """What a stage returns; the runner writes every part atomically and the manifest last.

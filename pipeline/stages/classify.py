@@ -20,7 +20,8 @@ from npuprof.pipeline.segmentation.blocks import split_layers
 from npuprof.pipeline.segmentation.classes import class_ids, event_tokens
 from npuprof.pipeline.segmentation.features import EventFeatures, event_features, ordered_events
 from npuprof.pipeline.segmentation.windows import window_evidence, window_metrics
-from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
+from npuprof.pipeline.summaries.classes import layer_class_summary, step_class_summary
 
 # The event columns classify reads (a projection of the normalized events).
 CLASSIFY_INPUT_COLUMNS = [
@@ -304,7 +305,19 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "anomaly_tag_counts": dict(tags),
         "rank_summaries": ranks,
     }
+    views.update(_class_summaries(ctx))
     return StageResult(csv_views=views, json_files={schema.CLASS_SIGNATURES: signatures}, manifest=manifest)
+
+
+def _class_summaries(ctx: RootContext) -> dict:
+    """layer and step class summaries over every member of every rank."""
+    blocks, layers = ctx.read_frame(schema.BLOCK_SEGMENTS), ctx.read_frame(schema.LAYER_CLASSES)
+    steps, anatomy = ctx.read_frame(schema.STEP_CLASSES), ctx.read_frame(schema.STEP_ANATOMY)
+    tables = {
+        schema.LAYER_CLASS_SUMMARY_CSV: layer_class_summary(layers, blocks) if len(layers) else pd.DataFrame(),
+        schema.STEP_CLASS_SUMMARY_CSV: step_class_summary(steps, anatomy, layers) if len(steps) else pd.DataFrame(),
+    }
+    return {view: conformed(view.tables[0], frame) for view, frame in tables.items()}
 
 
 def headline(manifest: dict) -> tuple[dict, list[str]]:

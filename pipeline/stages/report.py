@@ -23,9 +23,10 @@ from npuprof.pipeline.report.pp_chart import stage_passes
 from npuprof.pipeline.report.sheet_notes import TIMES, sheet_note
 from npuprof.pipeline.report.summary import analysis_summary
 from npuprof.pipeline.report.xlsx import relative_times, workbook
+from npuprof.pipeline.stage_order import STAGE_NAMES
 from npuprof.pipeline.stages.base import RootContext, StageResult
 
-MANIFEST_STAGES = ("normalize", "segment", "classify", "summarize", "cross_rank", "diagnostics")
+MANIFEST_STAGES = STAGE_NAMES[: STAGE_NAMES.index("report")]
 TRACE_COLUMNS = ["row_idx", "stream_id", "name", "op_type", "start_ns", "end_ns"]
 REQUIRED = {
     "fast": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE),

@@ -53,12 +53,8 @@ def _idle_window(stretch_step: np.ndarray, stretch_start: np.ndarray, layer_span
     return np.where(np.isnan(main_start), rules["idle_head_only"], in_layers)
 
 
-def step_time_accounting(
-    events: pd.DataFrame, steps: pd.DataFrame, layer_spans: pd.DataFrame
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(long table: per step, breakdown / category / component / ms / share; the idle gaps). Each idle
-    gap: step_ordinal, window (prelaunch / internal / tail), start_ns, end_ns and the events on both
-    sides (``before_pos`` ended at the gap's start, ``after_pos`` starts at its end; in ``events``).
+def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
+    """Long table: per step, breakdown / category / component / ms / share.
 
     ``events``: step_ordinal (null outside steps), start_ns, end_ns, is_comm, bound_family, kind,
     parallel_role, op_type. ``steps``: step_ordinal, step_id, complete, start_ns, end_ns.
@@ -100,19 +96,33 @@ def step_time_accounting(
     window = _idle_window(step[:-1], time[:-1], layer_spans)
     for name in knowledge.load("summary_rules")["idle_by_window"].values():
         rows.append(("primary", "idle", name, np.where(idle & (window == name), length, 0.0)))
-    gaps = np.flatnonzero(idle & (length > 0))
+    return _per_step(rows, step[:-1], steps)
+
+
+def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
+    """Every stretch of a step in which no event runs (the idle time of ``step_time_accounting``,
+    found by the same sweep): step_ordinal, window (prelaunch / internal / tail), start_ns, end_ns
+    and the events on both sides (``before_pos`` ended at the gap's start, ``after_pos`` starts at
+    its end; positions in ``events``).
+
+    ``events``: step_ordinal (null outside steps), start_ns, end_ns, in device order.
+    """
+    inside = events.loc[events["step_ordinal"].notna().to_numpy(), ["step_ordinal", "start_ns", "end_ns"]]
+    step, time, sign, event_of = _boundaries(inside)
+    same_step = step[1:] == step[:-1]
+    length = np.where(same_step, np.diff(time), 0)
+    gaps = np.flatnonzero(same_step & (np.cumsum(sign)[:-1] == 0) & (length > 0))
     positions = np.flatnonzero(events["step_ordinal"].notna().to_numpy())[event_of]
-    idle_gaps = pd.DataFrame(
+    return pd.DataFrame(
         {
             "step_ordinal": step[gaps],
-            "window": window[gaps],
+            "window": _idle_window(step[gaps], time[gaps], layer_spans),
             "start_ns": time[gaps],
             "end_ns": time[gaps + 1],
             "before_pos": positions[gaps],
             "after_pos": positions[gaps + 1],
         }
     )
-    return _per_step(rows, step[:-1], steps), idle_gaps
 
 
 def _role_kind_codes(inside: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
