@@ -45,8 +45,13 @@ class Analysis:
     def steps(self) -> pd.DataFrame:
         """One row per step and rank: step_id, complete, layer counts (forward / backward / recompute /
         speculative), passes (micro-batches), evidence rows and times, wall / busy / bubble metrics,
-        step_class_id, anomaly_tags."""
+        step_class_id, gaps to the neighbouring steps (anomaly tags: ``step_anomalies``)."""
         return self._view(schema.STEP_SUMMARY, "classify")
+
+    def step_anomalies(self) -> pd.DataFrame:
+        """One row per step and rank: anomaly_tags and anomaly_text, decided by diagnostics from the
+        step measurements and the thresholds of knowledge/diagnosis_rules.yaml."""
+        return self._view(schema.STEP_ANOMALIES_CSV, "diagnostics")
 
     def layers(self) -> pd.DataFrame:
         """One row per layer instance: step, pass_index, layer_index, layer_role, anchor kernel,

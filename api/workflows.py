@@ -8,7 +8,7 @@ from pathlib import Path
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import UsageError
 from npuprof.pipeline.progress import Progress
-from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import SCENARIOS, generate
 
@@ -50,6 +50,11 @@ def analyzed_output(path: str, out: Path, side: str, progress: Progress) -> Path
     resume = (target / schema.stage_manifest_name("model")).exists()
     if not resume:
         analyze(
-            path, target, options=AnalyzeOptions(), window=StageWindow(), progress=progress, overwrite=target.exists()
+            path,
+            target,
+            options=AnalyzeOptions(),
+            stage_range=StageRange(),
+            progress=progress,
+            overwrite=target.exists(),
         )
     return target

@@ -20,14 +20,14 @@ from normalize import bare_read_seconds, bench_root  # noqa: E402
 
 from npuprof.pipeline import schema  # noqa: E402
 from npuprof.pipeline.compare.run import compare  # noqa: E402
-from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
+from npuprof.pipeline.runner import StageRange, analyze  # noqa: E402
 
 
 def main() -> None:
     args, root, files = bench_root(__doc__)
     base = args.work / "compare_base"
     if not (base / schema.stage_manifest_name("model")).exists():
-        analyze(root, base, jobs=args.jobs, overwrite=True, window=StageWindow(to_stage="model"))
+        analyze(root, base, jobs=args.jobs, overwrite=True, stage_range=StageRange(to_stage="model"))
     new = args.work / "compare_new"
     if not new.exists():
         shutil.copytree(base, new)

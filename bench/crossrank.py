@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from normalize import bare_read_seconds, build_root  # noqa: E402
 
 from npuprof.pipeline import schema  # noqa: E402
-from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
+from npuprof.pipeline.runner import StageRange, analyze  # noqa: E402
 from npuprof.synth import generate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,12 +39,12 @@ def stages_over_read(work: Path, ranks: int, rows: int, jobs: int) -> dict:
     root = build_root(work, ranks, rows)
     files = sorted(root.rglob("kernel_details.csv"))
     out = work / "crossrank_out"
-    analyze(root, out, jobs=jobs, overwrite=True, window=StageWindow(to_stage="model"))
+    analyze(root, out, jobs=jobs, overwrite=True, stage_range=StageRange(to_stage="model"))
     bare_read_seconds(files)
     gc.collect()
     bare = bare_read_seconds(files)
     started = time.perf_counter()
-    analyze(None, out, jobs=jobs, window=StageWindow(from_stage="cross_rank", to_stage="diagnostics"))
+    analyze(None, out, jobs=jobs, stage_range=StageRange(from_stage="cross_rank", to_stage="diagnostics"))
     seconds = time.perf_counter() - started
     return {
         "bare_read_s": round(bare, 3),
@@ -114,9 +114,9 @@ def alignment_scaling(work: Path) -> dict:
             )["root"]
         )
         out = work / f"align_{ranks}_out"
-        analyze(root, out, jobs=os.cpu_count(), overwrite=True, window=StageWindow(to_stage="model"))
+        analyze(root, out, jobs=os.cpu_count(), overwrite=True, stage_range=StageRange(to_stage="model"))
         started = time.perf_counter()
-        analyze(None, out, jobs=1, window=StageWindow(only_stage="cross_rank"))
+        analyze(None, out, jobs=1, stage_range=StageRange(only_stage="cross_rank"))
         seconds = time.perf_counter() - started
         manifest = json.loads((out / schema.stage_manifest_name("cross_rank")).read_text())
         rows = manifest["collective_instances"] * ranks

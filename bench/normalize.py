@@ -27,7 +27,7 @@ import pyarrow.csv as pacsv
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import peak_rss  # noqa: E402
 
-from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
+from npuprof.pipeline.runner import StageRange, analyze  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_RANK = REPO.parent / "shared" / "samples" / "msinsight" / "test" / "st" / "level2" / "rank_0_ascend_pt"
@@ -110,7 +110,7 @@ def main() -> None:
     out = args.work / "normalize_out"
     gc.collect()
     with peak_rss() as run:
-        result = analyze(root, out, jobs=args.jobs, overwrite=True, window=StageWindow(to_stage="normalize"))
+        result = analyze(root, out, jobs=args.jobs, overwrite=True, stage_range=StageRange(to_stage="normalize"))
     rows = result["event_count"]
     report = {
         "ranks": args.ranks,

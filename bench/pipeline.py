@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import peak_rss  # noqa: E402
 from normalize import bare_read_seconds, bench_root  # noqa: E402
 
-from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
+from npuprof.pipeline.runner import StageRange, analyze  # noqa: E402
 from npuprof.pipeline.stages import STAGES  # noqa: E402
 
 TARGETS = {"normalize": 1.5, "segment+classify": 1.5, "total": 5.0, "peak_rss_over_input": 1.5}
@@ -31,9 +31,9 @@ def stage_seconds(root: Path, out: Path, jobs: int) -> tuple[dict[str, float], d
     peaks: dict[str, int] = {}
     for position, stage in enumerate(STAGES):
         gc.collect()
-        window = StageWindow(to_stage=stage.name) if position == 0 else StageWindow(only_stage=stage.name)
+        stage_range = StageRange(to_stage=stage.name) if position == 0 else StageRange(only_stage=stage.name)
         with peak_rss() as run:
-            analyze(root if position == 0 else None, out, jobs=jobs, overwrite=position == 0, window=window)
+            analyze(root if position == 0 else None, out, jobs=jobs, overwrite=position == 0, stage_range=stage_range)
         seconds[stage.name] = round(run["seconds"], 3)
         peaks[stage.name] = run["peak"]
     return seconds, peaks

@@ -21,13 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from normalize import bare_read_seconds, bench_root  # noqa: E402
 
-from npuprof.pipeline.runner import StageWindow, analyze  # noqa: E402
+from npuprof.pipeline.runner import StageRange, analyze  # noqa: E402
 from npuprof.pipeline.stages.base import AnalyzeOptions  # noqa: E402
 
 
 def report_seconds(out: Path, mode: str, jobs: int) -> float:
     started = time.perf_counter()
-    analyze(None, out, jobs=jobs, window=StageWindow(only_stage="report"), options=AnalyzeOptions(mode=mode))
+    analyze(None, out, jobs=jobs, stage_range=StageRange(only_stage="report"), options=AnalyzeOptions(mode=mode))
     return time.perf_counter() - started
 
 
@@ -56,7 +56,7 @@ def first_paint_seconds(report_dir: Path) -> float:
 def main() -> None:
     args, root, files = bench_root(__doc__)
     out = args.work / "report_out"
-    analyze(root, out, jobs=args.jobs, overwrite=True, window=StageWindow(to_stage="diagnostics"))
+    analyze(root, out, jobs=args.jobs, overwrite=True, stage_range=StageRange(to_stage="diagnostics"))
     bare_read_seconds(files)
     gc.collect()
     bare = bare_read_seconds(files)

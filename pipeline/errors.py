@@ -113,7 +113,7 @@ class ManifestNotOk(NpuprofError):
 
 
 class MissingPrerequisites(NpuprofError):
-    """A stage window was asked for, but artifacts of earlier stages are missing."""
+    """A stage range was asked for, but artifacts of earlier stages are missing."""
 
     exit_code = EXIT_MISSING_PREREQUISITES
     kind = "missing_prerequisites"

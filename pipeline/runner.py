@@ -1,7 +1,7 @@
 """The stage runner: ``analyze()`` is the one entry point the CLI, ``npuprof demo``, the local sweep
 and the service share.
 
-It prepares the output dir, resolves the stage window (``window``), maps rank-local stages over
+It prepares the output dir, resolves the stage stage_range (``stage_range``), maps rank-local stages over
 ranks and reduces once per root (``execution``), and writes manifest.json and the result object
 (``manifests``). On failure it leaves failure.json and no artifact of the failed stage.
 """
@@ -23,11 +23,11 @@ from npuprof.pipeline.modelinfo.hardware import check_hardware_model
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.segmentation.expected import expected_model
 from npuprof.pipeline.sources.discovery import RootInputs, discover, is_rank_dir
+from npuprof.pipeline.stage_range import StageRange, check_prerequisites, resolve_stage_range
 from npuprof.pipeline.stages import STAGES
 from npuprof.pipeline.stages.base import AnalyzeOptions, Stage
-from npuprof.pipeline.window import StageWindow, check_prerequisites, resolve_window
 
-__all__ = ["StageWindow", "analyze", "finish_root", "write_failure"]
+__all__ = ["StageRange", "analyze", "finish_root", "write_failure"]
 
 
 def check_output_location(out_dir: Path, root: str | Path | None) -> None:
@@ -64,9 +64,9 @@ def _foreign_entries(out_dir: Path) -> list[str]:
     return sorted(foreign)
 
 
-def prepare_output_dir(out_dir: Path, window: StageWindow, overwrite: bool) -> None:
+def prepare_output_dir(out_dir: Path, stage_range: StageRange, overwrite: bool) -> None:
     """Refuse a non-empty output dir unless asked to overwrite npuprof's own outputs in it or to
-    resume a stage window; --overwrite never removes a file npuprof did not write."""
+    resume a stage stage_range; --overwrite never removes a file npuprof did not write."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output path {out_dir} exists and is not a directory")
     # a dir holding only npuprof's failure document (a run that failed at once: a typo in the root)
@@ -84,7 +84,7 @@ def prepare_output_dir(out_dir: Path, window: StageWindow, overwrite: bool) -> N
             for registered in STAGES:
                 clear_stage_outputs(out_dir, registered)
             (out_dir / schema.TOP_MANIFEST).unlink(missing_ok=True)
-        elif not window.resumes:
+        elif not stage_range.resumes:
             raise UsageError(
                 f"output dir {out_dir} is not empty; pass --overwrite to replace it, "
                 "or --from-stage / --only-stage to resume"
@@ -131,7 +131,7 @@ def run_lock(out_dir: Path) -> Iterator[None]:
 
 
 def load_inputs(out_dir: Path) -> RootInputs:
-    """The discovered inputs recorded by an earlier normalize run (for later stage windows)."""
+    """The discovered inputs recorded by an earlier normalize run (for later stage ranges)."""
     data = io.read_json(out_dir / schema.SOURCE_INDEX)
     return RootInputs.from_dict(data["inputs"])
 
@@ -148,7 +148,7 @@ def analyze(
     out_dir: str | Path,
     *,
     options: AnalyzeOptions = AnalyzeOptions(),
-    window: StageWindow = StageWindow(),
+    stage_range: StageRange = StageRange(),
     jobs: int | None = None,
     overwrite: bool = False,
     progress: Progress = no_progress,
@@ -159,14 +159,14 @@ def analyze(
     ``failure.json`` is left in ``out_dir`` when the dir could be prepared.
     """
     out = Path(out_dir)
-    stages = resolve_window(window)
+    stages = resolve_stage_range(stage_range)
     check_output_location(out, root)
     check_before_writing(root, options, stages)
     make_output_dir(out)
     with run_lock(out):
-        prepare_output_dir(out, window, overwrite)
+        prepare_output_dir(out, stage_range, overwrite)
         try:
-            return _analyze(root, out, stages, options, window, jobs or os.cpu_count() or 1, progress)
+            return _analyze(root, out, stages, options, stage_range, jobs or os.cpu_count() or 1, progress)
         except NpuprofError as exc:
             write_failure(out, exc)
             raise
@@ -188,7 +188,7 @@ def _analyze(
     out: Path,
     stages: list[Stage],
     options: AnalyzeOptions,
-    window: StageWindow,
+    stage_range: StageRange,
     jobs: int,
     progress: Progress,
 ) -> dict:
@@ -204,7 +204,7 @@ def _analyze(
     else:
         inputs = guard("load", None, load_inputs, out)
 
-    top = io.read_json_or_empty(out / schema.TOP_MANIFEST) if window.resumes else {}
+    top = io.read_json_or_empty(out / schema.TOP_MANIFEST) if stage_range.resumes else {}
     timings: dict = dict(top.get("stage_timings", {}))
     executed: list[str] = []
     for current in stages:

@@ -30,21 +30,26 @@ from npuprof.synth.trace_export import write_trace_view
 FIRST_STEP_ID = 10
 EXPORTS = {"text": ("text",), "db": ("db",), "both": ("text", "db")}
 
-# What an analyzer should report for each planted fault kind (and must not report without one).
-FINDINGS_OF_FAULT = {
-    "slow_rank": ("slow_rank",),
-    "ep_hot_rank": ("ep_imbalance",),
-    "host_bubble": ("host_bubble",),
-    "slow_link": ("slow_link",),
-    "exposed_aicpu": ("exposed_aicpu",),
-    "reduced_work_rank": ("reduced_work_rank",),
-    "partial_capture": ("partial_capture",),
-    "clock_offset": ("clock_offset",),
-    # a throttled card is late at every collective of the steps it is throttled in: a slow rank too
-    "aicore_freq_throttled": ("aicore_freq_throttled", "slow_rank"),
-    "pp_stage_layers": ("pp_stage_imbalance",),
-    "pp_few_micro_batches": ("pp_bubble_heavy",),
-}
+# A fault's kind is the finding it plants; these plant a second one too, and these are capture
+# conditions that no finding reports (segment and cross_rank measure them).
+ALSO_REPORTED = {"aicore_freq_throttled": ("slow_rank_suspected",)}  # late at every collective it is throttled in
+CAPTURE_CONDITIONS = ("partial_capture", "clock_offset")
+PLANTABLE_FINDINGS = (
+    "slow_rank_suspected",
+    "ep_load_imbalance_suspected",
+    "device_idle_bubble",
+    "slow_link_suspected",
+    "aicpu_exposed",
+    "reduced_work_or_dummy_rank",
+    "aicore_freq_throttled",
+    "pp_stage_imbalance",
+    "pp_bubble_heavy",
+)
+
+
+def findings_of_fault(kind: str) -> tuple[str, ...]:
+    """The finding types a fault of ``kind`` plants (none for a capture condition)."""
+    return () if kind in CAPTURE_CONDITIONS else (kind, *ALSO_REPORTED.get(kind, ()))
 
 
 def topology_of(sc: Scenario) -> Topology:
@@ -201,7 +206,7 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
         if "step_ordinals" in entry:
             entry["step_ids"] = [step_ids[s] for s in (fault.steps or range(sc.steps))]
         faults.append(entry)
-    planted = {kind for f in sc.faults for kind in FINDINGS_OF_FAULT[f.kind]}
+    planted = {kind for f in sc.faults for kind in findings_of_fault(f.kind)}
     return {
         "scenario": sc.name,
         "description": sc.description,
@@ -220,9 +225,9 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
         "expected_findings": [
             {"type": kind, **{k: v for k, v in f.as_dict().items() if k != "kind"}}
             for f in sc.faults
-            for kind in FINDINGS_OF_FAULT[f.kind]
+            for kind in findings_of_fault(f.kind)
         ],
-        "unexpected_findings": sorted({kind for kinds in FINDINGS_OF_FAULT.values() for kind in kinds} - planted),
+        "unexpected_findings": sorted(set(PLANTABLE_FINDINGS) - planted),
     }
 
 
@@ -230,7 +235,7 @@ def _host_gaps(sc: Scenario, t: RankTimeline) -> list[tuple[int, int]]:
     """(start_ns, end_ns) of each planted host bubble on this rank: the idle gap before the layer."""
     gaps = []
     for fault in sc.faults:
-        if fault.kind != "host_bubble" or t.rank not in fault.ranks:
+        if fault.kind != "device_idle_bubble" or t.rank not in fault.ranks:
             continue
         for step in fault.steps or range(sc.steps):
             rows = np.flatnonzero((t.step == step) & (t.region == LAYER) & (t.layer_index == fault.layer))
@@ -280,7 +285,7 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
     )
     step_rows = step_trace_rows(t, step_ids, t.rank)
     kept = set(int(o) for o in t.collective[t.collective >= 0])
-    slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link"), None)
+    slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link_suspected"), None)
     communication, matrix = communication_records(
         t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept
     )

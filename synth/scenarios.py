@@ -7,18 +7,20 @@ from dataclasses import dataclass, field, replace
 
 @dataclass(frozen=True)
 class Fault:
-    """One planted fault. Which fields matter depends on ``kind``.
+    """One planted fault. Which fields matter depends on ``kind``: the type of the finding it plants
+    (one vocabulary for synth, ground truth, tests and the detectors), or a capture condition that
+    no finding reports (partial_capture, clock_offset; segment and cross_rank measure them).
 
-    kinds: slow_rank (compute × factor on ``ranks``), ep_hot_rank (routed tokens × factor on
-    ``ranks``), host_bubble (``gap_us`` of host idle before ``layer`` on ``steps`` of ``ranks``),
-    slow_link (bandwidth of ``link`` ÷ factor), exposed_aicpu (an AI CPU op of ``gap_us`` before
-    ``layer`` on every step), reduced_work_rank (``ranks`` receive no routed tokens),
-    partial_capture (first and last step cut), clock_offset (``offset_us`` added to ``ranks``' clocks),
-    aicore_freq_throttled (the AI Core clock of ``ranks`` at nominal ÷ factor on ``steps``: their compute
-    kernels take factor × as long for the same cycles), pp_stage_layers (the last pipeline stage, ``ranks``,
-    holds ``layer`` decoder layers besides its LM head and loss; without it the stages split evenly),
-    pp_few_micro_batches (the
-    scenario's micro-batch count leaves the pipeline's own fill / drain bubble above a fifth of it).
+    kinds: slow_rank_suspected (compute × factor on ``ranks``), ep_load_imbalance_suspected (routed
+    tokens × factor on ``ranks``), device_idle_bubble (``gap_us`` of host idle before ``layer`` on
+    ``steps`` of ``ranks``), slow_link_suspected (bandwidth of ``link`` ÷ factor), aicpu_exposed (an AI
+    CPU op of ``gap_us`` before ``layer`` on every step), reduced_work_or_dummy_rank (``ranks`` receive
+    no routed tokens), partial_capture (first and last step cut), clock_offset (``offset_us`` added to
+    ``ranks``' clocks), aicore_freq_throttled (the AI Core clock of ``ranks`` at nominal ÷ factor on
+    ``steps``: their compute kernels take factor × as long for the same cycles), pp_stage_imbalance (the
+    last pipeline stage, ``ranks``, holds ``layer`` decoder layers besides its LM head and loss; without
+    it the stages split evenly), pp_bubble_heavy (the scenario's micro-batch count leaves the pipeline's
+    own fill / drain bubble above a fifth of it).
     """
 
     kind: str
@@ -33,17 +35,17 @@ class Fault:
     def as_dict(self) -> dict:
         base = {"kind": self.kind}
         keys = {
-            "slow_rank": ("ranks", "factor"),
-            "ep_hot_rank": ("ranks", "factor"),
-            "host_bubble": ("ranks", "steps", "layer", "gap_us"),
-            "slow_link": ("link", "factor"),
-            "exposed_aicpu": ("layer", "gap_us"),
-            "reduced_work_rank": ("ranks",),
+            "slow_rank_suspected": ("ranks", "factor"),
+            "ep_load_imbalance_suspected": ("ranks", "factor"),
+            "device_idle_bubble": ("ranks", "steps", "layer", "gap_us"),
+            "slow_link_suspected": ("link", "factor"),
+            "aicpu_exposed": ("layer", "gap_us"),
+            "reduced_work_or_dummy_rank": ("ranks",),
             "partial_capture": (),
             "clock_offset": ("ranks", "offset_us"),
             "aicore_freq_throttled": ("ranks", "steps", "factor"),
-            "pp_stage_layers": ("ranks", "layer"),
-            "pp_few_micro_batches": (),
+            "pp_stage_imbalance": ("ranks", "layer"),
+            "pp_bubble_heavy": (),
         }[self.kind]
         found = {k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys}
         if "steps" in found:  # ordinals, labelled as such: texts and findings number steps by captured id
@@ -83,7 +85,7 @@ SCENARIOS: dict[str, Scenario] = {
             "the heavy one, and 2 micro-batches leave a third of the pipeline idle",
             pp=2,
             layers=6,
-            faults=(Fault("pp_stage_layers", ranks=(2, 3), layer=3), Fault("pp_few_micro_batches")),
+            faults=(Fault("pp_stage_imbalance", ranks=(2, 3), layer=3), Fault("pp_bubble_heavy")),
         ),
         Scenario(
             "clean_inference",
@@ -95,7 +97,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "slow_rank",
             "dense training; rank 2 computes 1.6x slower, the others wait for it in every all-reduce",
-            faults=(Fault("slow_rank", ranks=(2,), factor=1.6),),
+            faults=(Fault("slow_rank_suspected", ranks=(2,), factor=1.6),),
         ),
         Scenario(
             "ep_imbalance",
@@ -105,7 +107,7 @@ SCENARIOS: dict[str, Scenario] = {
             phase="decode",
             tokens=256,
             micro_batches=1,
-            faults=(Fault("ep_hot_rank", ranks=(1,), factor=4.0),),
+            faults=(Fault("ep_load_imbalance_suspected", ranks=(1,), factor=4.0),),
         ),
         Scenario(
             "host_bubble",
@@ -113,7 +115,7 @@ SCENARIOS: dict[str, Scenario] = {
             training=False,
             phase="prefill",
             micro_batches=1,
-            faults=(Fault("host_bubble", ranks=(0,), steps=(1, 2), layer=2, gap_us=6000.0),),
+            faults=(Fault("device_idle_bubble", ranks=(0,), steps=(1, 2), layer=2, gap_us=6000.0),),
         ),
         Scenario(
             "slow_link",
@@ -121,7 +123,7 @@ SCENARIOS: dict[str, Scenario] = {
             training=False,
             phase="prefill",
             micro_batches=1,
-            faults=(Fault("slow_link", link=(0, 1), factor=4.0),),
+            faults=(Fault("slow_link_suspected", link=(0, 1), factor=4.0),),
         ),
         Scenario(
             "exposed_aicpu",
@@ -129,7 +131,7 @@ SCENARIOS: dict[str, Scenario] = {
             training=False,
             phase="prefill",
             micro_batches=1,
-            faults=(Fault("exposed_aicpu", layer=1, gap_us=400.0),),
+            faults=(Fault("aicpu_exposed", layer=1, gap_us=400.0),),
         ),
         Scenario(
             "dummy_rank",
@@ -139,7 +141,7 @@ SCENARIOS: dict[str, Scenario] = {
             phase="decode",
             tokens=256,
             micro_batches=1,
-            faults=(Fault("reduced_work_rank", ranks=(3,)),),
+            faults=(Fault("reduced_work_or_dummy_rank", ranks=(3,)),),
         ),
         Scenario(
             "throttled_card",
@@ -163,8 +165,8 @@ SCENARIOS: dict[str, Scenario] = {
             steps=4,
             layers=6,
             faults=(
-                Fault("slow_rank", ranks=(2,), factor=1.5),
-                Fault("host_bubble", ranks=(0,), steps=(1,), layer=2, gap_us=5000.0),
+                Fault("slow_rank_suspected", ranks=(2,), factor=1.5),
+                Fault("device_idle_bubble", ranks=(0,), steps=(1,), layer=2, gap_us=5000.0),
             ),
         ),
         Scenario(
@@ -173,8 +175,8 @@ SCENARIOS: dict[str, Scenario] = {
             model="moe",
             tokens=2048,
             faults=(
-                Fault("slow_rank", ranks=(3,), factor=1.5),
-                Fault("ep_hot_rank", ranks=(1,), factor=3.0),
+                Fault("slow_rank_suspected", ranks=(3,), factor=1.5),
+                Fault("ep_load_imbalance_suspected", ranks=(1,), factor=3.0),
                 Fault("clock_offset", ranks=(2,), offset_us=2500.0),
             ),
         ),
@@ -188,12 +190,14 @@ def scenario(name: str, **overrides) -> Scenario:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     chosen = replace(SCENARIOS[name], **{k: v for k, v in overrides.items() if v is not None})
     for fault in chosen.faults:
-        bad = [r for r in (*fault.ranks, *(fault.link if fault.kind == "slow_link" else ())) if r >= chosen.ranks]
+        bad = [
+            r for r in (*fault.ranks, *(fault.link if fault.kind == "slow_link_suspected" else ())) if r >= chosen.ranks
+        ]
         if bad:
             raise ValueError(
                 f"scenario {name}: fault {fault.kind} needs rank {max(bad)}, but only {chosen.ranks} ranks"
             )
-        if fault.kind in ("host_bubble", "exposed_aicpu") and fault.layer >= chosen.layers:
+        if fault.kind in ("device_idle_bubble", "aicpu_exposed") and fault.layer >= chosen.layers:
             raise ValueError(
                 f"scenario {name}: fault {fault.kind} targets layer {fault.layer}, but only {chosen.layers} layers"
             )
@@ -206,11 +210,11 @@ def scenario(name: str, **overrides) -> Scenario:
             f"scenario {name}: pipeline parallel needs training, ranks and layers divisible by pp={chosen.pp}"
         )
     for fault in chosen.faults:
-        if fault.kind == "pp_few_micro_batches" and (chosen.pp - 1) / (chosen.micro_batches + chosen.pp - 1) < 0.2:
+        if fault.kind == "pp_bubble_heavy" and (chosen.pp - 1) / (chosen.micro_batches + chosen.pp - 1) < 0.2:
             raise ValueError(
                 f"scenario {name}: {chosen.micro_batches} micro-batches over {chosen.pp} stages are not few"
             )
-        if fault.kind == "pp_stage_layers" and (chosen.pp < 2 or not 0 < fault.layer < chosen.layers):
+        if fault.kind == "pp_stage_imbalance" and (chosen.pp < 2 or not 0 < fault.layer < chosen.layers):
             raise ValueError(
                 f"scenario {name}: pp_stage_layers needs pipeline parallel and 0 < layer < {chosen.layers}"
             )

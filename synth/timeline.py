@@ -74,10 +74,10 @@ def _faults(scenario: Scenario, kind: str) -> list[Fault]:
 
 def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
     tokens_factor = 1.0
-    for fault in _faults(scenario, "ep_hot_rank"):
+    for fault in _faults(scenario, "ep_load_imbalance_suspected"):
         if rank in fault.ranks:
             tokens_factor *= fault.factor
-    reduced = any(rank in f.ranks for f in _faults(scenario, "reduced_work_rank"))
+    reduced = any(rank in f.ranks for f in _faults(scenario, "reduced_work_or_dummy_rank"))
     return Workload(
         DENSE if scenario.model == "dense" else MOE,
         scenario.training,
@@ -92,13 +92,13 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         topology.pp,
         topology.tp,
         scenario.wide_ffn_layers,
-        next((f.layer for f in _faults(scenario, "pp_stage_layers")), None),
+        next((f.layer for f in _faults(scenario, "pp_stage_imbalance")), None),
     )
 
 
 def _with_exposed_aicpu(program: Program, scenario: Scenario) -> dict[str, np.ndarray]:
     arrays = program.arrays()
-    for fault in _faults(scenario, "exposed_aicpu"):
+    for fault in _faults(scenario, "aicpu_exposed"):
         rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
         if not rows.size:
             continue  # this pipeline stage does not hold the layer
@@ -152,7 +152,7 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     n = len(kid)
     rng = np.random.default_rng([seed, rank])
     is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid]
-    slow = np.prod([f.factor for f in _faults(scenario, "slow_rank") if rank in f.ranks] or [1.0])
+    slow = np.prod([f.factor for f in _faults(scenario, "slow_rank_suspected") if rank in f.ranks] or [1.0])
     changed = dict(scenario.kernel_factors)
     base_us = np.array([k.base_us * (1.0 if k.hccl_group else changed.get(k.type, 1.0)) for k in program.kernels])
     clock_factor = _clock_factor(scenario, rank, n_step, is_comm)
@@ -160,7 +160,7 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     first_of_step = np.zeros(n, dtype=bool)
     first_of_step[::n_step] = True
     gap = rng.uniform(1.5, 6.0, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
-    for fault in _faults(scenario, "host_bubble"):
+    for fault in _faults(scenario, "device_idle_bubble"):
         rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
         if rank in fault.ranks and rows.size:
             for s in fault.steps or range(S):
@@ -194,7 +194,7 @@ def _freq_samples(scenario: Scenario, rank: int, step_start_ns: np.ndarray, step
 
 def _slow_link_factor(scenario: Scenario, group: GroupInstance) -> float:
     factor = 1.0
-    for fault in _faults(scenario, "slow_link"):
+    for fault in _faults(scenario, "slow_link_suspected"):
         if set(fault.link) <= set(group.members):
             factor = max(factor, fault.factor)
     return factor

@@ -14,8 +14,8 @@ import pytest
 from conftest import MSTT, PYTORCH_DATA, QWEN_TRAINING, copy_sample
 
 from npuprof.pipeline.errors import MissingPrerequisites
+from npuprof.pipeline.stage_range import check_prerequisites
 from npuprof.pipeline.stages import stage
-from npuprof.pipeline.window import check_prerequisites
 from npuprof.synth import SCENARIOS, generate
 
 RANK0 = "rank_0_ascend_pt"

@@ -13,7 +13,7 @@ from conftest import run_cli
 from npuprof.pipeline import schema
 from npuprof.pipeline.compare.run import compare
 from npuprof.pipeline.errors import UsageError
-from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import generate
 from npuprof.synth.scenarios import Fault, scenario
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.xdist_group("compare")
 
 def _analyzed(base: Path, name: str, planted) -> Path:
     root = Path(generate(base / f"{name}_root", planted, seed=3)["root"])
-    analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage="diagnostics"))
+    analyze(root, base / f"{name}_out", jobs=2, stage_range=StageRange(to_stage="diagnostics"))
     return base / f"{name}_out"
 
 
@@ -95,7 +95,7 @@ def test_a_removed_host_bubble_shows_as_less_idle_on_its_rank_and_a_finding_gone
 
 def test_a_link_at_half_bandwidth_makes_its_all_reduce_the_top_communication_regression(tmp_path):
     baseline = replace(scenario("slow_link"), faults=())
-    slower = replace(baseline, faults=(Fault("slow_link", link=(0, 1), factor=2.0),))
+    slower = replace(baseline, faults=(Fault("slow_link_suspected", link=(0, 1), factor=2.0),))
     out, summary = _pair(tmp_path, baseline, slower)
     comm = _read(out, schema.COMPARE_COMMUNICATION)
     top = comm.iloc[0]

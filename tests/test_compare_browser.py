@@ -13,7 +13,7 @@ import pytest
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.compare.run import compare
-from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import generate
 from npuprof.synth.scenarios import scenario
 
@@ -29,7 +29,7 @@ HOSTILE = "<img src=x onerror=\"document.title='pwned'\">"
 
 def _analyzed(base: Path, name: str, planted) -> Path:
     root = Path(generate(base / f"{name}_root", planted, seed=4)["root"])
-    analyze(root, base / f"{name}_out", jobs=2, window=StageWindow(to_stage="model"))
+    analyze(root, base / f"{name}_out", jobs=2, stage_range=StageRange(to_stage="model"))
     return base / f"{name}_out"
 
 

@@ -13,38 +13,29 @@ import pandas as pd
 import pytest
 from conftest import SAMPLE_ROOTS
 
+from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis.evidence import check_evidence
 from npuprof.pipeline.diagnosis.outliers import low_outliers
 from npuprof.pipeline.errors import BrokenEvidence
-from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.runner import StageRange, analyze
+from npuprof.pipeline.stage_order import STAGE_NAMES
 from npuprof.synth import SCENARIOS, generate
 from npuprof.synth.scenarios import Fault
 
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares its fixtures
 
-# synth's ground-truth finding types → the finding npuprof must report for them
-FINDING_FOR = {
-    "slow_rank": "slow_rank_suspected",
-    "ep_imbalance": "ep_load_imbalance_suspected",
-    "host_bubble": "device_idle_bubble",
-    "slow_link": "slow_link_suspected",
-    "exposed_aicpu": "aicpu_exposed",
-    "reduced_work_rank": "reduced_work_or_dummy_rank",
-    "aicore_freq_throttled": "aicore_freq_throttled",
-    "pp_stage_layers": "pp_stage_imbalance",
-    "pp_few_micro_batches": "pp_bubble_heavy",
-}
-# with no such fault planted, these must stay silent on every scenario
+# with no such fault planted, these findings must stay silent on every scenario (ground truth, synth
+# and the detectors name findings alike)
 MUST_STAY_SILENT = (
-    "slow_rank",
-    "ep_imbalance",
-    "slow_link",
-    "reduced_work_rank",
-    "exposed_aicpu",
+    "slow_rank_suspected",
+    "ep_load_imbalance_suspected",
+    "slow_link_suspected",
+    "reduced_work_or_dummy_rank",
+    "aicpu_exposed",
     "aicore_freq_throttled",
-    "pp_stage_layers",
-    "pp_few_micro_batches",
+    "pp_stage_imbalance",
+    "pp_bubble_heavy",
 )
 
 
@@ -57,7 +48,7 @@ def truth_of(root: Path) -> dict:
 
 
 def planted_ranks(expected: dict, rank_count: int) -> list[int]:
-    if expected["type"] == "slow_link":
+    if expected["type"] == "slow_link_suspected":
         return sorted(expected["link"])
     return sorted(expected.get("ranks") or range(rank_count))
 
@@ -66,10 +57,8 @@ def planted_ranks(expected: dict, rank_count: int) -> list[int]:
 def test_every_planted_fault_is_found_on_its_ranks(planted_outputs, name):
     root, out = planted_outputs[name]
     truth, findings = truth_of(root), findings_of(out)
-    for expected in truth["expected_findings"]:
-        wanted = FINDING_FOR.get(expected["type"])
-        if wanted is None:  # clock offsets and partial captures are checked elsewhere
-            continue
+    for expected in truth["expected_findings"]:  # clock offsets and partial captures are checked elsewhere
+        wanted = expected["type"]
         found = [f for f in findings if f["finding_type"] == wanted]
         assert found, f"{name}: planted {expected['type']} not reported; findings: {[f['summary'] for f in findings]}"
         ranks = sorted({r for f in found for r in f["rank_ids"]})
@@ -83,7 +72,7 @@ def test_every_planted_fault_is_found_on_its_ranks(planted_outputs, name):
 def test_nothing_is_reported_that_was_not_planted(planted_outputs, name):
     root, out = planted_outputs[name]
     truth = truth_of(root)
-    silent = [FINDING_FOR[t] for t in truth["unexpected_findings"] if t in MUST_STAY_SILENT]
+    silent = [t for t in truth["unexpected_findings"] if t in MUST_STAY_SILENT]
     if name.startswith("clean"):
         silent += ["device_idle_bubble", "recurring_bubble_pattern", "communication_collective_slow"]
         silent += ["dp_workload_imbalance", "rank_workload_asymmetry"]
@@ -182,9 +171,55 @@ def test_every_real_capture_runs_through_diagnostics_with_resolvable_evidence(tm
         assert manifest["unmatched_partner_not_captured"] == manifest["unmatched_instances"] > 0
 
 
+def tagged_steps(out: Path) -> pd.DataFrame:
+    """step_summary with diagnostics' anomaly tags and their wording."""
+    steps = pd.read_csv(out / schema.STEP_SUMMARY.file)
+    tags = pd.read_csv(out / schema.STEP_ANOMALIES_CSV.file, dtype={"anomaly_tags": str, "anomaly_text": str})
+    return steps.merge(
+        tags[["rank_id", "step_ordinal", "anomaly_tags", "anomaly_text"]], on=["rank_id", "step_ordinal"]
+    )
+
+
+def test_the_planted_bubble_is_tagged_on_its_rank_and_steps_only(planted_outputs):
+    root, out = planted_outputs["host_bubble"]
+    fault = next(f for f in truth_of(root)["faults"] if f["kind"] == "device_idle_bubble")
+    steps = tagged_steps(out)
+    tagged = steps[steps["anomaly_tags"].fillna("").str.contains("INTERNAL_BUBBLE_HEAVY")]
+    assert sorted(zip(tagged["rank_id"], tagged["step_id"])) == [(fault["ranks"][0], s) for s in fault["step_ids"]]
+    assert (tagged["largest_internal_bubble_ms"] >= fault["gap_us"] / 1000 * 0.99).all()
+
+
+def test_partial_steps_carry_the_boundary_tag(planted_outputs):
+    root, out = planted_outputs["partial_capture"]
+    steps = tagged_steps(out)
+    partial = steps[(steps["rank_id"] == 0) & steps["anomaly_tags"].fillna("").str.contains("PARTIAL_CAPTURE_BOUNDARY")]
+    assert set(partial["step_id"]) == set(truth_of(root)["ranks"]["0"]["partial_steps"])
+
+
+def test_a_changed_diagnosis_threshold_needs_only_the_diagnostics_stage(tmp_path, monkeypatch):
+    """Classify measures, diagnostics decides: raising the idle thresholds re-tags the steps and
+    silences the bubble finding on a re-run from diagnostics, with every earlier artifact untouched."""
+    root = generate(tmp_path / "root", "host_bubble", seed=5, ranks=2)["root"]
+    out = tmp_path / "out"
+    analyze(root, out, jobs=1)
+    assert "device_idle_bubble" in {f["finding_type"] for f in findings_of(out)}
+    assert tagged_steps(out)["anomaly_tags"].fillna("").str.contains("INTERNAL_BUBBLE_HEAVY").any()
+    before_diagnostics = STAGE_NAMES[: STAGE_NAMES.index("diagnostics")]
+    earlier = {p: p.stat().st_mtime_ns for p in (out / schema.stage_manifest_name(s) for s in before_diagnostics)}
+    rules = knowledge.load("diagnosis_rules")["anomaly_tags"]
+    for tag in ("INTERNAL_BUBBLE_HEAVY", "PRELAUNCH_GAP_HEAVY", "TAIL_GAP_HEAVY"):
+        monkeypatch.setitem(rules[tag], "min_ms", 1e9)  # no gap is that long
+    monkeypatch.setitem(rules["DEVICE_IDLE_GAP_HEAVY"], "underfeed_ratio_min", 2.0)  # no step idles twice its wall
+    result = analyze(None, out, jobs=1, stage_range=StageRange(from_stage="diagnostics"))
+    assert result["stages_executed"] == ["diagnostics", "report"]
+    assert "device_idle_bubble" not in {f["finding_type"] for f in findings_of(out)}
+    assert not tagged_steps(out)["anomaly_tags"].fillna("").str.contains("HEAVY").any()
+    assert {p: p.stat().st_mtime_ns for p in earlier} == earlier
+
+
 def test_the_planted_host_bubble_is_labelled_a_sync(planted_outputs):
     root, out = planted_outputs["host_bubble"]
-    fault = next(f for f in truth_of(root)["faults"] if f["kind"] == "host_bubble")
+    fault = next(f for f in truth_of(root)["faults"] if f["kind"] == "device_idle_bubble")
     windows = [json.loads(line) for line in (out / schema.BUBBLE_WINDOWS_JSONL).read_text().splitlines()]
     planted = [w for w in windows if w["duration_us"] >= fault["gap_us"] * 0.9]
     assert sorted(w["step_id"] for w in planted) == fault["step_ids"]
@@ -290,7 +325,7 @@ def test_steps_are_numbered_by_their_captured_id_everywhere(planted_outputs):
         mentioned |= {int(n) for n in re.findall(r"\bsteps? \d+(?:-| and )(\d+)", truth["description"])}
         assert mentioned <= set(truth["step_ids"]), (name, truth["description"])
     root, out = planted_outputs["demo"]
-    (fault,) = [f for f in truth_of(root)["faults"] if f["kind"] == "host_bubble"]
+    (fault,) = [f for f in truth_of(root)["faults"] if f["kind"] == "device_idle_bubble"]
     assert fault["step_ids"] == [11] and fault["step_ordinals"] == [1] and "step 11" in truth_of(root)["description"]
     (bubble,) = [f for f in findings_of(out) if f["finding_type"] == "device_idle_bubble"]
     assert "step 11" in bubble["summary"]

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from npuprof import knowledge
-from npuprof.pipeline import signatures
+from npuprof.pipeline import kernel_categories
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,13 +23,13 @@ def test_rule_categories_and_roles_are_exactly_the_declared_ones():
 
 def test_op_types_emitted_are_exactly_the_declared_ones():
     declared = set(knowledge.load("semantic_conventions")["op_type"])
-    source = (REPO / "pipeline" / "signatures.py").read_text()
+    source = (REPO / "pipeline" / "kernel_categories.py").read_text()
     by_core = knowledge.load("kernel_signatures")["op_type_by_core"]
     emitted = set(re.findall(r'"(aic|aiv|mix_cv|mix_comm_aiv|communication|aicpu|dsa|unknown)"', source))
     emitted |= set(by_core["exact"].values()) | {r["op_type"] for r in by_core["fallback"]} | {by_core["default"]}
     assert emitted == declared
     for core in ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "COMMUNICATION", "AI_CPU", "DSA_SQE", None):
-        assert signatures.op_type_of_core(core) in declared
+        assert kernel_categories.op_type_of_core(core) in declared
 
 
 def test_source_kinds_written_are_declared():
@@ -60,7 +60,7 @@ def test_block_kinds_layer_roles_and_anomaly_tags_are_declared(tmp_path):
         analyze(root, out, jobs=1)
         blocks = pd.read_csv(out / "block_summary.csv")
         layers = pd.read_csv(out / "layer_summary.csv")
-        steps = pd.read_csv(out / "step_summary.csv")
+        steps = pd.read_csv(out / "step_anomalies.csv")
         assert set(blocks["block_kind"]) <= set(conventions["block_kind"])
         assert set(layers["layer_role"]) <= set(conventions["layer_role"])
         tags = {t for value in steps["anomaly_tags"].dropna() for t in value.split(";") if t}

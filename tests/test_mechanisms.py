@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from npuprof.pipeline.group_text import joined_per_group
+from npuprof.pipeline.joined_text import joined_per_key
 from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
 from npuprof.pipeline.segmentation.blocks import split_layers
 from npuprof.pipeline.segmentation.classes import normalized_kernel_name, normalized_kernel_names
@@ -203,5 +203,5 @@ def test_vectorised_kernel_name_normalisation_equals_the_per_name_rule():
 def test_text_joined_per_group_keeps_order_and_empty_groups():
     group = np.array([0, 0, 0, 2, 2])
     values = np.array([5, 1, 9, 3, 4])
-    assert list(joined_per_group(group, values, 4)) == ["5;1;9", "", "3;4", ""]
-    assert list(joined_per_group(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 1, ",")) == [""]
+    assert list(joined_per_key(group, values, 4)) == ["5;1;9", "", "3;4", ""]
+    assert list(joined_per_key(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 1, ",")) == [""]

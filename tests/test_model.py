@@ -13,7 +13,7 @@ from conftest import PYTORCH_DATA, QWEN_TRAINING, run_cli
 from npuprof.pipeline import schema
 from npuprof.pipeline.modelinfo.flops import estimate
 from npuprof.pipeline.modelinfo.hardware import choose, cube_peak_tflops
-from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import SCENARIOS
 
@@ -78,14 +78,14 @@ def _summarized_on(out: Path, tmp_path: Path, hardware_model: str) -> Path:
     target = tmp_path / "out"
     shutil.copytree(out, target)
     options = AnalyzeOptions(hardware_model=hardware_model, cann_hardware_scan=False)
-    analyze(None, target, jobs=1, window=StageWindow(from_stage="model", to_stage="model"), options=options)
+    analyze(None, target, jobs=1, stage_range=StageRange(from_stage="model", to_stage="model"), options=options)
     return target
 
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("qwen3") / "out"
-    analyze(QWEN_TRAINING, out, jobs=1, window=StageWindow(to_stage="model"))
+    analyze(QWEN_TRAINING, out, jobs=1, stage_range=StageRange(to_stage="model"))
     return out
 
 
@@ -159,7 +159,7 @@ def test_a_qwen3_config_json_agrees_and_its_parameters_match_the_published_size(
         QWEN_TRAINING,
         out,
         jobs=1,
-        window=StageWindow(to_stage="model"),
+        stage_range=StageRange(to_stage="model"),
         options=AnalyzeOptions(model_config=str(path)),
     )
     overview = pd.read_csv(out / schema.MODEL_CONFIG_OVERVIEW_CSV.file)
@@ -173,7 +173,9 @@ def test_a_qwen3_config_json_agrees_and_its_parameters_match_the_published_size(
 
 def test_a_family_name_lets_the_fingerprint_pick_the_variant(tmp_path):
     out = tmp_path / "out"
-    analyze(QWEN_TRAINING, out, jobs=1, window=StageWindow(to_stage="model"), options=AnalyzeOptions(model_id="qwen3"))
+    analyze(
+        QWEN_TRAINING, out, jobs=1, stage_range=StageRange(to_stage="model"), options=AnalyzeOptions(model_id="qwen3")
+    )
     segment = json.loads((out / "segment_manifest.json").read_text())
     assert segment["expected_layers"] is None  # a family names no layer count
     candidates = pd.read_csv(out / schema.MODEL_CANDIDATE_SUMMARY_CSV.file)

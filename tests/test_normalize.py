@@ -217,3 +217,32 @@ def test_process_pool_map_matches_threads_and_carries_errors_across_processes(tm
         map_ranks(in_processes, tmp_path / "b", discover(broken), AnalyzeOptions(), 2, no_progress)
     assert raised.value.phase == "normalize (rank 2)" and raised.value.exit_code == 3
     assert "empty file" in raised.value.one_line()
+
+
+def test_events_are_stored_in_device_order_whatever_the_source_order(tmp_path):
+    """Later stages index positions into the device order; normalize stores it, so a capture whose
+    rows are shuffled gives the same steps, and its row anchors still point at the right rows."""
+    import random
+
+    from npuprof.pipeline.runner import StageRange, analyze
+    from npuprof.synth import generate
+
+    root = generate(tmp_path / "root", "clean", seed=4, ranks=2, steps=3)["root"]
+    analyze(root, tmp_path / "ordered", jobs=1, stage_range=StageRange(to_stage="segment"))
+    for source in sorted(tmp_path.joinpath("root").rglob("kernel_details.csv")):
+        header, *rows = source.read_text(encoding="utf-8").splitlines(keepends=True)
+        random.Random(7).shuffle(rows)
+        source.write_text(header + "".join(rows), encoding="utf-8")
+    analyze(root, tmp_path / "shuffled", jobs=1, stage_range=StageRange(to_stage="segment"))
+    paths = {
+        s["source_id"]: s["path"]
+        for s in json.loads((tmp_path / "shuffled" / schema.SOURCE_INDEX).read_text())["sources"]
+    }
+    for rank_id, events in Analysis(tmp_path / "shuffled").events().groupby("rank_id"):
+        order = events[["start_ns", "row_idx"]].to_records(index=False).tolist()
+        assert order == sorted(order), rank_id  # stored by start time, then source row
+        with open(paths[events["source_id"].iloc[0]], newline="", encoding="utf-8") as handle:
+            raw = list(csv.DictReader(handle))
+        assert all(raw[r]["Name"] == name for r, name in zip(events["row_idx"], events["name"]))
+    steps = [pd.read_parquet(tmp_path / out / schema.STEP_SEGMENTS) for out in ("ordered", "shuffled")]
+    pd.testing.assert_frame_equal(*(s[["rank_id", "step_id", "start_ns", "end_ns"]] for s in steps))

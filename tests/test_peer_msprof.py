@@ -137,6 +137,6 @@ def test_npuprof_and_the_vendor_agree_on_the_slow_rank(msprof_analyze, tmp_path,
     findings = json.loads((tmp_path / "out" / "diagnosis_findings.json").read_text())["diagnosis_findings"]
     ours = [f["rank_ids"] for f in findings if f["finding_type"] == "slow_rank_suspected"]
     faults = json.loads((root / "ground_truth.json").read_text())["faults"]
-    planted = next(f for f in faults if f["kind"] == "slow_rank")
+    planted = next(f for f in faults if f["kind"] == "slow_rank_suspected")
     assert ours == [planted["ranks"]]
     assert planted["ranks"][0] in votes and votes[planted["ranks"][0]] == max(votes.values()), votes

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import generate
 
@@ -66,7 +66,7 @@ def mixed_report(tmp_path_factory) -> Path:
         None,
         single,
         jobs=1,
-        window=StageWindow(only_stage="report"),
+        stage_range=StageRange(only_stage="report"),
         options=AnalyzeOptions(mode="full", html_single_file=True),
     )
     return base

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from conftest import PYTORCH_DATA, QWEN_TRAINING, analyze_scenarios
 
-from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import SCENARIOS, generate
 
 pytestmark = pytest.mark.xdist_group("segment")  # one worker: shares its fixtures
@@ -70,7 +70,7 @@ def test_layer_boundaries_are_exactly_the_planted_rows(analyzed, name):
 
 
 def test_qwen3_training_capture_holds_14_layers_per_stage_and_two_micro_batches(tmp_path):
-    analyze(QWEN_TRAINING, tmp_path / "out", jobs=2, window=StageWindow(to_stage="segment"))
+    analyze(QWEN_TRAINING, tmp_path / "out", jobs=2, stage_range=StageRange(to_stage="segment"))
     steps, layers, manifest = frames(tmp_path / "out")
     ranks = {r["rank_id"]: r for r in manifest["rank_summaries"]}
     # 28 decoder layers (the model's public config) split over PP=2: 14 on each captured stage.
@@ -107,7 +107,7 @@ def test_qwen3_training_capture_holds_14_layers_per_stage_and_two_micro_batches(
 
 @pytest.mark.parametrize("level", ["text/level0", "text/level2", "db/level1"])
 def test_cnn_captures_have_no_transformer_layers_and_say_so(tmp_path, level):
-    analyze(PYTORCH_DATA / level, tmp_path / "out", jobs=1, window=StageWindow(to_stage="segment"))
+    analyze(PYTORCH_DATA / level, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="segment"))
     steps, layers, manifest = frames(tmp_path / "out")
     assert len(layers) == 0
     assert (steps["layer_confidence"] == "none").all() and (steps["layer_count"] == 0).all()
@@ -135,7 +135,7 @@ def write_rank(tmp_path: Path, sequences: list[list[str]], steps: int = 2) -> Pa
 
 
 def segment(tmp_path: Path, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="segment"))
+    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="segment"))
     steps, layers, manifest = frames(tmp_path / "out")
     assert manifest["hard_error_count"] == 0
     return steps, layers
@@ -306,7 +306,7 @@ def test_expected_layers_come_from_config_or_catalog_and_are_checked(tmp_path, c
 def test_config_json_in_a_synthetic_root_validates_pipeline_stage_layers(tmp_path):
     root = Path(generate(tmp_path / "pp", "pipeline_parallel")["root"])
     (root / "config.json").write_text(json.dumps({"num_hidden_layers": SCENARIOS["pipeline_parallel"].layers}))
-    result = analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="segment"))
+    result = analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="segment"))
     assert result["segment"]["layer_validation"]["status"] == "ok"
     assert result["segment"]["layer_validation"]["pipeline_stages"] == 2
 
@@ -325,7 +325,7 @@ def test_without_attention_only_an_exactly_periodic_fallback_gives_layers_with_l
 def test_a_layer_found_without_attention_gets_no_attention_block(tmp_path):
     block = ["RmsNorm", "MatMulV3", "SwiGlu", "MatMulV3"]
     root = write_rank(tmp_path / "periodic", [["GatherV2"]] + [block] * 6 + [["ArgMaxWithValue"]])
-    analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="classify"))
+    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="classify"))
     layers = pd.read_parquet(tmp_path / "out" / "layer_segments")
     blocks = pd.read_parquet(tmp_path / "out" / "block_segments")
     assert len(layers) and (layers["attention_family"] == "fallback_periodic").all()

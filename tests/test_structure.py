@@ -22,10 +22,10 @@ from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import EXIT_SERVICE_UNAVAILABLE
 from npuprof.pipeline.execution import write_result
 from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.stage_range import StageRange, resolve_stage_range
 from npuprof.pipeline.stages import STAGE_NAMES, STAGES, stage
 from npuprof.pipeline.stages.base import AnalyzeOptions, StageResult
 from npuprof.pipeline.sweep.roots import find_roots
-from npuprof.pipeline.window import StageWindow, resolve_window
 from npuprof.synth import generate
 from npuprof.workers.launch import worker_command
 
@@ -104,6 +104,14 @@ def test_functions_of_the_product_stay_short():
     assert not long_functions, long_functions
 
 
+def test_no_module_of_the_product_is_over_500_lines():
+    modules = [p for part in ("api", "pipeline", "workers", "deploy") for p in sorted((REPO / part).rglob("*.py"))]
+    long_modules = [
+        f"{p.relative_to(REPO)} ({n} lines)" for p in modules if (n := len(p.read_text("utf-8").splitlines())) > 500
+    ]
+    assert modules and not long_modules, long_modules
+
+
 def test_read_dataset_projects_columns_and_pushes_filters_down(tmp_path):
     for rank in (0, 1):
         frame = pd.DataFrame(
@@ -162,13 +170,13 @@ def test_optional_outputs_are_ours_and_go_when_a_rerun_does_not_write_them(tmp_p
     config.write_text(json.dumps(truth["model"]["config"]))
     out = tmp_path / "out"
     optional = [out / view.file for view in schema.MODEL_CONFIG_CSVS]
-    to_model = StageWindow(to_stage="model")
-    analyze(root, out, jobs=1, window=to_model, options=AnalyzeOptions(model_config=str(config)))
+    to_model = StageRange(to_stage="model")
+    analyze(root, out, jobs=1, stage_range=to_model, options=AnalyzeOptions(model_config=str(config)))
     assert all(p.is_file() for p in optional)
-    analyze(root, out, jobs=1, window=StageWindow(from_stage="model", to_stage="model"))
+    analyze(root, out, jobs=1, stage_range=StageRange(from_stage="model", to_stage="model"))
     assert not any(p.exists() for p in optional)
-    analyze(root, out, jobs=1, window=to_model, options=AnalyzeOptions(model_config=str(config)), overwrite=True)
-    analyze(root, out, jobs=1, window=to_model, overwrite=True)
+    analyze(root, out, jobs=1, stage_range=to_model, options=AnalyzeOptions(model_config=str(config)), overwrite=True)
+    analyze(root, out, jobs=1, stage_range=to_model, overwrite=True)
     assert not any(p.exists() for p in optional)
 
 
@@ -198,7 +206,7 @@ def test_no_stage_writes_more_than_a_screenful_of_artifacts():
 
 
 def test_the_pipeline_order_is_answered_in_one_place():
-    stages = resolve_window(StageWindow())
+    stages = resolve_stage_range(StageRange())
     order = ["normalize", "segment", "classify", "summarize", "evidence", "model"]
     order += ["cross_rank", "diagnostics", "report"]
     assert [s.name for s in stages] == list(STAGE_NAMES) == order
@@ -291,7 +299,7 @@ def test_every_help_page_is_built_without_pandas_numpy_or_pyarrow():
 
 def test_every_analyze_option_changes_what_is_computed():
     options = _long_options("analyze")
-    # each option is an AnalyzeOptions field, a stage window, or how the run is driven
+    # each option is an AnalyzeOptions field, a stage range, or how the run is driven
     fields = {f"--{k.replace('_', '-')}" for k in AnalyzeOptions._KEYS} | {
         "--no-host-trace",
         "--html-single-file",
@@ -306,7 +314,9 @@ def test_anomaly_tags_carry_their_wording_from_the_rules(tmp_path):
     from npuprof.pipeline.runner import analyze
 
     analyze(root, tmp_path / "out", jobs=1)
-    steps = pd.read_csv(tmp_path / "out" / schema.STEP_SUMMARY.file)
+    steps = pd.read_csv(tmp_path / "out" / schema.STEP_SUMMARY.file).merge(
+        pd.read_csv(tmp_path / "out" / schema.STEP_ANOMALIES_CSV.file), on=["rank_id", "step_ordinal", "step_id"]
+    )
     tagged = steps[steps["anomaly_tags"].fillna("").str.contains("INTERNAL_BUBBLE_HEAVY")]
     assert len(tagged)
     for _, row in tagged.iterrows():

@@ -10,7 +10,7 @@ import pytest
 from conftest import SAMPLE_ROOTS
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import SCENARIOS
 
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares its fixtures
@@ -87,7 +87,7 @@ def test_every_table_adds_up_on_every_scenario(analyzed, name):
 @pytest.mark.parametrize("name", sorted(SAMPLE_ROOTS))
 def test_every_table_adds_up_on_every_real_sample(tmp_path, name):
     root, _ = SAMPLE_ROOTS[name]
-    analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="model"))
+    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="model"))
     for view in SUMMARY_VIEWS:
         assert (tmp_path / "out" / view.file).exists(), view.file
     manifest = json.loads((tmp_path / "out" / "summary_manifest.json").read_text())  # the name is the contract
@@ -112,7 +112,7 @@ def test_bound_families_are_the_planted_pipeline_profiles(analyzed):
 def test_the_planted_slow_rank_waits_least_in_every_all_reduce(analyzed):
     root, out = analyzed["slow_rank"]
     truth = json.loads((root / "ground_truth.json").read_text())
-    slow = next(f["ranks"] for f in truth["faults"] if f["kind"] == "slow_rank")
+    slow = next(f["ranks"] for f in truth["faults"] if f["kind"] == "slow_rank_suspected")
     classes = read(out, schema.HCCL_CLASS_SUMMARY_CSV)
     allreduce = classes[classes["kind"] == "allreduce"].iloc[0]
     assert [int(allreduce["min_avg_rank"])] == slow  # it arrives last, so its all-reduces are shortest
@@ -134,7 +134,7 @@ def test_communication_roles_come_from_the_parallel_groups(analyzed):
 def test_the_planted_host_bubble_is_internal_idle_on_its_steps(analyzed):
     root, out = analyzed["host_bubble"]
     truth = json.loads((root / "ground_truth.json").read_text())
-    fault = next(f for f in truth["faults"] if f["kind"] == "host_bubble")
+    fault = next(f for f in truth["faults"] if f["kind"] == "device_idle_bubble")
     accounting = read(out, schema.STEP_TIME_ACCOUNTING_CSV)
     idle = accounting[(accounting["category"] == "idle") & (accounting["component"] == "internal")]
     bubbles = idle.groupby(["rank_id", "step_id"])["ms"].sum()
@@ -184,7 +184,7 @@ def test_the_service_order_of_units_gives_the_local_tables(analyzed, tmp_path):
 def test_communication_files_split_each_op_and_name_its_group(tmp_path):
     from conftest import QWEN_TRAINING
 
-    analyze(QWEN_TRAINING, tmp_path / "out", jobs=1, window=StageWindow(to_stage="summarize"))
+    analyze(QWEN_TRAINING, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="summarize"))
     ops = read(tmp_path / "out", schema.COMMUNICATION_SUMMARY_CSV)
     assert set(ops["rank_id"]) == {0, 1, 2, 3}  # ranks 1 and 3 hold only communication files
     assert (ops["source"] == "communication_json").all()
@@ -225,7 +225,9 @@ def test_a_role_that_disagrees_with_the_parallel_sizes_is_unknown():
 
 def test_the_planted_slow_link_has_a_quarter_of_the_bandwidth(analyzed):
     root, out = analyzed["slow_link"]
-    fault = next(f for f in json.loads((root / "ground_truth.json").read_text())["faults"] if f["kind"] == "slow_link")
+    fault = next(
+        f for f in json.loads((root / "ground_truth.json").read_text())["faults"] if f["kind"] == "slow_link_suspected"
+    )
     links = read(out, schema.COMMUNICATION_LINKS_CSV)
     remote = links[(links["transport"] != "LOCAL") & (links["tier"] != "total")]
     pair = remote.apply(lambda r: sorted((r["src_local_rank"], r["dst_local_rank"])) == sorted(fault["link"]), axis=1)
@@ -239,7 +241,7 @@ def test_without_communication_files_the_ops_come_from_the_events(tmp_path):
     root = copy_sample(PYTORCH_DATA / "text" / "level1", tmp_path / "root")
     for path in root.rglob("communication*.json"):
         path.unlink()
-    result = analyze(root, tmp_path / "out", jobs=1, window=StageWindow(to_stage="summarize"))
+    result = analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="summarize"))
     ops = read(tmp_path / "out", schema.COMMUNICATION_SUMMARY_CSV)
     events = pd.read_parquet(tmp_path / "out" / schema.NORMALIZED_EVENTS, columns=["op_type"])
     assert len(ops) == events["op_type"].isin(["communication", "mix_comm_aiv"]).sum()
@@ -251,7 +253,7 @@ def test_without_communication_files_the_ops_come_from_the_events(tmp_path):
 def test_every_bubble_window_resolves_to_its_rows_and_kernels(analyzed):
     root, out = analyzed["host_bubble"]
     fault = next(
-        f for f in json.loads((root / "ground_truth.json").read_text())["faults"] if f["kind"] == "host_bubble"
+        f for f in json.loads((root / "ground_truth.json").read_text())["faults"] if f["kind"] == "device_idle_bubble"
     )
     index = read(out, schema.EVIDENCE_INDEX_CSV).set_index("evidence_id")
     windows = [json.loads(line) for line in (out / schema.BUBBLE_WINDOWS_JSONL).read_text().splitlines()]

@@ -107,7 +107,7 @@ def test_slow_rank_computes_by_the_planted_factor(roots):
     assert ratio == pytest.approx(factor, rel=0.03)
 
 
-def test_ep_hot_rank_gets_more_tokens_and_others_wait_in_combine(roots):
+def test_the_ep_hot_rank_gets_more_tokens_and_others_wait_in_combine(roots):
     root = roots["ep_imbalance"]
     factor = truth(root)["faults"][0]["factor"]
     hot, cold = kernel_rows(root, 1), kernel_rows(root, 0)
@@ -145,7 +145,7 @@ def test_slow_link_shows_in_the_matrix_bandwidth(roots):
     assert matrix[key]["0-0"]["Transport Type"] == "LOCAL"  # self links, as msprof-analyze needs
 
 
-def test_exposed_aicpu_op_is_there_with_its_size(roots, tmp_path):
+def test_the_planted_aicpu_op_is_there_with_its_size(roots, tmp_path):
     root = roots["exposed_aicpu"]
     fault = truth(root)["faults"][0]
     analyze(root, tmp_path / "o", jobs=1)

@@ -16,7 +16,7 @@ import pytest
 from conftest import SAMPLE_ROOTS, copy_sample
 from table_digest import table_digests
 
-from npuprof.pipeline.runner import StageWindow, analyze
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import SCENARIOS
 
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares planted_outputs
@@ -33,7 +33,7 @@ def sample_outputs(tmp_path_factory) -> dict[str, Path]:
     for name in SAMPLES:
         root = copy_sample(SAMPLE_ROOTS[name][0], base / f"{name}_root")
         outputs[name] = base / f"{name}_out"
-        analyze(root, outputs[name], jobs=2, window=StageWindow(to_stage="model"))
+        analyze(root, outputs[name], jobs=2, stage_range=StageRange(to_stage="model"))
     return outputs
 
 

@@ -21,7 +21,7 @@ from celery import chord, group
 from npuprof.pipeline import __version__, io
 from npuprof.pipeline.errors import EXIT_INTERNAL, NpuprofError, failure_object, traceback_of
 from npuprof.pipeline.execution import run_rank_chain
-from npuprof.pipeline.runner import StageWindow, analyze, finish_root, write_failure
+from npuprof.pipeline.runner import StageRange, analyze, finish_root, write_failure
 from npuprof.pipeline.sources.discovery import discover
 from npuprof.pipeline.stages import STAGE_NAMES
 from npuprof.pipeline.stages.base import AnalyzeOptions
@@ -255,13 +255,13 @@ def _recover_root(entry: dict, record: dict) -> None:
 
 @app.task(bind=True, name="npuprof.run_stages", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
 def run_stages(self, out_dir: str, from_stage: str | None, to_stage: str | None, options: dict) -> dict:
-    """Re-run a window of stages on an existing output dir (e.g. after a new npuprof adds a stage)."""
+    """Re-run a range of stages on an existing output dir (e.g. after a new npuprof adds a stage)."""
     try:
         return analyze(
             None,
             out_dir,
             options=AnalyzeOptions.from_dict(options),
-            window=StageWindow(from_stage, to_stage),
+            stage_range=StageRange(from_stage, to_stage),
             jobs=1,
             progress=_progress_reporter(self),
         )

@@ -72,11 +72,13 @@ def _add_compare(commands) -> None:
 def run_analyze(args: argparse.Namespace) -> int:
     from npuprof.api.terminal import print_summary
     from npuprof.pipeline.progress import make_progress
-    from npuprof.pipeline.runner import StageWindow, analyze
+    from npuprof.pipeline.runner import StageRange, analyze
 
     require_positive(args, "jobs")
-    window = StageWindow(args.from_stage, args.to_stage, args.only_stage)
-    if args.root is None and (window.from_stage in (None, "normalize") and window.only_stage in (None, "normalize")):
+    stage_range = StageRange(args.from_stage, args.to_stage, args.only_stage)
+    if args.root is None and (
+        stage_range.from_stage in (None, "normalize") and stage_range.only_stage in (None, "normalize")
+    ):
         raise UsageError(
             "npuprof analyze: a profiling ROOT is required (it may be omitted only when resuming past normalize)"
         )
@@ -84,7 +86,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         args.root,
         args.output,
         options=analyze_options(args),
-        window=window,
+        stage_range=stage_range,
         jobs=args.jobs,
         overwrite=args.overwrite,
         progress=make_progress(args.progress),

@@ -33,7 +33,7 @@ EXIT_CODES_HELP = f"""exit codes:
   {EXIT_USAGE}   usage error (bad flags, an unknown stage, non-empty output dir without --overwrite)
   {EXIT_BAD_INPUT}   bad input data (unreadable, truncated or malformed profiling files)
   {EXIT_MANIFEST_NOT_OK}   collection manifest.json whose analysis_status is not "ok"
-  {EXIT_MISSING_PREREQUISITES}   a stage window needs artifacts of earlier stages that are missing
+  {EXIT_MISSING_PREREQUISITES}   a stage range needs artifacts of earlier stages that are missing
   {EXIT_SERVICE_UNAVAILABLE}   the service's broker (Redis) cannot be reached, or the service extra is not installed
   {EXIT_PARTIAL}   a sweep finished, but some roots failed (sweep, status --watch; each error is in the rollup)
   {EXIT_DEGRADED}   the analysis finished but the root is degraded (segmentation errors or unresolvable evidence;

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.group_text import joined_per_group
+from npuprof.pipeline.joined_text import joined_per_key
 
 HIGH_SKEW_US = 5_000.0  # step alignment confidence: high below this start skew (with ≥ 4 members)
 MEDIUM_SKEW_US = 20_000.0
@@ -51,7 +51,7 @@ def _joined_ranks(frame: pd.DataFrame, key: str) -> pd.Series:
     ranks = pairs["rank_id"].to_numpy(np.int64)
     order = np.lexsort((ranks, codes))
     order = order[codes[order] >= 0]  # a unit without a key joins nothing
-    return pd.Series(joined_per_group(codes[order], ranks[order], len(units)), index=units)
+    return pd.Series(joined_per_key(codes[order], ranks[order], len(units)), index=units)
 
 
 def corrected(instances: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame:

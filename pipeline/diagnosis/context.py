@@ -15,6 +15,7 @@ import pandas as pd
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.registry import declared_columns, derived_inputs, detectors
 from npuprof.pipeline.diagnosis.retiming import ALIGNMENT_COLUMNS, STEP_COLUMNS, build_step_model
+from npuprof.pipeline.diagnosis.step_tags import STEP_TAG_COLUMNS, step_anomaly_tags
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.summaries.communication import global_ranks_by_group_hash
 
@@ -52,7 +53,7 @@ def _hardware(ctx: RootContext, columns: tuple[str, ...] | None) -> dict:
 BASE_INPUTS: dict[str, Callable[[RootContext, tuple[str, ...] | None], Any]] = {
     "alignment": _table(schema.COLLECTIVE_ALIGNMENT),  # instance × rank on the common clock
     "units": _table(schema.CROSS_RANK_ALIGNMENT),  # collective / step / layer units
-    "steps": _steps,  # step_summary: wall, anomaly tags, layer counts per rank and step
+    "steps": _steps,  # step_summary: wall, idle measurements, layer counts per rank and step
     "accounting": _table(schema.STEP_TIME_ACCOUNTING),
     "operators": _table(schema.OPERATOR_SUMMARY),  # per rank
     "links": _table(schema.COMMUNICATION_LINKS),  # communication_matrix.json
@@ -69,6 +70,10 @@ COMPOSED_INPUTS: dict[str, tuple[dict[str, tuple[str, ...]], Callable[["Diagnosi
         {"alignment": ALIGNMENT_COLUMNS, "steps": STEP_COLUMNS},
         lambda ctx: build_step_model(ctx.alignment, ctx.steps),
     ),  # the replay of the steps that prices each finding (retiming.py)
+    "step_tags": (
+        {"steps": STEP_TAG_COLUMNS},
+        lambda ctx: step_anomaly_tags(ctx.steps),
+    ),  # anomaly tags and their wording per step (step_tags.py)
 }
 
 

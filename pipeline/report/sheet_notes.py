@@ -25,6 +25,11 @@ SHEET_NOTES: dict[str, tuple[str, str]] = {
         "one row per step of each rank: wall, head / main / tail, idle, layers, class",
         "no steps found",
     ),
+    _stem(schema.STEP_ANOMALIES_CSV): (
+        "one row per step of each rank: its anomaly tags (idle-heavy, a large internal gap, gaps before or after "
+        "it, a partial capture) and what each means, from the thresholds of diagnosis_rules.yaml",
+        "no steps found, or diagnostics did not run",
+    ),
     _stem(schema.STEP_ANATOMY_CSV): (
         "each step cut into head, main (the layers) and tail, with the idle of each",
         "no steps found",

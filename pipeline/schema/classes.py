@@ -59,8 +59,6 @@ STEP_CLASSES = Table(
             ("step_class_id", pa.string()),
             ("has_unknown_shape", pa.bool_()),
             *WINDOW_METRICS,
-            ("anomaly_tags", pa.string()),  # ';'-joined tags of knowledge/diagnosis_rules.yaml anomaly_tags
-            ("anomaly_text", pa.string()),  # the tags' wording (their `text:` in diagnosis_rules.yaml), '; '-joined
             ("prelaunch_gap_ms", pa.float64()),  # idle time since the previous step ended (null on the first)
             ("tail_gap_ms", pa.float64()),  # idle time until the next step starts (null on the last)
         ]
@@ -89,3 +87,19 @@ LAYER_SUMMARY = CsvView(
 BLOCK_SUMMARY = CsvView(
     "block_summary.csv", (BLOCK_SEGMENTS,), ("rank_id", "step_ordinal", "layer_ordinal", "block_ordinal")
 )
+
+# diagnostics' step tags: thresholds of diagnosis_rules.yaml (anomaly_tags) over the step measurements
+STEP_ANOMALIES = Table(
+    "step_anomalies",
+    pa.schema(
+        [
+            ("rank_id", pa.int64()),
+            ("step_ordinal", pa.int64()),
+            ("step_id", pa.int64()),
+            ("anomaly_tags", pa.string()),  # ';'-joined tags of knowledge/diagnosis_rules.yaml anomaly_tags
+            ("anomaly_text", pa.string()),  # the tags' wording (their `text:` in diagnosis_rules.yaml), '; '-joined
+        ]
+    ),
+    per_rank=False,
+)
+STEP_ANOMALIES_CSV = CsvView("step_anomalies.csv", (STEP_ANOMALIES,), ())

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
+from npuprof.pipeline.device_order import in_device_order
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RankContext
@@ -39,21 +40,10 @@ class EventFeatures:
 
 
 def ordered_events(ctx: RankContext, columns: list[str]) -> pa.Table:
-    """The rank's events (only ``columns``) in device order (start time, then source row): the
-    order that segment's and classify's positions index."""
-    table = ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns)
-    return table if _in_device_order(table) else table.sort_by([("start_ns", "ascending"), ("row_idx", "ascending")])
-
-
-def _in_device_order(table: pa.Table) -> bool:
-    """Whether rows already run by start time, then source row (kernel exports mostly do): one
-    vectorised check instead of a sort."""
-    if table.num_rows < 2:
-        return True
-    start = table.column("start_ns").to_numpy()
-    row = table.column("row_idx").to_numpy()
-    step = np.diff(start)
-    return bool(((step > 0) | ((step == 0) & (np.diff(row) > 0))).all())
+    """The rank's events (only ``columns``, which hold start_ns and row_idx) in device order: the
+    order that segment's and classify's positions index. Normalize stores them so (a check, no sort;
+    an output of an older npuprof is sorted here)."""
+    return in_device_order(ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns))
 
 
 def _joined(values: pa.ChunkedArray | pa.Array) -> pd.Series:

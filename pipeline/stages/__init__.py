@@ -127,7 +127,7 @@ STAGES: tuple[Stage, ...] = (
             schema.CROSS_RANK_ALIGNMENT,
             schema.EVIDENCE_INDEX,
         ),
-        produces=(schema.DIAGNOSIS_FINDINGS,),
+        produces=(schema.DIAGNOSIS_FINDINGS, schema.STEP_ANOMALIES_CSV),
         reduce_root=diagnostics.reduce_root,
         headline=diagnostics.headline,
     ),

@@ -1,10 +1,11 @@
-"""classify: blocks of every layer, step / layer / block classes, step anatomy and anomaly tags.
+"""classify: blocks of every layer, step / layer / block classes and step anatomy.
 
 Map (per rank): split each layer into attention + FFN/MoE blocks at segment's anchor, compute time
-metrics of steps, layers, blocks and of each step's head / main / tail windows, give every step,
-layer and block a class id (strict, order-sensitive equality of kernels and shapes), tag anomalous
-steps with the thresholds and wording of knowledge/diagnosis_rules.yaml. Reduce: the class
-signatures, the classify manifest and the CSV views of steps, layers, blocks and anatomy.
+metrics of steps, layers, blocks and of each step's head / main / tail windows (idle gaps count from
+``bubble_min_us`` of knowledge/classify_rules.yaml) and each step's gaps to its neighbours, give every
+step, layer and block a class id (strict, order-sensitive equality of kernels and shapes). Measurements
+only: diagnostics turns them into anomaly tags. Reduce: the class signatures, the classify manifest,
+the CSV views of steps, layers, blocks and anatomy, and the layer and step class summaries.
 """
 
 from __future__ import annotations
@@ -46,45 +47,13 @@ def _with_metrics(frame: pd.DataFrame, times: dict, bubble_min_ns: int) -> pd.Da
     return pd.concat([frame.reset_index(drop=True), metrics], axis=1)
 
 
-def _gap_limit(rules: dict, tag: str, wall_ms: pd.Series) -> pd.Series:
-    return np.maximum(rules[tag]["min_ms"], rules[tag]["min_wall_share"] * wall_ms)
-
-
-def _anomaly_tags(steps: pd.DataFrame, rules: dict) -> pd.DataFrame:
-    """Anomaly tags per step, and their wording; gaps to neighbouring steps are unknown (never
-    tagged) at the edges. The tests run on all steps at once; only tagged steps are worded."""
-    steps = steps.assign(
+def _neighbour_gaps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Idle time since the previous step of the rank ended and until the next one starts (unknown,
+    null, at the edges of the capture)."""
+    return steps.assign(
         prelaunch_gap_ms=(steps["start_ns"] - steps["end_ns"].shift(1)) / 1e6,
         tail_gap_ms=(steps["start_ns"].shift(-1) - steps["end_ns"]) / 1e6,
     )
-    wall = steps["wall_ms"]
-    computed = {
-        "DEVICE_IDLE_GAP_HEAVY": steps["underfeed_ratio"] >= rules["DEVICE_IDLE_GAP_HEAVY"]["underfeed_ratio_min"],
-        "INTERNAL_BUBBLE_HEAVY": steps["largest_internal_bubble_ms"]
-        >= _gap_limit(rules, "INTERNAL_BUBBLE_HEAVY", wall),
-        "PRELAUNCH_GAP_HEAVY": steps["prelaunch_gap_ms"].notna()
-        & (steps["prelaunch_gap_ms"] >= _gap_limit(rules, "PRELAUNCH_GAP_HEAVY", wall)),
-        "TAIL_GAP_HEAVY": steps["tail_gap_ms"].notna()
-        & (steps["tail_gap_ms"] >= _gap_limit(rules, "TAIL_GAP_HEAVY", wall)),
-    }
-    given = steps["tags"].fillna("").astype(str).to_numpy(object)
-    tagged = np.flatnonzero((given != "") | np.logical_or.reduce([m.to_numpy(bool) for m in computed.values()]))
-    tags = np.full(len(steps), "", dtype=object)
-    texts = np.full(len(steps), "", dtype=object)
-    flags = {tag: mask.to_numpy(bool) for tag, mask in computed.items()}
-    for i, row in zip(tagged, steps.iloc[tagged].itertuples()):  # a loop over tagged steps only
-        found = [t for t in given[i].split(";") if t] + [tag for tag, flag in flags.items() if flag[i]]
-        found = list(dict.fromkeys(found))
-        values = {
-            "underfeed_ratio": row.underfeed_ratio,
-            "largest_bubble_ms": row.largest_internal_bubble_ms,
-            "largest_bubble_share": row.largest_internal_bubble_ms / row.wall_ms if row.wall_ms else 0.0,
-            "prelaunch_gap_ms": row.prelaunch_gap_ms,
-            "tail_gap_ms": row.tail_gap_ms,
-        }
-        tags[i] = ";".join(found)
-        texts[i] = "; ".join(rules[tag]["text"].format(**values) for tag in found)
-    return steps.assign(anomaly_tags=tags, anomaly_text=texts)
 
 
 def _blocks(layers: pd.DataFrame, features: EventFeatures, no_attention_family: str) -> pd.DataFrame:
@@ -132,21 +101,20 @@ def _layer_classes(layers: pd.DataFrame, blocks: pd.DataFrame, tokens, has_shape
     return _with_metrics(frame, times, bubble_min_ns).drop(columns=["pos_start", "pos_end"])
 
 
-def _step_classes(steps: pd.DataFrame, tokens, has_shape, times, bubble_min_ns, rules) -> pd.DataFrame:
-    keep = ["step_ordinal", "step_id", "complete", "tags", "start_ns", "end_ns", "layer_count", "main_layer_count"]
+def _step_classes(steps: pd.DataFrame, tokens, has_shape, times, bubble_min_ns) -> pd.DataFrame:
+    keep = ["step_ordinal", "step_id", "complete", "start_ns", "end_ns", "layer_count", "main_layer_count"]
     frame = steps[keep + ["pos_start", "pos_end"]].copy()
     scopes = "layers=" + frame["layer_count"].astype(str) + "|main=" + frame["main_layer_count"].astype(str)
     starts, ends = frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy()
     frame["step_class_id"], frame["has_unknown_shape"] = class_ids("step", tokens, has_shape, starts, ends, scopes)
     frame = _with_metrics(frame, times, bubble_min_ns).drop(columns=["pos_start", "pos_end"])
-    return _anomaly_tags(frame, rules["anomaly_tags"]).drop(columns=["tags"])
+    return _neighbour_gaps(frame)
 
 
 def map_rank(ctx: RankContext) -> StageResult:
-    """Blocks, classes, anatomy and tags of one rank."""
-    rules = knowledge.load("diagnosis_rules")
+    """Blocks, classes and anatomy of one rank."""
     no_attention = knowledge.load("segmentation_rules")["fallback_anchors"]["family"]
-    bubble_min_ns = int(rules["bubble_min_us"] * 1000)
+    bubble_min_ns = int(knowledge.load("classify_rules")["bubble_min_us"] * 1000)
     events = ordered_events(ctx, CLASSIFY_INPUT_COLUMNS)  # the order segment's positions index
     features = event_features(events)
     times = {
@@ -171,7 +139,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     if len(blocks):
         blocks = _classified_blocks(blocks, evidence_arrays, tokens, has_shape, times, bubble_min_ns)
     layer_classes = _layer_classes(layers, blocks, tokens, has_shape, times, bubble_min_ns) if len(layers) else layers
-    step_classes = _step_classes(steps, tokens, has_shape, times, bubble_min_ns, rules) if len(steps) else steps
+    step_classes = _step_classes(steps, tokens, has_shape, times, bubble_min_ns) if len(steps) else steps
     anatomy = _anatomy(steps, layers, times, bubble_min_ns) if len(steps) else pd.DataFrame()
     manifest = {
         "rank_id": ctx.rank.rank_id,
@@ -180,9 +148,6 @@ def map_rank(ctx: RankContext) -> StageResult:
         "step_class_count": int(step_classes["step_class_id"].nunique()) if len(step_classes) else 0,
         "layer_class_count": int(layer_classes["layer_class_id"].nunique()) if len(layer_classes) else 0,
         "block_class_count": int(blocks["block_class_id"].nunique()) if len(blocks) else 0,
-        "anomaly_tag_counts": dict(
-            Counter(t for tags in step_classes.get("anomaly_tags", []) for t in str(tags).split(";") if t)
-        ),
     }
     tables = {
         schema.BLOCK_SEGMENTS: blocks,
@@ -295,14 +260,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
         for scope, (frame, columns) in scopes.items()
     }
     ranks = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
-    tags = Counter()
-    for m in ranks:
-        tags.update(m["anomaly_tag_counts"])
     manifest = {
         "rank_count": len(ranks),
         **{f"{scope}_class_count": len(signatures[f"{scope}_classes"]) for scope in scopes},
         "block_kinds": dict(sum((Counter(m["block_kinds"]) for m in ranks), Counter())),
-        "anomaly_tag_counts": dict(tags),
         "rank_summaries": ranks,
     }
     views.update(_class_summaries(ctx))
@@ -321,6 +282,6 @@ def _class_summaries(ctx: RootContext) -> dict:
 
 
 def headline(manifest: dict) -> tuple[dict, list[str]]:
-    """classify's part of the result JSON: class counts, block kinds and anomaly tags."""
-    keys = ("step_class_count", "layer_class_count", "block_class_count", "block_kinds", "anomaly_tag_counts")
+    """classify's part of the result JSON: class counts and block kinds."""
+    keys = ("step_class_count", "layer_class_count", "block_class_count", "block_kinds")
     return {k: manifest[k] for k in keys}, []

@@ -1,4 +1,5 @@
-"""diagnostics (per root): findings with their statistic, threshold and evidence.
+"""diagnostics (per root): findings with their statistic, threshold and evidence, and each step's
+anomaly tags (step_anomalies.csv).
 
 Every detector registered in ``pipeline/diagnosis/detectors/`` reads the inputs it declares from a
 lazy context and returns findings; thresholds and wording come from
@@ -16,7 +17,7 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.evidence import check_evidence
 from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, rank_by_cost
 from npuprof.pipeline.diagnosis.registry import detectors
-from npuprof.pipeline.stages.base import RootContext, StageResult
+from npuprof.pipeline.stages.base import RootContext, StageResult, conformed
 
 
 def reduce_root(ctx: RootContext) -> StageResult:
@@ -34,11 +35,13 @@ def reduce_root(ctx: RootContext) -> StageResult:
     evidence_ids = set(ctx.read_table(schema.EVIDENCE_INDEX, columns=["evidence_id"]).column(0).to_pylist())
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
     check_evidence(findings + annotations, evidence_ids, alignment_ids)
+    step_tags = inputs.step_tags
     counts = {
         "finding_count": len(findings),
         "by_type": dict(Counter(f["finding_type"] for f in findings)),
         "by_severity": dict(Counter(f["severity"] for f in findings)),
         "annotation_count": len(annotations),
+        "anomaly_tag_counts": dict(Counter(t for tags in step_tags["anomaly_tags"] for t in str(tags).split(";") if t)),
     }
     document = {
         "schema_version": 1,
@@ -49,9 +52,13 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "evidence_annotations": annotations,  # qualify evidence, claim no cause (rules: annotations)
         "counts": counts,
     }
-    return StageResult(json_files={schema.DIAGNOSIS_FINDINGS: document}, manifest=counts)
+    return StageResult(
+        json_files={schema.DIAGNOSIS_FINDINGS: document},
+        csv_views={schema.STEP_ANOMALIES_CSV: conformed(schema.STEP_ANOMALIES, step_tags)},
+        manifest=counts,
+    )
 
 
 def headline(manifest: dict) -> tuple[dict, list[str]]:
-    """diagnostics' part of the result JSON: finding counts by type and severity."""
-    return {k: manifest[k] for k in ("finding_count", "by_type", "by_severity")}, []
+    """diagnostics' part of the result JSON: finding counts by type and severity, anomaly tag counts."""
+    return {k: manifest[k] for k in ("finding_count", "by_type", "by_severity", "anomaly_tag_counts")}, []

@@ -33,7 +33,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     events["step_ordinal"] = step_of_events(len(events), steps)
     bubbles = pd.DataFrame()
     if len(steps):
-        min_ns = int(knowledge.load("diagnosis_rules")["bubble_min_us"] * 1000)
+        min_ns = int(knowledge.load("classify_rules")["bubble_min_us"] * 1000)  # the bubbles classify measures
         bubbles = bubble_windows(ctx.rank.rank_id, events, idle_gaps(events, layer_spans(ctx)), steps, min_ns)
     bubbles, host_trace = attribute_bubbles(ctx.rank, bubbles, ctx.options.host_trace)
     operators = ctx.read_table(schema.OPERATOR_SUMMARY).to_pandas()

@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.device_order import in_device_order
 from npuprof.pipeline.errors import BadInput
-from npuprof.pipeline.signatures import categorize, op_types
+from npuprof.pipeline.kernel_categories import categorize, op_types
 from npuprof.pipeline.sources.aicore_freq import read_aicore_freq
 from npuprof.pipeline.sources.capture_info import capture_info
 from npuprof.pipeline.sources.coherence import check_one_capture
@@ -215,7 +216,7 @@ def map_rank(ctx: RankContext) -> StageResult:
                 "row_end": int(pc.max(table.column("row_idx")).as_py()) + 1 if table.num_rows else 0,
             }
         )
-    events = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    events = in_device_order(pa.concat_tables(tables) if len(tables) > 1 else tables[0])  # positions index it
     freq, freq_facts, freq_notes = _aicore_freq(ctx, kind, paths)
     summary = _rank_summary(rank, events, kind, paths, reason, notes + freq_notes, facts)
     summary.update(sources=sources, aicore_freq=freq_facts)

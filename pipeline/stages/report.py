@@ -45,6 +45,7 @@ def _trace_events(ctx: RootContext) -> pd.DataFrame:
 SHEETS = (
     (schema.RANK_SUMMARY_CSV, None),
     (schema.STEP_SUMMARY, 50_000),
+    (schema.STEP_ANOMALIES_CSV, 50_000),
     (schema.STEP_ANATOMY_CSV, 50_000),
     (schema.STEP_CLASS_SUMMARY_CSV, None),
     (schema.STEP_TIME_ACCOUNTING_CSV, 50_000),
@@ -140,6 +141,16 @@ def _layers(ctx: RootContext) -> pd.DataFrame:
     return spans.merge(classes[[*keys, "layer_class_id"]], on=keys, how="left")
 
 
+def _steps(ctx: RootContext, frames: dict) -> pd.DataFrame:
+    """step_summary with diagnostics' anomaly tags and their wording."""
+    steps = int_ranks(schema.join_view(schema.STEP_SUMMARY, [frames[t] for t in schema.STEP_SUMMARY.tables]))
+    tags = int_ranks(ctx.read_view(schema.STEP_ANOMALIES_CSV))
+    if steps.empty or tags.empty:  # diagnostics did not run: no tags to show
+        return steps.assign(anomaly_tags=None, anomaly_text=None)
+    keys = ["rank_id", "step_ordinal"]
+    return steps.merge(tags[[*keys, "anomaly_tags", "anomaly_text"]], on=keys, how="left")
+
+
 def _inputs(ctx: RootContext) -> ReportInputs:
     manifests = {s: io.read_json_or_empty(ctx.out_dir / schema.stage_manifest_name(s)) for s in MANIFEST_STAGES}
     frames = {t: ctx.read_frame(t) for t in schema.STEP_SUMMARY.tables}
@@ -151,7 +162,7 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         mode=ctx.options.mode,
         manifests=manifests,
         findings=findings,
-        steps=int_ranks(schema.join_view(schema.STEP_SUMMARY, [frames[t] for t in schema.STEP_SUMMARY.tables])),
+        steps=_steps(ctx, frames),
         anatomy=int_ranks(ctx.read_frame(schema.STEP_ANATOMY)),
         accounting=int_ranks(ctx.read_frame(schema.STEP_TIME_ACCOUNTING)),
         ranks=ctx.read_view(schema.RANK_SUMMARY_CSV),

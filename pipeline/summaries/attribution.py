@@ -43,7 +43,7 @@ def attribute_bubbles(rank: RankInput, bubbles: pd.DataFrame, enabled: bool) -> 
         return empty, {"status": "missing"}
     windows = pd.DataFrame({"start_us": bubbles["start_ns"] / 1000.0, "end_us": bubbles["end_ns"] / 1000.0})
     order = np.argsort(windows["start_us"].to_numpy(), kind="stable")
-    cap = int(knowledge.load("diagnosis_rules")["host_trace"]["max_events_per_rank"])
+    cap = int(knowledge.load("evidence_rules")["host_trace"]["max_events_per_rank"])
     try:
         host = read_host_events(trace, float(windows["start_us"].min()), float(windows["end_us"].max()), cap)
     except BadInput as error:
@@ -99,7 +99,7 @@ def _marked(names: pd.Series, exact: list[str], substrings: list[str]) -> np.nda
 def soft_attribution(windows: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     """Per window (rows of ``windows``: start_us, end_us, sorted): ratios, thread count, labels and
     the host events that cover it most."""
-    rules = knowledge.load("diagnosis_rules")["host_trace"]
+    rules = knowledge.load("evidence_rules")["host_trace"]
     duration = (windows["end_us"] - windows["start_us"]).to_numpy()
     # spans of a whole step (ProfilerStep#N) cover every window and say nothing about it
     host = host[~host["name"].str.startswith(tuple(rules["ignore_name_prefixes"]))].reset_index(drop=True)

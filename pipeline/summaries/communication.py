@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
-from npuprof.pipeline.signatures import fold
+from npuprof.pipeline.kernel_categories import fold
 from npuprof.pipeline.sources.communication_files import read_communication_json, read_communication_matrix
 
 COMMUNICATION_OP_TYPES = ("communication", "mix_comm_aiv")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.group_text import joined_per_group
+from npuprof.pipeline.joined_text import joined_per_key
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.summaries.bound import bound_labels
 from npuprof.pipeline.summaries.communication import call_families
@@ -62,7 +62,7 @@ def _sample_rows(group: np.ndarray, rows: np.ndarray, group_count: int) -> np.nd
     group, rows = group[order], rows[order]
     rank = np.arange(len(group)) - np.searchsorted(group, group, side="left")
     keep = rank < SAMPLE_ROWS
-    return joined_per_group(group[keep], rows[keep], group_count)
+    return joined_per_key(group[keep], rows[keep], group_count)
 
 
 def operator_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
 from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
 from npuprof.pipeline.io import int_ranks
-from npuprof.pipeline.signatures import AICORE_OP_TYPES
+from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext

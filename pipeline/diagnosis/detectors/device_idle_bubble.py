@@ -8,17 +8,22 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import detector
 from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
+from npuprof.pipeline.diagnosis.step_tags import has_tag
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
-def _heavy_steps(steps: pd.DataFrame, tags: list[str], bubbles: pd.DataFrame) -> pd.Series:
+def _heavy_steps(steps: pd.DataFrame, step_tags: pd.DataFrame, tags: list[str], bubbles: pd.DataFrame) -> pd.Series:
     """Steps tagged heavy that also hold a bubble window to cite: idle made only of launch-sized
     gaps (below bubble_min_us) is host launch overhead, not a bubble."""
-    text = steps["anomaly_tags"].fillna("").astype(str)
-    tagged = pd.concat([text.str.contains(tag, regex=False) for tag in tags], axis=1).any(axis=1)
-    with_window = pd.MultiIndex.from_frame(bubbles[["rank_id", "step_ordinal"]].drop_duplicates().astype("int64"))
-    keys = pd.MultiIndex.from_frame(steps[["rank_id", "step_ordinal"]].astype("int64"))
-    return tagged & keys.isin(with_window)
+    keys = ["rank_id", "step_ordinal"]
+
+    def index(frame: pd.DataFrame) -> pd.MultiIndex:
+        return pd.MultiIndex.from_frame(frame[keys].astype("int64"))
+
+    tagged = index(step_tags[has_tag(step_tags["anomaly_tags"], tags)])
+    with_window = index(bubbles[keys].drop_duplicates())
+    own = index(steps)
+    return pd.Series(own.isin(tagged) & own.isin(with_window), index=steps.index)
 
 
 def _bubbles_of(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> pd.DataFrame:
@@ -40,7 +45,8 @@ def _largest_bubbles(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> l
 @detector(
     finding_types=("device_idle_bubble", "recurring_bubble_pattern"),
     reads={
-        "steps": ("rank_id", "step_ordinal", "step_id", "anomaly_tags", "complete", "largest_internal_bubble_ms"),
+        "steps": ("rank_id", "step_ordinal", "step_id", "complete", "largest_internal_bubble_ms"),
+        "step_tags": ("rank_id", "step_ordinal", "anomaly_tags"),
         "bubbles": ("rank_id", "step_ordinal", "start_ns", "duration_us", "evidence_id"),
         "step_model": (),
     },
@@ -52,7 +58,7 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
     steps = inputs.steps
     if steps.empty:
         return []
-    heavy = steps[_heavy_steps(steps, spec["tags"], inputs.bubbles)]
+    heavy = steps[_heavy_steps(steps, inputs.step_tags, spec["tags"], inputs.bubbles)]
     findings = []
     for rank, own in heavy.groupby("rank_id"):  # a loop over ranks
         rank = int(rank)

@@ -1,5 +1,5 @@
-"""Which stages a run executes: the whole pipeline, or a --from / --to / --only window, and
-whether the artifacts the window builds on exist."""
+"""Which stages a run executes: the whole pipeline, or a --from / --to / --only stage_range, and
+whether the artifacts the stage_range builds on exist."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from npuprof.pipeline.stages.base import Stage
 
 
 @dataclass(frozen=True)
-class StageWindow:
-    """Which stages to run: the whole pipeline, or a --from/--to/--only window."""
+class StageRange:
+    """Which stages to run: the whole pipeline, or a --from/--to/--only stage_range."""
 
     from_stage: str | None = None
     to_stage: str | None = None
@@ -22,24 +22,24 @@ class StageWindow:
 
     @property
     def resumes(self) -> bool:
-        """True when the window builds on artifacts of an earlier run."""
+        """True when the stage_range builds on artifacts of an earlier run."""
         return self.only_stage is not None or self.from_stage is not None
 
 
-def resolve_window(window: StageWindow) -> list[Stage]:
+def resolve_stage_range(stage_range: StageRange) -> list[Stage]:
     """The stages to run, in pipeline order."""
-    for name in (window.from_stage, window.to_stage, window.only_stage):
+    for name in (stage_range.from_stage, stage_range.to_stage, stage_range.only_stage):
         if name is not None and name not in STAGE_NAMES:
             raise UsageError(f"unknown stage {name!r}; stages are: {', '.join(STAGE_NAMES)}")
-    if window.only_stage and (window.from_stage or window.to_stage):
+    if stage_range.only_stage and (stage_range.from_stage or stage_range.to_stage):
         raise UsageError("--only-stage cannot be combined with --from-stage or --to-stage")
-    if window.only_stage:
-        names = [window.only_stage]
+    if stage_range.only_stage:
+        names = [stage_range.only_stage]
     else:
-        first = STAGE_NAMES.index(window.from_stage) if window.from_stage else 0
-        last = STAGE_NAMES.index(window.to_stage) if window.to_stage else len(STAGE_NAMES) - 1
+        first = STAGE_NAMES.index(stage_range.from_stage) if stage_range.from_stage else 0
+        last = STAGE_NAMES.index(stage_range.to_stage) if stage_range.to_stage else len(STAGE_NAMES) - 1
         if last < first:
-            raise UsageError(f"--to-stage {window.to_stage} comes before --from-stage {window.from_stage}")
+            raise UsageError(f"--to-stage {stage_range.to_stage} comes before --from-stage {stage_range.from_stage}")
         names = list(STAGE_NAMES[first : last + 1])
     return [stage(n) for n in names]
 

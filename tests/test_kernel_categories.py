@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from npuprof.pipeline.signatures import classify_kernel, op_type_of_core
+from npuprof.pipeline.kernel_categories import classify_kernel, op_type_of_core
 
 # (Name, Type, Accelerator Core) as they appear in real captures -> categories that must be present.
 CURATED = [

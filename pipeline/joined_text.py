@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def joined_per_group(group: np.ndarray, values: np.ndarray, group_count: int, separator: str = ";") -> np.ndarray:
+def joined_per_key(group: np.ndarray, values: np.ndarray, group_count: int, separator: str = ";") -> np.ndarray:
     """The ``values`` of each group 0 … group_count-1 as text joined by ``separator`` (object array).
 
     ``group`` must be sorted ascending; values keep their order inside a group; a group without
