@@ -159,8 +159,20 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def read_json(path: Path) -> Any:
-    """Parse a small JSON file; BadInput with line and column when it is broken."""
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def read_json(path: Path, finite: bool = False) -> Any:
+    """Parse a small JSON file; BadInput with line and column when it is broken. ``finite``: a capture's
+    file, where NaN, Infinity and numbers that overflow a float are malformed too."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -169,10 +181,13 @@ def read_json(path: Path) -> Any:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BadInput(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    hooks = {"parse_float": _finite, "parse_constant": _no_constant} if finite else {}
     try:
-        return json.loads(text)
+        return json.loads(text, **hooks)
     except json.JSONDecodeError as exc:
         raise BadInput(path, f"broken JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
+    except ValueError as exc:  # a hook refused a number
+        raise BadInput(path, f"malformed number: {exc}") from None
 
 
 def read_json_or_empty(path: Path) -> dict:

@@ -66,8 +66,11 @@ def test_a_damaged_trace_counts_what_it_could_not_read(tmp_path):
     samples, unreadable = read_trace_freq(path)
     assert samples[["timestamp_ns", "freq_mhz"]].values.tolist() == [[100_500, 1500.0]]
     assert unreadable == 2  # the text MHz and the cut event; the process-name metadata is not a sample
-    _, source, notes = read_aicore_freq(None, str(path))
-    assert source == str(path) and "2 AI Core Freq counter events could not be read" in notes[0]
+    _, source, unreadable_files = read_aicore_freq(None, str(path))
+    assert source == str(path)
+    assert [(p, why) for p, why, _ in unreadable_files] == [
+        (str(path), "2 AI Core Freq counter events could not be read")
+    ]
     (tmp_path / "empty.json").write_bytes(b"")
     assert read_aicore_freq(None, str(tmp_path / "empty.json"))[0].empty
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import MSTT, PYTORCH_DATA, QWEN_TRAINING, copy_sample
 
-from npuprof.pipeline.errors import MissingPrerequisites
+from npuprof.pipeline import schema
+from npuprof.pipeline.errors import EXIT_DEGRADED, MissingPrerequisites
 from npuprof.pipeline.stage_range import check_prerequisites
 from npuprof.pipeline.stages import stage
 from npuprof.synth import SCENARIOS, generate
@@ -156,13 +157,16 @@ def test_unreadable_file_fails(cli, qwen_copy, tmp_path):
     assert_clean_failure(run, out, 3, str(path), "cannot read file")
 
 
-def test_broken_profiler_info_json_fails_with_line(cli, tmp_path):
+def test_a_broken_profiler_info_json_degrades_the_root_naming_its_line(cli, tmp_path):
     root = copy_sample(PYTORCH_DATA / "text" / "level1", tmp_path / "root")
     info = root / "rank1_ascend_pt" / "profiler_info_1.json"
     info.write_text('{\n  "config": {\n    "common_config": [1, 2,\n')
     out = tmp_path / "out"
     run = cli("analyze", str(root), "-o", str(out), "--progress", "none")
-    assert_clean_failure(run, out, 3, str(info), "broken JSON")
+    assert run.returncode == EXIT_DEGRADED and "Traceback" not in run.stderr, run.stderr
+    assert any("rank 1: profiler_info_1.json is unreadable (line 4: broken JSON" in w for w in run.result["warnings"])
+    ranks = json.loads((out / schema.CAPTURE_INFO).read_text())["ranks"]
+    assert ranks[1]["profiler_level"] is None and ranks[0]["profiler_level"]  # the other rank keeps its facts
 
 
 def test_a_bad_rank_removes_the_partitions_of_the_good_ranks(cli, tmp_path):

@@ -108,25 +108,30 @@ def read_db_freq(path: Path) -> pd.DataFrame | None:
     return frame[COLUMNS].sort_values("timestamp_ns", kind="stable").reset_index(drop=True)
 
 
-def read_aicore_freq(profiler_db: str | None, trace_view: str | None) -> tuple[pd.DataFrame, str | None, list[str]]:
-    """(samples, the path they came from, notes): the db's table first, else the trace's counters."""
-    notes: list[str] = []
+def read_aicore_freq(
+    profiler_db: str | None, trace_view: str | None
+) -> tuple[pd.DataFrame, str | None, list[tuple[str, str, str]]]:
+    """(samples, the path they came from, the files not (wholly) read: path, why, what was done
+    instead): the db's table first, else the trace's counters."""
+    unreadable_files: list[tuple[str, str, str]] = []
+    unknown = "AI Core frequency unknown for this rank (no throttling finding)"
     if profiler_db:
         try:
             found = read_db_freq(Path(profiler_db))
         except sqlite3.Error as exc:
             found = None
-            notes.append(f"{Path(profiler_db).name}: AICORE_FREQ unreadable ({exc}); frequency not known from it")
+            unreadable_files.append((profiler_db, f"its AICORE_FREQ table: {exc}", unknown))
         if found is not None and len(found):
-            return found, profiler_db, notes
+            return found, profiler_db, unreadable_files
     if trace_view:
         try:
             samples, unreadable = read_trace_freq(Path(trace_view))
         except (OSError, ValueError) as exc:
-            notes.append(f"{Path(trace_view).name}: AI Core Freq counters unreadable ({exc})")
-            return empty_samples(), None, notes
+            unreadable_files.append((trace_view, f"its AI Core Freq counters: {exc}", unknown))
+            return empty_samples(), None, unreadable_files
         if unreadable:
-            notes.append(f"{Path(trace_view).name}: {unreadable} AI Core Freq counter events could not be read")
+            what = f"{unreadable} AI Core Freq counter events could not be read"
+            unreadable_files.append((trace_view, what, "the frequency is read from the other samples"))
         if len(samples):
-            return samples, trace_view, notes
-    return empty_samples(), None, notes
+            return samples, trace_view, unreadable_files
+    return empty_samples(), None, unreadable_files

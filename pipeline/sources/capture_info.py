@@ -10,14 +10,19 @@ import json
 import sqlite3
 from pathlib import Path
 
-from npuprof.pipeline.io import read_json
+from npuprof.pipeline.sources.auxiliary import read_auxiliary, read_json_object
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 from npuprof.pipeline.sources.profiler_db import connect_readonly
 
 
+def _object(value: object) -> dict:
+    """``value`` when it is a JSON object; {} for any other type (a capture's file of the wrong shape)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _from_profiler_info(info: dict) -> dict:
-    experimental = info.get("config", {}).get("experimental_config", {}) if isinstance(info.get("config"), dict) else {}
-    common = info.get("config", {}).get("common_config", {}) if isinstance(info.get("config"), dict) else {}
+    config = _object(info.get("config"))
+    experimental, common = _object(config.get("experimental_config")), _object(config.get("common_config"))
     return {
         "profiler_level": experimental.get("_profiler_level"),
         "aic_metrics": experimental.get("_aic_metrics"),
@@ -66,19 +71,25 @@ def rank_capture_info(rank: RankInput) -> dict:
         "distributed_args": None,
         "parallel_group_info": None,
     }
+    unreadable = []
     if rank.profiler_info:
-        info = read_json(Path(rank.profiler_info))
-        if isinstance(info, dict):
-            facts.update(_from_profiler_info(info))
+        fallback = "profiler level, AIC metrics and versions unknown for this rank"
+        info, note = read_auxiliary(read_json_object, rank.profiler_info, rank.rank_id, fallback)
+        facts.update(_from_profiler_info(info) if info else {})
+        unreadable += [note] if note else []
     if rank.profiler_metadata:
-        metadata = read_json(Path(rank.profiler_metadata))
-        if isinstance(metadata, dict):
-            facts["distributed_args"] = metadata.get("distributed_args")
-            facts["parallel_group_info"] = metadata.get("parallel_group_info")
+        fallback = "parallel sizes and groups unknown for this rank: communication roles unknown"
+        metadata, note = read_auxiliary(read_json_object, rank.profiler_metadata, rank.rank_id, fallback)
+        if metadata:
+            facts["distributed_args"] = _object(metadata.get("distributed_args")) or None
+            facts["parallel_group_info"] = _object(metadata.get("parallel_group_info")) or None
+        unreadable += [note] if note else []
     for db in rank.profiler_dbs[:1]:
         for key, value in _from_db(Path(db)).items():
             if facts.get(key) is None:
                 facts[key] = value
+    if unreadable:
+        facts["unreadable"] = unreadable
     return facts
 
 

@@ -84,7 +84,7 @@ def read_communication_json(path: str | Path) -> pd.DataFrame:
     dense.update({column: [] for column in _TIME_FIELDS.values()})
     sparse: dict[str, dict[int, object]] = {c: {} for c in OP_COLUMNS if c not in dense}
     times = list(_TIME_FIELDS.items())
-    for step, scopes in _steps(path, read_json(path)).items():
+    for step, scopes in _steps(path, read_json(path, finite=True)).items():
         for scope in ("collective", "p2p"):
             for key, info in (scopes.get(scope) or {}).items():
                 key = str(key)
@@ -114,7 +114,7 @@ def read_communication_matrix(path: str | Path) -> pd.DataFrame:
     """One row per link of a rank's communication_matrix.json (``LINK_COLUMNS``)."""
     path = Path(path)
     rows = []
-    for step, scopes in _steps(path, read_json(path)).items():
+    for step, scopes in _steps(path, read_json(path, finite=True)).items():
         for scope in ("collective", "p2p"):
             for key, links in (scopes.get(scope) or {}).items():
                 label, _, group = str(key).partition("@")

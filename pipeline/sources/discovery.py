@@ -83,6 +83,7 @@ class RootInputs:
     root: str
     ranks: list[RankInput]
     collection_manifest: str | None = None
+    symlinks_not_followed: list[str] = field(default_factory=list)  # dirs below the root that are links
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,7 +91,8 @@ class RootInputs:
     @classmethod
     def from_dict(cls, data: dict) -> "RootInputs":
         ranks = [RankInput(**r) for r in data["ranks"]]
-        return cls(data["requested_path"], data["root"], ranks, data.get("collection_manifest"))
+        links = data.get("symlinks_not_followed", [])
+        return cls(data["requested_path"], data["root"], ranks, data.get("collection_manifest"), links)
 
 
 def _resolve_collection_manifest(path: Path) -> tuple[Path, Path]:
@@ -187,13 +189,15 @@ def skip_dir(name: str) -> bool:
     )
 
 
-def find_rank_dirs(root: Path) -> tuple[list[Path], list[Path]]:
+def find_rank_dirs(root: Path) -> tuple[list[Path], list[Path], list[Path]]:
     """(rank dirs under ``root`` at any depth, sorted by path; dirs passed over as backups or
-    internals). Never descends into a rank dir; symlinked dirs are not followed (no loops)."""
+    internals; symlinked dirs not followed). Never descends into a rank dir; a symlinked dir is a rank
+    dir when it is one itself, and is never searched below (no loops): the caller names it."""
     if is_rank_dir(root):
-        return [root], []
+        return [root], [], []
     found: list[Path] = []
     passed_over: list[Path] = []
+    not_followed: list[Path] = []
     for current, dirnames, _files in os.walk(root, followlinks=False):
         here = Path(current)
         passed_over += [here / d for d in dirnames if skip_dir(d) and not d.startswith((".", "__"))]
@@ -204,10 +208,12 @@ def find_rank_dirs(root: Path) -> tuple[list[Path], list[Path]]:
                 continue
             if is_rank_dir(child):
                 found.append(child)
+            elif child.is_symlink():
+                not_followed.append(child)
             else:
                 keep.append(name)
         dirnames[:] = keep
-    return sorted(found), sorted(passed_over)
+    return sorted(found), sorted(passed_over), sorted(not_followed)
 
 
 def regular_file(path: Path) -> Path:
@@ -273,6 +279,13 @@ def _metadata_file(rank_dir: Path) -> Path | None:
     return None
 
 
+def _json_or_none(path: Path) -> object:
+    try:
+        return read_json(path, finite=True)
+    except BadInput:
+        return None
+
+
 def _rank_from_dir_name(name: str, metadata_path: Path | None) -> int | None:
     for pattern in _RANK_IN_NAME:
         match = pattern.search(name)
@@ -280,8 +293,9 @@ def _rank_from_dir_name(name: str, metadata_path: Path | None) -> int | None:
             return int(match.group(1))
     match = _DP_PP_TP.search(name)
     if match and metadata_path is not None:
-        args = read_json(metadata_path)
-        sizes = args.get("distributed_args", {}) if isinstance(args, dict) else {}
+        args = _json_or_none(metadata_path)
+        sizes = args.get("distributed_args") if isinstance(args, dict) else None
+        sizes = sizes if isinstance(sizes, dict) else {}
         tp_size, dp_size = sizes.get("tensor_model_parallel_size"), sizes.get("data_parallel_size")
         if isinstance(tp_size, int) and isinstance(dp_size, int):
             dp, pp, tp = (int(g) for g in match.groups())
@@ -306,7 +320,7 @@ def _rank_number(
     if info_number is not None:
         return info_number, "profiler_info_filename", info_path
     if info_path is not None:
-        info = read_json(info_path)
+        info = _json_or_none(info_path)  # unreadable: the rank id comes from elsewhere, normalize notes the file
         rank = info.get("rank_id") if isinstance(info, dict) else None
         if isinstance(rank, int) or (isinstance(rank, str) and rank.strip().lstrip("-").isdigit()):
             return int(rank), "profiler_info_rank_id", info_path
@@ -338,7 +352,7 @@ def discover(path: str | Path) -> RootInputs:
     if not os.access(root, os.R_OK | os.X_OK):
         raise BadInput(root, "directory is not readable")
 
-    rank_dirs, passed_over = find_rank_dirs(root)
+    rank_dirs, passed_over, not_followed = find_rank_dirs(root)
     if not rank_dirs:
         skipped = f"; passed over as backups or internals: {', '.join(p.name for p in passed_over[:5])}"
         raise BadInput(
@@ -378,4 +392,5 @@ def discover(path: str | Path) -> RootInputs:
             f"none of the {len(ranks)} rank dirs holds kernel data (kernel_details.csv, op_summary csv or profiler db)",
         )
     ranks.sort(key=lambda r: r.rank_id)
-    return RootInputs(str(requested), str(root), ranks, str(manifest_path) if manifest_path else None)
+    links = [str(p) for p in not_followed]
+    return RootInputs(str(requested), str(root), ranks, str(manifest_path) if manifest_path else None, links)

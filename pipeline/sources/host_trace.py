@@ -69,10 +69,12 @@ class _Kept:
         self.rows: list[tuple] = []
         self.host_pids: set = set()
         self.dropped = 0
+        self.not_events = 0  # items that are not JSON objects: the file is not a trace
 
     def add(self, event: object) -> None:
         """One parsed event (the event-by-event reader)."""
         if not isinstance(event, dict):
+            self.not_events += 1
             return
         phase = event.get("ph")
         if phase == "M":
@@ -235,4 +237,6 @@ def read_host_events(path: str | Path, span_start_us: float, span_end_us: float,
         else:
             _streamed(path, handle, kept)
         size = handle.tell()
+    if kept.not_events:
+        raise BadInput(path, f"{kept.not_events} items of the trace are not events (JSON objects)")
     return HostTrace(kept.frame(), kept.dropped, size)

@@ -17,6 +17,7 @@ import pyarrow as pa
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.segmentation.features import ordered_events
+from npuprof.pipeline.sources.auxiliary import note_text
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.stages.rank_reads import layer_spans, rank_steps, step_of_events
 from npuprof.pipeline.summaries.accounting import idle_gaps
@@ -40,7 +41,12 @@ def map_rank(ctx: RankContext) -> StageResult:
     communication = ctx.read_table(schema.COMMUNICATION_EVENTS).to_pandas()
     source_id = events["source_id"].iloc[0] if len(events) else None
     evidence = evidence_index(ctx.rank, source_id, steps, bubbles, operators, communication)
-    manifest = {"rank_id": ctx.rank.rank_id, "bubble_window_count": int(len(bubbles)), "host_trace": host_trace}
+    manifest = {
+        "rank_id": ctx.rank.rank_id,
+        "bubble_window_count": int(len(bubbles)),
+        "host_trace": {k: v for k, v in host_trace.items() if k != "note"},
+        "unreadable_inputs": [host_trace["note"]] if "note" in host_trace else [],
+    }
     return StageResult(tables={schema.BUBBLE_WINDOWS: bubbles, schema.EVIDENCE_INDEX: evidence}, manifest=manifest)
 
 
@@ -49,7 +55,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
     rank_manifests = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
     traced = [m["rank_id"] for m in rank_manifests if m["host_trace"].get("status") == "ok"]
     untraced = [m["rank_id"] for m in rank_manifests if m["host_trace"].get("status") in ("missing", "unreadable")]
-    limitations = []
+    unreadable = [note for m in rank_manifests for note in m["unreadable_inputs"]]
+    limitations = [note_text(note) for note in unreadable]
     if untraced:
         limitations.append(
             f"ranks {untraced} have no readable trace_view.json: their idle windows carry no host labels"
@@ -62,6 +69,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
             schema.EVIDENCE_INDEX.name: "step segments, idle windows, operator_summary, communication_events",
         },
         "limitations": limitations,
+        "unreadable_inputs": unreadable,
         "host_trace": {
             "ranks_attributed": traced,
             "by_rank": {str(m["rank_id"]): m["host_trace"] for m in rank_manifests},

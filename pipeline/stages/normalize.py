@@ -18,6 +18,7 @@ from npuprof.pipeline.device_order import in_device_order
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.kernel_categories import categorize, op_types
 from npuprof.pipeline.sources.aicore_freq import read_aicore_freq
+from npuprof.pipeline.sources.auxiliary import note_text, unreadable_note
 from npuprof.pipeline.sources.capture_info import capture_info
 from npuprof.pipeline.sources.coherence import check_one_capture
 from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
@@ -146,19 +147,20 @@ def _rank_summary(
     }
 
 
-def _aicore_freq(ctx: RankContext, kind: str, paths: list[Path]) -> tuple[pa.Table, dict, list[str]]:
+def _aicore_freq(ctx: RankContext, kind: str, paths: list[Path]) -> tuple[pa.Table, dict, list[dict]]:
     """The rank's AI Core frequency samples, from the same export as its kernels: the profiler db's
     table when the db is the kernel source, else trace_view.json's counters (unless --no-host-trace)."""
     rank = ctx.rank
     trace = rank.supplemental.get(TRACE_VIEW) if ctx.options.host_trace else None
     db = str(paths[0]) if kind == "profiler_db" else None
-    samples, path, notes = read_aicore_freq(db, trace)
+    samples, path, failed = read_aicore_freq(db, trace)
+    unreadable = [unreadable_note(rank.rank_id, p, BadInput(p, why), fallback) for p, why, fallback in failed]
     source_id = f"r{rank.rank_id}:{'profiler_db' if path == db and db else TRACE_VIEW}"
     table = schema.AICORE_FREQ.conform(samples.assign(source_id=source_id))
     facts = {"samples": len(samples), "source_path": path}
     if len(samples):
         facts.update(min_mhz=float(samples["freq_mhz"].min()), max_mhz=float(samples["freq_mhz"].max()))
-    return table, facts, notes
+    return table, facts, unreadable
 
 
 def map_rank(ctx: RankContext) -> StageResult:
@@ -217,9 +219,9 @@ def map_rank(ctx: RankContext) -> StageResult:
             }
         )
     events = in_device_order(pa.concat_tables(tables) if len(tables) > 1 else tables[0])  # positions index it
-    freq, freq_facts, freq_notes = _aicore_freq(ctx, kind, paths)
-    summary = _rank_summary(rank, events, kind, paths, reason, notes + freq_notes, facts)
-    summary.update(sources=sources, aicore_freq=freq_facts)
+    freq, freq_facts, unreadable = _aicore_freq(ctx, kind, paths)
+    summary = _rank_summary(rank, events, kind, paths, reason, notes, facts)
+    summary.update(sources=sources, aicore_freq=freq_facts, unreadable_inputs=unreadable)
     return StageResult(tables={schema.NORMALIZED_EVENTS: events, schema.AICORE_FREQ: freq}, manifest=summary)
 
 
@@ -248,6 +250,14 @@ def reduce_root(ctx: RootContext) -> StageResult:
     }
     capture = capture_info(ctx.inputs)
     check_one_capture(ctx.inputs.root, ranks, capture)  # before anything is written as one capture
+    unreadable = [note for m in ranks for note in m.get("unreadable_inputs", [])]
+    unreadable += [note for rank in capture["ranks"] for note in rank.get("unreadable", [])]
+    manifest["unreadable_inputs"] = unreadable
+    manifest["notes"] += [note_text(note) for note in unreadable]
+    manifest["notes"] += [
+        f"{link}: a symlinked directory, not searched for ranks (analyze its target as a root of its own)"
+        for link in ctx.inputs.symlinks_not_followed
+    ]
     source_index = {"profile_root": ctx.inputs.root, "inputs": ctx.inputs.to_dict(), "sources": sources}
     json_files = {schema.SOURCE_INDEX: source_index, schema.CAPTURE_INFO: capture}
     return StageResult(json_files=json_files, manifest=manifest)

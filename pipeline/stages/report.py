@@ -23,6 +23,7 @@ from npuprof.pipeline.report.pp_chart import stage_passes
 from npuprof.pipeline.report.sheet_notes import TIMES, sheet_note
 from npuprof.pipeline.report.summary import analysis_summary
 from npuprof.pipeline.report.xlsx import relative_times, workbook
+from npuprof.pipeline.sources.auxiliary import note_text
 from npuprof.pipeline.stage_order import STAGE_NAMES
 from npuprof.pipeline.stages.base import RootContext, StageResult
 
@@ -195,6 +196,8 @@ def _status(inputs: ReportInputs) -> tuple[str, list[str]]:
         reasons.append(f"segmentation has {segment['hard_error_count']} hard errors")
     if segment.get("interior_island_total"):
         reasons.append(f"segmentation left {segment['interior_island_total']} interior islands")
+    for stage in STAGE_NAMES:  # a file of the capture that could not be read, and what was done instead
+        reasons += [note_text(note) for note in inputs.manifest(stage).get("unreadable_inputs", [])]
     cited = {e for f in inputs.findings for e in f["evidence_ids"]}
     # look the few cited ids up in the index, not the index's hundreds of thousands of ids in a set
     known = (
@@ -248,7 +251,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
     ]
     if missing:
         status, reasons = "degraded", [*reasons, f"required artifacts missing: {missing}"]
-    summary.update(status=status, limitations=reasons + summary["limitations"])
+    summary.update(status=status, limitations=reasons + [t for t in summary["limitations"] if t not in reasons])
     rendered[schema.ANALYSIS_SUMMARY] = io.json_text(summary, indent=1)
     rendered[schema.REPORT_MD] = report_markdown(inputs, summary)
     manifest = {

@@ -17,7 +17,9 @@ import pyarrow.compute as pc
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
+from npuprof.pipeline.sources.auxiliary import note_text, read_auxiliary
 from npuprof.pipeline.sources.capture_info import rank_capture_info
+from npuprof.pipeline.sources.communication_files import read_communication_json, read_communication_matrix
 from npuprof.pipeline.sources.step_trace import read_step_trace_time
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
 from npuprof.pipeline.stages.rank_reads import BLOCK_COLUMNS, layer_spans, rank_steps, step_of_events
@@ -96,7 +98,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
     for column, values in events_in_blocks(len(events), blocks).items():  # new columns, no copy of the rest
         events[column] = values.to_numpy() if values.dtype.kind == "f" else values.array
-    comm, comm_rows, ops, links, comm_source = _communication(ctx, events, steps, rank_info)
+    comm, comm_rows, ops, links, comm_source, unreadable = _communication(ctx, events, steps, rank_info)
     manifest = {
         "rank_id": ctx.rank.rank_id,
         "communication_source": comm_source if len(comm) or len(ops) else None,
@@ -106,6 +108,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         "communication_event_count": int(len(comm)),
         "communication_roles": {str(k): int(v) for k, v in comm["parallel_role"].value_counts().items()},
         "communication_groups_known": bool(rank_info.get("parallel_group_info")),
+        "unreadable_inputs": unreadable,
     }
     tables = {
         schema.OPERATOR_SUMMARY: operators,
@@ -128,8 +131,25 @@ def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, 
         evidence_id=communication_evidence_ids(ctx.rank.rank_id, comm["row_idx"].to_numpy()),
     )[list(schema.COMMUNICATION_EVENTS.columns)]
     step_ids = steps.set_index("step_ordinal")["step_id"]
-    ops, links, source = communication_ops(ctx.rank.supplemental, comm, step_ids, rank_info)
-    return comm, comm_rows, ops, links, source
+    files, unreadable = _communication_files(ctx)
+    ops, links, source = communication_ops(*files, comm, step_ids, rank_info)
+    return comm, comm_rows, ops, links, source, unreadable
+
+
+def _communication_files(ctx: RankContext) -> tuple[tuple, list[dict]]:
+    """((ops of communication.json, links of communication_matrix.json), notes): None for a file the
+    rank lacks or that cannot be read (its note says so and what is used instead)."""
+    readers = (
+        ("communication_json", read_communication_json, "its communication ops come from the device events"),
+        ("communication_matrix_json", read_communication_matrix, "its links (bandwidth per link) are unknown"),
+    )
+    found, unreadable = [], []
+    for key, reader, fallback in readers:
+        path = ctx.rank.supplemental.get(key)
+        value, note = read_auxiliary(reader, path, ctx.rank.rank_id, fallback) if path else (None, None)
+        found.append(value)
+        unreadable += [note] if note else []
+    return tuple(found), unreadable
 
 
 def reduce_root(ctx: RootContext) -> StageResult:
@@ -142,7 +162,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
     operator_classes = operator_class_summary(operators) if len(operators) else pd.DataFrame()
     hccl_ops = hccl_op_summary(comm) if len(comm) else pd.DataFrame()
     hccl_classes = hccl_class_summary(hccl_ops) if len(hccl_ops) else pd.DataFrame()
-    step_trace = _step_trace_accounting(ctx)
+    step_trace, unreadable = _step_trace_accounting(ctx)
     ranks = rank_summary(ctx.rank_manifests, step_classes, accounting, step_trace)
     views = {
         schema.OPERATOR_SUMMARY_CSV: schema.join_view(schema.OPERATOR_SUMMARY_CSV, [operators]),
@@ -162,6 +182,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
     }
     views[schema.BLOCK_CLASS_SUMMARY_CSV] = _block_class_summary(ctx)
     manifest = _root_manifest(sorted(ctx.rank_manifests, key=lambda m: m["rank_id"]), len(operator_classes))
+    manifest["unreadable_inputs"] += unreadable
+    manifest["limitations"] += [note_text(note) for note in unreadable]
     return StageResult(csv_views=views, manifest=manifest)
 
 
@@ -176,7 +198,8 @@ def _root_manifest(rank_manifests: list[dict], operator_class_count: int) -> dic
     """summarize's manifest: coverage, which inputs each table used, and what the data could not say."""
     events = sum(m["event_count"] for m in rank_manifests)
     with_pipeline = sum(m["pipeline_event_count"] for m in rank_manifests)
-    limitations = []
+    unreadable = [note for m in rank_manifests for note in m.get("unreadable_inputs", [])]
+    limitations = [note_text(note) for note in unreadable]
     if not all(m["communication_groups_known"] for m in rank_manifests if m["communication_event_count"]):
         limitations.append("some ranks have no parallel_group_info: their communication roles are unknown")
     from_events = [m["rank_id"] for m in rank_manifests if m.get("communication_source") == "events"]
@@ -203,6 +226,7 @@ def _root_manifest(rank_manifests: list[dict], operator_class_count: int) -> dic
             "time_accounting": "normalized_events in segment's steps; anatomy windows from layer_segments",
         },
         "limitations": limitations,
+        "unreadable_inputs": unreadable,
         "rank_summaries": rank_manifests,
     }
 
@@ -213,16 +237,21 @@ def _pp_schedule(ctx: RootContext, accounting: pd.DataFrame) -> pd.DataFrame:
     return conformed(schema.PP_SCHEDULE, pp_schedule(capture_info, steps, layers, accounting))
 
 
-def _step_trace_accounting(ctx: RootContext) -> pd.DataFrame:
+def _step_trace_accounting(ctx: RootContext) -> tuple[pd.DataFrame, list[dict]]:
     """The profiler's own step split (step_trace_time.csv) of each rank without device events, so
-    the headline and the rank table still cover it; ranks with events are accounted from them."""
+    the headline and the rank table still cover it (ranks with events are accounted from them); and
+    the notes of the files that could not be read."""
     without_events = {int(m["rank_id"]) for m in ctx.rank_manifests if not m["event_count"]}
-    frames = []
+    frames, unreadable = [], []
+    fallback = "the rank has no time accounting (no device events, no readable step split)"
     for rank in ctx.inputs.ranks if ctx.inputs else []:
         path = rank.supplemental.get("step_trace_time_csv")
         if rank.rank_id in without_events and path:
-            frames.append(read_step_trace_time(path).assign(rank_id=rank.rank_id, source_path=path))
-    return conformed(schema.STEP_TRACE_ACCOUNTING, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+            frame, note = read_auxiliary(read_step_trace_time, path, rank.rank_id, fallback)
+            frames += [frame.assign(rank_id=rank.rank_id, source_path=path)] if frame is not None else []
+            unreadable += [note] if note else []
+    table = conformed(schema.STEP_TRACE_ACCOUNTING, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+    return table, unreadable
 
 
 def headline(manifest: dict) -> tuple[dict, list[str]]:

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.sources.auxiliary import unreadable_note
 from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
 from npuprof.pipeline.sources.host_trace import read_host_events
 
@@ -47,7 +48,8 @@ def attribute_bubbles(rank: RankInput, bubbles: pd.DataFrame, enabled: bool) -> 
     try:
         host = read_host_events(trace, float(windows["start_us"].min()), float(windows["end_us"].max()), cap)
     except BadInput as error:
-        return empty, {"status": "unreadable", "error": error.one_line()}
+        note = unreadable_note(rank.rank_id, trace, error, "its idle windows carry no host labels")
+        return empty, {"status": "unreadable", "error": error.one_line(), "note": note}
     labelled = soft_attribution(windows.iloc[order].reset_index(drop=True), host.events)
     labelled.index = bubbles.index[order]
     status = {

@@ -13,7 +13,6 @@ import pyarrow.compute as pc
 from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.kernel_categories import fold
-from npuprof.pipeline.sources.communication_files import read_communication_json, read_communication_matrix
 
 COMMUNICATION_OP_TYPES = ("communication", "mix_comm_aiv")
 
@@ -199,20 +198,24 @@ def hccl_class_summary(per_rank: pd.DataFrame) -> pd.DataFrame:
 
 
 def communication_ops(
-    files: dict[str, str], comm_events: pd.DataFrame, step_ids: pd.Series, rank_info: dict
+    file_ops: pd.DataFrame | None,
+    file_links: pd.DataFrame | None,
+    comm_events: pd.DataFrame,
+    step_ids: pd.Series,
+    rank_info: dict,
 ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """(ops, links, source) of one rank: from its communication.json / communication_matrix.json,
-    or, without them, the ops from its communication events (transit / wait unknown). ``rank_info``:
-    the rank's capture facts (its parallel_group_info and distributed_args name the roles)."""
+    """(ops, links, source) of one rank: ``file_ops`` / ``file_links`` as its communication.json /
+    communication_matrix.json read them, or, without the ops (no file, or an unreadable one), the ops
+    from its communication events (transit / wait unknown). ``rank_info``: the rank's capture facts
+    (its parallel_group_info and distributed_args name the roles)."""
     rules = knowledge.load("summary_rules")
     roles = role_by_group_hash(rank_info.get("parallel_group_info"), rank_info.get("distributed_args"))
     unknown = rules["parallel_role_unknown"]
     links = pd.DataFrame()
-    if "communication_matrix_json" in files:
-        links = read_communication_matrix(files["communication_matrix_json"])
-        links["parallel_role"] = links["group_hash"].map(lambda h: roles.get(h, unknown))
-    if "communication_json" in files:
-        ops = read_communication_json(files["communication_json"])
+    if file_links is not None:
+        links = file_links.assign(parallel_role=file_links["group_hash"].map(lambda h: roles.get(h, unknown)))
+    if file_ops is not None:
+        ops = file_ops
         ops["parallel_role"] = ops["group_hash"].map(lambda h: roles.get(h, unknown))
         ops["source"] = "communication_json"
         return ops, links, "communication_json"

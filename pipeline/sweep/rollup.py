@@ -31,6 +31,8 @@ ROLLUP_COLUMNS = [
     "status",
     "phase",
     "error",
+    "analysis_status",
+    "degraded_reasons",
     "output_dir",
     "npuprof_version",
     "rank_count",
@@ -260,8 +262,11 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
     top = io.read_json_or_empty(out_dir / schema.TOP_MANIFEST)
     normalize = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize"))
     segment = io.read_json_or_empty(out_dir / schema.stage_manifest_name("segment"))
+    report = io.read_json_or_empty(out_dir / schema.stage_manifest_name("report"))
     row.update(
         {
+            "analysis_status": report.get("status"),  # ok | degraded (why: degraded_reasons)
+            "degraded_reasons": "; ".join(report.get("status_reasons", [])) or None,
             "npuprof_version": top.get("npuprof_version"),
             "rank_count": normalize.get("rank_count"),
             "event_count": normalize.get("event_count"),

@@ -1,0 +1,166 @@
+"""Auxiliary inputs degrade, never fail: every file of a capture but its kernel source, broken in each
+way real captures break (a wrong JSON type, NaN, binary garbage, truncation, UTF-16), leaves a
+complete analysis marked degraded, with a note naming the rank, the file and the reason, and the
+fallback the note promises; the other rank and an intact control stay as they were."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.errors import EXIT_DEGRADED
+from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.sweep.rollup import root_rollup
+from npuprof.synth import generate
+
+
+def _wrong_type(text: str) -> str:
+    return "[1, 2, 3]"
+
+
+def _nan(text: str) -> str:
+    # the first number of the file becomes NaN: json accepts it, a capture's file must not hold it
+    return re.sub(r"(:\s*)(-?\d[\d.eE+-]*)", r"\1NaN", text, count=1)
+
+
+def _truncated(text: str) -> str:
+    return text[: len(text) // 2]
+
+
+CORRUPTIONS = {
+    "wrong_type": lambda path: path.write_text(_wrong_type(path.read_text("utf-8")), "utf-8"),
+    "nan": lambda path: path.write_text(_nan(path.read_text("utf-8")), "utf-8"),
+    "garbage": lambda path: path.write_bytes(bytes(range(256)) * 8),
+    "truncated": lambda path: path.write_text(_truncated(path.read_text("utf-8")), "utf-8"),
+    "utf16": lambda path: path.write_text(path.read_text("utf-8"), "utf-16"),
+}
+
+
+def _rank0_links_missing(out: Path) -> bool:
+    links = pd.read_parquet(out / schema.COMMUNICATION_LINKS)
+    return set(links["rank_id"].astype(int)) == {1}
+
+
+def _capture_rank(out: Path, rank: int) -> dict:
+    return json.loads((out / schema.CAPTURE_INFO).read_text())["ranks"][rank]
+
+
+def _comm_source(out: Path, rank: int) -> str:
+    manifest = json.loads((out / schema.stage_manifest_name("summarize")).read_text())
+    return next(m for m in manifest["rank_summaries"] if m["rank_id"] == rank)["communication_source"]
+
+
+def _host_trace(out: Path, rank: int) -> str:
+    manifest = json.loads((out / schema.stage_manifest_name("evidence")).read_text())
+    return manifest["host_trace"]["by_rank"][str(rank)]["status"]
+
+
+# file of rank 0 (relative to its rank dir) → (the base it is broken in, the fallback the analysis takes)
+FILES = {
+    "communication.json": (
+        "clean",
+        "ASCEND_PROFILER_OUTPUT/communication.json",
+        lambda out: _comm_source(out, 0) == "events" and _comm_source(out, 1) == "communication_json",
+    ),
+    "communication_matrix.json": ("clean", "ASCEND_PROFILER_OUTPUT/communication_matrix.json", _rank0_links_missing),
+    "profiler_metadata.json": (
+        "clean",
+        "profiler_metadata.json",
+        lambda out: (
+            _capture_rank(out, 0)["parallel_group_info"] is None and _capture_rank(out, 1)["parallel_group_info"]
+        ),
+    ),
+    "profiler_info_0.json": (
+        "clean",
+        "profiler_info_0.json",
+        lambda out: _capture_rank(out, 0)["profiler_level"] is None and _capture_rank(out, 1)["profiler_level"],
+    ),
+    # the host bubble sits on rank 0: its idle windows need the trace
+    "trace_view.json": (
+        "host_bubble",
+        "ASCEND_PROFILER_OUTPUT/trace_view.json",
+        lambda out: _host_trace(out, 0) == "unreadable" and _host_trace(out, 1) in ("ok", "no_bubbles"),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("aux_bases")
+    return {
+        name: Path(generate(base / name, name, seed=3, ranks=2, steps=3)["root"]) for name in ("clean", "host_bubble")
+    }
+
+
+def _rank_dir(root: Path, rank: int) -> Path:
+    return sorted(p for p in root.iterdir() if p.is_dir())[rank]
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / schema.ANALYSIS_SUMMARY).read_text())
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_a_broken_auxiliary_file_degrades_the_root_and_says_so(bases, tmp_path, name, corruption):
+    base, relative, fell_back = FILES[name]
+    root = tmp_path / "root"
+    shutil.copytree(bases[base], root)
+    CORRUPTIONS[corruption](_rank_dir(root, 0) / relative)
+    out = tmp_path / "out"
+    result = analyze(root, out, jobs=1)
+    assert result["status"] == "degraded", result.get("warnings")
+    summary = _summary(out)
+    notes = [text for text in summary["limitations"] if text.startswith(f"rank 0: {name} is unreadable (")]
+    assert len(notes) == 1, summary["limitations"]
+    assert "\n" not in notes[0] and not any("rank 1:" in text for text in summary["limitations"])
+    assert fell_back(out), (name, corruption)
+    assert (out / schema.REPORT_MD).is_file() and (out / schema.DIAGNOSIS_FINDINGS).is_file()
+    row = root_rollup(str(root), "case", out)
+    assert row["status"] == "ok" and row["analysis_status"] == "degraded" and name in row["degraded_reasons"]
+
+
+def test_an_intact_capture_stays_ok_with_no_note(bases, tmp_path):
+    for name, root in bases.items():
+        result = analyze(root, tmp_path / name, jobs=1)
+        assert result["status"] == "ok", (name, result.get("warnings"))
+        assert not any("unreadable" in text for text in _summary(tmp_path / name)["limitations"])
+
+
+def test_a_rank_without_kernels_and_a_broken_step_split_is_named(bases, tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(bases["clean"], root)
+    rank1 = _rank_dir(root, 1) / "ASCEND_PROFILER_OUTPUT"
+    (rank1 / "kernel_details.csv").unlink()  # its time accounting would come from step_trace_time.csv
+    (rank1 / "step_trace_time.csv").write_bytes(b"\x00\xff" * 64)
+    result = analyze(root, tmp_path / "out", jobs=1)
+    assert result["status"] == "degraded"
+    assert any(
+        text.startswith("rank 1: step_trace_time.csv is unreadable (")
+        for text in _summary(tmp_path / "out")["limitations"]
+    )
+
+
+def test_the_cli_exits_degraded_with_the_note_on_stdout(cli, bases, tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(bases["clean"], root)
+    (_rank_dir(root, 0) / "ASCEND_PROFILER_OUTPUT" / "communication.json").write_text("[]", "utf-8")
+    run = cli("analyze", str(root), "-o", str(tmp_path / "out"), "--progress", "none")
+    assert run.returncode == EXIT_DEGRADED, run.stderr
+    assert any("communication.json is unreadable (expected a JSON object" in w for w in run.result["warnings"])
+    assert "Traceback" not in run.stderr
+
+
+def test_a_symlinked_directory_that_is_not_followed_is_named(bases, tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(bases["clean"], root)
+    (root / "more").symlink_to(tmp_path, target_is_directory=True)  # a loop back above the root
+    result = analyze(root, tmp_path / "out", jobs=1)
+    assert result["rank_count"] == 2
+    assert any(note.startswith(f"{root / 'more'}: a symlinked directory, not searched") for note in result["notes"])
