@@ -99,6 +99,13 @@ def submit(
     existing = records.load(sweep_id, conn.url)
     if existing and existing.get("state") in ("planning", "running"):
         return {"sweep_id": sweep_id, "state": existing["state"], "resubmitted": False}
+    others = [r for r in records.active_on(archive, conn.url) if r["sweep_id"] != sweep_id]
+    if others:  # two sweeps writing one archive would interleave roots and race for the rollup
+        other = others[0]
+        raise UsageError(
+            f"archive {archive} is being written by sweep {other['sweep_id']} ({other['state']}): wait for it "
+            f"(npuprof status {other['sweep_id']} --watch), cancel it, or give another -o"
+        )
     queue = queue or settings.queue_for(roots[0])
     record = {
         "sweep_id": sweep_id,

@@ -136,6 +136,12 @@ class ServiceUnavailable(NpuprofError):
     kind = "service_unavailable"
 
 
+class WorkerLost(NpuprofError):
+    """A rank task killed its worker process every time it ran (the service gave the rank up)."""
+
+    kind = "worker_lost"
+
+
 class RemoteError(NpuprofError):
     """A remote host (deploy, fetch over SFTP): connection, host key, or a remote command failed."""
 

@@ -136,7 +136,7 @@ def test_the_step_inspector_lists_the_layers_of_the_step(browser, served, mixed_
     assert len(browser.find_elements(By.CSS_SELECTOR, "table.layers tr")) - 1 == expected > 0
 
 
-def test_zooming_in_shows_kernels_and_their_operator_card(browser, served):
+def test_zooming_in_shows_kernels_and_their_operator_card(browser, served, mixed_report):
     open_report(browser, served)
     span = browser.execute_script("return npuprof.state.data.span_us")
     browser.execute_script("npuprof.setView(arguments[0], arguments[1])", span * 0.30, span * 0.305)
@@ -155,6 +155,19 @@ def test_zooming_in_shows_kernels_and_their_operator_card(browser, served):
     )
     card = browser.find_element(By.ID, "card-body").text
     assert "source row" in card and "duration" in card
+    # every normalized field of that kernel, with its unit, as normalize wrote it
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "dl.kernel-fields dd"))
+    names = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "dl.kernel-fields dt")]
+    values = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "dl.kernel-fields dd")]
+    shown = dict(zip(names, values))
+    rank, row = browser.execute_script("const k = npuprof.state.hits[0][3]; return [k[0], k[6]];")
+    events = pd.read_parquet(mixed_report / "out" / schema.NORMALIZED_EVENTS)
+    (kernel,) = events[(events["rank_id"].astype(int) == rank) & (events["row_idx"] == row)].itertuples()
+    assert shown["name"] == kernel.name and shown["accelerator_core"] == kernel.accelerator_core
+    assert shown["input_shapes"] == kernel.input_shapes and shown["block_dim"] == str(kernel.block_dim)
+    value, unit = shown["duration_us"].split()
+    assert unit == "µs" and float(value) == round(kernel.duration_ns / 1000, 3)
+    assert len(shown) >= 20  # the capture's fields, not a handful
 
 
 def console_errors(driver) -> list[str]:

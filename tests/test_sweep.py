@@ -109,3 +109,16 @@ def test_sweep_output_inside_the_search_root_is_not_analyzed_again(cli, search_r
     assert cli("sweep", "--search-root", str(inner), "-o", str(inner / "archive"), "--progress", "none").returncode == 0
     run = cli("sweep", "--search-root", str(inner), "-o", str(inner / "archive"), "--progress", "none")
     assert run.result["root_count"] == 1
+
+
+def test_a_second_sweep_into_the_same_archive_is_refused(cli, tmp_path):
+    from npuprof.pipeline.runner import run_lock
+
+    search = tmp_path / "search"
+    generate(search / "clean", "clean", seed=1, ranks=2, steps=2)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    with run_lock(archive):  # another sweep is writing it
+        run = cli("sweep", "--search-root", str(search), "-o", str(archive), "--progress", "none")
+    assert run.returncode == 2 and "being written by another npuprof run" in run.result["error"], run.stderr
+    assert not [p for p in archive.iterdir() if p.is_dir()]  # nothing analyzed into it

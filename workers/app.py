@@ -21,10 +21,15 @@ def make_app(broker: str | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout()},
+        # every key npuprof's service writes starts with KEY_PREFIX: a shared Redis stays readable
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout(),
+            "global_keyprefix": settings.KEY_PREFIX,
+        },
         result_backend_transport_options={
             "visibility_timeout": settings.visibility_timeout(),
             "retry_policy": {"timeout": 5.0},
+            "global_keyprefix": settings.KEY_PREFIX,
         },
         task_soft_time_limit=settings.soft_time_limit(),
         task_time_limit=settings.hard_time_limit(),

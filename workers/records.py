@@ -8,7 +8,7 @@ import redis
 
 from npuprof.workers import settings
 
-_PREFIX = "npuprof:sweep:"
+_PREFIX = f"{settings.KEY_PREFIX}sweep:"
 
 
 def _client(url: str | None = None) -> redis.Redis:
@@ -28,6 +28,18 @@ def save(record: dict, url: str | None = None) -> None:
 def load(sweep_id: str, url: str | None = None) -> dict | None:
     raw = _client(url).get(_PREFIX + sweep_id)
     return json.loads(raw) if raw else None
+
+
+def active_on(archive: str, url: str | None = None) -> list[dict]:
+    """The sweeps still planning or running that write into ``archive``."""
+    client = _client(url)
+    found = []
+    for key in client.scan_iter(match=_PREFIX + "*", count=500):
+        raw = client.get(key)
+        record = json.loads(raw) if raw else {}
+        if record.get("archive") == archive and record.get("state") in ("planning", "running"):
+            found.append(record)
+    return found
 
 
 def update(sweep_id: str, url: str | None = None, **fields) -> dict | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "npuprof"
+KEY_PREFIX = "npuprof:"  # of every Redis key: sweep records, queues, task results, chord counters
 
 
 def redacted(text: str) -> str:
@@ -50,6 +51,12 @@ def _seconds(name: str, default: int) -> int:
 def visibility_timeout() -> int:
     """Seconds before an unacknowledged message (its worker died) is delivered again: above the longest task."""
     return _seconds("NPUPROF_VISIBILITY_TIMEOUT", 6 * 3600)
+
+
+def max_rank_retries() -> int:
+    """Times a rank task whose worker process died is run again before its root fails (a poison rank:
+    out of memory, a crash in a native library) — counted across workers, in the archive."""
+    return int(os.environ.get("NPUPROF_MAX_RANK_RETRIES", "2"))
 
 
 def soft_time_limit() -> int:

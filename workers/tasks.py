@@ -30,6 +30,7 @@ from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
 from npuprof.workers import records, settings
 from npuprof.workers.app import app
+from npuprof.workers.attempts import RankAttempts
 
 MARKERS = ".ranks"
 TRANSIENT = (OSError,)
@@ -61,19 +62,38 @@ def _progress_reporter(task):
     max_retries=5,
 )
 def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[str]) -> dict:
-    """Rank-local stages of one rank; leaves a marker file that says it finished (or why it failed)."""
+    """Rank-local stages of one rank; leaves a marker file that says it finished (or why it failed).
+
+    A rank whose worker process keeps dying under it (a poison rank) is given up after
+    ``max_rank_retries`` deaths: its marker says why, and its root fails instead of the sweep stalling."""
     marker = Path(work_dir) / MARKERS / f"rank_{rank['rank_id']}.json"
+    attempts = RankAttempts(marker.with_name(f"rank_{rank['rank_id']}.attempts.json"), rank)
+    given_up = attempts.given_up(settings.max_rank_retries())
+    if given_up is not None:
+        return _rank_marker(marker, rank, _failed(given_up))
+    attempts.start(self.request.hostname or "a worker")
+    report = _progress_reporter(self)
+
+    def progress(stage: str, done: int, total: int, message: str = "") -> None:
+        attempts.at_stage(stage)  # where a death was last seen
+        report(stage, done, total, message)
+
     try:
-        results = run_rank_chain(work_dir, rank, options, stages, progress=_progress_reporter(self))
-        payload = {"rank_id": rank["rank_id"], "status": "ok", "results": results}
+        results = run_rank_chain(work_dir, rank, options, stages, progress=progress)
+        payload = {"status": "ok", "results": results}
     except NpuprofError as exc:  # bad data fails this root, never the worker or the sweep
-        payload = {
-            "rank_id": rank["rank_id"],
-            "status": "failed",
-            "failure": failure_object(exc),
-            "traceback": traceback_of(exc),
-        }
-    io.write_json(marker, payload)
+        payload = _failed(exc)
+    finally:  # also when a transient error retries the task: only a dead process never gets here
+        attempts.end()
+    return _rank_marker(marker, rank, payload)
+
+
+def _failed(exc: NpuprofError) -> dict:
+    return {"status": "failed", "failure": failure_object(exc), "traceback": traceback_of(exc)}
+
+
+def _rank_marker(marker: Path, rank: dict, payload: dict) -> dict:
+    io.write_json(marker, {"rank_id": rank["rank_id"], **payload})
     return {"rank_id": rank["rank_id"], "status": payload["status"]}
 
 

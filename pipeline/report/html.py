@@ -17,7 +17,10 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from npuprof.pipeline import schema
 from npuprof.pipeline.io import json_text
 from npuprof.pipeline.report.glossary import GLOSSARY
 from npuprof.pipeline.report.perfetto import rebased_us
@@ -59,8 +62,11 @@ def _coarse(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: f
     }
 
 
-def _chunks(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: float) -> dict[int, dict]:
-    """Raw kernels per time chunk: [rank, stream, start, dur, name id, op_type id, row]."""
+def _chunks(
+    events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: float
+) -> tuple[dict[int, dict], dict[int, np.ndarray]]:
+    """Raw kernels per time chunk: [rank, stream, start, dur, name id, op_type id, row]; and the
+    positions in ``events`` of each chunk's kernels, in the same order."""
     width = max(span_us / CHUNKS, 1e-3)
     chunk = np.clip((start // width).astype(np.int64), 0, CHUNKS - 1)
     names, name_ids = np.unique(events["name"].fillna("").to_numpy(str), return_inverse=True)
@@ -76,9 +82,10 @@ def _chunks(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: f
             events["row_idx"].fillna(-1).to_numpy(np.int64),
         ]
     )
-    found = {}
+    found, rows_of = {}, {}
     for index in np.unique(chunk):  # a loop over at most CHUNKS chunks
-        rows = table[chunk == index][:MAX_KERNELS_PER_CHUNK]
+        rows_of[int(index)] = np.flatnonzero(chunk == index)[:MAX_KERNELS_PER_CHUNK]
+        rows = table[rows_of[int(index)]]
         used = np.unique(rows[:, 4].astype(np.int64))
         remap = np.full(len(names), -1)
         remap[used] = np.arange(len(used))
@@ -89,8 +96,27 @@ def _chunks(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: f
             "kinds": kinds.tolist(),
             "kernels": rows.tolist(),
             "truncated": bool((chunk == index).sum() > MAX_KERNELS_PER_CHUNK),
+            "index": int(index),  # its kernel_fields asset: the operator card's every field
         }
-    return found
+    return found, rows_of
+
+
+def kernel_fields(events: pd.DataFrame) -> dict:
+    """Every normalized field of each kernel of one chunk, with its unit, for the operator card (only
+    the fields the capture holds: empty columns are left out)."""
+    shown = [c for c in schema.EVENT_COLUMNS if c in events and c not in ("rank_id",) and events[c].notna().any()]
+    columns = []
+    for name in shown:
+        values = events[name]
+        if name.endswith("_ns"):  # times as µs, as everywhere in the report
+            columns.append((name[:-3] + "_us", "µs", (values.astype("float64") / 1000.0).round(3).tolist()))
+        elif name in ("categories", "roles"):
+            joined = pc.binary_join(pa.array(values.to_numpy(object), pa.list_(pa.string())), ";")
+            columns.append((name, "", joined.to_pylist()))
+        else:
+            unit = "µs" if name.endswith("_us") else "%" if name.endswith("_pct") else ""
+            columns.append((name, unit, values.astype(object).where(values.notna(), None).tolist()))
+    return {"fields": [[name, unit] for name, unit, _ in columns], "columns": [values for *_, values in columns]}
 
 
 def _op_classes(classes: pd.DataFrame) -> dict[str, dict[str, list]]:
@@ -239,8 +265,10 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
     }
     assets = {f"{ASSET_DIR}/overview.json.gz": _gz(overview)}
     if len(events):
-        for index, chunk in _chunks(events, start, end, span).items():
+        chunks, rows_of = _chunks(events, start, end, span)
+        for index, chunk in chunks.items():
             assets[f"{ASSET_DIR}/kernels_{index}.json.gz"] = _gz(chunk)
+            assets[f"{ASSET_DIR}/kernel_fields_{index}.json.gz"] = _gz(kernel_fields(events.iloc[rows_of[index]]))
     template = resources.files("npuprof.pipeline.report").joinpath(TEMPLATE).read_text(encoding="utf-8")
     if single_file:
         inline = {name: base64.b64encode(data).decode("ascii") for name, data in assets.items()}

@@ -36,9 +36,12 @@ REQUIRED = {
 
 
 def _trace_events(ctx: RootContext) -> pd.DataFrame:
+    """The kernels trace.json and report.html draw; in full mode with every normalized field, which the
+    HTML report's operator card shows."""
+    columns = list(schema.EVENT_COLUMNS) if ctx.options.mode == "full" else TRACE_COLUMNS
     if not (ctx.out_dir / schema.NORMALIZED_EVENTS.path).exists():
-        return pd.DataFrame(columns=["rank_id", *TRACE_COLUMNS])
-    events = int_ranks(ctx.read_table(schema.NORMALIZED_EVENTS, columns=TRACE_COLUMNS).to_pandas())
+        return pd.DataFrame(columns=["rank_id", *columns])
+    events = int_ranks(ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns).to_pandas())
     return events.sort_values(["rank_id", "start_ns"], kind="stable").groupby("rank_id").head(MAX_KERNELS_PER_RANK)
 
 

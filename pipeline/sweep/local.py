@@ -12,7 +12,7 @@ from pathlib import Path
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import NpuprofError
 from npuprof.pipeline.progress import Progress, no_progress
-from npuprof.pipeline.runner import analyze, write_failure
+from npuprof.pipeline.runner import analyze, run_lock, write_failure
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
@@ -63,6 +63,19 @@ def run_sweep(
     """Analyze every root under ``search_roots`` into ``out/<slug>/`` and merge the rollup."""
     archive = Path(out)
     archive.mkdir(parents=True, exist_ok=True)
+    with run_lock(archive):  # a second sweep into this archive is refused, never interleaved
+        return _sweep(search_roots, archive, options, jobs, reuse_existing, limit, progress)
+
+
+def _sweep(
+    search_roots: list[str],
+    archive: Path,
+    options: AnalyzeOptions,
+    jobs: int | None,
+    reuse_existing: bool,
+    limit: int | None,
+    progress: Progress,
+) -> dict:
     started = time.perf_counter()
     roots = find_roots(search_roots, limit)
     plan = [(str(root), root_slug(root, search_roots)) for root in roots]

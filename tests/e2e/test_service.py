@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import redis
 from conftest import QWEN_TRAINING, copy_sample, run_cli
 from service_harness import free_port, wait_until
 
@@ -155,6 +156,8 @@ def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, wo
     final = wait_done(redis_server.url, sweep_id)
     assert final["totals"] == {"REUSED": 3, "FAILURE": 1}  # finished roots reused; the broken one is tried again
     assert {p: p.stat().st_mtime_ns for p in archive.glob("*/manifest.json")} == manifests
+    keys = list(redis.Redis.from_url(redis_server.url).scan_iter(count=1000))
+    assert keys and all(k.startswith(b"npuprof:") for k in keys), keys  # a shared Redis stays readable
 
 
 def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
@@ -305,13 +308,17 @@ def test_bad_roots_fail_alone_through_the_service_with_the_cli_error(redis_serve
         assert expected.returncode == cases[name].exit_code, expected.stderr
         cases[name] = expected.result["error"]
     generate(search / "good" / "clean", "clean", seed=1)
+    # an unreadable auxiliary file degrades its root, through the service as through analyze
+    degraded = Path(generate(search / "good" / "degraded", "clean", seed=2, ranks=2, steps=3)["root"])
+    rank0 = sorted(p for p in degraded.iterdir() if p.is_dir())[0]
+    (rank0 / "ASCEND_PROFILER_OUTPUT" / "communication.json").write_bytes(b"\xff\xfe garbage")
     workers(1)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
     wait_done(redis_server.url, sweep_id)
     watch = run_cli("status", sweep_id, "--watch", "--json", "--broker", redis_server.url)
     assert watch.returncode == EXIT_PARTIAL  # done, with failed roots: not the all-ok exit code
     final = watch.result
-    assert final["totals"] == {"SUCCESS": 1, "FAILURE": len(BAD_ROOTS_THROUGH_THE_SERVICE)}
+    assert final["totals"] == {"SUCCESS": 2, "FAILURE": len(BAD_ROOTS_THROUGH_THE_SERVICE)}
     case_of = lambda root: Path(root).relative_to(search.resolve()).parts[0]  # noqa: E731
     by_root = {case_of(r["root"]): r for r in final["roots"]}
     table = pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")
@@ -320,4 +327,52 @@ def test_bad_roots_fail_alone_through_the_service_with_the_cli_error(redis_serve
         assert by_root[name]["state"] == "FAILURE"
         assert by_root[name]["error"] == cases[name], name  # the same one line as `npuprof analyze`
         assert rollup_errors[name] == cases[name], name
+    row = table[table["root"].str.endswith("good/degraded")].iloc[0]
+    assert row["status"] == "ok" and row["analysis_status"] == "degraded"
+    assert row["degraded_reasons"].startswith("rank 0: communication.json is unreadable (not UTF-8 text")
     assert not [v for v in redis_values(redis_server.url) if "Traceback" in v], "a traceback reached Redis"
+
+
+def test_a_rank_that_kills_its_worker_every_time_fails_its_root_alone(redis_server, workers, tmp_path):
+    """A poison rank (its worker process dies under it each time) is given up after the retries the
+    settings allow: its root fails with a named error, the other root and the worker carry on."""
+    search = tmp_path / "captures"
+    generate(search / "case_00_poison", "clean", seed=0, ranks=2, steps=24, layers=12, trace=False)
+    generate(search / "case_01_good", "clean", seed=1, ranks=2, steps=3, trace=False)
+    (worker,) = workers(1, env={"NPUPROF_MAX_RANK_RETRIES": "1"})
+    archive = tmp_path / "archive"
+    sweep_id = submit(redis_server.url, search, archive)
+    kills = []
+
+    def kill_rank_0_of_the_poison_root_when_it_runs() -> bool:
+        for path in archive.glob(".captures__case_00_poison*/.ranks/rank_0.attempts.json"):
+            state = json.loads(path.read_text())
+            if state["started"] > len(kills) and state.get("ended", 0) < state["started"]:
+                worker.kill_child()
+                kills.append(state["started"])
+        return len(kills) == 2
+
+    wait_until(kill_rank_0_of_the_poison_root_when_it_runs, 120, "two deaths of the poison rank", interval=0.05)
+    watch = run_cli("status", sweep_id, "--watch", "--json", "--broker", redis_server.url)
+    assert watch.returncode == EXIT_PARTIAL, watch.stderr
+    assert watch.result["totals"] == {"SUCCESS": 1, "FAILURE": 1}
+    (poisoned,) = archive.glob("captures__case_00_poison*")
+    failure = json.loads((poisoned / "failure.json").read_text())
+    assert failure["kind"] == "worker_lost" and failure["phase"].endswith("(rank 0)")
+    assert failure["error"].startswith("worker process died 2 times on rank 0 (")
+    assert "last seen: stage " in failure["error"] and "the rank's input is " in failure["error"]
+    assert [p.name for p in archive.glob("captures__case_01_good*/manifest.json")] == ["manifest.json"]
+    assert worker.proc.poll() is None  # the worker serves on
+    assert not list(archive.glob(".*")), "no work dir is left in the archive"
+
+
+def test_two_sweeps_into_one_archive_are_refused_not_interleaved(redis_server, tmp_path):
+    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False, ranks=2, steps=2)
+    archive = tmp_path / "archive"
+    first = submit(redis_server.url, search, archive)  # no worker: it stays planning
+    other = ("submit", "--search-root", str(search), "-o", str(archive), "--mode", "full", "--broker", redis_server.url)
+    second = run_cli(*other)  # other options: another sweep into the same archive
+    assert second.returncode == 2 and f"is being written by sweep {first} (planning)" in second.result["error"]
+    assert submit(redis_server.url, search, archive) == first  # the same sweep again is not another one
+    assert run_cli("cancel", first, "--broker", redis_server.url).returncode == 0
+    assert run_cli(*other).returncode == 0
