@@ -5,6 +5,7 @@ Each error knows its exit code and renders itself as a single line that says wha
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 # Exit codes are part of the CLI contract (README "Exit codes").
@@ -18,6 +19,7 @@ EXIT_SERVICE_UNAVAILABLE = 6
 EXIT_PARTIAL = 7  # a sweep finished, but some roots failed (each with its error in the rollup)
 EXIT_DEGRADED = 8  # the analysis finished, but the root is degraded (segmentation errors, unresolvable evidence)
 EXIT_REMOTE = 9  # a remote host: cannot connect, unknown host key, or a command there failed
+EXIT_NO_SPACE = 10  # the output's filesystem is full (free space and run again: nothing half-written stays)
 
 
 class NpuprofError(Exception):
@@ -134,6 +136,18 @@ class ServiceUnavailable(NpuprofError):
 
     exit_code = EXIT_SERVICE_UNAVAILABLE
     kind = "service_unavailable"
+
+
+class NoSpace(NpuprofError):
+    """The filesystem the output is written to is full (or over quota)."""
+
+    exit_code = EXIT_NO_SPACE
+    kind = "no_space"
+
+
+def no_space(exc: OSError) -> bool:
+    """Whether ``exc`` says the filesystem is full or over quota (Python's, or Arrow's I/O errors)."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT) or "[errno 28]" in str(exc).lower()
 
 
 class WorkerLost(NpuprofError):

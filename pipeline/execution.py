@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from npuprof.pipeline import __version__, io
-from npuprof.pipeline.errors import NpuprofError, StageFailed
+from npuprof.pipeline.errors import NoSpace, NpuprofError, StageFailed, no_space
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 from npuprof.pipeline.stages import stage
@@ -105,10 +105,19 @@ def guard(stage_name: str, rank_id: int | None, fn: Callable[..., Any], *args: A
         raise
     except NpuprofError as exc:
         raise StageFailed(phase, exc) from exc
+    except OSError as exc:
+        if not no_space(exc):
+            raise StageFailed(phase, _internal(exc)) from exc
+        raise StageFailed(phase, NoSpace("no space left on device while writing the output")) from None
     except Exception as exc:  # a bug: keep the traceback for failure.json, show one line
-        error = NpuprofError(f"internal error: {type(exc).__name__}: {exc}")
-        error.traceback = traceback.format_exc()
-        raise StageFailed(phase, error) from exc
+        raise StageFailed(phase, _internal(exc)) from exc
+
+
+def _internal(exc: Exception) -> NpuprofError:
+    """An unexpected error as an internal one (a bug), keeping its traceback for failure.json."""
+    error = NpuprofError(f"internal error: {type(exc).__name__}: {exc}")
+    error.traceback = traceback.format_exc()
+    return error
 
 
 POOL_MIN_BYTES = 16 * 1024 * 1024  # kernel sources below this run their rank units in-process

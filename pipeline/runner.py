@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Iterator
 
 from npuprof.pipeline import io, schema
-from npuprof.pipeline.errors import BadInput, NpuprofError, UsageError, failure_object, traceback_of
+from npuprof.pipeline.errors import (
+    BadInput,
+    NoSpace,
+    NpuprofError,
+    StageFailed,
+    UsageError,
+    failure_object,
+    no_space,
+    traceback_of,
+)
 from npuprof.pipeline.execution import clear_stage_outputs, guard, map_ranks, run_root_stage, warm_process_pool
 from npuprof.pipeline.manifests import result_object, write_top_manifest
 from npuprof.pipeline.modelinfo.hardware import check_hardware_model
@@ -167,8 +176,28 @@ def analyze(
         prepare_output_dir(out, stage_range, overwrite)
         try:
             return _analyze(root, out, stages, options, stage_range, jobs or os.cpu_count() or 1, progress)
+        except OSError as exc:  # outside a stage (manifests, the lock): only a full disk is expected here
+            if not no_space(exc):
+                raise
+            failure = NoSpace(f"no space left on device writing {out}")
+            _try_write_failure(out, failure)
+            raise failure from None
+        except StageFailed as exc:
+            if isinstance(exc.cause, NoSpace):  # name the output dir the stage could not write
+                exc = StageFailed(exc.phase, NoSpace(f"no space left on device writing {out}"))
+            _try_write_failure(out, exc)
+            raise exc from None
         except NpuprofError as exc:
-            write_failure(out, exc)
+            _try_write_failure(out, exc)
+            raise
+
+
+def _try_write_failure(out: Path, exc: NpuprofError) -> None:
+    """failure.json, unless the disk is too full to hold even that (the error still reaches the caller)."""
+    try:
+        write_failure(out, exc)
+    except OSError as error:
+        if not no_space(error):
             raise
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -122,3 +123,34 @@ def test_a_second_sweep_into_the_same_archive_is_refused(cli, tmp_path):
         run = cli("sweep", "--search-root", str(search), "-o", str(archive), "--progress", "none")
     assert run.returncode == 2 and "being written by another npuprof run" in run.result["error"], run.stderr
     assert not [p for p in archive.iterdir() if p.is_dir()]  # nothing analyzed into it
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 2.5 MB tmpfs: room for two small roots' outputs, not four."""
+    mount = tmp_path / "archive"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2500k", "tmpfs", str(mount)], capture_output=True)
+    assert done.returncode == 0, f"cannot mount a test filesystem: {done.stderr.decode()}"
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_archive_fails_the_roots_it_cannot_hold_and_a_rerun_finishes(cli, tmp_path, small_filesystem):
+    search = tmp_path / "search"
+    for seed in range(4):
+        generate(search / f"r{seed}", "clean", seed=seed, ranks=2, steps=3)
+    archive = small_filesystem
+    run = cli("sweep", "--search-root", str(search), "-o", str(archive), "--jobs", "1", "--progress", "none")
+    assert run.returncode == EXIT_PARTIAL, run.stderr
+    assert "Traceback" not in run.stderr
+    failed = run.result["failed_roots"] + run.result["roots_not_written"]
+    assert failed and run.result["status_counts"].get("ok", 0) + len(failed) == 4
+    assert all(f["error"].startswith(f"no space left on device writing {archive}") for f in failed), failed
+    for out in (p for p in archive.iterdir() if p.is_dir()):  # complete, or failed with its reason: never half
+        assert (out / "manifest.json").exists() != (out / "failure.json").exists(), out
+    assert not [p.name for p in archive.iterdir() if p.name.startswith(".")], "no work dir or temp file is left"
+    subprocess.run(["mount", "-o", "remount,size=64m", str(archive)], check=True)  # space returns
+    again = cli("sweep", "--search-root", str(search), "-o", str(archive), "--reuse-existing", "--progress", "none")
+    assert again.returncode == 0, again.stderr
+    assert again.result["status_counts"] == {"ok": 4} and again.result["reused_roots"] == 4 - len(failed)

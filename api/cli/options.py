@@ -16,6 +16,7 @@ from npuprof.pipeline.errors import (
     EXIT_INTERNAL,
     EXIT_MANIFEST_NOT_OK,
     EXIT_MISSING_PREREQUISITES,
+    EXIT_NO_SPACE,
     EXIT_PARTIAL,
     EXIT_REMOTE,
     EXIT_SERVICE_UNAVAILABLE,
@@ -39,6 +40,7 @@ EXIT_CODES_HELP = f"""exit codes:
   {EXIT_DEGRADED}   the analysis finished but the root is degraded (segmentation errors or unresolvable evidence;
       report.md and analysis_summary.json open with the reasons)
   {EXIT_REMOTE}   a remote host (deploy, fetch --via): cannot connect, unknown host key, or a command there failed
+  {EXIT_NO_SPACE}  no space left on the output's filesystem (nothing half-written is left; free space, run again)
 """
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
 SWEEP_ID_HELP = "the sweep's id, as `npuprof submit` printed it"

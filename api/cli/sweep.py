@@ -57,10 +57,11 @@ def run_sweep(args: argparse.Namespace) -> int:
         progress=make_progress(args.progress),
         options=analyze_options(args),
     )
-    result = {"status": "ok" if not summary["failed_roots"] else "partial", **summary}
+    incomplete = summary["failed_roots"] or summary["missing_roots"]
+    result = {"status": "partial" if incomplete else "ok", **summary}
     print_json(result)
     print_summary("sweep", result)
-    return EXIT_PARTIAL if summary["failed_roots"] else 0
+    return EXIT_PARTIAL if incomplete else 0
 
 
 HANDLERS = {"sweep": run_sweep}

@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from npuprof.pipeline import __version__, io, schema
-from npuprof.pipeline.errors import NpuprofError
+from npuprof.pipeline.errors import NoSpace, NpuprofError, no_space
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.runner import analyze, run_lock, write_failure
 from npuprof.pipeline.stages.base import AnalyzeOptions
@@ -40,12 +40,16 @@ def analyze_into(root: str, final_dir: str, options: dict) -> dict:
         analyze(root, work, options=AnalyzeOptions.from_dict(options), jobs=1)
         result = {"status": "ok"}
     except NpuprofError as exc:
-        if io.read_failure(work) is None:
-            work.mkdir(parents=True, exist_ok=True)
-            write_failure(work, exc)
         result = {"status": "failed", "error": exc.one_line(), "exit_code": exc.exit_code}
-    io.move_dir_into_place(work, final)
-    root_rollup(root, final.name, final)  # cache the rollup row while still in the pool
+        if not _failure_written(work, exc):  # a full disk: land nothing rather than half a root
+            shutil.rmtree(work, ignore_errors=True)
+            return {**result, "root": root, "output_dir": None, "landed": False}
+    try:
+        io.move_dir_into_place(work, final)
+        root_rollup(root, final.name, final)  # cache the rollup row while still in the pool
+    except OSError as exc:
+        if not no_space(exc):
+            raise
     result.update({"root": root, "output_dir": str(final), "seconds": round(time.perf_counter() - started, 3)})
     return result
 
@@ -67,6 +71,20 @@ def run_sweep(
         return _sweep(search_roots, archive, options, jobs, reuse_existing, limit, progress)
 
 
+def _failure_written(work: Path, exc: NpuprofError) -> bool:
+    """Whether ``work`` holds the root's failure.json (written now if the run could not)."""
+    if io.read_failure(work) is not None:
+        return True
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        write_failure(work, exc)
+        return True
+    except OSError as error:
+        if not no_space(error):
+            raise
+        return False
+
+
 def _sweep(
     search_roots: list[str],
     archive: Path,
@@ -82,6 +100,7 @@ def _sweep(
     todo = [(root, slug) for root, slug in plan if not (reuse_existing and is_reusable(archive / slug, options))]
     progress("sweep", 0, len(plan), f"{len(plan)} roots, {len(plan) - len(todo)} reused")
     done = len(plan) - len(todo)
+    not_written: list[dict] = []  # roots a full disk kept out of the archive, with why
     if todo:
         workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
         context = multiprocessing.get_context("forkserver")
@@ -91,6 +110,8 @@ def _sweep(
             }
             for future in as_completed(futures):
                 result = future.result()
+                if not result.get("landed", True):
+                    not_written.append({"root": result["root"], "error": result["error"]})
                 done += 1
                 progress("sweep", done, len(plan), f"{result['status']}: {Path(futures[future]).name}")
     meta = {
@@ -100,5 +121,11 @@ def _sweep(
         "reused_roots": len(plan) - len(todo),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "mode": "local",
+        "roots_not_written": not_written,
     }
-    return merge_sweep(archive, plan, meta)
+    try:
+        return merge_sweep(archive, plan, meta)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        raise NoSpace(f"no space left on device writing the rollup into {archive}") from None
