@@ -226,6 +226,24 @@ def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
     return {"sweep_id": sweep_id, "state": "cancelled", "revoked": len(ids)}
 
 
+def forget(sweep_id: str, *, broker: str | None = None) -> dict:
+    """Drop a finished or cancelled sweep's record and task results from Redis (the archive stays)."""
+    from npuprof.workers import records
+
+    conn = _connect(broker)
+    record = conn.load(sweep_id)
+    if record.get("state") in ("planning", "running"):
+        raise UsageError(f"sweep {sweep_id} is {record['state']}: cancel it first (npuprof cancel {sweep_id})")
+    ids = [record.get("plan_id"), record.get("merge_id")] + [
+        i for e in record.get("roots", []) for i in (e.get("rank_ids", []) + [e.get("reduce_id")])
+    ]
+    ids = [i for i in ids if i]
+    for task_id in ids:
+        conn.app.AsyncResult(task_id).forget()
+    records.delete(sweep_id, conn.url)
+    return {"sweep_id": sweep_id, "state": "forgotten", "results_dropped": len(ids), "archive": record["archive"]}
+
+
 def _fetch_paths(record: dict, sweep_id: str, root: str | None) -> list[str]:
     """Paths, relative to the archive, that a fetch copies: the rollup, and one root's summary files."""
     paths = [schema.SWEEP_ROLLUP, schema.SWEEP_SUMMARY]

@@ -168,6 +168,8 @@ def test_hostile_kernel_names_stay_inert_in_every_report_artifact(tmp_path):
     assert not [h for h in header if h.endswith("_ns")] and 0 <= first["start_us_from_start"] < 1e7
     raw = pd.read_csv(out / schema.STEP_SUMMARY.file)
     assert first["wall_ms"] == pytest.approx(raw["wall_ms"].iloc[0])
+    # and when it happened, as a date a spreadsheet sorts and filters
+    assert first["start_utc"] == pd.to_datetime(raw["start_ns"].iloc[0], unit="ns").floor("ms").to_pydatetime()
     readme = {row[0].value: row[1].value for row in book["README"].iter_rows(min_row=2)}
     for sheet in book.worksheets[1:]:
         assert sheet.auto_filter.ref and sheet.auto_filter.ref.startswith("A1:"), sheet.title

@@ -38,7 +38,7 @@ def make_app(broker: str | None = None) -> Celery:
         task_send_sent_event=True,
         worker_send_task_events=True,
         result_extended=True,
-        result_expires=7 * 24 * 3600,
+        result_expires=settings.record_days() * 24 * 3600,  # results live as long as their sweep record
         # a result that cannot be stored while Redis restarts is retried, not turned into a task failure
         result_backend_always_retry=True,
         result_backend_max_retries=120,

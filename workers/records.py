@@ -22,7 +22,12 @@ def _client(url: str | None = None) -> redis.Redis:
 
 
 def save(record: dict, url: str | None = None) -> None:
-    _client(url).set(_PREFIX + record["sweep_id"], json.dumps(record))
+    """Store the record; it expires ``record_days`` after its last change (Redis memory stays bounded)."""
+    _client(url).set(_PREFIX + record["sweep_id"], json.dumps(record), ex=settings.record_days() * 86400)
+
+
+def delete(sweep_id: str, url: str | None = None) -> None:
+    _client(url).delete(_PREFIX + sweep_id)
 
 
 def load(sweep_id: str, url: str | None = None) -> dict | None:

@@ -53,6 +53,12 @@ def visibility_timeout() -> int:
     return _seconds("NPUPROF_VISIBILITY_TIMEOUT", 6 * 3600)
 
 
+def record_days() -> int:
+    """Days a sweep's record (and its task results: ``result_expires``) stay in Redis after its last
+    change; ``npuprof forget`` drops one sooner. The archive keeps the outputs either way."""
+    return int(os.environ.get("NPUPROF_SWEEP_RECORD_DAYS", "30"))
+
+
 def max_rank_retries() -> int:
     """Times a rank task whose worker process died is run again before its root fails (a poison rank:
     out of memory, a crash in a native library) — counted across workers, in the archive."""

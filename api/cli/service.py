@@ -1,4 +1,4 @@
-"""The service's commands: ``submit``, ``status``, ``fetch``, ``cancel`` talk to the broker;
+"""The service's commands: ``submit``, ``status``, ``fetch``, ``cancel``, ``forget`` talk to the broker;
 ``worker`` and ``flower`` hand over to Celery with npuprof's app."""
 
 from __future__ import annotations
@@ -64,6 +64,15 @@ def add_parsers(commands) -> None:
     cancel_cmd = commands.add_parser("cancel", help="revoke a sweep's pending tasks")
     cancel_cmd.add_argument("sweep_id", help=SWEEP_ID_HELP)
     add_broker(cancel_cmd)
+
+    forget_cmd = commands.add_parser(
+        "forget",
+        help="drop a finished sweep's record and task results from Redis (the archive stays)",
+        description="Records and results expire by themselves NPUPROF_SWEEP_RECORD_DAYS (default 30) after a "
+        "sweep's last change; forget drops one now. A sweep still planning or running is refused: cancel it first.",
+    )
+    forget_cmd.add_argument("sweep_id", help=SWEEP_ID_HELP)
+    add_broker(forget_cmd)
     _add_worker_and_flower(commands)
 
 
@@ -109,6 +118,8 @@ def run_service(args: argparse.Namespace) -> int:
     elif args.command == "fetch":
         via = ssh_target(args.via, args) if args.via else None
         result = service.fetch(args.sweep_id, args.output, root=args.root, broker=args.broker, via=via)
+    elif args.command == "forget":
+        result = service.forget(args.sweep_id, broker=args.broker)
     else:
         result = service.cancel(args.sweep_id, broker=args.broker)
     result["broker"] = redacted(args.broker or broker_url())
@@ -165,4 +176,4 @@ def run_celery(args: argparse.Namespace, passthrough: list[str]) -> int:
     return 0  # not reached
 
 
-HANDLERS = {"submit": run_service, "status": run_service, "fetch": run_service, "cancel": run_service}
+HANDLERS = {name: run_service for name in ("submit", "status", "fetch", "cancel", "forget")}

@@ -21,6 +21,7 @@ from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
 
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+EPOCH_NS_FROM = 10**18  # start times past this (2001) are wall-clock epoch times, not device counters
 MAX_WIDTH = 60
 
 
@@ -65,10 +66,15 @@ ABSOLUTE_US = 1e12  # µs values above this are epoch timestamps (2001 on), not 
 def relative_times(frame: pd.DataFrame, base_ns: int | None) -> pd.DataFrame:
     """Absolute times as µs from the capture start (``base_ns``): ``*_ns`` columns, and ``*_us``
     columns that hold epoch µs; renamed ``<name>_us_from_start`` (an epoch-µs column whose ns twin is
-    already shown is left out). A spreadsheet shows 1.76e+18 ns as nothing a person reads, and rounds it."""
+    already shown is left out). A spreadsheet shows 1.76e+18 ns as nothing a person reads, and rounds it.
+    Where rows start at a wall-clock moment (an epoch ``start_ns``), ``start_utc`` says when, as a date
+    the spreadsheet can filter and sort (to the millisecond, Excel's precision)."""
     if base_ns is None or frame.empty:
         return frame
     out = frame.copy()
+    if "start_ns" in frame and pd.api.types.is_numeric_dtype(frame["start_ns"]) and base_ns > EPOCH_NS_FROM:
+        at = out.columns.get_loc("start_ns")
+        out.insert(at, "start_utc", pd.to_datetime(frame["start_ns"], unit="ns").dt.floor("ms"))
     renamed: dict[str, str] = {}
     dropped = []
     numeric = [

@@ -376,3 +376,19 @@ def test_two_sweeps_into_one_archive_are_refused_not_interleaved(redis_server, t
     assert submit(redis_server.url, search, archive) == first  # the same sweep again is not another one
     assert run_cli("cancel", first, "--broker", redis_server.url).returncode == 0
     assert run_cli(*other).returncode == 0
+
+
+def test_sweep_records_expire_and_a_finished_one_is_forgotten_on_request(redis_server, tmp_path):
+    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False, ranks=2, steps=2)
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")  # no worker: it stays planning
+    client = redis.Redis.from_url(redis_server.url)
+    key = f"npuprof:sweep:{sweep_id}"
+    assert 29 * 86400 < client.ttl(key) <= 30 * 86400  # Redis memory stays bounded without anyone's help
+    refused = run_cli("forget", sweep_id, "--broker", redis_server.url)
+    assert refused.returncode == 2 and f"npuprof cancel {sweep_id}" in refused.result["error"]
+    assert run_cli("cancel", sweep_id, "--broker", redis_server.url).returncode == 0
+    gone = run_cli("forget", sweep_id, "--broker", redis_server.url)
+    assert gone.returncode == 0 and gone.result["state"] == "forgotten", gone.stderr
+    assert not client.exists(key)
+    unknown = run_cli("status", sweep_id, "--broker", redis_server.url)
+    assert unknown.returncode == 2 and f"no sweep {sweep_id!r}" in unknown.result["error"]
