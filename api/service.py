@@ -204,6 +204,14 @@ def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str
         time.sleep(poll)
 
 
+def _task_ids(record: dict) -> list[str]:
+    """Every task id of a sweep: its plan, its roots' rank and reduce tasks, its merge."""
+    ids = [record.get("plan_id"), record.get("merge_id")] + [
+        i for e in record.get("roots", []) for i in (e.get("rank_ids", []) + [e.get("reduce_id")])
+    ]
+    return [i for i in ids if i]
+
+
 def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
     """Revoke every task of the sweep that has not run yet and mark the sweep cancelled."""
     from npuprof.workers import records
@@ -217,10 +225,7 @@ def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
             "revoked": 0,
             "note": f"the sweep was already {record['state']}",
         }
-    ids = [record.get("plan_id"), record.get("merge_id")] + [
-        i for e in record.get("roots", []) for i in (e.get("rank_ids", []) + [e.get("reduce_id")])
-    ]
-    ids = [i for i in ids if i]
+    ids = _task_ids(record)
     conn.app.control.revoke(ids)
     records.update(sweep_id, conn.url, state="cancelled", cancelled_at=time.time())
     return {"sweep_id": sweep_id, "state": "cancelled", "revoked": len(ids)}
@@ -234,10 +239,7 @@ def forget(sweep_id: str, *, broker: str | None = None) -> dict:
     record = conn.load(sweep_id)
     if record.get("state") in ("planning", "running"):
         raise UsageError(f"sweep {sweep_id} is {record['state']}: cancel it first (npuprof cancel {sweep_id})")
-    ids = [record.get("plan_id"), record.get("merge_id")] + [
-        i for e in record.get("roots", []) for i in (e.get("rank_ids", []) + [e.get("reduce_id")])
-    ]
-    ids = [i for i in ids if i]
+    ids = _task_ids(record)
     for task_id in ids:
         conn.app.AsyncResult(task_id).forget()
     records.delete(sweep_id, conn.url)
