@@ -180,25 +180,29 @@ def analyze(
             if not no_space(exc):
                 raise
             failure = NoSpace(f"no space left on device writing {out}")
-            _try_write_failure(out, failure)
+            write_failure_if_room(out, failure)
             raise failure from None
         except StageFailed as exc:
             if isinstance(exc.cause, NoSpace):  # name the output dir the stage could not write
                 exc = StageFailed(exc.phase, NoSpace(f"no space left on device writing {out}"))
-            _try_write_failure(out, exc)
+            write_failure_if_room(out, exc)
             raise exc from None
         except NpuprofError as exc:
-            _try_write_failure(out, exc)
+            write_failure_if_room(out, exc)
             raise
 
 
-def _try_write_failure(out: Path, exc: NpuprofError) -> None:
-    """failure.json, unless the disk is too full to hold even that (the error still reaches the caller)."""
+def write_failure_if_room(out: Path, exc: NpuprofError) -> bool:
+    """Write failure.json for ``exc`` into ``out``; False when the disk is too full to hold even that
+    (the error still reaches the caller)."""
     try:
+        out.mkdir(parents=True, exist_ok=True)
         write_failure(out, exc)
+        return True
     except OSError as error:
         if not no_space(error):
             raise
+        return False
 
 
 def check_before_writing(root: str | Path | None, options: AnalyzeOptions, stages: list[Stage]) -> None:

@@ -15,8 +15,7 @@ from npuprof.pipeline.modelinfo.context import model_context
 from npuprof.pipeline.modelinfo.shape_ops import SHAPE_KEY, shape_operators, step_flops
 from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
-from npuprof.pipeline.stages.rank_reads import BLOCK_COLUMNS, rank_steps, step_of_events
-from npuprof.pipeline.summaries.classes import events_in_blocks
+from npuprof.pipeline.stages.rank_reads import add_block_columns, rank_steps, step_of_events
 
 MODEL_INPUT_COLUMNS = ["row_idx", "start_ns", "duration_ns", "primary_category", *SHAPE_KEY]
 OPERATOR_KEY = ["name", "type", "op_type"]
@@ -27,9 +26,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     events = ordered_events(ctx, MODEL_INPUT_COLUMNS).to_pandas()
     steps = rank_steps(ctx)
     events["step_ordinal"] = step_of_events(len(events), steps)
-    blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
-    for column, values in events_in_blocks(len(events), blocks).items():
-        events[column] = values.to_numpy() if values.dtype.kind == "f" else values.array
+    add_block_columns(ctx, events)
     shapes, shape_of_event = shape_operators(events)
     operators = ctx.read_table(schema.OPERATOR_SUMMARY, columns=[*OPERATOR_KEY, "evidence_id"]).to_pandas()
     shapes = _with_operator_ids(shapes, operators)

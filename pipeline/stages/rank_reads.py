@@ -9,6 +9,7 @@ import pandas as pd
 from npuprof.pipeline import schema
 from npuprof.pipeline.segmentation.windows import window_positions
 from npuprof.pipeline.stages.base import RankContext
+from npuprof.pipeline.summaries.classes import events_in_blocks
 
 BLOCK_COLUMNS = ["pos_start", "pos_end", "layer_ordinal", "block_kind", "block_class_id"]
 
@@ -32,3 +33,11 @@ def step_of_events(event_count: int, steps: pd.DataFrame) -> np.ndarray:
     positions, step = window_positions(steps["pos_start"].to_numpy(), steps["pos_end"].to_numpy())
     ordinal[positions] = steps["step_ordinal"].to_numpy()[step]
     return ordinal
+
+
+def add_block_columns(ctx: RankContext, events: pd.DataFrame) -> None:
+    """The layer and block (ordinal, kind, class) each event of ``events`` (device order) sits in, added
+    as columns in place: no copy of the other columns."""
+    blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
+    for column, values in events_in_blocks(len(events), blocks).items():
+        events[column] = values.to_numpy() if values.dtype.kind == "f" else values.array

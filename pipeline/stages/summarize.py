@@ -22,12 +22,11 @@ from npuprof.pipeline.sources.capture_info import rank_capture_info
 from npuprof.pipeline.sources.communication_files import read_communication_json, read_communication_matrix
 from npuprof.pipeline.sources.step_trace import read_step_trace_time
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
-from npuprof.pipeline.stages.rank_reads import BLOCK_COLUMNS, layer_spans, rank_steps, step_of_events
+from npuprof.pipeline.stages.rank_reads import add_block_columns, layer_spans, rank_steps, step_of_events
 from npuprof.pipeline.summaries.accounting import step_time_accounting
 from npuprof.pipeline.summaries.classes import (
     block_class_ops,
     block_class_summary,
-    events_in_blocks,
 )
 from npuprof.pipeline.summaries.communication import (
     COMMUNICATION_OP_TYPES,
@@ -95,9 +94,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     operators.insert(0, "evidence_id", operator_evidence_ids(ctx.rank.rank_id, len(operators)))
     events["bound_family"] = _operator_family(events, operators)
     accounting = step_time_accounting(events, steps, layer_spans(ctx)) if len(steps) else pd.DataFrame()
-    blocks = ctx.read_table(schema.BLOCK_SEGMENTS, columns=BLOCK_COLUMNS).to_pandas()
-    for column, values in events_in_blocks(len(events), blocks).items():  # new columns, no copy of the rest
-        events[column] = values.to_numpy() if values.dtype.kind == "f" else values.array
+    add_block_columns(ctx, events)
     comm, comm_rows, ops, links, comm_source, unreadable = _communication(ctx, events, steps, rank_info)
     manifest = {
         "rank_id": ctx.rank.rank_id,

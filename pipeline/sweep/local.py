@@ -12,7 +12,7 @@ from pathlib import Path
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import NoSpace, NpuprofError, no_space
 from npuprof.pipeline.progress import Progress, no_progress
-from npuprof.pipeline.runner import analyze, run_lock, write_failure
+from npuprof.pipeline.runner import analyze, run_lock, write_failure_if_room
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
@@ -41,7 +41,7 @@ def analyze_into(root: str, final_dir: str, options: dict) -> dict:
         result = {"status": "ok"}
     except NpuprofError as exc:
         result = {"status": "failed", "error": exc.one_line(), "exit_code": exc.exit_code}
-        if not _failure_written(work, exc):  # a full disk: land nothing rather than half a root
+        if io.read_failure(work) is None and not write_failure_if_room(work, exc):  # full: land nothing
             shutil.rmtree(work, ignore_errors=True)
             return {**result, "root": root, "output_dir": None, "landed": False}
     try:
@@ -69,20 +69,6 @@ def run_sweep(
     archive.mkdir(parents=True, exist_ok=True)
     with run_lock(archive):  # a second sweep into this archive is refused, never interleaved
         return _sweep(search_roots, archive, options, jobs, reuse_existing, limit, progress)
-
-
-def _failure_written(work: Path, exc: NpuprofError) -> bool:
-    """Whether ``work`` holds the root's failure.json (written now if the run could not)."""
-    if io.read_failure(work) is not None:
-        return True
-    try:
-        work.mkdir(parents=True, exist_ok=True)
-        write_failure(work, exc)
-        return True
-    except OSError as error:
-        if not no_space(error):
-            raise
-        return False
 
 
 def _sweep(
