@@ -173,6 +173,8 @@ def status(sweep_id: str, *, broker: str | None = None) -> dict:
     for row in roots:
         totals[row["state"]] = totals.get(row["state"], 0) + 1
     merge = _task_state(app, record["merge_id"]) if record.get("merge_id") else {"state": "PENDING"}
+    if merge["state"] == "RETRY":  # the merge supervises the sweep, looking again every few seconds
+        merge["state"] = "WAITING"
     return {
         "sweep_id": sweep_id,
         "state": record["state"],

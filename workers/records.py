@@ -54,3 +54,8 @@ def update(sweep_id: str, url: str | None = None, **fields) -> dict | None:
     record.update(fields)
     save(record, url)
     return record
+
+
+def claim(name: str, seconds: int, url: str | None = None) -> bool:
+    """True for the first caller in ``seconds`` that claims ``name`` (e.g. resending one root's reduce)."""
+    return bool(_client(url).set(f"{settings.KEY_PREFIX}claim:{name}", "1", nx=True, ex=max(int(seconds), 1)))

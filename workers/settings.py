@@ -65,6 +65,17 @@ def max_rank_retries() -> int:
     return int(os.environ.get("NPUPROF_MAX_RANK_RETRIES", "2"))
 
 
+def supervise_seconds() -> int:
+    """Seconds between two looks of a sweep's supervisor (``merge_sweep``) at the archive."""
+    return _seconds("NPUPROF_SUPERVISE_SECONDS", 10)
+
+
+def recover_after() -> int:
+    """Seconds after a root's last rank finished before its reduce is sent again when none is running
+    (its chord callback was lost); a reduce sent twice does the work once (``recovery.root_lock``)."""
+    return _seconds("NPUPROF_RECOVER_AFTER", 60)
+
+
 def soft_time_limit() -> int:
     return _seconds("NPUPROF_SOFT_TIME_LIMIT", 4 * 3600)
 

@@ -1,11 +1,12 @@
 """Celery tasks: the same pipeline units as the local runner, spread over workers.
 
-A sweep is a chord of root chords: each root is a chord of ``analyze_rank`` tasks (one per rank,
-so one big root spreads over every worker) whose callback ``reduce_root`` runs the cluster-level
-stages and renames the root's work dir into the archive; ``merge_sweep`` writes the rollup. Tasks
-write artifacts straight into the archive and return small dicts. Chord bookkeeping can be fooled
-by a task that ran twice, so the reduce and merge steps trust the archive, not their arguments:
-``reduce_root`` waits for every rank's marker file and ``merge_sweep`` for every root's output.
+Each root is a chord of ``analyze_rank`` tasks (one per rank, so one big root spreads over every
+worker) whose callback ``reduce_root`` runs the cluster-level stages and renames the root's work dir
+into the archive. ``merge_sweep`` starts with the sweep and supervises it: it looks at the archive
+every few seconds, sends again the reduce of a root whose chord callback was lost (``recovery``),
+and writes the rollup once every root is there. Tasks write artifacts straight into the archive and
+return small dicts; the reduce and merge trust the archive, not their arguments — ``reduce_root``
+waits for every rank's marker file, holds the root's lock, and a second copy of it finds nothing to do.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from celery import chord, group
+from kombu.exceptions import OperationalError
 
 from npuprof.pipeline import __version__, io
 from npuprof.pipeline.errors import EXIT_INTERNAL, NpuprofError, failure_object, traceback_of
@@ -28,12 +30,12 @@ from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.local import is_reusable
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
-from npuprof.workers import records, settings
+from npuprof.workers import records, recovery, settings
 from npuprof.workers.app import app
 from npuprof.workers.attempts import RankAttempts
 
-MARKERS = ".ranks"
-TRANSIENT = (OSError,)
+MARKERS = recovery.MARKERS
+TRANSIENT = (OSError, OperationalError)  # I/O, and a broker that did not take a message while it restarted
 
 
 def root_key(root: str, options: dict) -> str:
@@ -66,7 +68,7 @@ def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[st
 
     A rank whose worker process keeps dying under it (a poison rank) is given up after
     ``max_rank_retries`` deaths: its marker says why, and its root fails instead of the sweep stalling."""
-    marker = Path(work_dir) / MARKERS / f"rank_{rank['rank_id']}.json"
+    marker = recovery.marker_path(Path(work_dir), rank["rank_id"])
     attempts = RankAttempts(marker.with_name(f"rank_{rank['rank_id']}.attempts.json"), rank)
     given_up = attempts.given_up(settings.max_rank_retries())
     if given_up is not None:
@@ -111,31 +113,31 @@ def _finalize(work: Path, final: Path, options: dict) -> str:
 def reduce_root(self, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str]) -> dict:
     """Cluster-level stages of one root once every rank's marker is on disk; then the atomic rename."""
     work, final = Path(work_dir), Path(final_dir)
-    if not work.exists():
-        return {
-            "status": root_status(final),
-            "root": inputs["root"],
-            "output_dir": final_dir,
-            "note": "already finalized",
-        }
-    ranks = [r["rank_id"] for r in inputs["ranks"]]
-    markers = {r: work / MARKERS / f"rank_{r}.json" for r in ranks}
-    missing = [r for r, path in markers.items() if not path.exists()]
-    if missing:  # a rank task was redelivered after a worker died: wait for it, not for the chord counter
-        raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for ranks {missing}"))
-    payloads = [io.read_json(path) for path in markers.values()]
-    failed = [p for p in payloads if p["status"] != "ok"]
-    if failed:
-        io.write_failure(work, failed[0]["failure"], failed[0].get("traceback"))
-        status = "failed"
-    else:
-        try:
-            finish_root(work_dir, inputs, options, stages, [p["results"] for p in payloads])
-            status = "ok"
-        except NpuprofError as exc:
-            write_failure(work, exc)
+    with recovery.root_lock(work) as present:
+        if not present:  # another copy of this reduce (a resent one, or the chord's) finished the root
+            return {
+                "status": root_status(final),
+                "root": inputs["root"],
+                "output_dir": final_dir,
+                "note": "already finalized",
+            }
+        markers = {r["rank_id"]: recovery.marker_path(work, r["rank_id"]) for r in inputs["ranks"]}
+        missing = [r for r, path in markers.items() if not path.exists()]
+        if missing:  # a rank task was redelivered after a worker died: wait for it, not for the chord counter
+            raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for ranks {missing}"))
+        payloads = [io.read_json(path) for path in markers.values()]
+        failed = [p for p in payloads if p["status"] != "ok"]
+        if failed:
+            io.write_failure(work, failed[0]["failure"], failed[0].get("traceback"))
             status = "failed"
-    how = _finalize(work, final, options)
+        else:
+            try:
+                finish_root(work_dir, inputs, options, stages, [p["results"] for p in payloads])
+                status = "ok"
+            except NpuprofError as exc:
+                write_failure(work, exc)
+                status = "failed"
+        how = _finalize(work, final, options)
     root_rollup(inputs["root"], final.name, final)  # cache the rollup row here, in parallel, not in the merge
     return {
         "status": root_status(final) if how == "duplicate" else status,
@@ -199,28 +201,31 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     merge_id = f"npuprof-merge-{sweep_id}"
     records.update(sweep_id, roots=plan, merge_id=merge_id, state="running", stages=stages, planned_at=time.time())
     queue_name = self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE
-    merge = merge_sweep_task.si(sweep_id).set(task_id=merge_id, queue=queue_name)
-    # a root chord that errors (a result lost while Redis restarted) fails the outer chord and skips its
-    # body: this errback starts the merge anyway, which recovers or fails such roots from the archive
-    merge.link_error(merge_after_chord_error.si(sweep_id, queue_name).set(queue=queue_name))
-    if root_chords:
-        chord(root_chords, merge).apply_async()
-    else:
-        merge.apply_async()
+    # the merge supervises from the start: it does not wait for a chord of chords whose bookkeeping a
+    # Redis restart can break, it watches the archive (a resend of this task after a broker error
+    # sends the same ids again: a rank analysed twice writes the same bytes, a reduce twice does nothing)
+    merge_sweep_task.apply_async(
+        (sweep_id,), task_id=merge_id, queue=queue_name, countdown=settings.supervise_seconds()
+    )
+    for root_chord in root_chords:
+        root_chord.apply_async()
     return {"sweep_id": sweep_id, "roots": len(plan), "scheduled": len(root_chords)}
 
 
-@app.task(bind=True, name="npuprof.merge_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+@app.task(bind=True, name="npuprof.merge_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=None)
 def merge_sweep_task(self, sweep_id: str) -> dict:
-    """sweep_summary.json and sweep_class_rollup.csv, once every root's output is in the archive."""
+    """Supervise the sweep until every root's output is in the archive; then sweep_summary.json and
+    sweep_class_rollup.csv. Runs again every ``supervise_seconds`` while roots are missing."""
     record = records.load(sweep_id)
+    if record is None or record.get("state") in ("done", "cancelled"):  # a duplicate, or a cancelled sweep
+        return {"status": record.get("state") if record else "forgotten"}
     archive = Path(record["archive"])
     waiting = [e for e in record["roots"] if root_status(archive / e["slug"]) == "missing"]
     for entry in waiting:
-        _recover_root(entry, record)
+        _supervise_root(entry, record)
     waiting = [e["root"] for e in waiting if root_status(archive / e["slug"]) == "missing"]
     if waiting:
-        raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for {len(waiting)} roots"))
+        raise self.retry(countdown=settings.supervise_seconds(), exc=RuntimeError(f"waiting for {len(waiting)} roots"))
     meta = {
         "sweep_id": sweep_id,
         "search_roots": record["search_roots"],
@@ -240,37 +245,33 @@ def merge_sweep_task(self, sweep_id: str) -> dict:
     return {"status": "done", "status_counts": summary["status_counts"], "rollup": summary["rollup"]}
 
 
-@app.task(name="npuprof.merge_after_chord_error", autoretry_for=TRANSIENT, retry_backoff=True)
-def merge_after_chord_error(sweep_id: str, queue_name: str) -> dict:
-    """Run the sweep's merge (same task id, on the sweep's queue) when its chord broke instead of calling it."""
-    record = records.load(sweep_id)
-    if record and record.get("state") != "done":
-        merge_sweep_task.apply_async((sweep_id,), task_id=record["merge_id"], queue=queue_name)
-    return {"sweep_id": sweep_id, "merge": "restarted"}
-
-
-def _recover_root(entry: dict, record: dict) -> None:
-    """A root whose reduce will never run (its chord broke, e.g. a result lost while Redis restarted):
-    when every rank left its marker, reduce it here; when a rank task failed for good, fail the root
-    loudly in the archive. Otherwise it is still running: leave it alone."""
-    if "work_dir" not in entry or not Path(entry["work_dir"]).exists():
+def _supervise_root(entry: dict, record: dict) -> None:
+    """Resend the reduce of a root whose chord callback was lost, or fail a root a task of which failed
+    in the service (``recovery.next_action``); a root still in progress is left alone."""
+    if "work_dir" not in entry:
         return
-    reduce_state = app.AsyncResult(entry["reduce_id"]).state
-    if reduce_state in ("STARTED", "RETRY", "SUCCESS"):
-        return
-    ranks = [r["rank_id"] for r in entry["inputs"]["ranks"]]
-    markers = [Path(entry["work_dir"]) / MARKERS / f"rank_{r}.json" for r in ranks]
-    if all(m.exists() for m in markers):
-        reduce_root.run(entry["work_dir"], entry["final_dir"], entry["inputs"], record["options"], record["stages"])
-        return
-    lost = [t for t in entry["rank_ids"] if app.AsyncResult(t).state == "FAILURE"]
-    if lost:
-        work = Path(entry["work_dir"])
-        error = f"rank tasks failed in the service, not on the data: {', '.join(lost)}"
-        io.write_failure(
-            work, {"phase": "service", "kind": "service_error", "error": error, "exit_code": EXIT_INTERNAL}
-        )
-        _finalize(work, Path(entry["final_dir"]), record["options"])
+    work = Path(entry["work_dir"])
+    reduce = app.AsyncResult(entry["reduce_id"])
+    reduce_state = reduce.state
+    action, why = recovery.next_action(
+        work,
+        [r["rank_id"] for r in entry["inputs"]["ranks"]],
+        reduce_state,
+        repr(reduce.result) if reduce_state == "FAILURE" else None,
+        lambda: [t for t in entry["rank_ids"] if app.AsyncResult(t).state == "FAILURE"],
+        recover_after=settings.recover_after(),
+        now=time.time(),
+    )
+    if action == "resend_reduce" and records.claim(entry["reduce_id"], settings.recover_after()):
+        args = (entry["work_dir"], entry["final_dir"], entry["inputs"], record["options"], record["stages"])
+        reduce_root.apply_async(args, task_id=entry["reduce_id"], queue=entry["queue"])
+    elif action == "fail":
+        with recovery.root_lock(work) as present:
+            if present:
+                io.write_failure(
+                    work, {"phase": "service", "kind": "service_error", "error": why, "exit_code": EXIT_INTERNAL}
+                )
+                _finalize(work, Path(entry["final_dir"]), record["options"])
 
 
 @app.task(bind=True, name="npuprof.run_stages", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)

@@ -7,7 +7,8 @@ import shutil
 import pytest
 from service_harness import RedisServer, Worker
 
-E2E_ENV = {"NPUPROF_VISIBILITY_TIMEOUT": "8"}  # short, so a lost message comes back within the test
+# short, so a lost message comes back, and the supervisor steps in, within a test
+E2E_ENV = {"NPUPROF_VISIBILITY_TIMEOUT": "8", "NPUPROF_SUPERVISE_SECONDS": "1", "NPUPROF_RECOVER_AFTER": "4"}
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from conftest import QWEN_TRAINING, copy_sample, run_cli
 from service_harness import free_port, wait_until
 
 from npuprof.pipeline.errors import EXIT_PARTIAL, UsageError
+from npuprof.pipeline.sweep.rollup import root_status
 from npuprof.synth import generate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
@@ -134,6 +135,30 @@ def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_
     final = wait_done(redis_server.url, sweep_id, timeout=300)
     assert final["totals"] == {"SUCCESS": 3}
     assert len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
+
+
+def test_a_root_whose_chord_callback_is_lost_is_reduced_by_the_supervisor(redis_server, workers, tmp_path):
+    """What a Redis restart can do at the wrong moment, made certain: the chords' size keys vanish
+    before any rank runs, so no chord ever calls its reduce. The sweep still completes, once."""
+    search = build_search_root(
+        tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=12, trace=False
+    )
+    storage = {"NPUPROF_STORAGE_MAP": f"lab={search}"}
+    workers(1, env=storage)  # plans and supervises (queue npuprof); the roots' tasks go to storage.lab
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+    wait_until(lambda: status(redis_server.url, sweep_id)["state"] == "running", 60, "the sweep to be planned")
+    client = redis.Redis.from_url(redis_server.url)
+    sizes = list(client.scan_iter(match="npuprof:celery-taskset-meta-*.s"))
+    assert len(sizes) >= 2  # one chord per root at least
+    client.delete(*sizes)
+    rank_worker = workers(1, queues="storage.lab", env=storage)[-1]
+    final = wait_done(redis_server.url, sweep_id, timeout=120)
+    assert final["totals"] == {"SUCCESS": 2}
+    archive = tmp_path / "archive"
+    assert sorted(root_status(p) for p in archive.iterdir() if p.is_dir()) == ["ok", "ok"]
+    assert not list(archive.glob(".*")), "no work dir or lock file is left in the archive"
+    log = rank_worker.log_text()
+    assert log.count("npuprof.reduce_root[") >= 2 and "succeeded" in log.split("npuprof.reduce_root[")[-1]
 
 
 def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, workers, tmp_path):

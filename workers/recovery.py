@@ -1,0 +1,96 @@
+"""The sweep's supervisor rules: the archive, not Celery's chord bookkeeping, says when a root is done.
+
+A chord callback can be lost in ways no worker sees: a Redis restart between counting a rank's result
+and publishing the reduce, or a dispatch claim that expired on a loaded worker. So ``merge_sweep``
+polls from the moment a sweep is planned, and for each root not yet in the archive asks
+``next_action``: wait, send the root's reduce again (every rank left its marker long enough ago and no
+reduce is running), or fail the root loudly (a task of it failed in the service, not on the data).
+``root_lock`` makes the reduce safe to send twice: whoever holds it first moves the root into the
+archive, and everyone after finds nothing left to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal
+
+MARKERS = ".ranks"
+RUNNING_STATES = ("STARTED", "RETRY", "PROGRESS")
+Action = Literal["wait", "resend_reduce", "fail"]
+
+
+def marker_path(work: Path, rank_id: int) -> Path:
+    """Where a rank task leaves its marker (finished, or why it failed) inside the root's work dir."""
+    return work / MARKERS / f"rank_{rank_id}.json"
+
+
+@contextlib.contextmanager
+def root_lock(work: Path) -> Iterator[bool]:
+    """Held while one root's work dir is reduced, failed or moved into the archive.
+
+    Yields whether the work dir is still there to act on (False: another holder finished the root).
+    The lock is a file beside the work dir (``flock``: released when its holder dies, also on NFS);
+    each holder removes it on release, so a waiter that wakes on a removed file takes the new one.
+    """
+    path = work.with_name(work.name + ".lock")
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield work.is_dir()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def newest_marker_time(work: Path, rank_ids: list[int]) -> float | None:
+    """The mtime of the newest rank marker, or None while any rank has not left one."""
+    times = []
+    for rank_id in rank_ids:
+        try:
+            times.append(marker_path(work, rank_id).stat().st_mtime)
+        except FileNotFoundError:
+            return None
+    return max(times, default=0.0)
+
+
+def next_action(
+    work: Path,
+    rank_ids: list[int],
+    reduce_state: str,
+    reduce_error: str | None,
+    failed_rank_tasks: Callable[[], list[str]],
+    *,
+    recover_after: float,
+    now: float,
+) -> tuple[Action, str]:
+    """What the supervisor does about one root that is not in the archive yet, and why.
+
+    ``reduce_error`` is the error of a reduce task in state FAILURE; a ChordError there is the chord
+    failing to call it (a lost callback), not the reduce failing. ``failed_rank_tasks`` is asked only
+    when a marker is missing (it costs one result lookup per rank).
+    """
+    if not work.is_dir() or reduce_state in RUNNING_STATES:
+        return "wait", ""
+    if reduce_state == "FAILURE" and reduce_error and "ChordError" not in reduce_error:
+        return "fail", f"reduce task failed in the service, not on the data: {reduce_error}"
+    newest = newest_marker_time(work, rank_ids)
+    if newest is None:
+        lost = failed_rank_tasks()
+        if lost:
+            return "fail", f"rank tasks failed in the service, not on the data: {', '.join(lost)}"
+        return "wait", ""
+    if now - newest < recover_after:
+        return "wait", ""  # the chord's callback is normally on its way: give it time
+    return "resend_reduce", f"every rank finished {now - newest:.0f} s ago and no reduce is running"
