@@ -17,6 +17,7 @@ from typing import Any
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import BadInput, ServiceUnavailable, UsageError
 from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.pipeline.sweep import service_mark
 
 SERVICE_EXTRA_HINT = "the service needs its extra: pip install 'npuprof[service]'"
 
@@ -97,7 +98,7 @@ def submit(
     archive = str(Path(archive).resolve())
     sweep_id = sweep_id_for(roots, archive, options)
     existing = records.load(sweep_id, conn.url)
-    if existing and existing.get("state") in ("planning", "running"):
+    if existing and existing.get("state") in records.ACTIVE:
         return {"sweep_id": sweep_id, "state": existing["state"], "resubmitted": False}
     others = [r for r in records.active_on(archive, conn.url) if r["sweep_id"] != sweep_id]
     if others:  # two sweeps writing one archive would interleave roots and race for the rollup
@@ -183,6 +184,7 @@ def status(sweep_id: str, *, broker: str | None = None) -> dict:
         "merge": merge["state"],
         "roots": roots,
         "summary": record.get("summary"),
+        **({k: record[k] for k in ("error", "exit_code") if k in record}),  # a sweep that failed as a whole
     }
 
 
@@ -192,6 +194,8 @@ def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str
     Without ``on_poll`` only the sweep record is read while waiting (one Redis read a poll, not one
     per task), so a waiting client does not load the broker of a large sweep.
     """
+    from npuprof.workers import records
+
     conn = _connect(broker)
     deadline = time.monotonic() + timeout
     while True:
@@ -201,7 +205,7 @@ def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str
             state = current["state"]
         else:
             state = conn.load(sweep_id)["state"]
-        if state in ("done", "cancelled") or time.monotonic() > deadline:
+        if state in records.FINISHED or time.monotonic() > deadline:
             return status(sweep_id, broker=broker)
         time.sleep(poll)
 
@@ -220,7 +224,7 @@ def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
 
     conn = _connect(broker)
     record = conn.load(sweep_id)
-    if record.get("state") in ("done", "cancelled"):  # nothing left to revoke: say so, change nothing
+    if record.get("state") in records.FINISHED:  # nothing left to revoke: say so, change nothing
         return {
             "sweep_id": sweep_id,
             "state": record["state"],
@@ -230,6 +234,8 @@ def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
     ids = _task_ids(record)
     conn.app.control.revoke(ids)
     records.update(sweep_id, conn.url, state="cancelled", cancelled_at=time.time())
+    if Path(record["archive"]).is_dir():  # mounted here: a local sweep may write the archive again
+        service_mark.clear_mark(Path(record["archive"]), sweep_id)
     return {"sweep_id": sweep_id, "state": "cancelled", "revoked": len(ids)}
 
 
@@ -239,7 +245,7 @@ def forget(sweep_id: str, *, broker: str | None = None) -> dict:
 
     conn = _connect(broker)
     record = conn.load(sweep_id)
-    if record.get("state") in ("planning", "running"):
+    if record.get("state") in records.ACTIVE:
         raise UsageError(f"sweep {sweep_id} is {record['state']}: cancel it first (npuprof cancel {sweep_id})")
     ids = _task_ids(record)
     for task_id in ids:

@@ -109,6 +109,21 @@ def make_output_dir(out_dir: Path) -> None:
         raise UsageError(f"cannot create output dir {out_dir}: {exc.strerror or exc}") from None
 
 
+def run_lock_holder(out_dir: Path) -> str | None:
+    """Who holds ``out_dir``'s run lock (``pid N``), or None when no run holds it; takes nothing."""
+    try:
+        handle = open(out_dir / schema.RUN_LOCK)
+    except FileNotFoundError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return handle.read().strip() or "another process"
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
 @contextmanager
 def run_lock(out_dir: Path) -> Iterator[None]:
     """Hold the output dir for one run: a second run into the same dir is refused, not interleaved.

@@ -125,6 +125,23 @@ def test_a_second_sweep_into_the_same_archive_is_refused(cli, tmp_path):
     assert not [p for p in archive.iterdir() if p.is_dir()]  # nothing analyzed into it
 
 
+def test_a_local_sweep_into_an_archive_a_service_sweep_writes_is_refused(cli, tmp_path):
+    from npuprof.pipeline.sweep.service_mark import write_mark
+
+    search = tmp_path / "search"
+    generate(search / "clean", "clean", seed=1, ranks=2, steps=2)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    write_mark(archive, "0123abcd", "redis://:***@queue-host:6379/0")  # a service sweep planned into it
+    run = cli("sweep", "--search-root", str(search), "-o", str(archive), "--progress", "none")
+    assert run.returncode == 2, run.stderr
+    assert run.result["error"].startswith(
+        f"archive {archive} is being written by service sweep 0123abcd (broker redis://:***@queue-host:6379/0)"
+    )
+    assert "npuprof status 0123abcd --watch" in run.result["error"] and "Traceback" not in run.stderr
+    assert not [p for p in archive.iterdir() if p.is_dir()]
+
+
 @pytest.fixture
 def small_filesystem(tmp_path):
     """A 2.5 MB tmpfs: room for two small roots' outputs, not four."""

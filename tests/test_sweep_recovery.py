@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from npuprof.pipeline.errors import EXIT_NO_SPACE, NoSpace
 from npuprof.workers import recovery
 
 RANKS = [0, 1]
@@ -45,16 +46,32 @@ def test_a_reduce_is_resent_only_when_every_rank_finished_long_enough_ago(tmp_pa
 
 def test_a_root_is_failed_when_a_task_of_it_failed_in_the_service(tmp_path):
     partial = _work_dir(tmp_path / "partial", [0], age_s=120)
-    assert _action(partial, failed=["npuprof-rank-abc-1"]) == "fail"
+    assert _action(partial, failed=[("npuprof-rank-abc-1", OSError("stale file handle"))]) == "fail"
     stale = _work_dir(tmp_path / "stale", RANKS, age_s=120)
-    action, why = recovery.next_action(
+    action, failure = recovery.next_action(
         stale, RANKS, "FAILURE", "MemoryError()", lambda: [], recover_after=60, now=time.time()
     )
-    assert action == "fail" and "MemoryError" in why  # the reduce itself broke: resending would loop
+    assert action == "fail" and "MemoryError" in failure["error"]  # the reduce itself broke: resending would loop
+    assert failure["kind"] == "service_error" and failure["phase"] == "service"
+
+
+def test_a_rank_that_found_the_archive_full_fails_its_root_as_no_space(tmp_path):
+    partial = _work_dir(tmp_path, [0], age_s=1)
+    full = NoSpace("no space left on device writing /archive")
+    action, failure = recovery.next_action(
+        partial, RANKS, "PENDING", None, lambda: [("npuprof-rank-abc-1", full)], recover_after=60, now=time.time()
+    )
+    assert action == "fail"
+    assert failure == {
+        "phase": "service",
+        "kind": "no_space",
+        "error": "no space left on device writing /archive",
+        "exit_code": EXIT_NO_SPACE,
+    }
 
 
 def test_a_root_already_in_the_archive_needs_nothing(tmp_path):
-    assert _action(tmp_path / "gone", failed=["x"]) == "wait"
+    assert _action(tmp_path / "gone", failed=[("x", OSError())]) == "wait"
 
 
 def _reduce_once(work: str, log: str, hold_s: float) -> None:

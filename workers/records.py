@@ -9,6 +9,8 @@ import redis
 from npuprof.workers import settings
 
 _PREFIX = f"{settings.KEY_PREFIX}sweep:"
+ACTIVE = ("planning", "running")
+FINISHED = ("done", "cancelled", "failed")  # failed: refused at planning, or the rollup did not fit
 
 
 def _client(url: str | None = None) -> redis.Redis:
@@ -42,7 +44,7 @@ def active_on(archive: str, url: str | None = None) -> list[dict]:
     for key in client.scan_iter(match=_PREFIX + "*", count=500):
         raw = client.get(key)
         record = json.loads(raw) if raw else {}
-        if record.get("archive") == archive and record.get("state") in ("planning", "running"):
+        if record.get("archive") == archive and record.get("state") in ACTIVE:
             found.append(record)
     return found
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
+from npuprof.pipeline.errors import EXIT_INTERNAL, NoSpace
+
 MARKERS = ".ranks"
 RUNNING_STATES = ("STARTED", "RETRY", "PROGRESS")
 Action = Literal["wait", "resend_reduce", "fail"]
@@ -70,27 +72,37 @@ def next_action(
     rank_ids: list[int],
     reduce_state: str,
     reduce_error: str | None,
-    failed_rank_tasks: Callable[[], list[str]],
+    failed_rank_tasks: Callable[[], list[tuple[str, BaseException]]],
     *,
     recover_after: float,
     now: float,
-) -> tuple[Action, str]:
-    """What the supervisor does about one root that is not in the archive yet, and why.
+) -> tuple[Action, dict | None]:
+    """What the supervisor does about one root that is not in the archive yet, and, to fail it, the
+    failure object (phase ``service``) to write.
 
     ``reduce_error`` is the error of a reduce task in state FAILURE; a ChordError there is the chord
-    failing to call it (a lost callback), not the reduce failing. ``failed_rank_tasks`` is asked only
-    when a marker is missing (it costs one result lookup per rank).
+    failing to call it (a lost callback), not the reduce failing. ``failed_rank_tasks`` — (task id,
+    error) of rank tasks that failed for good — is asked only when a marker is missing (it costs one
+    result lookup per rank).
     """
     if not work.is_dir() or reduce_state in RUNNING_STATES:
-        return "wait", ""
+        return "wait", None
     if reduce_state == "FAILURE" and reduce_error and "ChordError" not in reduce_error:
-        return "fail", f"reduce task failed in the service, not on the data: {reduce_error}"
+        return "fail", _service_failure(f"reduce task failed in the service, not on the data: {reduce_error}")
     newest = newest_marker_time(work, rank_ids)
     if newest is None:
         lost = failed_rank_tasks()
+        full = [error for _, error in lost if type(error).__name__ == NoSpace.__name__]
+        if full:  # the archive filled up under a rank: the root fails as the local sweep's would
+            return "fail", {**_service_failure(str(full[0])), "kind": NoSpace.kind, "exit_code": NoSpace.exit_code}
         if lost:
-            return "fail", f"rank tasks failed in the service, not on the data: {', '.join(lost)}"
-        return "wait", ""
+            ids = ", ".join(task_id for task_id, _ in lost)
+            return "fail", _service_failure(f"rank tasks failed in the service, not on the data: {ids}")
+        return "wait", None
     if now - newest < recover_after:
-        return "wait", ""  # the chord's callback is normally on its way: give it time
-    return "resend_reduce", f"every rank finished {now - newest:.0f} s ago and no reduce is running"
+        return "wait", None  # the chord's callback is normally on its way: give it time
+    return "resend_reduce", None
+
+
+def _service_failure(error: str) -> dict:
+    return {"phase": "service", "kind": "service_error", "error": error, "exit_code": EXIT_INTERNAL}

@@ -15,18 +15,29 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from celery import chord, group
 from kombu.exceptions import OperationalError
 
 from npuprof.pipeline import __version__, io
-from npuprof.pipeline.errors import EXIT_INTERNAL, NpuprofError, failure_object, traceback_of
+from npuprof.pipeline.errors import (
+    EXIT_NO_SPACE,
+    EXIT_USAGE,
+    NoSpace,
+    NpuprofError,
+    StageFailed,
+    failure_object,
+    no_space,
+    traceback_of,
+)
 from npuprof.pipeline.execution import run_rank_chain
-from npuprof.pipeline.runner import StageRange, analyze, finish_root, write_failure
+from npuprof.pipeline.runner import StageRange, analyze, finish_root, run_lock_holder, write_failure
 from npuprof.pipeline.sources.discovery import discover
 from npuprof.pipeline.stages import STAGE_NAMES
 from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.pipeline.sweep import service_mark
 from npuprof.pipeline.sweep.local import is_reusable
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
@@ -67,14 +78,29 @@ def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[st
     """Rank-local stages of one rank; leaves a marker file that says it finished (or why it failed).
 
     A rank whose worker process keeps dying under it (a poison rank) is given up after
-    ``max_rank_retries`` deaths: its marker says why, and its root fails instead of the sweep stalling."""
+    ``max_rank_retries`` deaths: its marker says why, and its root fails instead of the sweep stalling.
+    A full archive fails the task at once (NoSpace, not retried); the supervisor then fails the root."""
+    try:
+        return _analyze_rank(self, work_dir, rank, options, stages)
+    except OSError as exc:  # the attempts file or the marker
+        if not no_space(exc):
+            raise
+        raise _archive_full(Path(work_dir)) from None
+
+
+def _archive_full(work: Path) -> NoSpace:
+    """The error of a full archive, naming it (the work dir inside it is only npuprof's)."""
+    return NoSpace(f"no space left on device writing {work.parent}")
+
+
+def _analyze_rank(task, work_dir: str, rank: dict, options: dict, stages: list[str]) -> dict:
     marker = recovery.marker_path(Path(work_dir), rank["rank_id"])
     attempts = RankAttempts(marker.with_name(f"rank_{rank['rank_id']}.attempts.json"), rank)
     given_up = attempts.given_up(settings.max_rank_retries())
     if given_up is not None:
         return _rank_marker(marker, rank, _failed(given_up))
-    attempts.start(self.request.hostname or "a worker")
-    report = _progress_reporter(self)
+    attempts.start(task.request.hostname or "a worker")
+    report = _progress_reporter(task)
 
     def progress(stage: str, done: int, total: int, message: str = "") -> None:
         attempts.at_stage(stage)  # where a death was last seen
@@ -83,6 +109,10 @@ def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[st
     try:
         results = run_rank_chain(work_dir, rank, options, stages, progress=progress)
         payload = {"status": "ok", "results": results}
+    except StageFailed as exc:
+        if isinstance(exc.cause, NoSpace):  # no marker would fit either: the task fails, named
+            raise _archive_full(Path(work_dir)) from None
+        payload = _failed(exc)
     except NpuprofError as exc:  # bad data fails this root, never the worker or the sweep
         payload = _failed(exc)
     finally:  # also when a transient error retries the task: only a dead process never gets here
@@ -97,6 +127,21 @@ def _failed(exc: NpuprofError) -> dict:
 def _rank_marker(marker: Path, rank: dict, payload: dict) -> dict:
     io.write_json(marker, {"rank_id": rank["rank_id"], **payload})
     return {"rank_id": rank["rank_id"], "status": payload["status"]}
+
+
+def _write_root_failure(work: Path, write: Callable[[Path], object]) -> bool:
+    """Write a failed root's failure.json into ``work``; on a full disk, first drop the root's partial
+    outputs to make room. False when not even that fits (the work dir is gone then: no half root)."""
+    for _ in range(2):
+        try:
+            work.mkdir(exist_ok=True)
+            write(work)
+            return True
+        except OSError as exc:
+            if not no_space(exc):
+                raise
+            shutil.rmtree(work, ignore_errors=True)
+    return False
 
 
 def _finalize(work: Path, final: Path, options: dict) -> str:
@@ -125,25 +170,45 @@ def reduce_root(self, work_dir: str, final_dir: str, inputs: dict, options: dict
         missing = [r for r, path in markers.items() if not path.exists()]
         if missing:  # a rank task was redelivered after a worker died: wait for it, not for the chord counter
             raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for ranks {missing}"))
-        payloads = [io.read_json(path) for path in markers.values()]
-        failed = [p for p in payloads if p["status"] != "ok"]
-        if failed:
-            io.write_failure(work, failed[0]["failure"], failed[0].get("traceback"))
-            status = "failed"
-        else:
-            try:
-                finish_root(work_dir, inputs, options, stages, [p["results"] for p in payloads])
-                status = "ok"
-            except NpuprofError as exc:
-                write_failure(work, exc)
-                status = "failed"
+        status, error = _reduce_work(work, inputs, options, stages, [io.read_json(p) for p in markers.values()])
+        if status == "not_written":  # the archive is too full to hold even why
+            return {"status": status, "root": inputs["root"], "output_dir": None, "error": error}
         how = _finalize(work, final, options)
-    root_rollup(inputs["root"], final.name, final)  # cache the rollup row here, in parallel, not in the merge
+    try:
+        root_rollup(inputs["root"], final.name, final)  # cache the rollup row here, in parallel, not in the merge
+    except OSError as exc:  # a full disk: the merge computes the row again (and says so if it cannot write)
+        if not no_space(exc):
+            raise
     return {
         "status": root_status(final) if how == "duplicate" else status,
         "root": inputs["root"],
         "output_dir": final_dir,
     }
+
+
+def _reduce_work(work: Path, inputs: dict, options: dict, stages: list[str], payloads: list[dict]) -> tuple[str, str]:
+    """The cluster-level stages in ``work`` (status ok), or the root's failure.json (failed; not_written
+    when the disk cannot hold it), with the error."""
+    failed = [p for p in payloads if p["status"] != "ok"]
+    if failed:
+        failure = failed[0]["failure"]
+        written = _write_root_failure(work, lambda w: io.write_failure(w, failure, failed[0].get("traceback")))
+        return ("failed" if written else "not_written"), failure.get("error", "")
+    try:
+        try:
+            finish_root(str(work), inputs, options, stages, [p["results"] for p in payloads])
+        except OSError as exc:  # the top manifest
+            if not no_space(exc):
+                raise
+            raise StageFailed("manifest", _archive_full(work)) from None
+        except StageFailed as exc:
+            if not isinstance(exc.cause, NoSpace):
+                raise
+            raise StageFailed(exc.phase, _archive_full(work)) from None
+        return "ok", ""
+    except NpuprofError as exc:
+        written = _write_root_failure(work, lambda w, error=exc: write_failure(w, error))
+        return ("failed" if written else "not_written"), exc.one_line()
 
 
 def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
@@ -156,49 +221,25 @@ def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
 
 @app.task(bind=True, name="npuprof.plan_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
 def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, options: dict) -> dict:
-    """On a worker that mounts the storage: find the roots and their ranks, launch the sweep chord."""
+    """On a worker that mounts the storage: find the roots and their ranks, launch one chord per root
+    and the merge that supervises them. A local sweep writing the archive refuses the sweep."""
     archive_dir = Path(archive)
     archive_dir.mkdir(parents=True, exist_ok=True)
+    service_mark.write_mark(archive_dir, sweep_id, settings.redacted(settings.broker_url()))
+    holder = run_lock_holder(archive_dir)
+    if holder is not None:  # a local sweep took the archive first (it looks for our mark under its lock)
+        service_mark.clear_mark(archive_dir, sweep_id)
+        error = (
+            f"archive {archive_dir} is being written by a local npuprof sweep ({holder}): submit again when it "
+            "has finished, or give another -o"
+        )
+        records.update(sweep_id, state="failed", error=error, exit_code=EXIT_USAGE, finished_at=time.time())
+        return {"sweep_id": sweep_id, "state": "failed", "error": error}
     stages = list(STAGE_NAMES)
-    plan, root_chords = [], []
-    for root in find_roots(search_roots):
-        slug = root_slug(root, search_roots)
-        key = root_key(str(root), options)
-        final = archive_dir / slug
-        queue = settings.queue_for(root)
-        entry = {
-            "root": str(root),
-            "slug": slug,
-            "key": key,
-            "queue": queue,
-            "reduce_id": f"npuprof-root-{key}",
-            "rank_ids": [],
-        }
-        if is_reusable(final, AnalyzeOptions.from_dict(options)):
-            entry["reused"] = True
-        else:
-            try:
-                inputs = discover(root)
-            except NpuprofError as exc:
-                _fail_root_at_plan(final, exc)
-                entry["failed_at_plan"] = exc.one_line()
-                plan.append(entry)
-                continue
-            work = archive_dir / f".{slug}.work-{key}"
-            entry.update({"work_dir": str(work), "final_dir": str(final), "inputs": inputs.to_dict()})
-            rank_tasks = []
-            for rank in inputs.ranks:
-                task_id = f"npuprof-rank-{key}-{rank.rank_id}"
-                entry["rank_ids"].append(task_id)
-                rank_tasks.append(
-                    analyze_rank.si(str(work), vars(rank), options, stages).set(task_id=task_id, queue=queue)
-                )
-            body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages).set(
-                task_id=entry["reduce_id"], queue=queue
-            )
-            root_chords.append(chord(group(rank_tasks), body))
-        plan.append(entry)
+    planned = [_plan_root(root, search_roots, archive_dir, options, stages) for root in find_roots(search_roots)]
+    plan = [entry for entry, _ in planned]
     merge_id = f"npuprof-merge-{sweep_id}"
+    app.AsyncResult(merge_id).forget()
     records.update(sweep_id, roots=plan, merge_id=merge_id, state="running", stages=stages, planned_at=time.time())
     queue_name = self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE
     # the merge supervises from the start: it does not wait for a chord of chords whose bookkeeping a
@@ -207,25 +248,71 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     merge_sweep_task.apply_async(
         (sweep_id,), task_id=merge_id, queue=queue_name, countdown=settings.supervise_seconds()
     )
+    root_chords = [root_chord for _, root_chord in planned if root_chord is not None]
     for root_chord in root_chords:
         root_chord.apply_async()
     return {"sweep_id": sweep_id, "roots": len(plan), "scheduled": len(root_chords)}
 
 
+def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: dict, stages: list[str]):
+    """One root's record entry, and its chord (None when the root is reused or failed at discovery)."""
+    slug = root_slug(root, search_roots)
+    key = root_key(str(root), options)
+    final = archive_dir / slug
+    queue = settings.queue_for(root)
+    entry = {"root": str(root), "slug": slug, "key": key, "queue": queue, "reduce_id": f"npuprof-root-{key}"}
+    entry["rank_ids"] = []
+    if is_reusable(final, AnalyzeOptions.from_dict(options)):
+        return {**entry, "reused": True}, None
+    try:
+        inputs = discover(root)
+    except NpuprofError as exc:
+        _fail_root_at_plan(final, exc)
+        return {**entry, "failed_at_plan": exc.one_line()}, None
+    work = archive_dir / f".{slug}.work-{key}"
+    if final.exists():  # a failed (or older) output: the archive says "missing" until the new one lands,
+        shutil.rmtree(final)  # so the merge waits for it instead of taking the old one for the answer
+    entry.update({"work_dir": str(work), "final_dir": str(final), "inputs": inputs.to_dict()})
+    rank_tasks = []
+    for rank in inputs.ranks:
+        task_id = f"npuprof-rank-{key}-{rank.rank_id}"
+        entry["rank_ids"].append(task_id)
+        rank_tasks.append(analyze_rank.si(str(work), vars(rank), options, stages).set(task_id=task_id, queue=queue))
+    body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages).set(
+        task_id=entry["reduce_id"], queue=queue
+    )
+    for task_id in [*entry["rank_ids"], entry["reduce_id"]]:  # a resubmit's ids are the last run's: its
+        app.AsyncResult(task_id).forget()  # results (a failure on a full disk, say) must not speak for this one
+    return entry, chord(group(rank_tasks), body)
+
+
 @app.task(bind=True, name="npuprof.merge_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=None)
 def merge_sweep_task(self, sweep_id: str) -> dict:
-    """Supervise the sweep until every root's output is in the archive; then sweep_summary.json and
-    sweep_class_rollup.csv. Runs again every ``supervise_seconds`` while roots are missing."""
+    """Supervise the sweep until every root's output is in the archive (or could not be written there);
+    then sweep_summary.json and sweep_class_rollup.csv. Runs again every ``supervise_seconds`` till then."""
     record = records.load(sweep_id)
-    if record is None or record.get("state") in ("done", "cancelled"):  # a duplicate, or a cancelled sweep
+    if record is None or record.get("state") in records.FINISHED:  # a duplicate, or a cancelled sweep
         return {"status": record.get("state") if record else "forgotten"}
     archive = Path(record["archive"])
-    waiting = [e for e in record["roots"] if root_status(archive / e["slug"]) == "missing"]
-    for entry in waiting:
-        _supervise_root(entry, record)
-    waiting = [e["root"] for e in waiting if root_status(archive / e["slug"]) == "missing"]
-    if waiting:
+    not_written = {lost["root"]: lost for lost in record.get("roots_not_written", [])}
+    waiting = [e for e in _missing(record, archive, not_written) if not _supervise_root(e, record, not_written)]
+    if len(not_written) > len(record.get("roots_not_written", [])):
+        records.update(sweep_id, roots_not_written=list(not_written.values()))
+    if _missing(record, archive, not_written):
         raise self.retry(countdown=settings.supervise_seconds(), exc=RuntimeError(f"waiting for {len(waiting)} roots"))
+    return _merge(record, archive, list(not_written.values()))
+
+
+def _missing(record: dict, archive: Path, not_written: dict) -> list[dict]:
+    """The roots of the sweep with no output in the archive yet (and not given up as not written)."""
+    return [
+        e for e in record["roots"] if e["root"] not in not_written and root_status(archive / e["slug"]) == "missing"
+    ]
+
+
+def _merge(record: dict, archive: Path, not_written: list[dict]) -> dict:
+    """The rollup of every root; the sweep's record says done, or failed when the archive cannot hold it."""
+    sweep_id = record["sweep_id"]
     meta = {
         "sweep_id": sweep_id,
         "search_roots": record["search_roots"],
@@ -234,31 +321,45 @@ def merge_sweep_task(self, sweep_id: str) -> dict:
         "reused_roots": sum(1 for e in record["roots"] if e.get("reused")),
         "mode": "service",
         "wall_seconds": round(time.time() - record["submitted_at"], 3),
+        "roots_not_written": not_written,
     }
-    summary = merge_sweep(archive, [(e["root"], e["slug"]) for e in record["roots"]], meta)
+    try:
+        summary = merge_sweep(archive, [(e["root"], e["slug"]) for e in record["roots"]], meta)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        error = f"no space left on device writing the rollup into {archive}"
+        service_mark.clear_mark(archive, sweep_id)
+        records.update(sweep_id, state="failed", error=error, exit_code=EXIT_NO_SPACE, finished_at=time.time())
+        return {"status": "failed", "error": error}
+    service_mark.clear_mark(archive, sweep_id)
     records.update(
         sweep_id,
         state="done",
-        summary={k: summary[k] for k in ("status_counts", "failed_roots", "root_count")},
+        summary={k: summary[k] for k in ("status_counts", "failed_roots", "root_count", "roots_not_written")},
         finished_at=time.time(),
     )
     return {"status": "done", "status_counts": summary["status_counts"], "rollup": summary["rollup"]}
 
 
-def _supervise_root(entry: dict, record: dict) -> None:
+def _supervise_root(entry: dict, record: dict, not_written: dict) -> bool:
     """Resend the reduce of a root whose chord callback was lost, or fail a root a task of which failed
-    in the service (``recovery.next_action``); a root still in progress is left alone."""
+    in the service (``recovery.next_action``); a root still in progress is left alone. True when the
+    root turns out not to be writable (the archive is full): it is added to ``not_written``."""
     if "work_dir" not in entry:
-        return
+        return False
     work = Path(entry["work_dir"])
     reduce = app.AsyncResult(entry["reduce_id"])
-    reduce_state = reduce.state
-    action, why = recovery.next_action(
+    reduce_state, reduce_result = reduce.state, reduce.result
+    if reduce_state == "SUCCESS" and isinstance(reduce_result, dict) and reduce_result.get("status") == "not_written":
+        not_written[entry["root"]] = {"root": entry["root"], "error": reduce_result.get("error")}
+        return True
+    action, failure = recovery.next_action(
         work,
         [r["rank_id"] for r in entry["inputs"]["ranks"]],
         reduce_state,
-        repr(reduce.result) if reduce_state == "FAILURE" else None,
-        lambda: [t for t in entry["rank_ids"] if app.AsyncResult(t).state == "FAILURE"],
+        repr(reduce_result) if reduce_state == "FAILURE" else None,
+        lambda: [(t, r.result) for t in entry["rank_ids"] if (r := app.AsyncResult(t)).state == "FAILURE"],
         recover_after=settings.recover_after(),
         now=time.time(),
     )
@@ -267,11 +368,12 @@ def _supervise_root(entry: dict, record: dict) -> None:
         reduce_root.apply_async(args, task_id=entry["reduce_id"], queue=entry["queue"])
     elif action == "fail":
         with recovery.root_lock(work) as present:
-            if present:
-                io.write_failure(
-                    work, {"phase": "service", "kind": "service_error", "error": why, "exit_code": EXIT_INTERNAL}
-                )
+            if present and _write_root_failure(work, lambda w: io.write_failure(w, failure)):
                 _finalize(work, Path(entry["final_dir"]), record["options"])
+            elif present:
+                not_written[entry["root"]] = {"root": entry["root"], "error": failure["error"]}
+                return True
+    return False
 
 
 @app.task(bind=True, name="npuprof.run_stages", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)

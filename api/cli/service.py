@@ -124,6 +124,8 @@ def run_service(args: argparse.Namespace) -> int:
         result = service.cancel(args.sweep_id, broker=args.broker)
     result["broker"] = redacted(args.broker or broker_url())
     print_json(result)
+    if args.command == "status" and args.watch and result["state"] == "failed":  # refused, or the rollup did not fit
+        return int(result.get("exit_code", EXIT_PARTIAL))
     if args.command == "status" and args.watch and result["state"] == "done" and result["totals"].get("FAILURE"):
         return EXIT_PARTIAL
     return 0
@@ -146,6 +148,8 @@ def _status(args: argparse.Namespace) -> dict:
 def _status_table(current: dict) -> None:
     totals = ", ".join(f"{k.lower()} {v}" for k, v in sorted(current["totals"].items()))
     sys.stderr.write(f"sweep {current['sweep_id']}: {current['state']} ({totals}); merge {current['merge'].lower()}\n")
+    if current.get("error"):
+        sys.stderr.write(f"  {current['error']}\n")
     for row in current["roots"]:
         extra = f" {row['percent']:5.1f}%" if "percent" in row else ""
         error = f"  {row['error']}" if row.get("error") else ""

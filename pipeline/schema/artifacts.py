@@ -25,6 +25,7 @@ REPORT_MANIFEST = f"{REPORT_DIR}/manifest.json"  # what the report stage wrote, 
 SWEEP_ROLLUP = "sweep_class_rollup.csv"
 SWEEP_SUMMARY = "sweep_summary.json"
 ROLLUP_ROW_CACHE = "rollup_row.json"  # one root's rollup row, beside its outputs
+SERVICE_SWEEP_MARK = ".npuprof-service-sweep.json"  # the service sweep writing the archive, while it runs
 
 # a comparison of two analyzed outputs (npuprof compare)
 COMPARE_OVERVIEW = "compare_overview.csv"

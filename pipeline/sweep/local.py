@@ -16,6 +16,7 @@ from npuprof.pipeline.runner import analyze, run_lock, write_failure_if_room
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
+from npuprof.pipeline.sweep.service_mark import refuse_if_marked
 
 
 def is_reusable(out_dir: Path, options: AnalyzeOptions) -> bool:
@@ -68,6 +69,7 @@ def run_sweep(
     archive = Path(out)
     archive.mkdir(parents=True, exist_ok=True)
     with run_lock(archive):  # a second sweep into this archive is refused, never interleaved
+        refuse_if_marked(archive)  # ... and so is a service sweep's
         return _sweep(search_roots, archive, options, jobs, reuse_existing, limit, progress)
 
 
