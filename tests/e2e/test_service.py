@@ -14,6 +14,7 @@ import pytest
 import redis
 from conftest import QWEN_TRAINING, copy_sample, run_cli
 from service_harness import free_port, wait_until
+from test_auxiliary_inputs import CORRUPTIONS, FILES
 
 from npuprof.pipeline.errors import EXIT_PARTIAL, UsageError
 from npuprof.pipeline.sweep.rollup import root_status
@@ -135,6 +136,25 @@ def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_
     final = wait_done(redis_server.url, sweep_id, timeout=300)
     assert final["totals"] == {"SUCCESS": 3}
     assert len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
+
+
+def test_broken_auxiliary_files_degrade_roots_through_the_service_as_they_do_locally(redis_server, workers, tmp_path):
+    """Each auxiliary file broken on rank 0 of its own root: the service's rank tasks and reduce give the
+    local sweep's rollup — every root ok, degraded, the file named — not a failure."""
+    search = tmp_path / "captures"
+    for index, (name, (base, relative, _)) in enumerate(sorted(FILES.items())):
+        root = Path(generate(search / f"aux_{index}", base, seed=3, ranks=2, steps=3)["root"])
+        CORRUPTIONS["garbage"](sorted(p for p in root.iterdir() if p.is_dir())[0] / relative)
+    workers(2)
+    final = wait_done(redis_server.url, submit(redis_server.url, search, tmp_path / "archive"))
+    assert final["totals"] == {"SUCCESS": len(FILES)}
+    local = run_cli("sweep", "--search-root", str(search), "-o", str(tmp_path / "local"), "--progress", "none")
+    assert local.returncode == 0, local.stderr
+    service_rollup = rollup(tmp_path / "archive")
+    pd.testing.assert_frame_equal(service_rollup, rollup(tmp_path / "local"))
+    assert set(service_rollup["analysis_status"]) == {"degraded"}
+    for (name, _), reasons in zip(sorted(FILES.items()), service_rollup["degraded_reasons"]):
+        assert name in reasons, (name, reasons)
 
 
 def test_a_root_whose_chord_callback_is_lost_is_reduced_by_the_supervisor(redis_server, workers, tmp_path):
