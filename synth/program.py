@@ -91,16 +91,18 @@ class Workload:
     pp_size: int = 1
     tp: int = 1  # tensor parallel: heads, FFN and vocabulary are split over this many ranks
     wide_ffn_layers: tuple[int, ...] = ()  # planted shape change: these layers' FFN is twice as wide
-    last_stage_layers: int | None = None  # decoder layers of the last pipeline stage; None: an even split
+    last_stage_layers: int | None = None  # decoder layers of the last pipeline stage; None: a balanced split
 
     @property
     def stage_layers(self) -> range:
         """The decoder layers this pipeline stage holds: the last stage ``last_stage_layers``, the rest
-        split evenly over the other stages (the first takes any remainder)."""
+        split evenly over the other stages (the first takes any remainder). Balanced by default: the last
+        stage's LM head and loss weigh about a layer, so it holds one layer fewer than an even split (what
+        Megatron's uneven split options are for)."""
         if self.pp_size == 1:
             return range(self.layers)
         even = self.layers // self.pp_size
-        last = even if self.last_stage_layers is None else self.last_stage_layers
+        last = max(even - 1, 1) if self.last_stage_layers is None else self.last_stage_layers
         if self.last_stage:
             return range(self.layers - last, self.layers)
         per_stage, extra = divmod(self.layers - last, self.pp_size - 1)

@@ -19,8 +19,8 @@ class Fault:
     ``ranks``' clocks), aicore_freq_throttled (the AI Core clock of ``ranks`` at nominal ÷ factor on
     ``steps``: their compute kernels take factor × as long for the same cycles), pp_stage_imbalance (the
     last pipeline stage, ``ranks``, holds ``layer`` decoder layers besides its LM head and loss; without
-    it the stages split evenly), pp_bubble_heavy (the scenario's micro-batch count leaves the pipeline's
-    own fill / drain bubble above a fifth of it).
+    it the split is balanced: the last stage holds one layer fewer than an even split), pp_bubble_heavy
+    (the scenario's micro-batch count leaves the pipeline's own fill / drain bubble above a fifth of it).
     """
 
     kind: str
@@ -86,6 +86,14 @@ SCENARIOS: dict[str, Scenario] = {
             pp=2,
             layers=6,
             faults=(Fault("pp_stage_imbalance", ranks=(2, 3), layer=3), Fault("pp_bubble_heavy")),
+        ),
+        Scenario(
+            "pipeline_balanced",
+            "the clean control of pipeline_parallel: TP1 PP2 DP2 with the layers split 4 / 2 (the last stage's "
+            "LM head and loss weigh about a layer) and 8 micro-batches, so neither stage waits long for the other",
+            pp=2,
+            layers=6,
+            micro_batches=8,
         ),
         Scenario(
             "clean_inference",

@@ -35,12 +35,14 @@ TWINS = [
     ("demo", "device_idle_bubble"),
     ("mixed", "slow_rank_suspected"),
     ("mixed", "ep_load_imbalance_suspected"),
-    # known gap: the stage move is replayed with each stage's work scaled alike, which predicts
-    # 1.49 ms where the 4 / 2 twin measures 0.66 (the light stage's idle and P2P shift unevenly)
+    # known gap: the twin of a stage imbalance is the balanced split (the last stage one layer fewer);
+    # the replay predicts 0.76 ms where it measures 0.66 (+16 %): the synth's gradient sync and
+    # optimizer grow with the decoder layers a stage holds, the replay's with all its parameters
+    # (the embedding and LM head, which do not move, included)
     pytest.param(
         "pipeline_parallel",
         "pp_stage_imbalance",
-        marks=pytest.mark.xfail(strict=True, reason="uniform stage scaling overestimates a layer move ~2x"),
+        marks=pytest.mark.xfail(strict=True, reason="a layer move is priced +16 % against its balanced twin"),
     ),
 ]
 

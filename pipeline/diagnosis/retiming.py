@@ -111,19 +111,40 @@ def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame) -> StepModel:
 def step_walls(model: StepModel, what_if: WhatIf | None = None) -> pd.Series:
     """Replayed wall (µs) of each step: the mean over its ranks of each rank's step wall (as step_summary
     measures it; pipeline stages start their steps at different times, so a span across ranks would
-    count the stagger)."""
+    count the stagger). A rank's next step starts when its previous one ends plus the measured time
+    between them: a change that delays or hastens one step moves the rank's later steps with it (a
+    pipeline stage's step begins with its wait for the stage before, so fixed starts would misprice it)."""
     change = what_if or WhatIf.none(model)
     clock = model.slots["corrected_start_us"].to_numpy(float).tolist()
+    tail = (model.slots["tail_us"].to_numpy(float) - change.tail_cut_us).clip(0.0).tolist()
+    previous, between = _previous_slots(model.slots)
+    started = [p < 0 for p in previous]
+    starts = list(clock)
     slot = model.rows["slot"].to_numpy().tolist() if len(model.rows) else []
     gap = (model.rows["gap_us"].to_numpy(float) - change.gap_cut_us).clip(0.0).tolist() if len(model.rows) else []
     transit, bounds = change.transit_us.tolist(), model.bounds.tolist()
+
+    def start(s: int) -> None:  # a slot's clock from its rank's previous slot, on first use
+        chain = []
+        while not started[s]:
+            chain.append(s)
+            s = previous[s]
+        for current in reversed(chain):
+            before = previous[current]
+            clock[current] = starts[current] = clock[before] + tail[before] + between[current]
+            started[current] = True
+
     for instance in range(len(transit)):  # a loop over collective instances, in replay order
         members = range(bounds[instance], bounds[instance + 1])
+        for k in members:
+            start(slot[k])
         end = max(clock[slot[k]] + gap[k] for k in members) + transit[instance]
         for k in members:
             clock[slot[k]] = end
-    ends = np.asarray(clock) + (model.slots["tail_us"].to_numpy(float) - change.tail_cut_us).clip(0.0)
-    walls = model.slots.assign(wall=ends - model.slots["corrected_start_us"].to_numpy(float))
+    for s in range(len(clock)):
+        start(s)
+    ends = np.asarray(clock) + np.asarray(tail)
+    walls = model.slots.assign(wall=ends - np.asarray(starts))
     return walls.groupby("step_key")["wall"].mean()
 
 
@@ -184,28 +205,30 @@ def scaled_transit(model: StepModel, factors: pd.Series) -> WhatIf:
     return change
 
 
-def scaled_work(model: StepModel, factors: dict[int, float]) -> WhatIf:
-    """Every rank in ``factors`` with all its local work (before each collective and in its tails)
-    multiplied by its factor — above 1 a rank takes on work, below 1 it sheds it."""
+def scaled_work(model: StepModel, factors: dict[int, float], tail_factors: dict[int, float] | None = None) -> WhatIf:
+    """Every rank in ``factors`` with its local work before each collective multiplied by its factor,
+    and its tails (the work after its last collective) by ``tail_factors`` (default: the same) — above 1
+    a rank takes on work, below 1 it sheds it."""
     change = WhatIf.none(model)
     if model.empty:
         return change
     if len(model.rows):
         rows_factor = model.rows["rank_id"].map(factors).fillna(1.0).to_numpy(float)
         change.gap_cut_us = model.rows["gap_us"].to_numpy(float) * (1.0 - rows_factor)
-    slot_factor = model.slots["rank_id"].map(factors).fillna(1.0).to_numpy(float)
-    change.tail_cut_us = model.slots["tail_us"].to_numpy(float) * (1.0 - slot_factor)
+    slot_factor = model.slots["rank_id"].map(factors if tail_factors is None else tail_factors)
+    change.tail_cut_us = model.slots["tail_us"].to_numpy(float) * (1.0 - slot_factor.fillna(1.0).to_numpy(float))
     return change
 
 
-def local_work_ms(model: StepModel) -> pd.Series:
-    """Per rank, its mean local work per step (ms): the work before its collectives plus its tails."""
+def local_work_ms(model: StepModel, tails: bool = True) -> pd.Series:
+    """Per rank, its mean local work per step (ms): the work before its collectives plus (``tails``) the
+    work after its last one."""
     if model.empty:
         return pd.Series(dtype=float)
     gaps = model.rows.groupby("rank_id")["gap_us"].sum() if len(model.rows) else pd.Series(dtype=float)
-    tails = model.slots.groupby("rank_id")["tail_us"].sum()
+    tail = model.slots.groupby("rank_id")["tail_us"].sum() * (1.0 if tails else 0.0)
     steps = model.slots.groupby("rank_id").size()
-    return tails.add(gaps, fill_value=0.0) / steps / 1000.0
+    return tail.add(gaps, fill_value=0.0) / steps / 1000.0
 
 
 def combined(model: StepModel, changes: list[WhatIf]) -> WhatIf:
@@ -225,6 +248,17 @@ def _slots(steps: pd.DataFrame) -> pd.DataFrame:
     # ranks agree on the capture's step ids; ordinals are only a fallback (steps found by structure)
     key = slots["step_id"] if slots["step_id"].notna().all() else slots["step_ordinal"]
     return slots.assign(step_key=key.astype("int64")).sort_values(["rank_id", "start_us"]).reset_index(drop=True)
+
+
+def _previous_slots(slots: pd.DataFrame) -> tuple[list[int], list[float]]:
+    """Per slot, the index of its rank's previous slot (-1 for a rank's first) and the measured time
+    from that slot's end to this one's start (never negative)."""
+    index = np.arange(len(slots))
+    same_rank = slots["rank_id"].to_numpy()[1:] == slots["rank_id"].to_numpy()[:-1]
+    previous = np.where(np.concatenate([[False], same_rank]), index - 1, -1)
+    ends = slots["end_us"].to_numpy(float)
+    between = np.where(previous >= 0, slots["start_us"].to_numpy(float) - ends[np.clip(previous, 0, None)], 0.0)
+    return previous.tolist(), np.clip(between, 0.0, None).tolist()
 
 
 def _slot_of(frame: pd.DataFrame, slots: pd.DataFrame) -> np.ndarray:

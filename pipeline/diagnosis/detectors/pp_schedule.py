@@ -16,7 +16,8 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
-from npuprof.pipeline.diagnosis.retiming import local_work_ms, recoverable_ms, scaled_work
+from npuprof.pipeline.diagnosis.retiming import local_work_ms, recoverable_ms, scaled_transit, scaled_work
+from npuprof.pipeline.modelinfo.configs import parameter_estimate
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 from npuprof.pipeline.summaries.pp_schedule import COLUMNS
 
@@ -29,6 +30,47 @@ def pp_schedule(ctx: RootContext) -> pd.DataFrame:
     """pp_schedule.csv (summarize): per rank and step of a PP group, its stage, passes and time split."""
     path = ctx.out_dir / schema.PP_SCHEDULE_CSV.file
     return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=COLUMNS)
+
+
+@derived_input("model_fields")
+def model_fields(ctx: RootContext) -> dict[str, float]:
+    """model_inferred_config.csv (model stage): each field the kernels showed, as a number."""
+    path = ctx.out_dir / schema.MODEL_INFERRED_CONFIG_CSV.file
+    if not path.exists():
+        return {}
+    table = pd.read_csv(path, usecols=["field", "value"])
+    values = pd.to_numeric(table["value"], errors="coerce")
+    return {str(f): float(v) for f, v in zip(table["field"], values) if not math.isnan(v)}
+
+
+LAYER_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "n_routed_experts",
+    "moe_intermediate_size",
+    "n_shared_experts",
+)
+
+
+def _parameter_ratio(fields: dict[str, float], stage: int, stages: int, before: float, after: float) -> float | None:
+    """How the parameters a stage holds change when it goes from ``before`` to ``after`` decoder layers:
+    each layer's (the fingerprint's widths through the standard formulas) plus the embedding on the
+    first stage and the LM head on the last, which do not move. None when the widths are not known."""
+    config = {k: int(fields[k]) for k in LAYER_FIELDS if k in fields}
+    if "hidden_size" not in config or not config.get("num_hidden_layers"):
+        return None
+    layer_rows = parameter_estimate(config)  # no vocab_size: decoder layers only
+    per_layer = (
+        float(layer_rows.loc[layer_rows["component"] != "total", "parameters"].sum()) / config["num_hidden_layers"]
+    )
+    vocab = fields.get("vocab_size_or_lm_head_shard", 0.0) * config["hidden_size"]
+    fixed = vocab * ((stage == 0) + (stage == stages - 1))
+    held_before = fixed + before * per_layer
+    return (fixed + after * per_layer) / held_before if held_before > 0 else None
 
 
 def _per_stage(schedule: pd.DataFrame) -> pd.DataFrame:
@@ -73,6 +115,8 @@ def _best_move(heavy: pd.Series, light: pd.Series) -> tuple[int, float, float]:
         "pp_schedule": (),
         "operators": ("rank_id", "type", "primary_category", "total_cost_us"),
         "step_model": (),
+        "model_fields": (),
+        "alignment": ("alignment_id", "parallel_role"),
     },
     notes=("pp_schedule",),
 )
@@ -99,7 +143,16 @@ def _stage_imbalance(inputs: DiagnosisContext, stages: pd.DataFrame, schedule: p
     if ratio < spec["compute_ratio_min"]:
         return None
     moved, heavy_after, light_after = _best_move(heavy, light)
-    saved = _replayed_move(inputs, {**_stage_change(heavy, heavy_after), **_stage_change(light, light_after)})
+    stages_count = int(schedule["stages"].max())
+    held = {
+        int(stage.name): _parameter_ratio(inputs.model_fields, int(stage.name), stages_count, stage["layers"], layers)
+        for stage, layers in ((heavy, heavy["layers"] - moved), (light, light["layers"] + moved))
+    }
+    changes = {
+        **_stage_change(heavy, heavy_after, held[int(heavy.name)]),
+        **_stage_change(light, light_after, held[int(light.name)]),
+    }
+    saved = _replayed_move(inputs, changes)
     cited = schedule[schedule["rank_id"].isin([*heavy["ranks"][:2], *light["ranks"][:1]])][["rank_id", "step_ordinal"]]
     evidence = [step_evidence_id(int(r), int(o)) for r, o in cited.head(4).itertuples(index=False)]
     return Finding(
@@ -122,27 +175,41 @@ def _stage_imbalance(inputs: DiagnosisContext, stages: pd.DataFrame, schedule: p
             "layer_ms": float(heavy["layer_ms"]),
         },
         limitations=[
-            "the move is whole layers between the heaviest and lightest stage; each stage's work is "
-            "scaled alike in the replay"
+            "the move is whole layers between the heaviest and lightest stage; the replay spreads each "
+            "stage's compute change over its work between collectives and scales its gradient sync and "
+            "optimizer with the parameters it holds (from the model fingerprint's widths)"
         ],
         recoverable_ms_per_step=saved,
     )
 
 
-def _stage_change(stage: pd.Series, compute_after: float) -> dict[int, tuple[float, float]]:
-    """Each rank of ``stage``: its compute ms per step now and after the move (its idle unchanged)."""
-    return {int(r): (float(stage["compute_ms"]), compute_after) for r in stage["ranks"]}
+def _stage_change(stage: pd.Series, compute_after: float, parameters: float | None) -> dict[int, tuple]:
+    """Each rank of ``stage``: its compute ms per step now and after the move, and the factor of the
+    parameters it holds (None: not known)."""
+    return {int(r): (float(stage["compute_ms"]), compute_after, parameters) for r in stage["ranks"]}
 
 
-def _replayed_move(inputs: DiagnosisContext, compute: dict[int, tuple[float, float]]) -> float:
-    """ms per step saved with each rank's compute changed from before to after, replayed: only the
-    compute part of a rank's local work scales, the rest (its idle) stays."""
+def _replayed_move(inputs: DiagnosisContext, changes: dict[int, tuple]) -> float:
+    """ms per step saved with each rank's compute changed from before to after, replayed: the compute
+    lands in the work between the rank's collectives (where its layers run; its idle stays), and the
+    parameters move with the layers — the stage's gradient sync (its DP collectives) and its optimizer
+    (the work after its last collective) scale with the parameters it holds."""
     model = inputs.step_model
-    work = local_work_ms(model)
+    work = local_work_ms(model, tails=False)
     factors = {
-        rank: 1.0 + (after - before) / work[rank] for rank, (before, after) in compute.items() if work.get(rank, 0) > 0
+        rank: 1.0 + (after - before) / work[rank]
+        for rank, (before, after, _) in changes.items()
+        if work.get(rank, 0) > 0
     }
-    return recoverable_ms(model, scaled_work(model, factors))
+    parameters = {rank: ratio for rank, (_, _, ratio) in changes.items() if ratio is not None}
+    change = scaled_work(model, factors, tail_factors=parameters)
+    alignment = inputs.alignment
+    if parameters and len(model.rows) and "parallel_role" in alignment.columns:
+        dp = set(alignment.loc[alignment["parallel_role"] == "DP", "alignment_id"])
+        rows = model.rows[model.rows["alignment_id"].isin(dp)]
+        by_instance = rows["rank_id"].map(parameters).groupby(rows["alignment_id"]).mean().dropna()
+        change.transit_us = scaled_transit(model, by_instance).transit_us
+    return recoverable_ms(model, change)
 
 
 def _bubble_heavy(schedule: pd.DataFrame, stages: pd.DataFrame) -> Finding | None:
