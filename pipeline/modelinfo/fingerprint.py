@@ -358,7 +358,12 @@ class Fingerprint:
         self.fields["num_hidden_layers"] = Field(
             totals[0],
             confidence,
-            f"segment's decoder layers per pass ({sorted(set(per_rank.values()))}) × {stages} pipeline stage(s)",
+            f"segment's decoder layers per pass ({sorted(set(per_rank.values()))}) "
+            + (
+                f"× {stages} pipeline stage(s)"
+                if len(set(per_rank.values())) <= 1
+                else f"summed over {stages} pipeline stages"
+            ),
             [{"segment_manifest": "layer_validation", "observed_layers_per_rank": per_rank}],
             note,
         )

@@ -48,11 +48,24 @@ def expected_model(model_config: str | None, model_id: str | None, root: str) ->
     return {"expected_layers": None, "source": "unknown", "detail": None, "mtp_layers": 0}
 
 
-def layer_validation(expected: dict, ranks: list[dict], pipeline_stages: int | None) -> dict:
-    """Compare observed layers per pass (× pipeline stages) with the expected count."""
+def layer_validation(
+    expected: dict, ranks: list[dict], pipeline_stages: int | None, pp_groups: dict[int, tuple[str, int]] | None = None
+) -> dict:
+    """Compare observed layers per pass (× pipeline stages) with the expected count.
+
+    ``pp_groups``: rank → (its PP group, its stage), where the capture names them: a group's total is
+    then the sum over its stages, so an uneven split (the last stage one layer fewer, to make room for
+    the LM head) counts right; otherwise every stage is taken to hold what each rank shows."""
     observed = {r["rank_id"]: r["decoder_layers_observed"] for r in ranks if r["decoder_layers_observed"]}
     stages = pipeline_stages or 1
     totals = sorted({v * stages for v in observed.values()})
+    if pp_groups and all(rank in pp_groups for rank in observed):
+        per_stage: dict[str, dict[int, set[int]]] = {}
+        for rank, layers in observed.items():
+            group, stage = pp_groups[rank]
+            per_stage.setdefault(group, {}).setdefault(stage, set()).add(layers)
+        if all(len(held) == 1 for group in per_stage.values() for held in group.values()):
+            totals = sorted({sum(next(iter(held)) for held in group.values()) for group in per_stage.values()})
     result = {
         "expected_layers": expected["expected_layers"],
         "expected_source": expected["source"],

@@ -273,19 +273,31 @@ def step_layers(
                 layers.append(Layer(int(starts[k]), int(stops[k]), int(run[k]), "backward", run_index, source))
         fitted_all &= fit
         lower = layers[-1].end + 1
-    _assign_passes(layers)
+    _assign_passes(layers, _marked_runs(runs, features))
     _mark_speculative(layers, features, start, end)
     return StepLayers(layers, family, "high" if fitted_all else "medium")
 
 
-def _assign_passes(layers: list[Layer]) -> None:
-    """Group layers into passes (a pass continues while layers abut in one direction), mark recompute."""
+def _marked_runs(runs: list[np.ndarray], features: EventFeatures) -> set[int]:
+    """The runs a pass marker (send / recv, embedding, sampling, optimizer) separates from the run before."""
+    return {
+        index
+        for index in range(1, len(runs))
+        if features.markers_before[runs[index][0]] != features.markers_before[runs[index - 1][-1] + 1]
+    }
+
+
+def _assign_passes(layers: list[Layer], marked_runs: set[int] = frozenset()) -> None:
+    """Group layers into passes (a pass continues while layers abut in one direction and no pass marker
+    separates their runs: a pipeline stage's micro-batches abut when the work between them is folded
+    into a layer), mark recompute."""
     if not layers:
         return
     pass_index = 0
     pass_start = 0
     for i, layer in enumerate(layers):
-        if i and (layer.direction != layers[i - 1].direction or layer.start != layers[i - 1].end + 1):
+        new_run = i and layer.run != layers[i - 1].run and layer.run in marked_runs
+        if i and (layer.direction != layers[i - 1].direction or layer.start != layers[i - 1].end + 1 or new_run):
             _index_pass(layers[pass_start:i])
             pass_index += 1
             pass_start = i

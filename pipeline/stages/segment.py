@@ -28,6 +28,7 @@ from npuprof.pipeline.segmentation.step_memo import StepLayerMemo
 from npuprof.pipeline.segmentation.steps import StepWindow, step_windows
 from npuprof.pipeline.segmentation.windows import window_evidence
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+from npuprof.pipeline.summaries.pp_schedule import pp_stages
 
 # The event columns segment reads (a projection of the normalized events).
 SEGMENT_INPUT_COLUMNS = [
@@ -242,6 +243,14 @@ def _rank_confidence(step_rows: list[dict]) -> str:
     return "none"
 
 
+def _pp_groups(capture: dict, stages: object) -> dict[int, tuple[str, int]] | None:
+    """rank → (PP group, stage) when the capture names every stage of its groups, else None."""
+    table = pp_stages(capture)
+    if table.empty or not isinstance(stages, int) or (table["stages"] != stages).any():
+        return None
+    return {int(r): (str(g), int(s)) for r, g, s in table[["rank_id", "pp_group", "stage"]].itertuples(index=False)}
+
+
 def reduce_root(ctx: RootContext) -> StageResult:
     """segment_manifest.json: hard errors, interior islands and the layer inventory of every rank."""
     ranks = sorted(ctx.rank_manifests, key=lambda m: m["rank_id"])
@@ -254,7 +263,9 @@ def reduce_root(ctx: RootContext) -> StageResult:
     stages = ((capture.get("common") or {}).get("distributed_args") or {}).get("pipeline_model_parallel_size")
     manifest = {
         "rank_count": len(ranks),
-        "layer_validation": layer_validation(expected, ranks, stages if isinstance(stages, int) else None),
+        "layer_validation": layer_validation(
+            expected, ranks, stages if isinstance(stages, int) else None, _pp_groups(capture, stages)
+        ),
         "hard_error_count": len(hard_errors),
         "interior_island_total": sum(m["interior_island_total"] for m in ranks),
         "hard_errors": hard_errors[:200],
