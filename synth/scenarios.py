@@ -89,10 +89,10 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "pipeline_balanced",
-            "the clean control of pipeline_parallel: TP1 PP2 DP2 with 8 layers split 5 / 3 (the last stage's "
+            "the clean control of pipeline_parallel: TP1 PP2 DP2 with the layers split 4 / 2 (the last stage's "
             "LM head and loss weigh about a layer) and 8 micro-batches, so neither stage waits long for the other",
             pp=2,
-            layers=8,
+            layers=6,
             micro_batches=8,
         ),
         Scenario(

@@ -119,7 +119,10 @@ def _best_offset(anchors: np.ndarray, lower: int, upper: int, boundary: np.ndarr
     scores = fits.sum(axis=1)
     outer = fits[:, 0] if forward else fits[:, -1]
     share = knowledge.load("segmentation_rules")["offset_min_fit_share"]
-    eligible = np.flatnonzero(outer & (scores >= math.ceil(share * len(anchors))))
+    # the outermost layer neighbours the head or an interlude, where any norm may sit: an offset must
+    # also fit another layer of the run to count (in a run of two, half would be the outer one alone)
+    needed = max(math.ceil(share * len(anchors)), min(len(anchors), 2))
+    eligible = np.flatnonzero(outer & (scores >= needed))
     if eligible.size:
         chosen = int(eligible[-1])  # the largest eligible offset
     else:
