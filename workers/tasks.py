@@ -246,7 +246,7 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     # Redis restart can break, it watches the archive (a resend of this task after a broker error
     # sends the same ids again: a rank analysed twice writes the same bytes, a reduce twice does nothing)
     merge_sweep_task.apply_async(
-        (sweep_id,), task_id=merge_id, queue=queue_name, countdown=settings.supervise_seconds()
+        (sweep_id,), task_id=merge_id, queue=queue_name, countdown=settings.supervise_seconds(len(plan), len(plan))
     )
     root_chords = [root_chord for _, root_chord in planned if root_chord is not None]
     for root_chord in root_chords:
@@ -295,11 +295,14 @@ def merge_sweep_task(self, sweep_id: str) -> dict:
         return {"status": record.get("state") if record else "forgotten"}
     archive = Path(record["archive"])
     not_written = {lost["root"]: lost for lost in record.get("roots_not_written", [])}
-    waiting = [e for e in _missing(record, archive, not_written) if not _supervise_root(e, record, not_written)]
+    for entry in _missing(record, archive, not_written):
+        _supervise_root(entry, record, not_written)
     if len(not_written) > len(record.get("roots_not_written", [])):
         records.update(sweep_id, roots_not_written=list(not_written.values()))
-    if _missing(record, archive, not_written):
-        raise self.retry(countdown=settings.supervise_seconds(), exc=RuntimeError(f"waiting for {len(waiting)} roots"))
+    missing = _missing(record, archive, not_written)
+    if missing:
+        pause = settings.supervise_seconds(len(missing), len(record["roots"]))
+        raise self.retry(countdown=pause, exc=RuntimeError(f"waiting for {len(missing)} roots"))
     return _merge(record, archive, list(not_written.values()))
 
 
@@ -342,18 +345,18 @@ def _merge(record: dict, archive: Path, not_written: list[dict]) -> dict:
     return {"status": "done", "status_counts": summary["status_counts"], "rollup": summary["rollup"]}
 
 
-def _supervise_root(entry: dict, record: dict, not_written: dict) -> bool:
+def _supervise_root(entry: dict, record: dict, not_written: dict) -> None:
     """Resend the reduce of a root whose chord callback was lost, or fail a root a task of which failed
-    in the service (``recovery.next_action``); a root still in progress is left alone. True when the
-    root turns out not to be writable (the archive is full): it is added to ``not_written``."""
+    in the service (``recovery.next_action``); a root still in progress is left alone. A root the
+    archive turns out too full to hold is added to ``not_written``."""
     if "work_dir" not in entry:
-        return False
+        return
     work = Path(entry["work_dir"])
     reduce = app.AsyncResult(entry["reduce_id"])
     reduce_state, reduce_result = reduce.state, reduce.result
     if reduce_state == "SUCCESS" and isinstance(reduce_result, dict) and reduce_result.get("status") == "not_written":
         not_written[entry["root"]] = {"root": entry["root"], "error": reduce_result.get("error")}
-        return True
+        return
     action, failure = recovery.next_action(
         work,
         [r["rank_id"] for r in entry["inputs"]["ranks"]],
@@ -372,8 +375,6 @@ def _supervise_root(entry: dict, record: dict, not_written: dict) -> bool:
                 _finalize(work, Path(entry["final_dir"]), record["options"])
             elif present:
                 not_written[entry["root"]] = {"root": entry["root"], "error": failure["error"]}
-                return True
-    return False
 
 
 @app.task(bind=True, name="npuprof.run_stages", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
