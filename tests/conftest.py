@@ -116,3 +116,15 @@ def planted_outputs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     from npuprof.synth import SCENARIOS
 
     return analyze_scenarios(tmp_path_factory.mktemp("planted"), sorted(SCENARIOS), "report", seed=7)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 2.5 MB tmpfs at ``tmp_path / "archive"``: room for about two small roots' outputs, not four
+    (the full-disk tests, local and through the service; root can mount here)."""
+    mount = tmp_path / "archive"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2500k", "tmpfs", str(mount)], capture_output=True)
+    assert done.returncode == 0, f"cannot mount a test filesystem: {done.stderr.decode()}"
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)  # lazily: a worker may still hold a file there

@@ -142,17 +142,6 @@ def test_a_local_sweep_into_an_archive_a_service_sweep_writes_is_refused(cli, tm
     assert not [p for p in archive.iterdir() if p.is_dir()]
 
 
-@pytest.fixture
-def small_filesystem(tmp_path):
-    """A 2.5 MB tmpfs: room for two small roots' outputs, not four."""
-    mount = tmp_path / "archive"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2500k", "tmpfs", str(mount)], capture_output=True)
-    assert done.returncode == 0, f"cannot mount a test filesystem: {done.stderr.decode()}"
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
-
-
 def test_a_full_archive_fails_the_roots_it_cannot_hold_and_a_rerun_finishes(cli, tmp_path, small_filesystem):
     search = tmp_path / "search"
     for seed in range(4):

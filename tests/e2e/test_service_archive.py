@@ -55,17 +55,6 @@ def test_a_local_sweep_and_a_service_sweep_never_write_one_archive_at_once(redis
     assert again.returncode == 0 and again.result["reused_roots"] == 2, again.stderr
 
 
-@pytest.fixture
-def small_filesystem(tmp_path):
-    """A 2.5 MB tmpfs: room for about two small roots' outputs, not four."""
-    mount = tmp_path / "archive"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2500k", "tmpfs", str(mount)], capture_output=True)
-    assert done.returncode == 0, f"cannot mount a test filesystem: {done.stderr.decode()}"
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
 def test_a_full_archive_fails_the_roots_it_cannot_hold_and_a_resubmit_finishes(
     redis_server, workers, tmp_path, small_filesystem
 ):
