@@ -120,12 +120,3 @@ def _die_holding(work: str) -> None:
 
     with recovery.root_lock(Path(work)):
         os.kill(os.getpid(), 9)
-
-
-def test_the_supervisor_looks_every_second_only_for_the_last_few_roots(monkeypatch):
-    from npuprof.workers import settings
-
-    monkeypatch.setenv("NPUPROF_SUPERVISE_SECONDS", "10")
-    assert settings.supervise_seconds(400, 1000) == 10  # a look stats every root's output: spaced out
-    assert settings.supervise_seconds(20, 1000) == 1  # the last 2 %: the sweep ends right after its last root
-    assert settings.supervise_seconds(2, 3) == 1 and settings.supervise_seconds(3, 3) == 10

@@ -65,13 +65,10 @@ def max_rank_retries() -> int:
     return int(os.environ.get("NPUPROF_MAX_RANK_RETRIES", "2"))
 
 
-def supervise_seconds(missing: int = 0, roots: int = 0) -> int:
-    """Seconds between two looks of a sweep's supervisor (``merge_sweep``) at the archive: one second
-    once only the last few roots are missing (the sweep ends within a second of its last root), else
-    ``NPUPROF_SUPERVISE_SECONDS`` (a look stats every root's output: spaced out on a big sweep)."""
-    if missing and missing <= max(2, roots // 50):
-        return 1
-    return _seconds("NPUPROF_SUPERVISE_SECONDS", 10)
+def supervise_seconds() -> int:
+    """Seconds between two looks of a sweep's supervisor (``merge_sweep``) at each missing root: is
+    its reduce lost, did a task of it fail in the service (one result lookup per root: spaced out)."""
+    return max(_seconds("NPUPROF_SUPERVISE_SECONDS", 10), 1)
 
 
 def recover_after() -> int:

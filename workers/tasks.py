@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ from npuprof.workers.app import app
 from npuprof.workers.attempts import RankAttempts
 
 MARKERS = recovery.MARKERS
+POLL_SECONDS = 1  # between two looks of the sweep's merge at the archive
 TRANSIENT = (OSError, OperationalError)  # I/O, and a broker that did not take a message while it restarted
 
 
@@ -245,10 +247,9 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     # the merge supervises from the start: it does not wait for a chord of chords whose bookkeeping a
     # Redis restart can break, it watches the archive (a resend of this task after a broker error
     # sends the same ids again: a rank analysed twice writes the same bytes, a reduce twice does nothing)
-    merge_sweep_task.apply_async(
-        (sweep_id,), task_id=merge_id, queue=queue_name, countdown=settings.supervise_seconds(len(plan), len(plan))
-    )
     root_chords = [root_chord for _, root_chord in planned if root_chord is not None]
+    first_look = POLL_SECONDS if root_chords else 0  # nothing to analyze (a finished sweep resubmitted): at once
+    merge_sweep_task.apply_async((sweep_id,), task_id=merge_id, queue=queue_name, countdown=first_look)
     for root_chord in root_chords:
         root_chord.apply_async()
     return {"sweep_id": sweep_id, "roots": len(plan), "scheduled": len(root_chords)}
@@ -289,28 +290,32 @@ def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: 
 @app.task(bind=True, name="npuprof.merge_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=None)
 def merge_sweep_task(self, sweep_id: str) -> dict:
     """Supervise the sweep until every root's output is in the archive (or could not be written there);
-    then sweep_summary.json and sweep_class_rollup.csv. Runs again every ``supervise_seconds`` till then."""
+    then sweep_summary.json and sweep_class_rollup.csv.
+
+    Runs again every second till then: each look lists the archive once (a root's dir appears by an
+    atomic rename when it is finished), so the sweep ends a second after its last root; every
+    ``supervise_seconds`` a look also asks after each missing root (``_supervise_root``)."""
     record = records.load(sweep_id)
     if record is None or record.get("state") in records.FINISHED:  # a duplicate, or a cancelled sweep
         return {"status": record.get("state") if record else "forgotten"}
     archive = Path(record["archive"])
     not_written = {lost["root"]: lost for lost in record.get("roots_not_written", [])}
-    for entry in _missing(record, archive, not_written):
-        _supervise_root(entry, record, not_written)
-    if len(not_written) > len(record.get("roots_not_written", [])):
-        records.update(sweep_id, roots_not_written=list(not_written.values()))
+    if self.request.retries % settings.supervise_seconds() == 0:
+        for entry in _missing(record, archive, not_written):
+            _supervise_root(entry, record, not_written)
+        if len(not_written) > len(record.get("roots_not_written", [])):
+            records.update(sweep_id, roots_not_written=list(not_written.values()))
     missing = _missing(record, archive, not_written)
     if missing:
-        pause = settings.supervise_seconds(len(missing), len(record["roots"]))
-        raise self.retry(countdown=pause, exc=RuntimeError(f"waiting for {len(missing)} roots"))
+        raise self.retry(countdown=POLL_SECONDS, exc=RuntimeError(f"waiting for {len(missing)} roots"))
     return _merge(record, archive, list(not_written.values()))
 
 
 def _missing(record: dict, archive: Path, not_written: dict) -> list[dict]:
-    """The roots of the sweep with no output in the archive yet (and not given up as not written)."""
-    return [
-        e for e in record["roots"] if e["root"] not in not_written and root_status(archive / e["slug"]) == "missing"
-    ]
+    """The roots of the sweep with no dir in the archive yet (and not given up as not written): one
+    listing, not a look into every root, as a finished root's dir appears by an atomic rename."""
+    present = set(os.listdir(archive)) if archive.is_dir() else set()
+    return [e for e in record["roots"] if e["root"] not in not_written and e["slug"] not in present]
 
 
 def _merge(record: dict, archive: Path, not_written: list[dict]) -> dict:
