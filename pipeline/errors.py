@@ -188,6 +188,19 @@ class StageFailed(NpuprofError):
         return self.cause.as_dict()
 
 
+def full_disk(where: Path | str) -> NoSpace:
+    """A full output filesystem, naming the dir that could not be written (a stage knows only that it
+    could not write)."""
+    return NoSpace(f"no space left on device writing {where}")
+
+
+def naming_full_disk(exc: NpuprofError, where: Path | str) -> NpuprofError:
+    """``exc``, or, when it is a stage that found the disk full, the same stage naming ``where``."""
+    if isinstance(exc, StageFailed) and isinstance(exc.cause, NoSpace):
+        return StageFailed(exc.phase, full_disk(where))
+    return exc
+
+
 def _rebuild_manifest_not_ok(path: str, status: object, reason: str | None) -> ManifestNotOk:
     return ManifestNotOk(path, status, reason=reason)
 

@@ -18,11 +18,12 @@ from typing import Iterator
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import (
     BadInput,
-    NoSpace,
     NpuprofError,
     StageFailed,
     UsageError,
     failure_object,
+    full_disk,
+    naming_full_disk,
     no_space,
     traceback_of,
 )
@@ -194,12 +195,11 @@ def analyze(
         except OSError as exc:  # outside a stage (manifests, the lock): only a full disk is expected here
             if not no_space(exc):
                 raise
-            failure = NoSpace(f"no space left on device writing {out}")
+            failure = full_disk(out)
             write_failure_if_room(out, failure)
             raise failure from None
         except StageFailed as exc:
-            if isinstance(exc.cause, NoSpace):  # name the output dir the stage could not write
-                exc = StageFailed(exc.phase, NoSpace(f"no space left on device writing {out}"))
+            exc = naming_full_disk(exc, out)  # name the output dir the stage could not write
             write_failure_if_room(out, exc)
             raise exc from None
         except NpuprofError as exc:

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from celery import chord, group
@@ -30,6 +29,8 @@ from npuprof.pipeline.errors import (
     NpuprofError,
     StageFailed,
     failure_object,
+    full_disk,
+    naming_full_disk,
     no_space,
     traceback_of,
 )
@@ -87,12 +88,7 @@ def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[st
     except OSError as exc:  # the attempts file or the marker
         if not no_space(exc):
             raise
-        raise _archive_full(Path(work_dir)) from None
-
-
-def _archive_full(work: Path) -> NoSpace:
-    """The error of a full archive, naming it (the work dir inside it is only npuprof's)."""
-    return NoSpace(f"no space left on device writing {work.parent}")
+        raise full_disk(Path(work_dir).parent) from None  # the archive: the work dir in it is only npuprof's
 
 
 def _analyze_rank(task, work_dir: str, rank: dict, options: dict, stages: list[str]) -> dict:
@@ -113,7 +109,7 @@ def _analyze_rank(task, work_dir: str, rank: dict, options: dict, stages: list[s
         payload = {"status": "ok", "results": results}
     except StageFailed as exc:
         if isinstance(exc.cause, NoSpace):  # no marker would fit either: the task fails, named
-            raise _archive_full(Path(work_dir)) from None
+            raise full_disk(Path(work_dir).parent) from None
         payload = _failed(exc)
     except NpuprofError as exc:  # bad data fails this root, never the worker or the sweep
         payload = _failed(exc)
@@ -131,13 +127,13 @@ def _rank_marker(marker: Path, rank: dict, payload: dict) -> dict:
     return {"rank_id": rank["rank_id"], "status": payload["status"]}
 
 
-def _write_root_failure(work: Path, write: Callable[[Path], object]) -> bool:
+def _write_root_failure(work: Path, failure: dict, traceback: str | None = None) -> bool:
     """Write a failed root's failure.json into ``work``; on a full disk, first drop the root's partial
     outputs to make room. False when not even that fits (the work dir is gone then: no half root)."""
     for _ in range(2):
         try:
             work.mkdir(exist_ok=True)
-            write(work)
+            io.write_failure(work, failure, traceback)
             return True
         except OSError as exc:
             if not no_space(exc):
@@ -193,24 +189,20 @@ def _reduce_work(work: Path, inputs: dict, options: dict, stages: list[str], pay
     when the disk cannot hold it), with the error."""
     failed = [p for p in payloads if p["status"] != "ok"]
     if failed:
-        failure = failed[0]["failure"]
-        written = _write_root_failure(work, lambda w: io.write_failure(w, failure, failed[0].get("traceback")))
-        return ("failed" if written else "not_written"), failure.get("error", "")
-    try:
+        failure, traceback = failed[0]["failure"], failed[0].get("traceback")
+    else:
         try:
             finish_root(str(work), inputs, options, stages, [p["results"] for p in payloads])
+            return "ok", ""
         except OSError as exc:  # the top manifest
             if not no_space(exc):
                 raise
-            raise StageFailed("manifest", _archive_full(work)) from None
-        except StageFailed as exc:
-            if not isinstance(exc.cause, NoSpace):
-                raise
-            raise StageFailed(exc.phase, _archive_full(work)) from None
-        return "ok", ""
-    except NpuprofError as exc:
-        written = _write_root_failure(work, lambda w, error=exc: write_failure(w, error))
-        return ("failed" if written else "not_written"), exc.one_line()
+            error: NpuprofError = StageFailed("manifest", full_disk(work.parent))
+        except NpuprofError as exc:
+            error = naming_full_disk(exc, work.parent)
+        failure, traceback = failure_object(error), traceback_of(error)
+    written = _write_root_failure(work, failure, traceback)
+    return ("failed" if written else "not_written"), failure.get("error", "")
 
 
 def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
@@ -376,9 +368,11 @@ def _supervise_root(entry: dict, record: dict, not_written: dict) -> None:
         reduce_root.apply_async(args, task_id=entry["reduce_id"], queue=entry["queue"])
     elif action == "fail":
         with recovery.root_lock(work) as present:
-            if present and _write_root_failure(work, lambda w: io.write_failure(w, failure)):
+            if not present:  # a reduce finished the root meanwhile
+                return
+            if _write_root_failure(work, failure):
                 _finalize(work, Path(entry["final_dir"]), record["options"])
-            elif present:
+            else:
                 not_written[entry["root"]] = {"root": entry["root"], "error": failure["error"]}
 
 

@@ -48,10 +48,15 @@ def status(broker: str, sweep_id: str) -> dict:
     return run.result
 
 
-def wait_done(broker: str, sweep_id: str, timeout: float = 240) -> dict:
+def wait_state(broker: str, sweep_id: str, states: tuple[str, ...], timeout: float = 120) -> dict:
+    """The sweep's status once its state is one of ``states``."""
     return wait_until(
-        lambda: (s := status(broker, sweep_id))["state"] == "done" and s, timeout, f"sweep {sweep_id}", interval=1.0
+        lambda: (s := status(broker, sweep_id))["state"] in states and s, timeout, f"sweep {sweep_id} {states}", 1.0
     )
+
+
+def wait_done(broker: str, sweep_id: str, timeout: float = 240) -> dict:
+    return wait_state(broker, sweep_id, ("done",), timeout)
 
 
 def rollup(archive: Path) -> pd.DataFrame:

@@ -7,8 +7,7 @@ import subprocess
 
 import pytest
 from conftest import run_cli
-from service_harness import wait_until
-from test_service import build_search_root, status, submit, wait_done
+from test_service import build_search_root, submit, wait_done, wait_state
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import EXIT_USAGE
@@ -17,12 +16,6 @@ from npuprof.pipeline.sweep.rollup import root_status
 from npuprof.synth import generate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
-
-
-def wait_state(broker: str, sweep_id: str, states: tuple[str, ...], timeout: float = 120) -> dict:
-    return wait_until(
-        lambda: (s := status(broker, sweep_id))["state"] in states and s, timeout, f"sweep {sweep_id} {states}", 1.0
-    )
 
 
 def test_a_local_sweep_and_a_service_sweep_never_write_one_archive_at_once(redis_server, workers, tmp_path):
