@@ -148,15 +148,48 @@ def _embedding_backward(p: Program, w: Workload, mb: int) -> None:
     )
 
 
+def _layer_parameters(w: Workload) -> tuple[float, float]:
+    """Parameters of one decoder layer on this rank (the standard formulas; heads and FFN split over TP):
+    (replicated over the data-parallel ranks, this rank's own routed experts — split over every rank,
+    so no other rank holds a copy to sync with)."""
+    m, tp = w.model, w.tp
+    attention = (m.hidden * m.heads * m.head_dim * 2 + 2 * m.hidden * m.kv_heads * m.head_dim) / tp
+    if m.family == "dense":
+        return attention + 3 * m.hidden * m.ffn / tp + 2 * m.hidden, 0.0
+    local_experts = m.experts // max(w.world, 1)
+    return attention + m.hidden * m.experts + 2 * m.hidden, local_experts * 3 * m.hidden * m.moe_ffn
+
+
+def _gradient_parameters(w: Workload) -> tuple[float, float]:
+    """(parameters whose gradients this rank all-reduces over data parallel, parameters it updates): its
+    stage's decoder layers plus the embedding on the first stage and the LM head on the last (V / TP · h
+    each) — which is why moving a layer between stages changes the sync of neither by a layer's whole
+    share."""
+    replicated, own = _layer_parameters(w)
+    layers = len(w.stage_layers)
+    synced = layers * replicated + (w.first_stage + w.last_stage) * (w.model.vocab // w.tp) * w.model.hidden
+    return synced, synced + layers * own
+
+
+GRADIENT_BYTES_PER_US = 157e3  # the gradient all-reduce's bus speed beyond its 200 µs start (≈ 157 GB/s)
+
+
 def _optimizer(p: Program, w: Workload) -> None:
-    """Gradient all-reduce over the data-parallel group, gradient-norm clipping, AdamW."""
+    """Gradient all-reduce over the data-parallel group in 4 buckets, gradient-norm clipping, AdamW: each
+    as long as the parameters the rank holds make it (bf16 gradients)."""
     m = w.model
     layers = len(w.stage_layers)
-    grad_mb = 12 * m.hidden * m.hidden * layers * 2 / 1e6
+    synced, parameters = _gradient_parameters(w)
+    bucket_bytes = synced * 2 / 4
     for _bucket in range(4):
-        p.add(hccl("allReduce", "dp", 200.0 + 40 * layers, grad_mb / 4), TAIL, block="optimizer")
+        p.add(
+            hccl("allReduce", "dp", 200.0 + bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6),
+            TAIL,
+            block="optimizer",
+        )
     p.add(aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{layers * 9}", "1"), TAIL, block="optimizer")
-    for _param in range(layers // 2 + 2):
+    # one fused AdamW per ~25 M parameters
+    for _param in range(max(round(parameters / 25e6), 1)):
         p.add(
             aclnn(
                 "ApplyAdamW",

@@ -143,7 +143,9 @@ def test_zooming_in_shows_kernels_and_their_operator_card(browser, served, mixed
     WebDriverWait(browser, 20).until(
         lambda d: int(d.find_element(By.ID, "timeline").get_attribute("data-kernels-drawn")) > 0
     )
-    hit = browser.execute_script("const h = npuprof.state.hits[0]; return [h[0] + h[2] / 2, h[1] + 5];")
+    # a compute kernel (a collective has no shapes to show): the first drawn whose op type is no hcom_ call
+    compute = "npuprof.state.hits.find(h => !String(h[4].kinds[h[3][5]]).startsWith('hcom'))"
+    hit = browser.execute_script(f"const h = {compute}; return [h[0] + h[2] / 2, h[1] + 5];")
     canvas = browser.find_element(By.ID, "timeline")
     rect = browser.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.top];", canvas)
     browser.execute_script(
@@ -160,7 +162,7 @@ def test_zooming_in_shows_kernels_and_their_operator_card(browser, served, mixed
     names = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "dl.kernel-fields dt")]
     values = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "dl.kernel-fields dd")]
     shown = dict(zip(names, values))
-    rank, row = browser.execute_script("const k = npuprof.state.hits[0][3]; return [k[0], k[6]];")
+    rank, row = browser.execute_script(f"const k = {compute}[3]; return [k[0], k[6]];")
     events = pd.read_parquet(mixed_report / "out" / schema.NORMALIZED_EVENTS)
     (kernel,) = events[(events["rank_id"].astype(int) == rank) & (events["row_idx"] == row)].itertuples()
     assert shown["name"] == kernel.name and shown["accelerator_core"] == kernel.accelerator_core

@@ -183,7 +183,8 @@ def close_windows(model: StepModel, windows: pd.DataFrame) -> WhatIf:
 
 def at_peer_median(model: StepModel, rank: int, instances: np.ndarray | None = None) -> WhatIf:
     """``rank``'s local work before each collective at the median of the other members' (only where it
-    is longer; ``instances``: alignment ids to change, default all the rank joins with peers)."""
+    is longer; ``instances``: alignment ids to change, default all the rank joins with peers, and then its
+    tails too: a slow rank is slow after its last collective as well, e.g. in its optimizer)."""
     change = WhatIf.none(model)
     rows = model.rows
     if rows.empty:
@@ -192,9 +193,21 @@ def at_peer_median(model: StepModel, rank: int, instances: np.ndarray | None = N
     mine = rows[(rows["rank_id"] == rank) & rows["instance"].isin(peers.index)]
     if instances is not None:
         mine = mine[mine["alignment_id"].isin(instances)]
+    else:
+        change.tail_cut_us = _tail_excess(model, rank)
     excess = (mine["gap_us"] - peers.reindex(mine["instance"]).to_numpy()).clip(lower=0.0)
     change.gap_cut_us[mine.index.to_numpy()] = excess.to_numpy()
     return change
+
+
+def _tail_excess(model: StepModel, rank: int) -> np.ndarray:
+    """Per slot, how much longer ``rank``'s tail is than the median tail of the ranks that left its last
+    collective with it (its peers in the work that follows); 0 elsewhere."""
+    last = model.rows.sort_values(["slot", "start_us"], kind="stable").groupby("slot")["instance"].last()
+    slots = model.slots.assign(last=last.reindex(model.slots.index))
+    peers = slots[slots["rank_id"] != rank].groupby("last")["tail_us"].median()
+    excess = (slots["tail_us"] - slots["last"].map(peers)).clip(lower=0.0).fillna(0.0)
+    return np.where(slots["rank_id"] == rank, excess.to_numpy(float), 0.0)
 
 
 def scaled_transit(model: StepModel, factors: pd.Series) -> WhatIf:
