@@ -136,9 +136,12 @@ def _task_state(app, task_id: str) -> dict:
 
 def status(sweep_id: str, *, broker: str | None = None) -> dict:
     """Per-root state and progress, totals and failures of a sweep."""
-    conn = _connect(broker)
+    conn = _connect(broker)  # first: it names a missing service extra
+    from npuprof.workers import merge_watch
+
     app = conn.app
     record = conn.load(sweep_id)
+    merge_watch.revive_if_stale(app, sweep_id, conn.url, record)  # a supervisor lost in a broker restart
     roots = []
     for entry in record.get("roots", []):
         if entry.get("reused"):
@@ -194,9 +197,9 @@ def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str
     Without ``on_poll`` only the sweep record is read while waiting (one Redis read a poll, not one
     per task), so a waiting client does not load the broker of a large sweep.
     """
-    from npuprof.workers import records
+    conn = _connect(broker)  # first: it names a missing service extra
+    from npuprof.workers import merge_watch, records
 
-    conn = _connect(broker)
     deadline = time.monotonic() + timeout
     while True:
         if on_poll:
@@ -204,7 +207,9 @@ def wait(sweep_id: str, *, timeout: float = 3600, poll: float = 1.0, broker: str
             on_poll(current)
             state = current["state"]
         else:
-            state = conn.load(sweep_id)["state"]
+            record = conn.load(sweep_id)
+            merge_watch.revive_if_stale(conn.app, sweep_id, conn.url, record)
+            state = record["state"]
         if state in records.FINISHED or time.monotonic() > deadline:
             return status(sweep_id, broker=broker)
         time.sleep(poll)

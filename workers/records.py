@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import redis
 
@@ -61,3 +62,28 @@ def update(sweep_id: str, url: str | None = None, **fields) -> dict | None:
 def claim(name: str, seconds: int, url: str | None = None) -> bool:
     """True for the first caller in ``seconds`` that claims ``name`` (e.g. resending one root's reduce)."""
     return bool(_client(url).set(f"{settings.KEY_PREFIX}claim:{name}", "1", nx=True, ex=max(int(seconds), 1)))
+
+
+def looked(sweep_id: str, url: str | None = None) -> None:
+    """The sweep's supervisor looked at its archive now (``merge_watch`` tells a lost one by this)."""
+    _client(url).set(f"{settings.KEY_PREFIX}looked:{sweep_id}", time.time(), ex=settings.record_days() * 86400)
+
+
+def last_look(sweep_id: str, url: str | None = None) -> float | None:
+    raw = _client(url).get(f"{settings.KEY_PREFIX}looked:{sweep_id}")
+    return float(raw) if raw else None
+
+
+def merge_generation(sweep_id: str, url: str | None = None) -> int:
+    """The generation of the sweep's supervisor that may run: an older copy (superseded) stops."""
+    raw = _client(url).get(f"{settings.KEY_PREFIX}merge-generation:{sweep_id}")
+    return int(raw) if raw else 0
+
+
+def next_merge_generation(sweep_id: str, url: str | None = None) -> int:
+    """A new generation of the sweep's supervisor (a plan or a revival), superseding every older copy."""
+    key = f"{settings.KEY_PREFIX}merge-generation:{sweep_id}"
+    client = _client(url)
+    generation = int(client.incr(key))
+    client.expire(key, settings.record_days() * 86400)
+    return generation

@@ -71,6 +71,12 @@ def supervise_seconds() -> int:
     return max(_seconds("NPUPROF_SUPERVISE_SECONDS", 10), 1)
 
 
+def merge_stale_seconds() -> int:
+    """Seconds without a look of a running sweep's supervisor (``merge_sweep``) after which it is taken
+    for lost and sent again: its next-look message can vanish in a broker restart, which no worker sees."""
+    return max(_seconds("NPUPROF_MERGE_STALE_SECONDS", 120), 1)
+
+
 def recover_after() -> int:
     """Seconds after a root's last rank finished before its reduce is sent again when none is running
     (its chord callback was lost); a reduce sent twice does the work once (``recovery.root_lock``)."""

@@ -43,7 +43,7 @@ from npuprof.pipeline.sweep import service_mark
 from npuprof.pipeline.sweep.local import is_reusable
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
-from npuprof.workers import records, recovery, settings
+from npuprof.workers import merge_watch, records, recovery, settings
 from npuprof.workers.app import app
 from npuprof.workers.attempts import RankAttempts
 
@@ -153,8 +153,18 @@ def _finalize(work: Path, final: Path, options: dict) -> str:
 
 
 @app.task(bind=True, name="npuprof.reduce_root", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
-def reduce_root(self, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str]) -> dict:
-    """Cluster-level stages of one root once every rank's marker is on disk; then the atomic rename."""
+def reduce_root(
+    self, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str], sweep_id: str | None = None
+) -> dict:
+    """Cluster-level stages of one root once every rank's marker is on disk; then the atomic rename.
+    As it lands, a sweep whose supervisor stopped looking gets a new one (``merge_watch``)."""
+    result = _reduce_root(self, work_dir, final_dir, inputs, options, stages)
+    if sweep_id is not None:
+        merge_watch.revive_if_stale(app, sweep_id)
+    return result
+
+
+def _reduce_root(task, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str]) -> dict:
     work, final = Path(work_dir), Path(final_dir)
     with recovery.root_lock(work) as present:
         if not present:  # another copy of this reduce (a resent one, or the chord's) finished the root
@@ -167,7 +177,7 @@ def reduce_root(self, work_dir: str, final_dir: str, inputs: dict, options: dict
         markers = {r["rank_id"]: recovery.marker_path(work, r["rank_id"]) for r in inputs["ranks"]}
         missing = [r for r, path in markers.items() if not path.exists()]
         if missing:  # a rank task was redelivered after a worker died: wait for it, not for the chord counter
-            raise self.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for ranks {missing}"))
+            raise task.retry(countdown=3, max_retries=2400, exc=RuntimeError(f"waiting for ranks {missing}"))
         status, error = _reduce_work(work, inputs, options, stages, [io.read_json(p) for p in markers.values()])
         if status == "not_written":  # the archive is too full to hold even why
             return {"status": status, "root": inputs["root"], "output_dir": None, "error": error}
@@ -230,7 +240,9 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
         records.update(sweep_id, state="failed", error=error, exit_code=EXIT_USAGE, finished_at=time.time())
         return {"sweep_id": sweep_id, "state": "failed", "error": error}
     stages = list(STAGE_NAMES)
-    planned = [_plan_root(root, search_roots, archive_dir, options, stages) for root in find_roots(search_roots)]
+    planned = [
+        _plan_root(root, search_roots, archive_dir, options, stages, sweep_id) for root in find_roots(search_roots)
+    ]
     plan = [entry for entry, _ in planned]
     merge_id = f"npuprof-merge-{sweep_id}"
     app.AsyncResult(merge_id).forget()
@@ -241,13 +253,14 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     # sends the same ids again: a rank analysed twice writes the same bytes, a reduce twice does nothing)
     root_chords = [root_chord for _, root_chord in planned if root_chord is not None]
     first_look = POLL_SECONDS if root_chords else 0  # nothing to analyze (a finished sweep resubmitted): at once
-    merge_sweep_task.apply_async((sweep_id,), task_id=merge_id, queue=queue_name, countdown=first_look)
+    generation = records.next_merge_generation(sweep_id)  # any merge of an earlier run of this sweep stops
+    merge_sweep_task.apply_async((sweep_id, generation), task_id=merge_id, queue=queue_name, countdown=first_look)
     for root_chord in root_chords:
         root_chord.apply_async()
     return {"sweep_id": sweep_id, "roots": len(plan), "scheduled": len(root_chords)}
 
 
-def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: dict, stages: list[str]):
+def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: dict, stages: list[str], sweep_id: str):
     """One root's record entry, and its chord (None when the root is reused or failed at discovery)."""
     slug = root_slug(root, search_roots)
     key = root_key(str(root), options)
@@ -271,7 +284,7 @@ def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: 
         task_id = f"npuprof-rank-{key}-{rank.rank_id}"
         entry["rank_ids"].append(task_id)
         rank_tasks.append(analyze_rank.si(str(work), vars(rank), options, stages).set(task_id=task_id, queue=queue))
-    body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages).set(
+    body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages, sweep_id).set(
         task_id=entry["reduce_id"], queue=queue
     )
     for task_id in [*entry["rank_ids"], entry["reduce_id"]]:  # a resubmit's ids are the last run's: its
@@ -280,13 +293,17 @@ def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: 
 
 
 @app.task(bind=True, name="npuprof.merge_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=None)
-def merge_sweep_task(self, sweep_id: str) -> dict:
+def merge_sweep_task(self, sweep_id: str, generation: int = 0) -> dict:
     """Supervise the sweep until every root's output is in the archive (or could not be written there);
     then sweep_summary.json and sweep_class_rollup.csv.
 
     Runs again every second till then: each look lists the archive once (a root's dir appears by an
     atomic rename when it is finished), so the sweep ends a second after its last root; every
-    ``supervise_seconds`` a look also asks after each missing root (``_supervise_root``)."""
+    ``supervise_seconds`` a look also asks after each missing root (``_supervise_root``). A copy of an
+    older ``generation`` stops: ``merge_watch`` sent a new one, taking this one for lost."""
+    if generation < records.merge_generation(sweep_id):
+        return {"status": "superseded"}
+    records.looked(sweep_id)
     record = records.load(sweep_id)
     if record is None or record.get("state") in records.FINISHED:  # a duplicate, or a cancelled sweep
         return {"status": record.get("state") if record else "forgotten"}

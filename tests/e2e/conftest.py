@@ -8,7 +8,12 @@ import pytest
 from service_harness import RedisServer, Worker
 
 # short, so a lost message comes back, and the supervisor steps in, within a test
-E2E_ENV = {"NPUPROF_VISIBILITY_TIMEOUT": "8", "NPUPROF_SUPERVISE_SECONDS": "1", "NPUPROF_RECOVER_AFTER": "4"}
+E2E_ENV = {
+    "NPUPROF_VISIBILITY_TIMEOUT": "8",
+    "NPUPROF_SUPERVISE_SECONDS": "1",
+    "NPUPROF_RECOVER_AFTER": "4",
+    "NPUPROF_MERGE_STALE_SECONDS": "6",
+}
 
 
 @pytest.fixture

@@ -143,6 +143,54 @@ def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_
     assert len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
 
 
+def test_a_supervisor_that_stops_looking_is_replaced_as_roots_land(redis_server, workers, tmp_path):
+    """The merge's next look lost, as a broker restart can lose it (every running copy told to stop): a
+    root's reduce that lands once the last look is NPUPROF_MERGE_STALE_SECONDS old sends a new merge,
+    with no client asking after the sweep."""
+    search = build_search_root(
+        tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=20, layers=12, trace=False
+    )
+    started = workers(1)
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+    client = redis.Redis.from_url(redis_server.url)
+    wait_until(lambda: client.get(f"npuprof:looked:{sweep_id}"), 60, "the merge's first look")
+    client.incr(f"npuprof:merge-generation:{sweep_id}")  # the merge stops at its next look
+    wait_until((tmp_path / "archive" / "sweep_summary.json").exists, 300, "the rollup without a client")
+    record = json.loads(client.get(f"npuprof:sweep:{sweep_id}"))
+    assert record["state"] == "done" and len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
+    log = started[0].log_text()
+    assert "'status': 'superseded'" in log  # the old copy stopped; the new one merged
+    assert log.count(f"npuprof.merge_sweep[npuprof-merge-{sweep_id}] succeeded") == 2
+
+
+def test_a_stale_supervisor_is_sent_again_once_by_whoever_asks(redis_server, monkeypatch):
+    """merge_watch against a real Redis: a fresh look or a finished sweep sends nothing; a stale running
+    sweep gets one new generation of its merge in its queue, and a second asker within the stale time
+    none."""
+    import time
+
+    from npuprof.workers import merge_watch, records
+    from npuprof.workers.app import make_app
+
+    monkeypatch.setenv("NPUPROF_MERGE_STALE_SECONDS", "5")
+    url, app = redis_server.url, make_app(redis_server.url)
+    client = redis.Redis.from_url(url)
+    record = {"sweep_id": "s1", "state": "running", "merge_id": "npuprof-merge-s1", "queue": "watch", "planned_at": 0}
+    records.save(record, url)
+    records.looked("s1", url)
+    assert not merge_watch.revive_if_stale(app, "s1", url)  # it looked just now
+    client.set("npuprof:looked:s1", time.time() - 6)
+    records.save({**record, "state": "done"}, url)
+    assert not merge_watch.revive_if_stale(app, "s1", url)  # nothing left to supervise
+    records.save(record, url)
+    assert merge_watch.revive_if_stale(app, "s1", url)
+    assert not merge_watch.revive_if_stale(app, "s1", url)  # claimed: one revival per stale period
+    assert records.merge_generation("s1", url) == 1
+    (message,) = [json.loads(m) for m in client.lrange("npuprof:watch", 0, -1)]
+    assert message["headers"]["id"] == "npuprof-merge-s1" and message["headers"]["argsrepr"] == "('s1', 1)"
+    assert merge_watch.is_stale({**record, "planned_at": time.time()}, None, time.time(), 5) is False
+
+
 def test_broken_auxiliary_files_degrade_roots_through_the_service_as_they_do_locally(redis_server, workers, tmp_path):
     """Each auxiliary file broken on rank 0 of its own root: the service's rank tasks and reduce give the
     local sweep's rollup — every root ok, degraded, the file named — not a failure."""
