@@ -8,14 +8,12 @@ and returns a small manifest dict. A stage's manifest is written last: it marks 
 from __future__ import annotations
 
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import shutil
 import sys
-import threading
 import time
 import traceback
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,13 +39,19 @@ def clear_stage_outputs(out_dir: Path, current: Stage) -> None:
         _remove(out_dir / path)
 
 
-def write_result(out_dir: Path, current: Stage, result: StageResult, rank_id: int | None) -> None:
+def write_result(
+    out_dir: Path, current: Stage, result: StageResult, rank_id: int | None, written: dict | None = None
+) -> None:
     """Write every part of a stage result atomically (the manifest is the caller's, written last);
-    an artifact the stage does not declare is refused before anything is written."""
+    an artifact the stage does not declare is refused before anything is written. ``written`` collects
+    each table as written, by path (a rank's next stages take it from there)."""
     current.check_declared(result)
     for table, data in result.tables.items():
         target = out_dir / (table.partition(rank_id) if rank_id is not None else table.path)
-        io.write_parquet(target, table.conform(data))
+        conformed = table.conform(data)
+        io.write_parquet(target, conformed)
+        if written is not None:
+            written[table.path] = conformed
     for view, frame in result.csv_views.items():
         io.write_csv(out_dir / view.file, frame)
     for name, payload in result.json_files.items():
@@ -56,13 +60,19 @@ def write_result(out_dir: Path, current: Stage, result: StageResult, rank_id: in
         io.write_bytes(out_dir / name, payload)
 
 
-def run_rank_stage(stage_name: str, out_dir: str, rank: dict, options: dict) -> dict:
-    """Map unit: run ``stage_name`` for one rank, write its partitions, return its manifest entry."""
+def run_rank_stage(
+    stage_name: str, out_dir: str, rank: dict, options: dict, handed_over: dict[str, Any] | None = None
+) -> dict:
+    """Map unit: run ``stage_name`` for one rank, write its partitions, return its manifest entry.
+
+    ``handed_over``: the rank's tables from its earlier stages in this process (see ``run_rank_chain``);
+    this stage's tables are added to it."""
     current = stage(stage_name)
-    ctx = RankContext(Path(out_dir), RankInput(**rank), AnalyzeOptions.from_dict(options))
+    held = {} if handed_over is None else handed_over
+    ctx = RankContext(Path(out_dir), RankInput(**rank), AnalyzeOptions.from_dict(options), held)
     started = time.perf_counter()
     result = current.map_rank(ctx)
-    write_result(Path(out_dir), current, result, rank_id=ctx.rank.rank_id)
+    write_result(Path(out_dir), current, result, ctx.rank.rank_id, held if handed_over is not None else None)
     manifest = dict(result.manifest)
     manifest.setdefault("rank_id", ctx.rank.rank_id)
     manifest["seconds"] = round(time.perf_counter() - started, 4)
@@ -159,48 +169,45 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def warm_process_pool(inputs: RootInputs, jobs: int) -> None:
-    """Start the fork server in the background (it imports the pipeline once, about a second) while
-    normalize, which maps ranks on threads, reads the sources; the first pool then starts at once."""
-    if _uses_process_pool(inputs, jobs):
-        _pool_context()
-        threading.Thread(target=multiprocessing.forkserver.ensure_running, daemon=True).start()
-
-
-def map_ranks(
-    current: Stage, out_dir: Path, inputs: RootInputs, options: AnalyzeOptions, jobs: int, progress: Progress
+def map_rank_chains(
+    out_dir: Path,
+    inputs: RootInputs,
+    options: AnalyzeOptions,
+    stage_names: list[str],
+    jobs: int,
+    progress: Progress,
+    in_pool: bool | None = None,
 ) -> list[dict]:
-    """Run the map part of ``current`` over every rank, in a pool when it pays; the rank manifests."""
+    """Every rank's chain of map units (``run_rank_chain``), in a process pool when it pays (``in_pool``
+    None: by the kernel bytes), else in this process; one result per rank, rank by rank as they finish.
+    The first failure cancels the chains not yet started and is raised with its phase."""
     ranks = sorted(inputs.ranks, key=_rank_weight, reverse=True)  # biggest first balances the pool
     total = len(ranks)
-    progress(current.name, 0, total, "ranks")
+    pooled = _uses_process_pool(inputs, jobs) if in_pool is None else in_pool
+    progress("ranks", 0, total, f"{' → '.join(stage_names)} per rank")
     results: list[dict] = []
-    workers = max(1, min(jobs, total))
-    if not current.map_in_threads and not _uses_process_pool(inputs, jobs):
-        workers = 1
-    unit_args = [(current.name, str(out_dir), vars(rank), options.to_dict()) for rank in ranks]
-    if workers == 1:
-        for done, (rank, args) in enumerate(zip(ranks, unit_args), start=1):
-            results.append(guard(current.name, rank.rank_id, run_rank_stage, *args))
-            progress(current.name, done, total, f"rank {rank.rank_id}")
+    if not pooled or min(jobs, total) < 2:
+        for rank in ranks:
+            results.append(run_rank_chain(str(out_dir), vars(rank), options.to_dict(), stage_names, progress))
+            progress("ranks", len(results), total, f"rank {rank.rank_id}")
         return results
-    if current.map_in_threads:
-        pool_cm = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"npuprof-{current.name}")
-    else:
-        pool_cm = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
-    with pool_cm as pool:
-        futures = {pool.submit(run_rank_stage, *args): rank.rank_id for rank, args in zip(ranks, unit_args)}
+    with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_pool_context()) as pool:
+        futures = {
+            pool.submit(run_rank_chain, str(out_dir), vars(rank), options.to_dict(), stage_names): rank.rank_id
+            for rank in ranks
+        }
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
             for future in finished:
-                rank_id = futures[future]
                 if future.exception() is not None:
                     for other in pending:
                         other.cancel()
-                    guard(current.name, rank_id, _reraise, future.exception())
+                    # a StageFailed names its stage and rank (guarded in the chain); anything else (a
+                    # worker killed) is named by the rank whose chain it ended
+                    guard("rank chain", futures[future], _reraise, future.exception())
                 results.append(future.result())
-                progress(current.name, len(results), total, f"rank {rank_id}")
+                progress("ranks", len(results), total, f"rank {futures[future]}")
     return results
 
 
@@ -210,12 +217,14 @@ def run_rank_chain(
     """The rank-local (map) units of several stages for one rank, in order: the service's rank task.
 
     This works because a map unit reads only its own rank's artifacts (segment reads its rank's
-    events, classify its rank's segments); everything cluster-wide happens in the reduce units.
+    events, classify its rank's segments); everything cluster-wide happens in the reduce units. Each
+    table is written once and handed to the rank's later stages in memory, never read back.
     """
     results = {}
+    handed_over: dict[str, Any] = {}
     for index, name in enumerate(stage_names):
         progress(name, index, len(stage_names), f"rank {rank['rank_id']}")
         if stage(name).map_rank is not None:  # run_rank_stage records the unit's seconds itself
-            results[name] = guard(name, rank["rank_id"], run_rank_stage, name, out_dir, rank, options)
+            results[name] = guard(name, rank["rank_id"], run_rank_stage, name, out_dir, rank, options, handed_over)
     progress(stage_names[-1], len(stage_names), len(stage_names), f"rank {rank['rank_id']}")
     return results

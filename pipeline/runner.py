@@ -27,7 +27,7 @@ from npuprof.pipeline.errors import (
     no_space,
     traceback_of,
 )
-from npuprof.pipeline.execution import clear_stage_outputs, guard, map_ranks, run_root_stage, warm_process_pool
+from npuprof.pipeline.execution import clear_stage_outputs, guard, map_rank_chains, run_root_stage
 from npuprof.pipeline.manifests import result_object, write_top_manifest
 from npuprof.pipeline.modelinfo.hardware import check_hardware_model
 from npuprof.pipeline.progress import Progress, no_progress
@@ -247,57 +247,47 @@ def _analyze(
         progress("discover", 0, 1, str(root))
         inputs = guard("discover", None, discover, root)
         progress("discover", 1, 1, f"{len(inputs.ranks)} ranks")
-        if any(s.map_rank and not s.map_in_threads for s in stages):
-            warm_process_pool(inputs, jobs)
     else:
         inputs = guard("load", None, load_inputs, out)
-
     top = io.read_json_or_empty(out / schema.TOP_MANIFEST) if stage_range.resumes else {}
-    timings: dict = dict(top.get("stage_timings", {}))
-    executed: list[str] = []
+    names = [current.name for current in stages]
     for current in stages:
         clear_stage_outputs(out, current)
-        started = time.perf_counter()
-        try:
-            rank_manifests = map_ranks(current, out, inputs, options, jobs, progress) if current.map_rank else []
-            map_seconds = time.perf_counter() - started
-            guard(
-                current.name,
-                None,
-                run_root_stage,
-                current.name,
-                str(out),
-                inputs.to_dict(),
-                options.to_dict(),
-                rank_manifests,
-                map_seconds,
-            )
-        except NpuprofError:
-            clear_stage_outputs(out, current)
-            raise
-        timings[current.name] = round(time.perf_counter() - started, 4)
-        executed.append(current.name)
-
-    top = write_top_manifest(out, top, inputs, options, executed, timings)
-    return result_object(out, top)
+    try:
+        rank_results = map_rank_chains(out, inputs, options, names, jobs, progress)
+        return finish_root(str(out), inputs.to_dict(), options.to_dict(), names, rank_results, top, progress)
+    except NpuprofError:
+        for current in stages:  # a stage without its manifest is unfinished: none of it may look complete
+            if not (out / current.manifest_name).exists():
+                clear_stage_outputs(out, current)
+        raise
 
 
-def finish_root(out_dir: str, inputs: dict, options: dict, stage_names: list[str], rank_results: list[dict]) -> dict:
-    """The reduce units of ``stage_names`` in order, then manifest.json: the service's root task.
-
-    ``rank_results`` are the dicts ``execution.run_rank_chain`` returned, one per rank.
-    """
+def finish_root(
+    out_dir: str,
+    inputs: dict,
+    options: dict,
+    stage_names: list[str],
+    rank_results: list[dict],
+    top: dict | None = None,
+    progress: Progress = no_progress,
+) -> dict:
+    """The reduce units of ``stage_names`` in order, then manifest.json (``top``: the one a resumed run
+    extends); after every rank's ``execution.run_rank_chain`` — in a local pool or as the service's root
+    task. A stage's time is its slowest rank's map unit plus its reduce."""
     out = Path(out_dir)
-    timings = {}
+    timings = dict((top or {}).get("stage_timings", {}))
     for name in stage_names:
+        progress(name, 0, 1, "root")
         manifests = [r[name] for r in rank_results if name in r]
         map_seconds = max((m.get("seconds", 0.0) for m in manifests), default=0.0)
         started = time.perf_counter()
         guard(name, None, run_root_stage, name, out_dir, inputs, options, manifests, map_seconds)
         timings[name] = round(map_seconds + time.perf_counter() - started, 4)
+        progress(name, 1, 1, "root")
     top = write_top_manifest(
         out,
-        {},
+        top or {},
         RootInputs.from_dict(inputs),
         AnalyzeOptions.from_dict(options),
         list(stage_names),

@@ -286,8 +286,11 @@ def test_json_progress_lines_on_stderr(cli, tmp_path):
     assert run.returncode == 0
     events = [json.loads(line) for line in run.stderr.splitlines()]
     assert {"discover", "normalize"} <= {e["stage"] for e in events}
+    # every rank's chain of stages, then each stage's root part
+    ranks = [e for e in events if e["stage"] == "ranks"][-1]
+    assert ranks["done"] == ranks["total"] == 4
     final = [e for e in events if e["stage"] == "normalize"][-1]
-    assert final["done"] == final["total"] == 4
+    assert final["done"] == final["total"] == 1 and final["message"] == "root"
 
 
 def test_manifest_records_version_timings_and_input_facts_with_optional_sha256(cli, tmp_path):

@@ -181,40 +181,38 @@ def test_source_auto_prefers_db_and_csv_forces_csv(tmp_path, cli):
     assert run.returncode == 3 and "--source csv" in run.result["error"]
 
 
-def test_process_pool_map_matches_threads_and_carries_errors_across_processes(tmp_path):
-    """Python-bound stages will map in processes: the same rank units, and typed errors survive pickling."""
-    import dataclasses
-
+def test_process_pool_map_matches_in_process_and_carries_errors_across_processes(tmp_path):
+    """Rank chains map in a process pool or in this process: the same rank units, and typed errors
+    survive pickling."""
     from conftest import copy_sample
 
     from npuprof.pipeline.errors import StageFailed
-    from npuprof.pipeline.execution import map_ranks
+    from npuprof.pipeline.execution import map_rank_chains
     from npuprof.pipeline.progress import no_progress
     from npuprof.pipeline.sources.discovery import discover
-    from npuprof.pipeline.stages import stage
     from npuprof.pipeline.stages.base import AnalyzeOptions
 
-    in_processes = dataclasses.replace(stage("normalize"), map_in_threads=False)
     inputs = discover(QWEN_TRAINING)
-    manifests = map_ranks(in_processes, tmp_path / "p", inputs, AnalyzeOptions(), 2, no_progress)
-    assert sorted(m["event_count"] for m in manifests) == [0, 0, 2463, 2587]
+    normalize = ["normalize"]
+    chains = map_rank_chains(tmp_path / "p", inputs, AnalyzeOptions(), normalize, 2, no_progress, in_pool=True)
+    assert sorted(c["normalize"]["event_count"] for c in chains) == [0, 0, 2463, 2587]
     by_process = (
         pd.read_parquet(tmp_path / "p" / schema.NORMALIZED_EVENTS)
         .sort_values(["rank_id", "row_idx"])
         .reset_index(drop=True)
     )
-    map_ranks(stage("normalize"), tmp_path / "t", inputs, AnalyzeOptions(), 2, no_progress)
-    by_thread = (
+    map_rank_chains(tmp_path / "t", inputs, AnalyzeOptions(), normalize, 2, no_progress, in_pool=False)
+    in_process = (
         pd.read_parquet(tmp_path / "t" / schema.NORMALIZED_EVENTS)
         .sort_values(["rank_id", "row_idx"])
         .reset_index(drop=True)
     )
-    pd.testing.assert_frame_equal(by_process, by_thread)
+    pd.testing.assert_frame_equal(by_process, in_process)
 
     broken = copy_sample(QWEN_TRAINING, tmp_path / "broken")
     (broken / "rank_2_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").write_bytes(b"")
     with pytest.raises(StageFailed) as raised:
-        map_ranks(in_processes, tmp_path / "b", discover(broken), AnalyzeOptions(), 2, no_progress)
+        map_rank_chains(tmp_path / "b", discover(broken), AnalyzeOptions(), normalize, 2, no_progress, in_pool=True)
     assert raised.value.phase == "normalize (rank 2)" and raised.value.exit_code == 3
     assert "empty file" in raised.value.one_line()
 

@@ -12,10 +12,9 @@ from conftest import PYTORCH_DATA, copy_sample, run_cli
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput, StageFailed
-from npuprof.pipeline.execution import map_ranks
+from npuprof.pipeline.execution import map_rank_chains
 from npuprof.pipeline.progress import no_progress
 from npuprof.pipeline.sources.discovery import discover
-from npuprof.pipeline.stages import stage
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import generate
 
@@ -67,7 +66,7 @@ def test_a_kernel_source_that_changed_since_discovery_fails_its_rank(tmp_path):
     with open(kernels, "a", encoding="utf-8") as handle:  # the capture is still being written
         handle.write("50,late_kernel,N/A,N/A,1736405443999999.000\t,1.0,0,0\n")
     with pytest.raises(StageFailed) as raised:
-        map_ranks(stage("normalize"), tmp_path / "out", inputs, AnalyzeOptions(), 1, no_progress)
+        map_rank_chains(tmp_path / "out", inputs, AnalyzeOptions(), ["normalize"], 1, no_progress)
     assert raised.value.phase == "normalize (rank 0)" and isinstance(raised.value.cause, BadInput)
     assert "changed while npuprof read it" in raised.value.one_line() and str(kernels) in raised.value.one_line()
 

@@ -25,7 +25,6 @@ STAGES: tuple[Stage, ...] = (
         produces=(schema.NORMALIZED_EVENTS, schema.AICORE_FREQ, schema.SOURCE_INDEX, schema.CAPTURE_INFO),
         map_rank=normalize.map_rank,
         reduce_root=normalize.reduce_root,
-        map_in_threads=True,
     ),
     Stage(
         name="segment",

@@ -80,17 +80,28 @@ class StageResult:
 
 @dataclass
 class RankContext:
-    """Inputs of a rank-local (map) stage: one rank of one root."""
+    """Inputs of a rank-local (map) stage: one rank of one root.
+
+    ``handed_over``: this rank's tables that earlier stages of the same run wrote, by table path, as they
+    were written — a rank's stages run one after another in one process, so the next one takes them
+    from memory instead of reading the file back.
+    """
 
     out_dir: Path
     rank: RankInput
     options: AnalyzeOptions
+    handed_over: dict[str, pa.Table] = field(default_factory=dict)
 
     def read_table(
         self, table: schema.Table, columns: list[str] | None = None, filter: pc.Expression | None = None
     ) -> pa.Table:
         """This rank's partition of ``table`` (only ``columns``, rows matching ``filter``)."""
-        return io.read_dataset(self.out_dir, table, self.rank.rank_id, columns=columns, filter=filter)
+        held = self.handed_over.get(table.path)
+        if held is None:
+            return io.read_dataset(self.out_dir, table, self.rank.rank_id, columns=columns, filter=filter)
+        if filter is not None:
+            held = held.filter(filter)
+        return held.select(list(columns)) if columns is not None else held
 
 
 @dataclass
@@ -139,10 +150,6 @@ class Stage:
     reduce_root: Callable[[RootContext], StageResult] | None = None
     # The stage's part of the result JSON, from its manifest: (headline dict, warnings).
     headline: Callable[[dict], tuple[dict, list[str]]] | None = None
-    # Arrow-bound map steps (CSV parsing, casts, Parquet writes) release the GIL, so threads
-    # parallelise them without a second copy of pandas/pyarrow per process; Python-bound
-    # stages use a process pool.
-    map_in_threads: bool = False
 
     @property
     def owned_paths(self) -> tuple[str, ...]:
