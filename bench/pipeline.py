@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,6 +41,33 @@ def stage_seconds(root: Path, out: Path, jobs: int) -> tuple[dict[str, float], d
     return seconds, peaks
 
 
+RANK_CHAIN = """
+import json, sys
+from pathlib import Path
+def rss(field):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(field))
+from npuprof.pipeline.execution import run_rank_chain
+from npuprof.pipeline.memory import rank_input_bytes
+from npuprof.pipeline.sources.discovery import discover
+from npuprof.pipeline.stages import STAGE_NAMES
+from npuprof.pipeline.stages.base import AnalyzeOptions
+rank = max(discover(sys.argv[1]).ranks, key=rank_input_bytes)
+stages = [n for n in STAGE_NAMES if n != "cross_rank"][: STAGE_NAMES.index("cross_rank")]
+baseline = rss("VmRSS:")
+run_rank_chain(sys.argv[2], vars(rank), AnalyzeOptions().to_dict(), stages)
+print(json.dumps({"working_set": rss("VmHWM:") - baseline, "input": rank_input_bytes(rank)}))
+"""
+
+
+def rank_working_set_over_input(root: Path, out: Path) -> float:
+    """Peak RSS of one rank's chain of stages (in a fresh process, less its interpreter and imports) over
+    the rank's kernel source bytes: the factor ``pipeline/memory.py`` estimates a rank's needs with."""
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", RANK_CHAIN, str(root), str(out)], capture_output=True, text=True)
+    measured = json.loads(done.stdout)
+    return round(measured["working_set"] / measured["input"], 3)
+
+
 def main() -> None:
     args, root, files = bench_root(__doc__)
     input_bytes = sum(f.stat().st_size for f in files)
@@ -51,6 +79,7 @@ def main() -> None:
     total, peak = whole["seconds"], whole["peak"]
     gc.collect()
     seconds, peaks = stage_seconds(root, args.work / "pipeline_out", args.jobs)
+    factor = rank_working_set_over_input(root, args.work / "rank_chain_out")
     ratios = {name: round(s / bare, 3) for name, s in seconds.items()}
     measured = {
         "normalize": ratios.get("normalize"),
@@ -68,6 +97,7 @@ def main() -> None:
         "total_s": round(total, 3),
         "stages_alone_total_s": round(sum(seconds.values()), 3),
         "stage_peak_rss_over_input": {name: round(p / input_bytes, 3) for name, p in peaks.items()},
+        "rank_working_set_over_input": factor,
         "measured": measured,
         "targets": TARGETS,
         "met": {k: measured[k] is not None and measured[k] <= v for k, v in TARGETS.items()},

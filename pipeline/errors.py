@@ -20,6 +20,7 @@ EXIT_PARTIAL = 7  # a sweep finished, but some roots failed (each with its error
 EXIT_DEGRADED = 8  # the analysis finished, but the root is degraded (segmentation errors, unresolvable evidence)
 EXIT_REMOTE = 9  # a remote host: cannot connect, unknown host key, or a command there failed
 EXIT_NO_SPACE = 10  # the output's filesystem is full (free space and run again: nothing half-written stays)
+EXIT_NO_MEMORY = 11  # a rank's estimated working set is more than the machine has available
 
 
 class NpuprofError(Exception):
@@ -143,6 +144,13 @@ class NoSpace(NpuprofError):
 
     exit_code = EXIT_NO_SPACE
     kind = "no_space"
+
+
+class NotEnoughMemory(NpuprofError):
+    """A rank would need more memory than the machine (or its cgroup) has available."""
+
+    exit_code = EXIT_NO_MEMORY
+    kind = "not_enough_memory"
 
 
 def no_space(exc: OSError) -> bool:

@@ -17,8 +17,11 @@ from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from npuprof.pipeline import __version__, io
 from npuprof.pipeline.errors import NoSpace, NpuprofError, StageFailed, no_space
+from npuprof.pipeline.memory import check_rank_fits, rank_input_bytes
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 from npuprof.pipeline.stages import stage
@@ -133,17 +136,6 @@ def _internal(exc: Exception) -> NpuprofError:
 POOL_MIN_BYTES = 16 * 1024 * 1024  # kernel sources below this run their rank units in-process
 
 
-def _rank_weight(rank: RankInput) -> int:
-    total = 0
-    for path in (rank.kernel_csv, *rank.profiler_dbs, *rank.op_summary_csvs):
-        if path:
-            try:
-                total += os.path.getsize(path)
-            except OSError:
-                pass
-    return total
-
-
 def _main_is_importable() -> bool:
     """Whether pool children can re-create ``__main__`` (not so for code read from stdin)."""
     main = sys.modules.get("__main__")
@@ -160,7 +152,7 @@ def _uses_process_pool(inputs: RootInputs, jobs: int) -> bool:
     if min(jobs, len(inputs.ranks)) < 2 or not _main_is_importable():
         return False  # e.g. `python - < script`: a process pool could not re-import __main__
     # starting a process pool costs more than a few MB of kernels take in-process
-    return sum(_rank_weight(r) for r in inputs.ranks) >= POOL_MIN_BYTES
+    return sum(rank_input_bytes(r) for r in inputs.ranks) >= POOL_MIN_BYTES
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -181,7 +173,7 @@ def map_rank_chains(
     """Every rank's chain of map units (``run_rank_chain``), in a process pool when it pays (``in_pool``
     None: by the kernel bytes), else in this process; one result per rank, rank by rank as they finish.
     The first failure cancels the chains not yet started and is raised with its phase."""
-    ranks = sorted(inputs.ranks, key=_rank_weight, reverse=True)  # biggest first balances the pool
+    ranks = sorted(inputs.ranks, key=rank_input_bytes, reverse=True)  # biggest first balances the pool
     total = len(ranks)
     pooled = _uses_process_pool(inputs, jobs) if in_pool is None else in_pool
     progress("ranks", 0, total, f"{' → '.join(stage_names)} per rank")
@@ -222,9 +214,13 @@ def run_rank_chain(
     """
     results = {}
     handed_over: dict[str, Any] = {}
+    # a rank the machine cannot hold is refused by name before it starts, not killed mid-stage
+    guard(stage_names[0], rank["rank_id"], check_rank_fits, RankInput(**rank))
     for index, name in enumerate(stage_names):
         progress(name, index, len(stage_names), f"rank {rank['rank_id']}")
         if stage(name).map_rank is not None:  # run_rank_stage records the unit's seconds itself
             results[name] = guard(name, rank["rank_id"], run_rank_stage, name, out_dir, rank, options, handed_over)
+            # Arrow's allocator keeps what a stage freed; hand it back so the next stage starts low
+            pa.default_memory_pool().release_unused()
     progress(stage_names[-1], len(stage_names), len(stage_names), f"rank {rank['rank_id']}")
     return results

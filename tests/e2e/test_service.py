@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -392,6 +393,19 @@ BAD_ROOTS_THROUGH_THE_SERVICE = [
     "collection_manifest_not_ok",
     "rank_id_too_large",
 ]
+
+
+def test_a_worker_refuses_a_rank_too_big_for_its_memory_by_name(redis_server, workers, tmp_path):
+    """A worker whose machine cannot hold a rank (here: a working-set factor no machine meets) fails that
+    root with the named error `npuprof analyze` gives, instead of dying under the task; it lives on."""
+    generate(tmp_path / "captures" / "clean", "clean", seed=1)
+    (worker,) = workers(1, env={"NPUPROF_MEMORY_FACTOR": "1e9"})
+    sweep_id = submit(redis_server.url, tmp_path / "captures", tmp_path / "archive")
+    final = wait_done(redis_server.url, sweep_id)
+    assert final["totals"] == {"FAILURE": 1}
+    refused = r"^rank \d needs about .* GB of memory .* this machine has .* available"
+    assert re.search(refused, final["roots"][0]["error"])
+    assert worker.proc.poll() is None and "WorkerLostError" not in worker.log_text()
 
 
 def test_bad_roots_fail_alone_through_the_service_with_the_cli_error(redis_server, workers, tmp_path):

@@ -1,0 +1,78 @@
+"""Whether a rank fits in the memory this machine has, asked before its stages start.
+
+A rank's stages hold its events in memory (Arrow, then pandas frames); a rank too big for the machine
+would end in an out-of-memory kill — in the service, a worker process dying under the task again and
+again. Estimated up front from the bytes of the rank's kernel sources × a working-set factor that
+``bench/pipeline.py`` measures (peak RSS of a rank's chain of stages over its kernel bytes), a rank
+that cannot fit is refused with a named error instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from npuprof.pipeline.errors import NotEnoughMemory
+from npuprof.pipeline.sources.discovery import RankInput
+
+# peak RSS of one rank's chain of stages over its kernel source bytes, less the interpreter and imports:
+# 4.4–4.6 on a 106 MB rank of the bench root (bench/pipeline.py, "rank_working_set_over_input"; the peak
+# is summarize, with the rank's events still held for the stages after it); rounded up
+WORKING_SET_FACTOR = 5.0
+FACTOR_ENV = "NPUPROF_MEMORY_FACTOR"  # 0 turns the check off
+
+
+def rank_input_bytes(rank: RankInput) -> int:
+    """Bytes of the rank's kernel sources (kernel_details.csv, op_summary CSVs, profiler dbs)."""
+    total = 0
+    for path in (rank.kernel_csv, *rank.profiler_dbs, *rank.op_summary_csvs):
+        if path:
+            try:
+                total += os.path.getsize(path)
+            except OSError:
+                pass
+    return total
+
+
+def available_bytes(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Memory this process can still take: the kernel's MemAvailable, or less when a cgroup (a container,
+    a systemd slice) caps it; None when neither says."""
+    found = []
+    try:
+        for line in (proc / "meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int((cgroup / "memory.current").read_text().strip()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def working_set_factor() -> float:
+    value = os.environ.get(FACTOR_ENV)
+    return float(value) if value else WORKING_SET_FACTOR
+
+
+def check_rank_fits(rank: RankInput, available: int | None = None) -> None:
+    """Refuse (NotEnoughMemory) a rank whose estimated working set exceeds the memory available."""
+    factor = working_set_factor()
+    available = available_bytes() if available is None else available
+    if factor <= 0 or available is None:
+        return
+    size = rank_input_bytes(rank)
+    need = int(size * factor)
+    if need > available:
+        raise NotEnoughMemory(
+            f"rank {rank.rank_id} needs about {_gb(need)} of memory ({_gb(size)} of kernel sources × {factor:g}) "
+            f"and this machine has {_gb(available)} available: run it where there is more memory or with fewer "
+            f"--jobs ({FACTOR_ENV}=0 turns this check off)"
+        )
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"

@@ -1,0 +1,55 @@
+"""A rank that cannot fit in the memory the machine has is refused up front with a named error (exit 11),
+not killed by the kernel mid-stage; the estimate reads the real /proc and cgroup files."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import run_cli
+
+from npuprof.pipeline import memory, schema
+from npuprof.pipeline.errors import EXIT_NO_MEMORY, NotEnoughMemory
+from npuprof.pipeline.sources.discovery import discover
+from npuprof.synth import generate
+
+
+def test_available_memory_is_the_smaller_of_the_machine_and_its_cgroup(tmp_path):
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    proc.mkdir(), cgroup.mkdir()
+    (proc / "meminfo").write_text("MemTotal:       24000000 kB\nMemAvailable:    8000000 kB\n")
+    assert memory.available_bytes(proc, cgroup) == 8_192_000_000  # no cgroup files: the machine's
+    (cgroup / "memory.max").write_text("4000000000\n")
+    (cgroup / "memory.current").write_text("1000000000\n")
+    assert memory.available_bytes(proc, cgroup) == 3_000_000_000  # the cgroup caps it
+    (cgroup / "memory.max").write_text("max\n")
+    assert memory.available_bytes(proc, cgroup) == 8_192_000_000  # an uncapped cgroup
+    assert memory.available_bytes(tmp_path / "none", tmp_path / "none") is None
+    assert memory.available_bytes() > 0  # this machine's own files parse
+
+
+def test_a_rank_is_refused_when_its_working_set_exceeds_what_is_available(tmp_path, monkeypatch):
+    root = generate(tmp_path / "root", "clean", seed=1)["root"]
+    rank = max(discover(root).ranks, key=memory.rank_input_bytes)
+    need = memory.rank_input_bytes(rank) * memory.WORKING_SET_FACTOR
+    memory.check_rank_fits(rank, available=int(need) + 1)  # fits
+    with pytest.raises(NotEnoughMemory) as refused:
+        memory.check_rank_fits(rank, available=int(need) - 1)
+    text = refused.value.one_line()
+    assert f"rank {rank.rank_id} needs about" in text
+    assert f"MB of kernel sources × {memory.WORKING_SET_FACTOR:g}" in text
+    monkeypatch.setenv(memory.FACTOR_ENV, "0")
+    memory.check_rank_fits(rank, available=1)  # the check turned off
+
+
+def test_analyze_refuses_a_rank_too_big_for_the_machine_and_leaves_no_partial_output(tmp_path):
+    root = generate(tmp_path / "root", "clean", seed=1)["root"]
+    out = tmp_path / "out"
+    run = run_cli("analyze", root, "-o", str(out), "--progress", "none", env={memory.FACTOR_ENV: "1e9"})
+    assert run.returncode == EXIT_NO_MEMORY
+    (line,) = run.stderr.strip().splitlines()
+    assert re.search(r"rank \d needs about .* GB of memory .* this machine has .* available", line), line
+    failure = json.loads((out / schema.FAILURE_JSON).read_text())
+    assert re.fullmatch(r"normalize \(rank \d\)", failure["phase"]) and failure["kind"] == "not_enough_memory"
+    assert [p.name for p in out.iterdir()] == [schema.FAILURE_JSON]  # nothing that looks analyzed
