@@ -253,8 +253,7 @@ def forget(sweep_id: str, *, broker: str | None = None) -> dict:
     if record.get("state") in records.ACTIVE:
         raise UsageError(f"sweep {sweep_id} is {record['state']}: cancel it first (npuprof cancel {sweep_id})")
     ids = _task_ids(record)
-    for task_id in ids:
-        conn.app.AsyncResult(task_id).forget()
+    records.forget_results(conn.app, ids)
     records.delete(sweep_id, conn.url)
     return {"sweep_id": sweep_id, "state": "forgotten", "results_dropped": len(ids), "archive": record["archive"]}
 

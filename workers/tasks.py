@@ -245,7 +245,7 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     ]
     plan = [entry for entry, _ in planned]
     merge_id = f"npuprof-merge-{sweep_id}"
-    app.AsyncResult(merge_id).forget()
+    records.forget_results(app, [merge_id])
     records.update(sweep_id, roots=plan, merge_id=merge_id, state="running", stages=stages, planned_at=time.time())
     queue_name = self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE
     # the merge supervises from the start: it does not wait for a chord of chords whose bookkeeping a
@@ -287,8 +287,8 @@ def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: 
     body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages, sweep_id).set(
         task_id=entry["reduce_id"], queue=queue
     )
-    for task_id in [*entry["rank_ids"], entry["reduce_id"]]:  # a resubmit's ids are the last run's: its
-        app.AsyncResult(task_id).forget()  # results (a failure on a full disk, say) must not speak for this one
+    # a resubmit's ids are the last run's: its results (a failure on a full disk, say) must not speak for this one
+    records.forget_results(app, [*entry["rank_ids"], entry["reduce_id"]])
     return entry, chord(group(rank_tasks), body)
 
 

@@ -504,3 +504,21 @@ def test_sweep_records_expire_and_a_finished_one_is_forgotten_on_request(redis_s
     assert not client.exists(key)
     unknown = run_cli("status", sweep_id, "--broker", redis_server.url)
     assert unknown.returncode == 2 and f"no sweep {sweep_id!r}" in unknown.result["error"]
+
+
+def test_results_are_forgotten_in_one_round_trip_as_forget_would(redis_server):
+    """records.forget_results drops exactly the results AsyncResult.forget would (the backend's own keys,
+    with npuprof's key prefix), many at once, and leaves the others."""
+    from npuprof.workers import records
+    from npuprof.workers.app import make_app
+
+    app = make_app(redis_server.url)
+    ids = [f"npuprof-rank-k-{rank}" for rank in range(100)]
+    for task_id in [*ids, "kept"]:
+        app.backend.store_result(task_id, {"status": "ok"}, "SUCCESS")
+    assert app.AsyncResult(ids[0]).state == "SUCCESS"
+    assert redis.Redis.from_url(redis_server.url).exists(f"npuprof:celery-task-meta-{ids[0]}")
+    records.forget_results(app, ids)
+    assert {app.AsyncResult(t).state for t in ids} == {"PENDING"}
+    assert not redis.Redis.from_url(redis_server.url).exists(f"npuprof:celery-task-meta-{ids[0]}")
+    assert app.AsyncResult("kept").state == "SUCCESS"
