@@ -254,7 +254,9 @@ def _analyze(
     for current in stages:
         clear_stage_outputs(out, current)
     try:
-        rank_results = map_rank_chains(out, inputs, options, names, jobs, progress)
+        mapped = [current.name for current in stages if current.map_rank is not None]
+        # a range of root-level stages (cross_rank … report) starts no rank chain, and no pool
+        rank_results = map_rank_chains(out, inputs, options, mapped, jobs, progress) if mapped else []
         return finish_root(str(out), inputs.to_dict(), options.to_dict(), names, rank_results, top, progress)
     except NpuprofError:
         for current in stages:  # a stage without its manifest is unfinished: none of it may look complete

@@ -39,10 +39,17 @@ def _trace_events(ctx: RootContext) -> pd.DataFrame:
     """The kernels trace.json and report.html draw; in full mode with every normalized field, which the
     HTML report's operator card shows."""
     columns = list(schema.EVENT_COLUMNS) if ctx.options.mode == "full" else TRACE_COLUMNS
-    if not (ctx.out_dir / schema.NORMALIZED_EVENTS.path).exists():
+    table = ctx.out_dir / schema.NORMALIZED_EVENTS.path
+    ranks = sorted(r.rank_id for r in ctx.inputs.ranks if (table / f"{schema.RANK_PARTITION_KEY}={r.rank_id}").is_dir())
+    if not ranks:
         return pd.DataFrame(columns=["rank_id", *columns])
-    events = int_ranks(ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns).to_pandas())
-    return events.sort_values(["rank_id", "start_ns"], kind="stable").groupby("rank_id").head(MAX_KERNELS_PER_RANK)
+    # rank by rank, each capped as it is read: the report never holds every event of a big root at once
+    capped = []
+    for rank_id in ranks:
+        part = io.read_dataset(ctx.out_dir, schema.NORMALIZED_EVENTS, rank_id, columns=columns).to_pandas()
+        part = part.sort_values("start_ns", kind="stable").head(MAX_KERNELS_PER_RANK)
+        capped.append(part.assign(rank_id=rank_id)[["rank_id", *columns]])
+    return pd.concat(capped, ignore_index=True)
 
 
 # the workbook's sheets, titled by their CSV: (view, row cap; None keeps a class table whole)
