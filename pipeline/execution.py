@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from npuprof.pipeline import __version__, io
 from npuprof.pipeline.errors import NoSpace, NpuprofError, StageFailed, no_space
-from npuprof.pipeline.memory import check_rank_fits, rank_input_bytes
+from npuprof.pipeline.memory import check_rank_fits, rank_input_bytes, ranks_at_once
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 from npuprof.pipeline.stages import stage
@@ -183,7 +183,10 @@ def map_rank_chains(
             results.append(run_rank_chain(str(out_dir), vars(rank), options.to_dict(), stage_names, progress))
             progress("ranks", len(results), total, f"rank {rank.rank_id}")
         return results
-    with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_pool_context()) as pool:
+    workers = ranks_at_once([rank_input_bytes(r) for r in ranks], min(jobs, total))
+    if workers < min(jobs, total):
+        progress("ranks", 0, total, f"{workers} at once: the memory available holds no more")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
         futures = {
             pool.submit(run_rank_chain, str(out_dir), vars(rank), options.to_dict(), stage_names): rank.rank_id
             for rank in ranks

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 from npuprof.pipeline.errors import NotEnoughMemory
 from npuprof.pipeline.sources.discovery import RankInput
 
@@ -72,6 +74,19 @@ def check_rank_fits(rank: RankInput, available: int | None = None) -> None:
             f"and this machine has {_gb(available)} available: run it where there is more memory or with fewer "
             f"--jobs ({FACTOR_ENV}=0 turns this check off)"
         )
+
+
+def ranks_at_once(sizes: list[int], jobs: int, available: int | None = None) -> int:
+    """How many ranks (of kernel source ``sizes``) may run their stages at once: at most ``jobs``, and
+    no more than the biggest ones' estimated working sets fit in the available memory together — fewer
+    processes rather than an out-of-memory kill. At least 1: a rank that cannot fit even alone is
+    ``check_rank_fits``'s to refuse."""
+    factor = working_set_factor()
+    available = available_bytes() if available is None else available
+    if factor <= 0 or available is None:
+        return max(jobs, 1)
+    fitting = np.cumsum(sorted((size * factor for size in sizes), reverse=True)[:jobs]) <= available
+    return max(int(fitting.sum()), 1)
 
 
 def _gb(size: int) -> str:

@@ -53,3 +53,16 @@ def test_analyze_refuses_a_rank_too_big_for_the_machine_and_leaves_no_partial_ou
     failure = json.loads((out / schema.FAILURE_JSON).read_text())
     assert re.fullmatch(r"normalize \(rank \d\)", failure["phase"]) and failure["kind"] == "not_enough_memory"
     assert [p.name for p in out.iterdir()] == [schema.FAILURE_JSON]  # nothing that looks analyzed
+
+
+def test_fewer_ranks_run_at_once_when_memory_holds_no_more():
+    """Eight 1 GB ranks (5 GB each, estimated) with 4 jobs: 22 GB available hold four at once, 12 GB two,
+    4 GB still one (a rank that cannot fit alone is check_rank_fits's to refuse)."""
+    sizes, factor = [10**9] * 8, memory.WORKING_SET_FACTOR
+    assert memory.ranks_at_once(sizes, 4, available=int(22e9)) == 4
+    assert memory.ranks_at_once(sizes, 4, available=int(2 * factor * 1e9) + 1) == 2
+    assert memory.ranks_at_once(sizes, 4, available=int(4e9)) == 1
+    # the biggest ranks count first: a 3 GB rank (15 GB) and 0.1 GB ones (0.5 GB each) in 15.6 GB: two
+    assert memory.ranks_at_once([10**8, 3 * 10**9, 10**8, 10**8], 4, available=int(15.6e9)) == 2
+    assert memory.ranks_at_once([10**8, 3 * 10**9, 10**8, 10**8], 4, available=int(16.6e9)) == 4
+    assert memory.ranks_at_once(sizes, 4, available=None) == 4  # nothing says: as many as asked
