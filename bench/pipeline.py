@@ -49,10 +49,10 @@ def rss(field):
 from npuprof.pipeline.execution import run_rank_chain
 from npuprof.pipeline.memory import rank_input_bytes
 from npuprof.pipeline.sources.discovery import discover
-from npuprof.pipeline.stages import STAGE_NAMES
+from npuprof.pipeline.stages import STAGES
 from npuprof.pipeline.stages.base import AnalyzeOptions
 rank = max(discover(sys.argv[1]).ranks, key=rank_input_bytes)
-stages = [n for n in STAGE_NAMES if n != "cross_rank"][: STAGE_NAMES.index("cross_rank")]
+stages = [s.name for s in STAGES if s.map_rank is not None]
 baseline = rss("VmRSS:")
 run_rank_chain(sys.argv[2], vars(rank), AnalyzeOptions().to_dict(), stages)
 print(json.dumps({"working_set": rss("VmHWM:") - baseline, "input": rank_input_bytes(rank)}))

@@ -71,11 +71,11 @@ def run_rank_stage(
     ``handed_over``: the rank's tables from its earlier stages in this process (see ``run_rank_chain``);
     this stage's tables are added to it."""
     current = stage(stage_name)
-    held = {} if handed_over is None else handed_over
+    held = {} if handed_over is None else handed_over  # not `or`: the chain's dict starts empty
     ctx = RankContext(Path(out_dir), RankInput(**rank), AnalyzeOptions.from_dict(options), held)
     started = time.perf_counter()
     result = current.map_rank(ctx)
-    write_result(Path(out_dir), current, result, ctx.rank.rank_id, held if handed_over is not None else None)
+    write_result(Path(out_dir), current, result, ctx.rank.rank_id, handed_over)
     manifest = dict(result.manifest)
     manifest.setdefault("rank_id", ctx.rank.rank_id)
     manifest["seconds"] = round(time.perf_counter() - started, 4)

@@ -60,12 +60,19 @@ def working_set_factor() -> float:
     return float(value) if value else WORKING_SET_FACTOR
 
 
-def check_rank_fits(rank: RankInput, available: int | None = None) -> None:
-    """Refuse (NotEnoughMemory) a rank whose estimated working set exceeds the memory available."""
+def _budget(available: int | None) -> tuple[float, int] | None:
+    """(working-set factor, bytes available), or None when the check is off or nothing says."""
     factor = working_set_factor()
     available = available_bytes() if available is None else available
-    if factor <= 0 or available is None:
+    return None if factor <= 0 or available is None else (factor, available)
+
+
+def check_rank_fits(rank: RankInput, available: int | None = None) -> None:
+    """Refuse (NotEnoughMemory) a rank whose estimated working set exceeds the memory available."""
+    budget = _budget(available)
+    if budget is None:
         return
+    factor, available = budget
     size = rank_input_bytes(rank)
     need = int(size * factor)
     if need > available:
@@ -81,10 +88,10 @@ def ranks_at_once(sizes: list[int], jobs: int, available: int | None = None) -> 
     no more than the biggest ones' estimated working sets fit in the available memory together — fewer
     processes rather than an out-of-memory kill. At least 1: a rank that cannot fit even alone is
     ``check_rank_fits``'s to refuse."""
-    factor = working_set_factor()
-    available = available_bytes() if available is None else available
-    if factor <= 0 or available is None:
+    budget = _budget(available)
+    if budget is None:
         return max(jobs, 1)
+    factor, available = budget
     fitting = np.cumsum(sorted((size * factor for size in sizes), reverse=True)[:jobs]) <= available
     return max(int(fitting.sum()), 1)
 

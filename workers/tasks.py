@@ -245,7 +245,10 @@ def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, optio
     ]
     plan = [entry for entry, _ in planned]
     merge_id = f"npuprof-merge-{sweep_id}"
-    records.forget_results(app, [merge_id])
+    # a resubmit's ids are the last run's: their results (a failure on a full disk, say) must not speak
+    # for this run — dropped for every scheduled root in one round trip, before any task is sent
+    scheduled = [entry for entry, root_chord in planned if root_chord is not None]
+    records.forget_results(app, [merge_id, *(i for e in scheduled for i in (*e["rank_ids"], e["reduce_id"]))])
     records.update(sweep_id, roots=plan, merge_id=merge_id, state="running", stages=stages, planned_at=time.time())
     queue_name = self.request.delivery_info.get("routing_key") or settings.DEFAULT_QUEUE
     # the merge supervises from the start: it does not wait for a chord of chords whose bookkeeping a
@@ -287,8 +290,6 @@ def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: 
     body = reduce_root.si(str(work), str(final), inputs.to_dict(), options, stages, sweep_id).set(
         task_id=entry["reduce_id"], queue=queue
     )
-    # a resubmit's ids are the last run's: its results (a failure on a full disk, say) must not speak for this one
-    records.forget_results(app, [*entry["rank_ids"], entry["reduce_id"]])
     return entry, chord(group(rank_tasks), body)
 
 

@@ -39,14 +39,14 @@ def _trace_events(ctx: RootContext) -> pd.DataFrame:
     """The kernels trace.json and report.html draw; in full mode with every normalized field, which the
     HTML report's operator card shows."""
     columns = list(schema.EVENT_COLUMNS) if ctx.options.mode == "full" else TRACE_COLUMNS
-    table = ctx.out_dir / schema.NORMALIZED_EVENTS.path
-    ranks = sorted(r.rank_id for r in ctx.inputs.ranks if (table / f"{schema.RANK_PARTITION_KEY}={r.rank_id}").is_dir())
+    events = schema.NORMALIZED_EVENTS
+    ranks = sorted(r.rank_id for r in ctx.inputs.ranks if (ctx.out_dir / events.partition(r.rank_id)).exists())
     if not ranks:
         return pd.DataFrame(columns=["rank_id", *columns])
     # rank by rank, each capped as it is read: the report never holds every event of a big root at once
     capped = []
     for rank_id in ranks:
-        part = io.read_dataset(ctx.out_dir, schema.NORMALIZED_EVENTS, rank_id, columns=columns).to_pandas()
+        part = io.read_dataset(ctx.out_dir, events, rank_id, columns=columns).to_pandas()
         part = part.sort_values("start_ns", kind="stable").head(MAX_KERNELS_PER_RANK)
         capped.append(part.assign(rank_id=rank_id)[["rank_id", *columns]])
     return pd.concat(capped, ignore_index=True)
