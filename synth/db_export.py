@@ -16,7 +16,6 @@ from npuprof.synth.groups import GroupInstance
 from npuprof.synth.text_export import pmu_values
 from npuprof.synth.timeline import RankTimeline
 
-HOST_LEAD_NS = 35_000
 _SCHEMA = """
 CREATE TABLE META_DATA (name TEXT, value TEXT);
 CREATE TABLE STRING_IDS (id INTEGER PRIMARY KEY, value TEXT);
@@ -213,7 +212,7 @@ def write_profiler_db(
             for i in comm_rows.tolist()
         ),
     )
-    launch = t.start_ns - HOST_LEAD_NS
+    launch = t.start_ns - t.launch_lead_ns
     api_type = np.where(comm, 5500, 10000)
     con.executemany(
         "INSERT INTO CANN_API VALUES (?, ?, ?, ?, ?, ?)",

@@ -24,7 +24,7 @@ from npuprof.synth.text_export import (
     write_kernel_details,
     write_step_trace_time,
 )
-from npuprof.synth.timeline import Collective, RankTimeline, simulate
+from npuprof.synth.timeline import HOST_STALLS, Collective, RankTimeline, simulate
 from npuprof.synth.trace_export import write_trace_view
 
 FIRST_STEP_ID = 10
@@ -32,7 +32,10 @@ EXPORTS = {"text": ("text",), "db": ("db",), "both": ("text", "db")}
 
 # A fault's kind is the finding it plants; these plant a second one too, and these are capture
 # conditions that no finding reports (segment and cross_rank measure them).
-ALSO_REPORTED = {"aicore_freq_throttled": ("slow_rank_suspected",)}  # late at every collective it is throttled in
+ALSO_REPORTED = {
+    "aicore_freq_throttled": ("slow_rank_suspected",),  # late at every collective it is throttled in
+    "device_idle_bubble": ("blocking_sync_in_step",),  # the planted host bubble is a blocking .item()
+}
 CAPTURE_CONDITIONS = ("partial_capture", "clock_offset")
 PLANTABLE_FINDINGS = (
     "slow_rank_suspected",
@@ -44,6 +47,11 @@ PLANTABLE_FINDINGS = (
     "aicore_freq_throttled",
     "pp_stage_imbalance",
     "pp_bubble_heavy",
+    "blocking_sync_in_step",
+    "dataloader_stall",
+    "gc_pause",
+    "allocation_heavy",
+    "host_launch_bound",
 )
 
 
@@ -231,18 +239,18 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
     }
 
 
-def _host_gaps(sc: Scenario, t: RankTimeline) -> list[tuple[int, int]]:
-    """(start_ns, end_ns) of each planted host bubble on this rank: the idle gap before the layer."""
-    gaps = []
+def _host_stalls(sc: Scenario, t: RankTimeline) -> list[tuple[int, int, str]]:
+    """(start_ns, end_ns, fault kind) of each planted host stall on this rank: the idle gap before the layer."""
+    stalls = []
     for fault in sc.faults:
-        if fault.kind != "device_idle_bubble" or t.rank not in fault.ranks:
+        if fault.kind not in HOST_STALLS or (fault.ranks and t.rank not in fault.ranks):
             continue
         for step in fault.steps or range(sc.steps):
             rows = np.flatnonzero((t.step == step) & (t.region == LAYER) & (t.layer_index == fault.layer))
             if rows.size:
                 first = rows[0]
-                gaps.append((int(t.start_ns[first] - t.wait_ns[first]), int(t.start_ns[first])))
-    return gaps
+                stalls.append((int(t.start_ns[first] - t.wait_ns[first]), int(t.start_ns[first]), fault.kind))
+    return stalls
 
 
 @dataclass
@@ -294,7 +302,7 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
         write_step_trace_time(output / "step_trace_time.csv", step_rows)
         write_communication(output, communication, matrix)
         if capture.trace:
-            write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_gaps(sc, t))
+            write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_stalls(sc, t))
     if "db" in kinds:
         group_of = np.array([c.group for c in collectives] + [None], dtype=object)
         write_profiler_db(

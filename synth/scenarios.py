@@ -20,7 +20,12 @@ class Fault:
     ``steps``: their compute kernels take factor × as long for the same cycles), pp_stage_imbalance (the
     last pipeline stage, ``ranks``, holds ``layer`` decoder layers besides its LM head and loss; without
     it the split is balanced: the last stage holds one layer fewer than an even split), pp_bubble_heavy
-    (the scenario's micro-batch count leaves the pipeline's own fill / drain bubble above a fifth of it).
+    (the scenario's micro-batch count leaves the pipeline's own fill / drain bubble above a fifth of it),
+    dataloader_stall, gc_pause and allocation_heavy (``gap_us`` of the host in the dataloader / a garbage
+    collection / a device memory allocation before
+    ``layer`` on ``steps`` of ``ranks``, every rank when empty; a device_idle_bubble's host stall is a
+    blocking ``.item()``), host_launch_bound (every compute kernel of ``ranks``, every rank when empty,
+    waits ``gap_us`` for the host to launch it).
     """
 
     kind: str
@@ -46,6 +51,10 @@ class Fault:
             "aicore_freq_throttled": ("ranks", "steps", "factor"),
             "pp_stage_imbalance": ("ranks", "layer"),
             "pp_bubble_heavy": (),
+            "dataloader_stall": ("ranks", "steps", "layer", "gap_us"),
+            "gc_pause": ("ranks", "steps", "layer", "gap_us"),
+            "allocation_heavy": ("ranks", "steps", "layer", "gap_us"),
+            "host_launch_bound": ("ranks", "gap_us"),
         }[self.kind]
         found = {k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys}
         if "steps" in found:  # ordinals, labelled as such: texts and findings number steps by captured id
@@ -124,6 +133,27 @@ SCENARIOS: dict[str, Scenario] = {
             phase="prefill",
             micro_batches=1,
             faults=(Fault("device_idle_bubble", ranks=(0,), steps=(1, 2), layer=2, gap_us=6000.0),),
+        ),
+        Scenario(
+            "host_stalls",
+            "dense training, data parallel; every rank waits 3 ms for the dataloader before layer 0 in steps 11 "
+            "and 13 (ordinals 1, 3), collects garbage for 2 ms before layer 2 in step 12 (ordinal 2) and "
+            "allocates device memory for 1.5 ms before layer 3 in every step",
+            faults=(
+                Fault("dataloader_stall", steps=(1, 3), layer=0, gap_us=3000.0),
+                Fault("gc_pause", steps=(2,), layer=2, gap_us=2000.0),
+                Fault("allocation_heavy", layer=3, gap_us=1500.0),
+            ),
+        ),
+        Scenario(
+            "launch_bound",
+            "dense decode in eager mode with tensor parallel all-reduces: the host launches each compute "
+            "kernel 25 us after the device could start it, so the device waits on launches all step long",
+            training=False,
+            phase="decode",
+            tokens=64,
+            micro_batches=1,
+            faults=(Fault("host_launch_bound", gap_us=25.0),),
         ),
         Scenario(
             "slow_link",
@@ -205,7 +235,10 @@ def scenario(name: str, **overrides) -> Scenario:
             raise ValueError(
                 f"scenario {name}: fault {fault.kind} needs rank {max(bad)}, but only {chosen.ranks} ranks"
             )
-        if fault.kind in ("device_idle_bubble", "aicpu_exposed") and fault.layer >= chosen.layers:
+        if (
+            fault.kind in ("device_idle_bubble", "aicpu_exposed", "dataloader_stall", "gc_pause", "allocation_heavy")
+            and fault.layer >= chosen.layers
+        ):
             raise ValueError(
                 f"scenario {name}: fault {fault.kind} targets layer {fault.layer}, but only {chosen.layers} layers"
             )

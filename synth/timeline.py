@@ -21,6 +21,10 @@ from npuprof.synth.program import DENSE, LAYER, MOE, Program, Workload
 from npuprof.synth.scenarios import Fault, Scenario
 
 STEP_PREP_US = 350.0  # host work between steps (dataloader, step bookkeeping)
+HOST_LEAD_NS = 35_000  # the host launches a kernel ~35 µs before the device starts it
+STARVED_LEAD_NS = 2_000  # ... and only just before it where the device waits for the launch
+# faults that idle the device in a host stall before a layer (the host spans say which stall)
+HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation_heavy")
 NOMINAL_AICORE_MHZ = 1800.0  # the AI Core clock every synthetic card runs at unless throttled
 BASE_CLOCK_NS = 1_764_246_877_000_000_000  # a 2025-11 wall clock, like the real samples
 
@@ -47,6 +51,7 @@ class RankTimeline:
     layers_held: tuple[int, ...] = ()
     clock_offset_ns: int = 0
     clock_factor: np.ndarray | None = None  # per event: nominal clock ÷ the clock it ran at (1 = nominal)
+    launch_lead_ns: np.ndarray | None = None  # per event: device start - its host launch
     aicore_freq: list[tuple[int, float]] = field(default_factory=list)  # (ns, MHz) samples, rank clock
 
 
@@ -141,6 +146,7 @@ class _RankPlan:
     comm_group: list[GroupInstance]
     n_step: int
     clock_factor: np.ndarray
+    starved: np.ndarray  # per event: the device waits for its launch (host_launch_bound)
 
 
 def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
@@ -160,14 +166,19 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     first_of_step = np.zeros(n, dtype=bool)
     first_of_step[::n_step] = True
     gap = rng.uniform(1.5, 6.0, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
-    for fault in _faults(scenario, "device_idle_bubble"):
+    for fault in [f for f in scenario.faults if f.kind in HOST_STALLS]:
         rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
-        if rank in fault.ranks and rows.size:
+        if (rank in fault.ranks or not fault.ranks) and rows.size:
             for s in fault.steps or range(S):
                 gap[s * n_step + rows[0]] += fault.gap_us
+    starved = np.zeros(n, dtype=bool)
+    for fault in _faults(scenario, "host_launch_bound"):
+        if rank in fault.ranks or not fault.ranks:  # every compute kernel waits for its launch
+            starved |= ~is_comm
+            gap += np.where(is_comm, 0.0, fault.gap_us)
     comm_pos = np.flatnonzero(is_comm)
     groups = [topology.instance(program.kernels[k].hccl_group, rank) for k in kid[comm_pos]]
-    return _RankPlan(rank, program, arrays, kid, dur, gap, comm_pos, groups, n_step, clock_factor)
+    return _RankPlan(rank, program, arrays, kid, dur, gap, comm_pos, groups, n_step, clock_factor, starved)
 
 
 def _clock_factor(scenario: Scenario, rank: int, n_step: int, is_comm: np.ndarray) -> np.ndarray:
@@ -336,6 +347,7 @@ def _timeline(scenario: Scenario, plan: _RankPlan, simulation: _Simulation, offs
         clock_offset_ns=offset - BASE_CLOCK_NS,
         clock_factor=plan.clock_factor,
         aicore_freq=_freq_samples(scenario, r, step_start_ns, step_end_ns),
+        launch_lead_ns=np.where(plan.starved, STARVED_LEAD_NS, HOST_LEAD_NS).astype(np.int64),
     )
 
 
@@ -358,6 +370,7 @@ def _cut_edges(timeline: RankTimeline, n_step: int, share: float = 0.4) -> RankT
         "block",
         "collective",
         "clock_factor",
+        "launch_lead_ns",
     )
     for name in fields:
         setattr(timeline, name, getattr(timeline, name)[keep])

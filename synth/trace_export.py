@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof.synth.text_export import us_text
-from npuprof.synth.timeline import RankTimeline
+from npuprof.synth.timeline import HOST_LEAD_NS, RankTimeline
 
 BATCH = 100_000
-HOST_LEAD_NS = 35_000  # the host launches a kernel ~35 µs before the device starts it
+GC_PID_OFFSET = 500_000  # the Python GC process's pid, apart from the Python process's
 _SORT = {"Ascend Hardware": 13, "CANN": 12, "HCCL": 15, "Overlap Analysis": 24, "AI Core Freq": 14}
 
 
@@ -62,10 +62,64 @@ def _join(*parts) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
+def _stall_events(kind: str, start: int, end: int, pid: int, cann: int) -> list[dict]:
+    """The host events of one planted stall: a blocking sync (``device_idle_bubble``), the
+    dataloader fetching a batch, a device memory allocation, or a garbage collection (the Python GC
+    process)."""
+    ts, dur = us_text(np.array([start]))[0].as_py(), round((end - start) / 1000, 3)
+    op_args = {"Sequence number": -1, "Fwd thread id": 0}
+
+    def op(name: str, category: str = "cpu_op", process: int = pid) -> dict:
+        return {
+            "ph": "X",
+            "name": name,
+            "pid": process,
+            "tid": pid,
+            "ts": ts,
+            "dur": dur,
+            "cat": category,
+            "args": op_args,
+        }
+
+    if kind == "dataloader_stall":
+        return [
+            op("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"),
+            op("torch/utils/data/dataloader.py(631): __next__", "python_function"),
+        ]
+    if kind == "allocation_heavy":  # the caching allocator out of blocks: a device malloc under an empty
+        malloc = {"Thread Id": pid, "Mode": "ACL_RTS", "level": "acl", "id": "aclrtMalloc", "item_id": "0"}
+        return [
+            op("aten::empty"),
+            {"name": "AscendCL@aclrtMalloc", "pid": cann, "tid": pid, "ts": ts, "dur": dur, "ph": "X", "args": malloc},
+        ]
+    if kind == "gc_pause":
+        return [{"ph": "X", "name": "GC", "pid": pid + GC_PID_OFFSET, "tid": pid, "ts": ts, "dur": dur, "args": {}}]
+    sync = {"Thread Id": pid, "Mode": "ACL_RTS", "level": "acl", "id": "aclrtSynchronizeStream", "item_id": "0"}
+    return [
+        op("aten::item"),
+        op("aten::_local_scalar_dense"),
+        {
+            "name": "AscendCL@aclrtSynchronizeStream",
+            "pid": cann,
+            "tid": pid,
+            "ts": ts,
+            "dur": dur,
+            "ph": "X",
+            "args": {**sync, "connection_id": 0},
+        },
+    ]
+
+
 def write_trace_view(
-    path: Path, t: RankTimeline, names: np.ndarray, step_ids: list[int], device: int, host_gaps: list[tuple[int, int]]
+    path: Path,
+    t: RankTimeline,
+    names: np.ndarray,
+    step_ids: list[int],
+    device: int,
+    host_stalls: list[tuple[int, int, str]],
 ) -> int:
-    """Write trace_view.json for one rank; ``host_gaps`` are (start_ns, end_ns) host syncs planted by faults."""
+    """Write trace_view.json for one rank; ``host_stalls`` are the (start_ns, end_ns, fault kind)
+    host stalls planted by faults."""
     pid = 2_000_000 + t.rank
     hw, cann, hccl, overlap, freq = (
         packed_pid(pid, _SORT[k], device)
@@ -78,6 +132,8 @@ def write_trace_view(
         {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": 0}},
         {"ph": "M", "name": "thread_name", "pid": pid, "tid": pid, "args": {"name": f"Thread {pid}"}},
         {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": pid, "args": {"sort_index": pid}},
+        {"ph": "M", "name": "process_name", "pid": pid + GC_PID_OFFSET, "tid": 0, "args": {"name": "Python GC"}},
+        {"ph": "M", "name": "process_labels", "pid": pid + GC_PID_OFFSET, "tid": 0, "args": {"labels": "CPU"}},
         {"ph": "M", "name": "process_name", "pid": cann, "tid": 0, "args": {"name": "CANN"}},
         {"ph": "M", "name": "process_labels", "pid": cann, "tid": 0, "args": {"labels": "CPU"}},
         {"ph": "M", "name": "thread_name", "pid": cann, "tid": pid, "args": {"name": f"Thread {pid}"}},
@@ -129,49 +185,7 @@ def write_trace_view(
                 }
             )
     writer.write_objects(steps)
-    syncs = []
-    for start, end in host_gaps:
-        ts = us_text(np.array([start]))[0].as_py()
-        dur = round((end - start) / 1000, 3)
-        syncs += [
-            {
-                "ph": "X",
-                "name": "aten::item",
-                "pid": pid,
-                "tid": pid,
-                "ts": ts,
-                "dur": dur,
-                "cat": "cpu_op",
-                "args": {"Sequence number": -1, "Fwd thread id": 0},
-            },
-            {
-                "ph": "X",
-                "name": "aten::_local_scalar_dense",
-                "pid": pid,
-                "tid": pid,
-                "ts": ts,
-                "dur": dur,
-                "cat": "cpu_op",
-                "args": {"Sequence number": -1, "Fwd thread id": 0},
-            },
-            {
-                "name": "AscendCL@aclrtSynchronizeStream",
-                "pid": cann,
-                "tid": pid,
-                "ts": ts,
-                "dur": dur,
-                "ph": "X",
-                "args": {
-                    "Thread Id": pid,
-                    "Mode": "ACL_RTS",
-                    "level": "acl",
-                    "id": "aclrtSynchronizeStream",
-                    "item_id": "0",
-                    "connection_id": 0,
-                },
-            },
-        ]
-    writer.write_objects(syncs)
+    writer.write_objects([e for start, end, kind in host_stalls for e in _stall_events(kind, start, end, pid, cann)])
 
     n = len(t.start_ns)
     types = np.array([k.type for k in t.kernels], dtype=object)[t.kernel_id]
@@ -187,7 +201,7 @@ def write_trace_view(
         name = _q(pa.array(names[sl], type=pa.string()))
         conn = pa.array(np.arange(lo, hi) + 1000).cast(pa.string())
         flow_id = pa.array(t.start_ns[sl]).cast(pa.string())
-        host_ts = us_text(t.start_ns[sl] - HOST_LEAD_NS)
+        host_ts = us_text(t.start_ns[sl] - t.launch_lead_ns[sl])
         comm = pa.array(is_comm[sl])
         # host op that launched the kernel, and the async_npu flow from it to the device
         host = _join(

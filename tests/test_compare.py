@@ -83,13 +83,20 @@ def test_a_removed_host_bubble_shows_as_less_idle_on_its_rank_and_a_finding_gone
     out, summary = _pair(tmp_path, baseline, replace(baseline, faults=()))
     overview = _read(out, schema.COMPARE_OVERVIEW)
     overview["rank_id"] = overview["rank_id"].astype(str)
-    idle = overview[(overview["rank_id"] == "0") & (overview["category"] == "idle")]["delta_ms"].sum()
+    idle_rows = overview[(overview["breakdown"] == "primary") & (overview["category"] == "idle")]
+    idle = idle_rows[idle_rows["rank_id"] == "0"]["delta_ms"].sum()
     steps = len(json.loads((tmp_path / "base_root" / "ground_truth.json").read_text())["complete_steps"])
     assert idle == pytest.approx(-2 * 6.0 / steps, rel=0.05)  # 12 ms of planted idle over the complete steps
-    others = overview[(overview["rank_id"] != "0") & (overview["rank_id"] != "all") & (overview["category"] == "idle")]
+    # and the idle time by host cause says what went: the blocking sync the bubble was
+    causes = overview[(overview["breakdown"] == "idle_by_cause") & (overview["rank_id"] == "0")].set_index("component")
+    assert causes.loc["sync", "delta_ms"] == pytest.approx(-2 * 6.0 / steps, rel=0.05)
+    others = idle_rows[(idle_rows["rank_id"] != "0") & (idle_rows["rank_id"] != "all")]
     assert others["delta_ms"].abs().max() < 0.05
     gone = summary["findings"]["disappeared"]  # the planted bubble's finding (see test_diagnostics' mapping)
-    assert [(f["finding_type"], f["rank_ids"]) for f in gone] == [("device_idle_bubble", [0])]
+    assert sorted((f["finding_type"], f["rank_ids"]) for f in gone) == [
+        ("blocking_sync_in_step", [0]),  # the bubble is a blocking .item()
+        ("device_idle_bubble", [0]),
+    ]
     assert summary["findings"]["appeared"] == []
 
 

@@ -21,7 +21,7 @@ def reference(path: Path, span: tuple[float, float], cap: int) -> host_trace.Hos
     with open(path, "rb") as handle:
         host_trace._streamed(path, handle, kept)
         size = handle.tell()
-    return host_trace.HostTrace(kept.frame(), kept.dropped, size)
+    return host_trace.HostTrace(kept.frame(), kept.dropped, size, kept.launches())
 
 
 def assert_same_as_reference(path: Path) -> None:
@@ -29,6 +29,7 @@ def assert_same_as_reference(path: Path) -> None:
         fast, slow = host_trace.read_host_events(path, span[0], span[1], cap), reference(path, span, cap)
         assert fast.events.equals(slow.events), (path.name, span, cap, fast.events.head(), slow.events.head())
         assert (fast.dropped, fast.bytes_read) == (slow.dropped, slow.bytes_read)
+        assert fast.launches.equals(slow.launches), (path.name, span)
 
 
 def read_columnar(path: Path) -> bool:

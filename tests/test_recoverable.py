@@ -30,6 +30,10 @@ TWINS = [
     ("ep_imbalance", "ep_load_imbalance_suspected"),
     ("exposed_aicpu", "aicpu_exposed"),
     ("throttled_card", "aicore_freq_throttled"),
+    ("launch_bound", "host_launch_bound"),  # the twin's launches are ahead of the device
+    ("host_stalls", "dataloader_stall"),  # every rank stalls: closed on all of them at once
+    ("host_stalls", "gc_pause"),
+    ("host_stalls", "allocation_heavy"),
     # two faults at once: each finding is priced with the other fault still in place
     ("demo", "slow_rank_suspected"),
     ("demo", "device_idle_bubble"),

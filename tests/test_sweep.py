@@ -23,8 +23,8 @@ def search_root(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("sweep") / "captures"
     copy_sample(QWEN_TRAINING, base / "team_a" / "qwen3_step13")
     copy_sample(PYTORCH_DATA / "text" / "level1", base / "team_a" / "cnn_level1")
-    generate(base / "team_b" / "slow", "slow_rank", seed=3)
-    generate(base / "team_b" / "clean", "clean", seed=3)
+    generate(base / "team_b" / "slow", "slow_rank", seed=3, trace=False)
+    generate(base / "team_b" / "clean", "clean", seed=3, trace=False)
     bad = base / "team_b" / "broken" / "rank_0" / "ASCEND_PROFILER_OUTPUT"
     bad.mkdir(parents=True)
     (bad / "kernel_details.csv").write_text("Name,Type\nx,y\n")
@@ -116,7 +116,7 @@ def test_a_second_sweep_into_the_same_archive_is_refused(cli, tmp_path):
     from npuprof.pipeline.runner import run_lock
 
     search = tmp_path / "search"
-    generate(search / "clean", "clean", seed=1, ranks=2, steps=2)
+    generate(search / "clean", "clean", seed=1, ranks=2, steps=2, trace=False)
     archive = tmp_path / "archive"
     archive.mkdir()
     with run_lock(archive):  # another sweep is writing it
@@ -129,7 +129,7 @@ def test_a_local_sweep_into_an_archive_a_service_sweep_writes_is_refused(cli, tm
     from npuprof.pipeline.sweep.service_mark import write_mark
 
     search = tmp_path / "search"
-    generate(search / "clean", "clean", seed=1, ranks=2, steps=2)
+    generate(search / "clean", "clean", seed=1, ranks=2, steps=2, trace=False)
     archive = tmp_path / "archive"
     archive.mkdir()
     write_mark(archive, "0123abcd", "redis://:***@queue-host:6379/0")  # a service sweep planned into it
@@ -145,7 +145,7 @@ def test_a_local_sweep_into_an_archive_a_service_sweep_writes_is_refused(cli, tm
 def test_a_full_archive_fails_the_roots_it_cannot_hold_and_a_rerun_finishes(cli, tmp_path, small_filesystem):
     search = tmp_path / "search"
     for seed in range(4):
-        generate(search / f"r{seed}", "clean", seed=seed, ranks=2, steps=3)
+        generate(search / f"r{seed}", "clean", seed=seed, ranks=2, steps=3, trace=False)
     archive = small_filesystem
     run = cli("sweep", "--search-root", str(search), "-o", str(archive), "--jobs", "1", "--progress", "none")
     assert run.returncode == EXIT_PARTIAL, run.stderr

@@ -40,6 +40,7 @@ def revive_if_stale(app: Any, sweep_id: str, url: str | None = None, record: dic
     if not records.claim(f"revive-merge:{sweep_id}", stale_after, url):
         return False
     generation = records.next_merge_generation(sweep_id, url)
+    records.looked(sweep_id, url)  # the sent copy is given a stale time of its own to take its first look
     app.send_task(
         "npuprof.merge_sweep",
         args=(sweep_id, generation),

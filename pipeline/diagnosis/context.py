@@ -15,6 +15,7 @@ import pandas as pd
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.registry import declared_columns, derived_inputs, detectors
 from npuprof.pipeline.diagnosis.retiming import ALIGNMENT_COLUMNS, STEP_COLUMNS, build_step_model
+from npuprof.pipeline.diagnosis.slow_card import CARD_PROFILE_READS, card_profile
 from npuprof.pipeline.diagnosis.step_tags import STEP_TAG_COLUMNS, step_anomaly_tags
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.summaries.communication import global_ranks_by_group_hash
@@ -74,6 +75,7 @@ COMPOSED_INPUTS: dict[str, tuple[dict[str, tuple[str, ...]], Callable[["Diagnosi
         {"steps": STEP_TAG_COLUMNS},
         lambda ctx: step_anomaly_tags(ctx.steps),
     ),  # anomaly tags and their wording per step (step_tags.py)
+    "card_profile": (CARD_PROFILE_READS, card_profile),  # every rank's measures per step (slow_card.py)
 }
 
 

@@ -37,6 +37,7 @@ class ReportInputs:
     step_trace: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_trace_accounting (no-kernel ranks)
     pp_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)  # pp_schedule (pipeline parallel only)
     pp_passes: pd.DataFrame = field(default_factory=pd.DataFrame)  # each PP stage's F / B passes (pp_chart)
+    idle_causes: pd.DataFrame = field(default_factory=pd.DataFrame)  # idle ms by host cause per step (evidence)
 
     def manifest(self, stage: str) -> dict:
         """A stage's manifest, or {} when the stage did not run."""

@@ -10,6 +10,7 @@ import pandas as pd
 
 from npuprof.pipeline.report.glossary import glossary_markdown
 from npuprof.pipeline.report.inputs import ReportInputs
+from npuprof.pipeline.summaries.idle_causes import cause_names
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
 # inline markup, table cells and HTML; the text is one line inside a paragraph or a table cell
@@ -91,7 +92,8 @@ def _executive(inputs: ReportInputs, summary: dict) -> str:
         f"(kernel source: {cell(identity['source'])}).",
         f"{_complete_steps(inputs.steps)}: step wall mean {cell(wall['mean'])} ms (p50 {cell(wall['p50'])}, "
         f"p90 {cell(wall['p90'])}). Share of the step: compute {_share(kpis['compute_share_of_wall'])}, exposed "
-        f"communication {_share(kpis['comm_share_of_wall'])}, device idle {_share(kpis['bubble_share_of_wall'])}.",
+        f"communication {_share(kpis['comm_share_of_wall'])}, device idle {_share(kpis['bubble_share_of_wall'])}"
+        f"{_idle_causes_inline(kpis['idle_share_by_cause'])}.",
         f"Findings: {counts['total']} ({_by_severity(counts) or 'none'})"
         + (f"; the {min(5, len(summary['findings']))} most recoverable:" if summary["findings"] else "."),
     ]
@@ -99,6 +101,12 @@ def _executive(inputs: ReportInputs, summary: dict) -> str:
         label = f"**{cell(group['finding_type'])}** ({cell(group['severity'])}, {_saving(group)})"
         lines.append(f"- {label}: {cell(group['summary'])}")
     return "\n\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n"
+
+
+def _idle_causes_inline(shares: dict[str, float]) -> str:
+    """' (by host cause: launch 3.1 %, queued 0.4 %)': what the idle time was waiting for."""
+    named = [f"{cell(cause)} {_share(share)}" for cause, share in shares.items() if share]
+    return f" (by host cause: {', '.join(named)})" if named else ""
 
 
 def _saving(group: dict) -> str:
@@ -147,8 +155,27 @@ def _timeline(inputs: ReportInputs, summary: dict) -> str:
     heavy = inputs.steps.sort_values("wall_ms", ascending=False)
     text = "Anatomy means (ms): " + ", ".join(f"{cell(k)} {cell(v)}" for k, v in anatomy.items()) + "\n\n"
     text += "Heaviest steps:\n\n"
-    return text + table(
+    text += table(
         heavy, ["rank_id", "step_id", "wall_ms", "busy_ms", "underfeed_ratio", "anomaly_tags"], TOP_HEAVY_STEPS
+    )
+    return text + "\n" + _idle_causes_table(inputs)
+
+
+def _idle_causes_table(inputs: ReportInputs) -> str:
+    """Device idle per rank by host cause, ms per complete step (the idle_by_cause rows)."""
+    causes, steps = inputs.idle_causes, inputs.steps
+    if causes.empty:
+        return "Device idle by host cause: no rank has a readable trace_view.json (or --no-host-trace).\n"
+    complete = steps[steps["complete"].astype(bool)] if steps["complete"].astype(bool).any() else steps
+    counted = causes.merge(complete[["rank_id", "step_ordinal"]], on=["rank_id", "step_ordinal"])
+    per_rank = counted.pivot_table(index="rank_id", columns="component", values="ms", aggfunc="sum", fill_value=0.0)
+    per_rank = per_rank.div(complete.groupby("rank_id").size().reindex(per_rank.index), axis=0).round(3)
+    order = [c for c in cause_names() if c in per_rank.columns]
+    frame = per_rank[order].reset_index()
+    return (
+        "Device idle by host cause, ms per step (`idle_by_cause` rows of `step_time_accounting.csv`; "
+        "`queued`: the next kernel was launched, the device waited on something else):\n\n"
+        + table(frame, list(frame.columns))
     )
 
 

@@ -40,8 +40,14 @@ SHEET_NOTES: dict[str, tuple[str, str]] = {
     ),
     _stem(schema.STEP_TIME_ACCOUNTING_CSV): (
         "every step's wall split into compute (by bound family), exposed communication (by parallel role and "
-        "kind), overlap and idle; the primary rows add up to the wall",
+        "kind), overlap and idle; the primary rows add up to the wall; the idle_by_cause rows split the idle "
+        "time by what the host was doing (sync, dataloader, gc, allocation, launch, queued, unattributed)",
         "no rank has device events in steps",
+    ),
+    _stem(schema.HOST_API_SUMMARY_CSV): (
+        "CANN and framework (aten) API calls per rank, step and API: count, total, p50 and p99 of their "
+        "durations, from trace_view.json (like msprof-analyze's cann_api_sum)",
+        "no rank has a readable trace_view.json with steps (or --no-host-trace)",
     ),
     _stem(schema.STEP_TRACE_ACCOUNTING_CSV): (
         "the profiler's own step split (step_trace_time.csv) of ranks whose kernels the capture does not hold",

@@ -119,6 +119,15 @@ def _primary_split(accounting: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return by_category, compute
 
 
+def _idle_by_cause(idle_causes: pd.DataFrame, wall_ms: float) -> dict[str, float]:
+    """Each host cause's share of the wall of every step (the idle_by_cause rows; the causes of a
+    rank with a host trace add up to its idle share), largest first; empty without host traces."""
+    if idle_causes.empty or not wall_ms:
+        return {}
+    by_cause = idle_causes.groupby("component")["ms"].sum().sort_values(ascending=False)
+    return {str(cause): _number(ms / wall_ms, 4) for cause, ms in by_cause.items()}
+
+
 def kpis(inputs: ReportInputs) -> dict:
     """Step wall quantiles, anatomy means, shares of wall, bound-family time, top classes and kinds."""
     steps = inputs.steps
@@ -137,6 +146,7 @@ def kpis(inputs: ReportInputs) -> dict:
         "step_wall_ms": _quantiles(complete["wall_ms"]) if len(complete) else _quantiles(pd.Series(dtype=float)),
         "step_anatomy_ms_mean": _anatomy_means(inputs.anatomy),
         "bubble_share_of_wall": _number(by_category.get("idle", 0.0) / wall, 4) if wall else None,
+        "idle_share_by_cause": _idle_by_cause(inputs.idle_causes, wall),
         "comm_share_of_wall": _number(by_category.get("communication", 0.0) / wall, 4) if wall else None,
         "compute_share_of_wall": _number(by_category.get("compute", 0.0) / wall, 4) if wall else None,
         "bound_family_wall_ms": {str(k): _number(v) for k, v in compute.sort_values(ascending=False).items()},

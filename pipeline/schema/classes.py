@@ -103,3 +103,23 @@ STEP_ANOMALIES = Table(
     per_rank=False,
 )
 STEP_ANOMALIES_CSV = CsvView("step_anomalies.csv", (STEP_ANOMALIES,), ())
+
+# diagnostics' comparison of each slow rank with its peers (diagnosis/slow_card.py), per step
+SLOW_RANK_DIFF = Table(
+    "slow_rank_diff",
+    pa.schema(
+        [
+            ("rank_id", pa.int64()),  # the slow rank
+            ("peer_ranks", pa.string()),  # ' '-joined: the ranks its median is taken over
+            ("level", pa.string()),  # step | time | operator | idle_cause | compute_work
+            ("key", pa.string()),  # the measure: 'own time', a category, an operator name, 'Mcycles' ...
+            ("value", pa.float64()),  # the slow rank's, per step (ms; compute_work Mcycles in millions)
+            ("peer_median", pa.float64()),
+            ("ratio", pa.float64()),  # value / peer_median (null where the peers have none)
+            ("extra", pa.float64()),  # value - peer_median
+            ("share_of_extra", pa.float64()),  # extra / the rank's extra own time per step
+        ]
+    ),
+    per_rank=False,
+)
+SLOW_RANK_DIFF_CSV = CsvView("slow_rank_diff.csv", (SLOW_RANK_DIFF,), ())

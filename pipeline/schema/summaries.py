@@ -141,6 +141,34 @@ BUBBLE_WINDOWS = Table(
             ("comm_overlap", pa.float64()),  # ... by communication markers
             ("host_thread_count", pa.int64()),
             ("host_events", pa.string()),  # ';'-joined: the host events covering it most
+            # its idle cause from the host trace (summaries/idle_causes.py; null without one)
+            ("cause", pa.string()),  # the cause holding most of it
+            ("cause_share", pa.float64()),  # that cause's share of it
+        ]
+    ),
+)
+
+# Idle gaps (any length) the host caused, per rank: what the host did while the device waited
+# (summaries/idle_causes.py). Gaps the device had its next kernel queued for are left out.
+HOST_IDLE_GAPS = Table(
+    "host_idle_gaps",
+    pa.schema(
+        [
+            ("step_ordinal", pa.int64()),
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("duration_us", pa.float64()),
+            ("after_name", pa.string()),  # the kernel the device waited for
+            ("after_row", pa.int64()),
+            ("launch_lead_us", pa.float64()),  # gap start - that kernel's host launch (< 0: launched late)
+            ("cause", pa.string()),
+            ("cause_share", pa.float64()),
+            ("sync_us", pa.float64()),
+            ("dataloader_us", pa.float64()),
+            ("gc_us", pa.float64()),
+            ("allocation_us", pa.float64()),
+            ("launch_us", pa.float64()),
+            ("unattributed_us", pa.float64()),
         ]
     ),
 )
@@ -331,6 +359,27 @@ STEP_TIME_ACCOUNTING = Table(
     ),
 )
 
+# CANN and framework API calls per rank, step and API (summaries/host_api.py), like cann_api_sum
+HOST_API_SUMMARY = Table(
+    "host_api_summary",
+    pa.schema(
+        [
+            ("step_ordinal", pa.int64()),
+            ("step_id", pa.int64()),
+            ("layer", pa.string()),  # cann | framework
+            ("name", pa.string()),
+            ("count", pa.int64()),
+            ("total_us", pa.float64()),
+            ("p50_us", pa.float64()),
+            ("p99_us", pa.float64()),
+        ]
+    ),
+)
+
+# idle time of each step by host cause, in step_time_accounting's rows (breakdown idle_by_cause):
+# written by evidence (it reads the host trace), listed with the other rows in step_time_accounting.csv
+IDLE_BY_CAUSE = Table("step_idle_causes", STEP_TIME_ACCOUNTING.schema)
+
 STEP_TRACE_ACCOUNTING = Table(
     "step_trace_accounting",  # ranks without device events: their profiler's own step split
     pa.schema(
@@ -413,6 +462,7 @@ STEP_TRACE_ACCOUNTING_CSV = CsvView("step_trace_accounting.csv", (STEP_TRACE_ACC
 BLOCK_CLASS_SUMMARY_CSV = CsvView("block_class_summary.csv", (BLOCK_CLASS_SUMMARY,), ())
 LAYER_CLASS_SUMMARY_CSV = CsvView("layer_class_summary.csv", (LAYER_CLASS_SUMMARY,), ())
 STEP_CLASS_SUMMARY_CSV = CsvView("step_class_summary.csv", (STEP_CLASS_SUMMARY,), ())
+HOST_API_SUMMARY_CSV = CsvView("host_api_summary.csv", (HOST_API_SUMMARY,), ("rank_id", "step_ordinal"))
 EVIDENCE_INDEX_CSV = CsvView("evidence_index.csv", (EVIDENCE_INDEX,), ("rank_id",))
 COMMUNICATION_SUMMARY_CSV = CsvView("communication_summary.csv", (COMMUNICATION_OPS,), ("rank_id",))
 COMMUNICATION_LINKS_CSV = CsvView("communication_links.csv", (COMMUNICATION_LINKS,), ("rank_id",))

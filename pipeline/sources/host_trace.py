@@ -6,7 +6,9 @@ per event); any other layout, or anything that reader would read differently, is
 event (ijson, C backend), which is the reference the columnar path is tested against.
 Only complete (``X``) events of host lanes are kept: category cpu_op / python_function / ascendcl,
 or any event of a process labelled CPU (CANN's AscendCL events carry no category), that overlap the
-span, up to a cap.
+span, up to a cap. Besides them, the launch flows (``s`` on the host, ``f`` on the device kernel it
+launched; categories async_npu and HostToDevice) give each kernel starting in the span the moment
+the host launched it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,7 +31,15 @@ from npuprof.pipeline.errors import BadInput
 
 HOST_CATEGORIES = frozenset({"cpu_op", "python_function", "ascendcl"})
 HOST_PROCESS_NAMES = frozenset({"Python", "CANN", "Python GC"})
-COLUMNS = ["name", "pid", "tid", "start_us", "end_us"]
+# process: the pid's process_name; duration_us as written (end - start of epoch µs in a float loses
+# a quarter of a µs)
+COLUMNS = ["name", "pid", "tid", "start_us", "end_us", "duration_us", "process"]
+# launch flows: torch_npu's op → kernel (the op enqueued it) and CANN's launch → kernel (the task
+# queue's launch thread submitted it); the later of the two is when the device could have it
+FLOW_CATEGORIES = ("async_npu", "hosttodevice")
+LAUNCH_COLUMNS = ["device_start_us", "launch_us"]
+# async_npu writes its flow ids as numbers, HostToDevice as text (past int64 at times): text for both
+_NUMBER_FLOW_ID = re.compile(rb'"id": ?(\d+)')
 BLOCK_BYTES = 32 << 20  # read per block
 PARSE_BLOCK_BYTES = 2 << 20  # Arrow parses these on every core; an event must fit in one
 
@@ -41,6 +51,7 @@ class HostTrace:
     events: pd.DataFrame
     dropped: int
     bytes_read: int
+    launches: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LAUNCH_COLUMNS))  # per kernel start
 
 
 def _prefix(path: Path) -> str:
@@ -68,8 +79,11 @@ class _Kept:
         self.cap = cap
         self.rows: list[tuple] = []
         self.host_pids: set = set()
+        self.process_names: dict = {}
         self.dropped = 0
         self.not_events = 0  # items that are not JSON objects: the file is not a trace
+        self.flows: list[tuple[int, str, bool, float]] = []  # (category, id, is_start, ts_us), event by event
+        self.flow_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
 
     def add(self, event: object) -> None:
         """One parsed event (the event-by-event reader)."""
@@ -79,10 +93,15 @@ class _Kept:
         phase = event.get("ph")
         if phase == "M":
             args = event.get("args") or {}
+            if event.get("name") == "process_name" and isinstance(args.get("name"), str):
+                self.process_names[event.get("pid")] = args["name"]
             if (event.get("name") == "process_name" and args.get("name") in HOST_PROCESS_NAMES) or (
                 event.get("name") == "process_labels" and args.get("labels") == "CPU"
             ):
                 self.host_pids.add(event.get("pid"))
+            return
+        if phase in ("s", "f"):
+            self._add_flow(event, phase == "s")
             return
         if phase != "X":
             return
@@ -93,13 +112,44 @@ class _Kept:
             self.dropped += 1
             return
         category = str(event.get("cat") or "").lower()
-        self.rows.append((event.get("name"), event.get("pid"), event.get("tid"), start, start + duration, category))
+        self.rows.append(
+            (event.get("name"), event.get("pid"), event.get("tid"), start, start + duration, duration, None, category)
+        )
+
+    def _add_flow(self, event: dict, is_start: bool) -> None:
+        category = str(event.get("cat") or "").lower()
+        if category not in FLOW_CATEGORIES:
+            return
+        flow_id, ts = event.get("id"), _number(event.get("ts"))
+        if isinstance(flow_id, (int, str)) and not isinstance(flow_id, bool) and self._flow_in_span(ts, is_start):
+            self.flows.append((FLOW_CATEGORIES.index(category), str(flow_id), is_start, ts))
+
+    def _flow_in_span(self, ts: float, is_start: bool) -> bool:
+        """A launch (s) before the span can start a kernel in it; a kernel start (f) must be in it."""
+        return ts <= self.span[1] and (is_start or ts >= self.span[0])
+
+    def launches(self) -> pd.DataFrame:
+        """Per device start (f) in the span: the latest launch (s) of the same flow id among the
+        categories; kernels whose flows are cut off by the cap have none."""
+        flows = pd.concat(
+            [pd.DataFrame(self.flows, columns=["category", "id", "is_start", "ts"]), *self.flow_blocks],
+            ignore_index=True,
+        ).astype({"category": "int64", "is_start": bool, "ts": "float64"})  # typed: the empty list is not
+        is_start = flows["is_start"].to_numpy(bool)
+        starts = flows.loc[is_start].drop_duplicates(["category", "id"])
+        ends = flows.loc[~is_start].drop_duplicates(["category", "id"])
+        paired = ends.merge(starts, on=["category", "id"], suffixes=("_device", "_launch"))
+        per_kernel = paired.groupby("ts_device", sort=True)["ts_launch"].max()
+        return pd.DataFrame(
+            {"device_start_us": per_kernel.index.to_numpy(float), "launch_us": per_kernel.to_numpy(float)}
+        )
 
     def frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(self.rows, columns=[*COLUMNS, "category"])
         is_host = frame["category"].isin(HOST_CATEGORIES) | frame["pid"].isin(self.host_pids)
         frame = frame[is_host].drop(columns="category").reset_index(drop=True)
         frame["name"] = frame["name"].astype(str)
+        frame["process"] = frame["pid"].map(self.process_names).astype(object)
         return frame
 
 
@@ -123,6 +173,7 @@ _EVENT_SCHEMA = pa.schema(
         ("ts", pa.string()),  # torch_npu writes µs as text
         ("dur", pa.float64()),
         ("cat", pa.string()),
+        ("id", pa.string()),
         ("args", pa.struct([("name", pa.string()), ("labels", pa.string())])),
     ]
 )
@@ -158,7 +209,7 @@ def _ndjson_blocks(handle: BinaryIO) -> Iterator[bytes]:
             tail = data.rstrip()
             if not tail.endswith(b"]"):
                 raise _NeedsEventReader  # truncated: the event reader says where
-            yield _BETWEEN_EVENTS.sub(b"}\n{", tail[:-1].rstrip())
+            yield _as_ndjson(tail[:-1].rstrip())
             return
         cut = _last_separator(data, max(0, len(data) - BLOCK_BYTES))
         if cut is None:
@@ -166,8 +217,42 @@ def _ndjson_blocks(handle: BinaryIO) -> Iterator[bytes]:
                 raise _NeedsEventReader  # no event ends in four blocks: not a layout for this reader
             pending = data
             continue
-        yield _BETWEEN_EVENTS.sub(b"}\n{", data[: cut.start() + 1])
+        yield _as_ndjson(data[: cut.start() + 1])
         pending = data[cut.end() - 1 :]  # from the next event's "{"
+
+
+def _as_ndjson(events: bytes) -> bytes:
+    """One event per line, flow ids as numbers."""
+    return _NUMBER_FLOW_ID.sub(rb'"id": "\1"', _BETWEEN_EVENTS.sub(b"}\n{", events))
+
+
+def _timestamps(events: pa.Table, also_required: str) -> np.ndarray:
+    """The events' ``ts`` (text µs) as floats; any missing (or ``also_required`` missing), or one
+    that is not a number, is for the event reader to report."""
+    if events.column("ts").null_count or events.column(also_required).null_count:
+        raise _NeedsEventReader
+    try:
+        return pc.cast(events.column("ts"), pa.float64()).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise _NeedsEventReader from None
+
+
+def _block_flows(events: pa.Table, kept: _Kept) -> None:
+    """The launch flows of a block (s and f events of the flow categories) into ``kept``."""
+    phase = pc.fill_null(events.column("ph"), "")
+    category = pc.utf8_lower(pc.fill_null(events.column("cat"), ""))
+    is_flow = pc.and_(pc.is_in(phase, pa.array(["s", "f"])), pc.is_in(category, pa.array(FLOW_CATEGORIES)))
+    flows = events.filter(is_flow)
+    if not flows.num_rows:
+        return
+    ts = _timestamps(flows, "id")
+    is_start = pc.equal(flows.column("ph"), "s").to_numpy()
+    in_span = (ts <= kept.span[1]) & (is_start | (ts >= kept.span[0]))
+    codes = pc.index_in(pc.utf8_lower(flows.column("cat")), pa.array(FLOW_CATEGORIES)).to_numpy()
+    ids = np.asarray(flows.column("id").to_numpy(zero_copy_only=False), dtype=object)
+    kept.flow_blocks.append(
+        pd.DataFrame({"category": codes[in_span], "id": ids[in_span], "is_start": is_start[in_span], "ts": ts[in_span]})
+    )
 
 
 def _block_events(body: bytes) -> pa.Table:
@@ -196,13 +281,17 @@ def _columnar(handle: BinaryIO, kept: _Kept) -> None:
         )
         cpu = pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.equal(labels.field("labels"), "CPU"))
         kept.host_pids.update(meta.filter(pc.fill_null(pc.or_(process, cpu), False)).column("pid").to_pylist())
+        named = meta.filter(
+            pc.fill_null(
+                pc.and_(pc.equal(meta.column("name"), "process_name"), pc.is_valid(labels.field("name"))), False
+            )
+        )
+        kept.process_names.update(
+            zip(named.column("pid").to_pylist(), named.column("args").combine_chunks().field("name").to_pylist())
+        )
+        _block_flows(events, kept)
         complete = events.filter(pc.fill_null(pc.equal(phase, "X"), False))
-        if complete.column("ts").null_count or complete.column("dur").null_count:
-            raise _NeedsEventReader
-        try:
-            start = pc.cast(complete.column("ts"), pa.float64()).to_numpy()
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise _NeedsEventReader from None
+        start = _timestamps(complete, "dur")
         duration = complete.column("dur").to_numpy()
         overlapping = np.flatnonzero((duration > 0) & ~(start > span_end) & ~(start + duration < span_start))
         room = max(kept.cap - len(kept.rows), 0)
@@ -217,6 +306,8 @@ def _columnar(handle: BinaryIO, kept: _Kept) -> None:
             chosen.column("tid").to_pylist(),
             start[overlapping[:room]].tolist(),
             (start + duration)[overlapping[:room]].tolist(),
+            duration[overlapping[:room]].tolist(),
+            [None] * len(category),
             category,
         )
 
@@ -239,4 +330,4 @@ def read_host_events(path: str | Path, span_start_us: float, span_end_us: float,
         size = handle.tell()
     if kept.not_events:
         raise BadInput(path, f"{kept.not_events} items of the trace are not events (JSON objects)")
-    return HostTrace(kept.frame(), kept.dropped, size)
+    return HostTrace(kept.frame(), kept.dropped, size, kept.launches())

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pandas as pd
+
 from npuprof import knowledge
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.evidence import check_evidence
 from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, rank_by_cost
 from npuprof.pipeline.diagnosis.registry import detectors
+from npuprof.pipeline.diagnosis.slow_card import peers_of, slow_card_diff
 from npuprof.pipeline.stages.base import RootContext, StageResult, conformed
 
 
@@ -54,9 +57,19 @@ def reduce_root(ctx: RootContext) -> StageResult:
     }
     return StageResult(
         json_files={schema.DIAGNOSIS_FINDINGS: document},
-        csv_views={schema.STEP_ANOMALIES_CSV: conformed(schema.STEP_ANOMALIES, step_tags)},
+        csv_views={
+            schema.STEP_ANOMALIES_CSV: conformed(schema.STEP_ANOMALIES, step_tags),
+            schema.SLOW_RANK_DIFF_CSV: conformed(schema.SLOW_RANK_DIFF, _slow_rank_diff(inputs, findings)),
+        },
         manifest=counts,
     )
+
+
+def _slow_rank_diff(inputs: DiagnosisContext, findings: list[dict]) -> pd.DataFrame:
+    """slow_rank_diff.csv: each rank a slow-rank finding names, against its peers."""
+    slow = sorted({int(r) for f in findings if f["finding_type"] == "slow_rank_suspected" for r in f["rank_ids"]})
+    diffs = [slow_card_diff(inputs.card_profile, rank, peers_of(inputs.steps, rank)) for rank in slow]
+    return pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame()
 
 
 def headline(manifest: dict) -> tuple[dict, list[str]]:

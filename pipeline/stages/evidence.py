@@ -18,25 +18,45 @@ from npuprof import knowledge
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.sources.auxiliary import note_text
+from npuprof.pipeline.sources.host_trace import HostTrace
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.stages.rank_reads import layer_spans, rank_steps, step_of_events
 from npuprof.pipeline.summaries.accounting import idle_gaps
-from npuprof.pipeline.summaries.attribution import attribute_bubbles
+from npuprof.pipeline.summaries.attribution import attribute_bubbles, read_rank_host_trace
 from npuprof.pipeline.summaries.evidence import bubble_windows, bubble_windows_jsonl, evidence_index
+from npuprof.pipeline.summaries.host_api import host_activity, host_api_summary, launch_delays
+from npuprof.pipeline.summaries.idle_causes import (
+    QUEUED,
+    cause_column,
+    class_masks,
+    gap_causes,
+    idle_by_cause,
+    launch_times,
+    queued_gap_floor_us,
+)
 
 EVIDENCE_INPUT_COLUMNS = ["row_idx", "start_ns", "end_ns", "name", "source_id"]
 
 
 def map_rank(ctx: RankContext) -> StageResult:
-    """Idle windows with their host labels, and the evidence index, of one rank."""
+    """Idle windows with their host labels and causes, idle time by cause, and the evidence index,
+    of one rank."""
     events = ordered_events(ctx, EVIDENCE_INPUT_COLUMNS).to_pandas()
     steps = rank_steps(ctx)
     events["step_ordinal"] = step_of_events(len(events), steps)
-    bubbles = pd.DataFrame()
+    gaps = idle_gaps(events, layer_spans(ctx)) if len(steps) else pd.DataFrame()
+    span = (float(steps["start_ns"].min()) / 1000.0, float(steps["end_ns"].max()) / 1000.0) if len(steps) else None
+    host, host_trace = read_rank_host_trace(ctx.rank, span, ctx.options.host_trace)
+    bubbles, host_gaps, by_cause = pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
     if len(steps):
         min_ns = int(knowledge.load("classify_rules")["bubble_min_us"] * 1000)  # the bubbles classify measures
-        bubbles = bubble_windows(ctx.rank.rank_id, events, idle_gaps(events, layer_spans(ctx)), steps, min_ns)
-    bubbles, host_trace = attribute_bubbles(ctx.rank, bubbles, ctx.options.host_trace)
+        bubbles = bubble_windows(ctx.rank.rank_id, events, gaps, steps, min_ns)
+    bubbles = attribute_bubbles(bubbles, host)
+    if host is not None and len(gaps):
+        bubbles, host_gaps, by_cause, floor_us = _with_causes(events, gaps, steps, bubbles, host)
+        host_trace["queued_gap_median_us"] = floor_us
+    else:
+        bubbles = bubbles.assign(cause=None, cause_share=None)
     operators = ctx.read_table(schema.OPERATOR_SUMMARY).to_pandas()
     communication = ctx.read_table(schema.COMMUNICATION_EVENTS).to_pandas()
     source_id = events["source_id"].iloc[0] if len(events) else None
@@ -47,7 +67,57 @@ def map_rank(ctx: RankContext) -> StageResult:
         "host_trace": {k: v for k, v in host_trace.items() if k != "note"},
         "unreadable_inputs": [host_trace["note"]] if "note" in host_trace else [],
     }
-    return StageResult(tables={schema.BUBBLE_WINDOWS: bubbles, schema.EVIDENCE_INDEX: evidence}, manifest=manifest)
+    api = _host_api(events, host, steps) if host is not None and len(steps) else pd.DataFrame()
+    tables = {
+        schema.HOST_API_SUMMARY: api,
+        schema.BUBBLE_WINDOWS: bubbles,
+        schema.EVIDENCE_INDEX: evidence,
+        schema.HOST_IDLE_GAPS: host_gaps,
+        schema.IDLE_BY_CAUSE: by_cause,
+    }
+    return StageResult(tables=tables, manifest=manifest)
+
+
+def _host_api(events: pd.DataFrame, host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame:
+    """The rank's API sums per step, its time per step in each host class, and its kernels'
+    launch-to-start delays per step."""
+    start_us = events["start_ns"].to_numpy() / 1000.0
+    parts = [
+        host_api_summary(host.events, steps),
+        host_activity(host.events, steps, class_masks(host.events)),
+        launch_delays(start_us, events["step_ordinal"].to_numpy(float), launch_times(start_us, host.launches), steps),
+    ]
+    return pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+
+
+def _with_causes(events: pd.DataFrame, gaps: pd.DataFrame, steps: pd.DataFrame, bubbles: pd.DataFrame, host):
+    """The bubble windows with their cause, the gaps the host caused, idle ms by cause per step, and
+    the rank's median gap between kernels it had queued."""
+    after_start_us = events["start_ns"].to_numpy()[gaps["after_pos"].to_numpy()] / 1000.0
+    causes = gap_causes(gaps, after_start_us, host.events, host.launches)
+    duration = (gaps["end_ns"] - gaps["start_ns"]).to_numpy() / 1000.0
+    by_start = causes[["cause", "cause_share"]].set_axis(gaps["start_ns"].to_numpy())
+    bubbles = bubbles.assign(
+        cause=by_start["cause"].reindex(bubbles["start_ns"]).to_numpy(),
+        cause_share=by_start["cause_share"].reindex(bubbles["start_ns"]).to_numpy(),
+    )
+    host_caused = (causes["cause"] != QUEUED).to_numpy()
+    after = events.iloc[gaps["after_pos"].to_numpy()]
+    host_gaps = pd.concat(
+        [
+            gaps[["step_ordinal", "start_ns", "end_ns"]].reset_index(drop=True),
+            pd.DataFrame(
+                {
+                    "duration_us": duration,
+                    "after_name": after["name"].to_numpy(),
+                    "after_row": after["row_idx"].to_numpy(),
+                }
+            ),
+            causes.drop(columns=cause_column(QUEUED)).reset_index(drop=True),
+        ],
+        axis=1,
+    ).loc[host_caused]
+    return bubbles, host_gaps, idle_by_cause(gaps, causes, steps), queued_gap_floor_us(causes)
 
 
 def reduce_root(ctx: RootContext) -> StageResult:
@@ -80,7 +150,19 @@ def reduce_root(ctx: RootContext) -> StageResult:
         schema.BUBBLE_WINDOWS_JSONL: _bubble_jsonl_chunks(ctx),
         schema.EVIDENCE_INDEX_CSV.file: _evidence_csv_chunks(ctx),
     }
-    return StageResult(rendered=rendered, manifest=manifest)
+    views = {
+        schema.STEP_TIME_ACCOUNTING_CSV: _accounting(ctx),
+        schema.HOST_API_SUMMARY_CSV: schema.join_view(
+            schema.HOST_API_SUMMARY_CSV, [ctx.read_frame(schema.HOST_API_SUMMARY)]
+        ),
+    }
+    return StageResult(rendered=rendered, csv_views=views, manifest=manifest)
+
+
+def _accounting(ctx: RootContext) -> pd.DataFrame:
+    """step_time_accounting.csv: summarize's rows of each step, then its idle time by host cause."""
+    rows = [ctx.read_frame(schema.STEP_TIME_ACCOUNTING), ctx.read_frame(schema.IDLE_BY_CAUSE)]
+    return schema.join_view(schema.STEP_TIME_ACCOUNTING_CSV, [pd.concat([r for r in rows if len(r)] or rows[:1])])
 
 
 def _rank_frames(ctx: RootContext, table: schema.Table) -> Iterator[pd.DataFrame]:

@@ -61,6 +61,7 @@ SHEETS = (
     (schema.STEP_CLASS_SUMMARY_CSV, None),
     (schema.STEP_TIME_ACCOUNTING_CSV, 50_000),
     (schema.STEP_TRACE_ACCOUNTING_CSV, None),
+    (schema.HOST_API_SUMMARY_CSV, 50_000),
     (schema.LAYER_SUMMARY, 20_000),
     (schema.LAYER_CLASS_SUMMARY_CSV, None),
     (schema.BLOCK_SUMMARY, 5_000),
@@ -195,6 +196,7 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         step_trace=ctx.read_view(schema.STEP_TRACE_ACCOUNTING_CSV),
         pp_schedule=pp_schedule,
         pp_passes=stage_passes(layers, pp_schedule),  # the chart and the trace draw the same passes
+        idle_causes=int_ranks(ctx.read_frame(schema.IDLE_BY_CAUSE)),
     )
 
 

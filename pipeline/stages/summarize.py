@@ -163,7 +163,6 @@ def reduce_root(ctx: RootContext) -> StageResult:
     ranks = rank_summary(ctx.rank_manifests, step_classes, accounting, step_trace)
     views = {
         schema.OPERATOR_SUMMARY_CSV: schema.join_view(schema.OPERATOR_SUMMARY_CSV, [operators]),
-        schema.STEP_TIME_ACCOUNTING_CSV: schema.join_view(schema.STEP_TIME_ACCOUNTING_CSV, [accounting]),
         schema.OPERATOR_CLASS_SUMMARY_CSV: conformed(schema.OPERATOR_CLASS_SUMMARY, operator_classes),
         schema.HCCL_OP_SUMMARY_CSV: conformed(schema.HCCL_OP_SUMMARY, hccl_ops),
         schema.HCCL_CLASS_SUMMARY_CSV: conformed(schema.HCCL_CLASS_SUMMARY, hccl_classes),

@@ -18,7 +18,7 @@ from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.auxiliary import unreadable_note
 from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
-from npuprof.pipeline.sources.host_trace import read_host_events
+from npuprof.pipeline.sources.host_trace import HostTrace, read_host_events
 
 TOP_HOST_EVENTS = 5
 ATTRIBUTION_COLUMNS = [
@@ -31,37 +31,44 @@ ATTRIBUTION_COLUMNS = [
 ]
 
 
-def attribute_bubbles(rank: RankInput, bubbles: pd.DataFrame, enabled: bool) -> tuple[pd.DataFrame, dict]:
-    """The rank's bubble windows with soft-attribution columns, and a status for the manifest
-    (ok | no_bubbles | missing | unreadable | skipped)."""
-    empty = bubbles.assign(**{c: None for c in ATTRIBUTION_COLUMNS})
+def read_rank_host_trace(rank: RankInput, span_us: tuple[float, float] | None, enabled: bool):
+    """The rank's host events and launch flows over ``span_us`` (its steps), or None; and a status
+    for the manifest (ok | no_steps | missing | unreadable | skipped)."""
     trace = rank.supplemental.get(TRACE_VIEW)
     if not enabled:
-        return empty, {"status": "skipped"}
-    if bubbles.empty:
-        return empty, {"status": "no_bubbles"}
+        return None, {"status": "skipped"}
+    if span_us is None:
+        return None, {"status": "no_steps"}
     if not trace:
-        return empty, {"status": "missing"}
-    windows = pd.DataFrame({"start_us": bubbles["start_ns"] / 1000.0, "end_us": bubbles["end_ns"] / 1000.0})
-    order = np.argsort(windows["start_us"].to_numpy(), kind="stable")
+        return None, {"status": "missing"}
     cap = int(knowledge.load("evidence_rules")["host_trace"]["max_events_per_rank"])
     try:
-        host = read_host_events(trace, float(windows["start_us"].min()), float(windows["end_us"].max()), cap)
+        host = read_host_events(trace, span_us[0], span_us[1], cap)
     except BadInput as error:
-        note = unreadable_note(rank.rank_id, trace, error, "its idle windows carry no host labels")
-        return empty, {"status": "unreadable", "error": error.one_line(), "note": note}
-    labelled = soft_attribution(windows.iloc[order].reset_index(drop=True), host.events)
-    labelled.index = bubbles.index[order]
+        note = unreadable_note(rank.rank_id, trace, error, "its idle time carries no host causes")
+        return None, {"status": "unreadable", "error": error.one_line(), "note": note}
     status = {
         "status": "ok",
         "host_events": int(len(host.events)),
+        "launch_flows": int(len(host.launches)),
         "dropped_at_cap": host.dropped,
         "bytes_read": host.bytes_read,
     }
-    return pd.concat([bubbles, labelled.reindex(bubbles.index)], axis=1), status
+    return host, status
 
 
-def _pairs(windows: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+def attribute_bubbles(bubbles: pd.DataFrame, host: HostTrace | None) -> pd.DataFrame:
+    """The rank's bubble windows with soft-attribution columns (None without a host trace)."""
+    if host is None or bubbles.empty:
+        return bubbles.assign(**{c: None for c in ATTRIBUTION_COLUMNS})
+    windows = pd.DataFrame({"start_us": bubbles["start_ns"] / 1000.0, "end_us": bubbles["end_ns"] / 1000.0})
+    order = np.argsort(windows["start_us"].to_numpy(), kind="stable")
+    labelled = soft_attribution(windows.iloc[order].reset_index(drop=True), host.events)
+    labelled.index = bubbles.index[order]
+    return pd.concat([bubbles, labelled.reindex(bubbles.index)], axis=1)
+
+
+def overlap_pairs(windows: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     """(window, host event) pairs that overlap, with the overlap interval (windows sorted, disjoint)."""
     w_start, w_end = windows["start_us"].to_numpy(), windows["end_us"].to_numpy()
     e_start, e_end = host["start_us"].to_numpy(), host["end_us"].to_numpy()
@@ -80,7 +87,7 @@ def _pairs(windows: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _union_per_window(pairs: pd.DataFrame, window_count: int) -> np.ndarray:
+def covered_per_window(pairs: pd.DataFrame, window_count: int) -> np.ndarray:
     if pairs.empty:
         return np.zeros(window_count)
     ordered = pairs.sort_values(["window", "a"], kind="stable")
@@ -90,7 +97,7 @@ def _union_per_window(pairs: pd.DataFrame, window_count: int) -> np.ndarray:
     return np.bincount(ordered["window"].to_numpy(), weights=gain, minlength=window_count)
 
 
-def _marked(names: pd.Series, exact: list[str], substrings: list[str]) -> np.ndarray:
+def name_matches(names: pd.Series, exact: list[str], substrings: list[str]) -> np.ndarray:
     lowered = names.str.lower()
     hit = names.isin(exact).to_numpy().copy()
     for text in substrings:
@@ -105,13 +112,13 @@ def soft_attribution(windows: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     duration = (windows["end_us"] - windows["start_us"]).to_numpy()
     # spans of a whole step (ProfilerStep#N) cover every window and say nothing about it
     host = host[~host["name"].str.startswith(tuple(rules["ignore_name_prefixes"]))].reset_index(drop=True)
-    pairs = _pairs(windows, host)
+    pairs = overlap_pairs(windows, host)
     names = host["name"].iloc[pairs["event"].to_numpy()].reset_index(drop=True)
-    sync = _marked(names, rules["sync_names"], rules["sync_substrings"])
-    comm = _marked(names, [], rules["comm_substrings"])
+    sync = name_matches(names, rules["sync_names"], rules["sync_substrings"])
+    comm = name_matches(names, [], rules["comm_substrings"])
     n = len(windows)
     share = {
-        key: _union_per_window(pairs[mask], n) / np.where(duration > 0, duration, 1.0)
+        key: covered_per_window(pairs[mask], n) / np.where(duration > 0, duration, 1.0)
         for key, mask in (("host_coverage", np.ones(len(pairs), bool)), ("sync_overlap", sync), ("comm_overlap", comm))
     }
     threads = (

@@ -201,7 +201,8 @@ def _text_column(values: pd.Series) -> pa.Array:
 
 def bubble_windows_jsonl(bubbles: pd.DataFrame) -> bytes:
     """evidence/bubble_windows.jsonl: one record per idle window; ``soft_attribution`` holds the
-    candidate host causes where the rank has a host trace, null where it has none."""
+    candidate host causes where the rank has a host trace, and ``idle_cause`` the cause holding most
+    of the window (summaries/idle_causes.py); both null where it has none."""
     record = {
         "evidence_id": bubbles["evidence_id"],
         "rank_id": bubbles["rank_id"].to_numpy(np.int64),
@@ -223,6 +224,10 @@ def bubble_windows_jsonl(bubbles: pd.DataFrame) -> bytes:
                 "host_events": pc.split_pattern(_text_column(bubbles["host_events"].fillna("")), ";"),
             },
             bubbles["soft_labels"].notna().to_numpy(),
+        ),
+        "idle_cause": NullableRecord(
+            {"cause": bubbles["cause"], "share": bubbles["cause_share"].to_numpy(np.float64)},
+            bubbles["cause"].notna().to_numpy(),
         ),
     }
     return jsonl_bytes(record, len(bubbles))

@@ -161,7 +161,9 @@ def test_a_supervisor_that_stops_looking_is_replaced_as_roots_land(redis_server,
     assert record["state"] == "done" and len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
     log = started[0].log_text()
     assert "'status': 'superseded'" in log  # the old copy stopped; the new one merged
-    assert log.count(f"npuprof.merge_sweep[npuprof-merge-{sweep_id}] succeeded") == 2
+    # the stopped copy and the one that merged; a worker busy analyzing past the stale time may have
+    # been sent one more copy, which the newest supersedes in turn
+    assert log.count(f"npuprof.merge_sweep[npuprof-merge-{sweep_id}] succeeded") >= 2
 
 
 def test_a_stale_supervisor_is_sent_again_once_by_whoever_asks(redis_server, monkeypatch):
@@ -236,7 +238,7 @@ def test_a_root_whose_chord_callback_is_lost_is_reduced_by_the_supervisor(redis_
 
 
 def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, workers, tmp_path):
-    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"])
+    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"], trace=False)
     started = workers(2)
     assert all(f"npuprof worker: broker {redis_server.url}\n" in w.log_text() for w in started)  # its first line
     archive = tmp_path / "archive"
@@ -260,7 +262,7 @@ def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, wo
 
 
 def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
-    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False)
+    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False, trace=False)
     workers(1)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
     wait_done(redis_server.url, sweep_id)
@@ -299,7 +301,7 @@ def test_a_root_name_several_roots_share_is_an_error_listing_them():
 
 
 def test_a_service_archive_compares_against_a_baseline_like_a_local_one(redis_server, workers, tmp_path):
-    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False)
+    search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, trace=False)
     workers(1)
     archive = tmp_path / "archive"
     wait_done(redis_server.url, submit(redis_server.url, search, archive))
@@ -327,7 +329,7 @@ def test_unreachable_broker_is_a_clean_error(tmp_path):
 
 
 def test_flower_shows_the_workers_and_the_sweep_tasks(redis_server, workers, tmp_path):
-    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False)
+    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False, trace=False)
     workers(1)
     port = free_port()
     env = {**os.environ, "FLOWER_UNAUTHENTICATED_API": "true"}
@@ -365,7 +367,7 @@ def test_flower_shows_the_workers_and_the_sweep_tasks(redis_server, workers, tmp
 
 
 def test_roots_are_routed_to_the_queue_of_their_storage(redis_server, workers, tmp_path):
-    search = build_search_root(tmp_path / "lab" / "captures", ["clean"], extra_samples=False)
+    search = build_search_root(tmp_path / "lab" / "captures", ["clean"], extra_samples=False, trace=False)
     storage = {"NPUPROF_STORAGE_MAP": f"lab={tmp_path / 'lab'}"}
     (worker,) = workers(1, queues="storage.lab", env=storage)  # the only worker listens on the lab storage's queue
     run = run_cli(

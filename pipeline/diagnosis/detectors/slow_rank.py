@@ -10,6 +10,7 @@ from npuprof.pipeline.diagnosis.groups import is_ep_collective
 from npuprof.pipeline.diagnosis.outliers import low_outliers
 from npuprof.pipeline.diagnosis.registry import detector
 from npuprof.pipeline.diagnosis.retiming import at_peer_median, recoverable_ms
+from npuprof.pipeline.diagnosis.slow_card import peers_of, slow_card_diff, what_differs
 
 ALIGNMENT_COLUMNS = (
     "alignment_id",
@@ -33,17 +34,8 @@ def _tested_collectives(alignment: pd.DataFrame, spec: dict) -> pd.DataFrame:
     ]
 
 
-@detector(
-    finding_types=("slow_rank_suspected",),
-    reads={"alignment": ALIGNMENT_COLUMNS, "step_model": ()},
-    notes=("slow_rank",),
-)
-def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
-    """The rank voted the late arrival in most collectives, persistently across steps."""
-    spec = rule("slow_rank_suspected")
-    usable = _tested_collectives(inputs.alignment, spec)
-    if usable.empty:
-        return []
+def _votes(usable: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """Per tested collective: the low-outlier test of its members' durations (the late arrival)."""
     votes = low_outliers(
         usable[["alignment_id", "rank_id"]].assign(value=usable["duration_us"]),
         {int(k): float(v) for k, v in spec["dixon_q_critical"].items()},
@@ -52,7 +44,26 @@ def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
     )
     # only instances where someone waited materially can name a late rank; back-to-back
     # collectives with nothing to wait for neither accuse nor acquit anyone
-    votes = votes[votes["gap"] >= float(spec["min_imposed_wait_us"])]
+    return votes[votes["gap"] >= float(spec["min_imposed_wait_us"])]
+
+
+@detector(
+    finding_types=("slow_rank_suspected",),
+    reads={
+        "alignment": ALIGNMENT_COLUMNS,
+        "step_model": (),
+        "card_profile": (),
+        "steps": ("rank_id", "main_layer_count"),
+    },
+    notes=("slow_rank",),
+)
+def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
+    """The rank voted the late arrival in most collectives, persistently across steps."""
+    spec = rule("slow_rank_suspected")
+    usable = _tested_collectives(inputs.alignment, spec)
+    if usable.empty:
+        return []
+    votes = _votes(usable, spec)
     tested = len(votes)
     step_of = usable.drop_duplicates("alignment_id").set_index("alignment_id")["step_id"]
     votes["step_id"] = step_of.reindex(votes["alignment_id"]).to_numpy()
@@ -88,6 +99,9 @@ def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
                     "steps": int(own["step_id"].nunique(dropna=False)),
                     "step_total": step_total,
                     "wait_ms": float(others["late_by_us"].sum()) / 1000.0,
+                    "differs": what_differs(
+                        slow_card_diff(inputs.card_profile, int(rank), peers_of(inputs.steps, int(rank)))
+                    ),
                 },
                 alignment_ids=strongest.tolist(),
                 confidence="high" if step_total >= 3 and share >= 0.8 else None,

@@ -1,0 +1,129 @@
+"""Why the device idled: every idle gap of a step split among its host causes.
+
+A gap whose next kernel the host had launched before the gap began is the device's own (``queued``:
+its work was there, it waited on something else). In every other gap the host is the cause: the
+time its spans of a cause class cover (a blocking sync, the dataloader, garbage collection, memory
+allocation; the first class in ``evidence_rules.yaml`` takes time two cover), and the rest is
+``launch`` — the host had not launched the next kernel yet — or ``unattributed`` where the trace
+holds no launch flow for that kernel. The causes of a gap add up to its length, so per step they
+add up to the step's idle time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+from npuprof.pipeline.summaries.attribution import covered_per_window, name_matches, overlap_pairs
+
+LAUNCH, QUEUED, UNATTRIBUTED = "launch", "queued", "unattributed"
+
+
+def cause_names() -> list[str]:
+    """Every cause, in the order the tables list them: the host classes, then the rest."""
+    return [*knowledge.load("evidence_rules")["idle_causes"]["classes"], LAUNCH, QUEUED, UNATTRIBUTED]
+
+
+def cause_column(cause: str) -> str:
+    """The column of a gap's table holding the µs of ``cause``."""
+    return f"{cause}_us"
+
+
+def class_masks(host: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per host class of ``evidence_rules.yaml`` (in order): which host events belong to it (by exact
+    name, name substring or process)."""
+    classes = knowledge.load("evidence_rules")["idle_causes"]["classes"]
+    process = host["process"].astype(object).fillna("").to_numpy()
+    return {
+        name: name_matches(host["name"], rule["names"], rule["substrings"]) | np.isin(process, rule["processes"])
+        for name, rule in classes.items()
+    }
+
+
+def launch_times(kernel_start_us: np.ndarray, launches: pd.DataFrame) -> np.ndarray:
+    """The host launch time of each kernel (by start), NaN where no launch flow ends on it."""
+    rules = knowledge.load("evidence_rules")["idle_causes"]
+    flow_end = launches["device_start_us"].to_numpy(float)
+    launch = launches["launch_us"].to_numpy(float)
+    if not len(flow_end):
+        return np.full(len(kernel_start_us), np.nan)
+    at = np.clip(np.searchsorted(flow_end, kernel_start_us), 1, len(flow_end)) - 1
+    nearer = np.minimum(at + 1, len(flow_end) - 1)
+    at = np.where(np.abs(flow_end[nearer] - kernel_start_us) < np.abs(flow_end[at] - kernel_start_us), nearer, at)
+    matched = np.abs(flow_end[at] - kernel_start_us) <= float(rules["launch_match_us"])
+    return np.where(matched, launch[at], np.nan)
+
+
+def gap_causes(gaps: pd.DataFrame, after_start_us: np.ndarray, host: pd.DataFrame, launches: pd.DataFrame):
+    """Per gap (``gaps``: start_ns, end_ns, in time order, disjoint): the µs of each cause, the
+    dominant ``cause`` and its ``cause_share``, and ``launch_lead_us`` (gap start − the next
+    kernel's launch; ≥ 0: queued).
+
+    ``after_start_us``: the start of the kernel after each gap (µs). ``host``: host events (name,
+    process, start_us, end_us). ``launches``: device_start_us, launch_us per launched kernel."""
+    # times from the first gap on: µs since the epoch (1.7e15) hold only quarter µs in a float
+    base_ns = int(gaps["start_ns"].min()) if len(gaps) else 0
+    base_us = base_ns / 1000.0
+    start_ns = gaps["start_ns"].to_numpy(np.int64) - base_ns
+    duration = (gaps["end_ns"].to_numpy(np.int64) - gaps["start_ns"].to_numpy(np.int64)) / 1000.0
+    windows = pd.DataFrame({"start_us": start_ns / 1000.0, "end_us": start_ns / 1000.0 + duration})
+    host = host.assign(start_us=host["start_us"] - base_us, end_us=host["end_us"] - base_us)
+    launch = launch_times(after_start_us, launches) - base_us
+    lead = windows["start_us"].to_numpy(float) - launch  # NaN: no launch flow for the next kernel
+    queued = lead >= 0
+    host_side = ~queued
+    shares: dict[str, np.ndarray] = {}
+    masks = class_masks(host)
+    taken = np.zeros(len(host), dtype=bool)
+    covered_before = np.zeros(len(windows))
+    for name, mask in masks.items():  # classes in priority order: each takes what earlier ones left
+        taken |= mask
+        events = host.loc[taken]
+        covered = covered_per_window(overlap_pairs(windows, events), len(windows))
+        shares[name] = np.where(host_side, np.minimum(covered, duration) - covered_before, 0.0)
+        covered_before = np.minimum(covered, duration)
+    rest = np.where(host_side, duration - covered_before, 0.0)
+    shares[LAUNCH] = np.where(np.isnan(lead), 0.0, rest)
+    shares[QUEUED] = np.where(queued, duration, 0.0)
+    shares[UNATTRIBUTED] = np.where(np.isnan(lead), rest, 0.0)
+    frame = pd.DataFrame({cause_column(k): np.clip(v, 0.0, None) for k, v in shares.items()}, index=gaps.index)
+    names, microseconds = np.array(list(shares)), frame.to_numpy()
+    frame["cause"] = names[np.argmax(microseconds, axis=1)] if len(frame) else np.array([], dtype=object)
+    frame["cause_share"] = microseconds.max(axis=1, initial=0.0) / np.where(duration > 0, duration, 1.0)
+    frame["launch_lead_us"] = lead
+    return frame
+
+
+def idle_by_cause(gaps: pd.DataFrame, causes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step and cause (rows in step_time_accounting's shape, breakdown ``idle_by_cause``): the
+    ms of the step's idle time with that cause; causes with no time are left out."""
+    columns = [cause_column(c) for c in cause_names()]
+    per_step = causes[columns].groupby(gaps["step_ordinal"].to_numpy()).sum() / 1000.0
+    long = per_step.rename(columns=dict(zip(columns, cause_names()))).stack().rename("ms").reset_index()
+    long.columns = ["step_ordinal", "component", "ms"]
+    long = long[long["ms"] > 0]
+    step_info = steps.set_index("step_ordinal")[["step_id", "complete"]]
+    step_info["wall_ms"] = (steps["end_ns"] - steps["start_ns"]).to_numpy(float) / 1e6  # as accounting's
+    long = long.join(step_info, on="step_ordinal")
+    return pd.DataFrame(
+        {
+            "step_ordinal": long["step_ordinal"].to_numpy(np.int64),
+            "step_id": long["step_id"].to_numpy(),
+            "complete": long["complete"].to_numpy(bool),
+            "wall_ms": long["wall_ms"].to_numpy(float),
+            "breakdown": "idle_by_cause",
+            "category": "idle",
+            "component": long["component"].to_numpy(object),
+            "ms": long["ms"].to_numpy(float),
+            "share": (long["ms"] / long["wall_ms"].where(long["wall_ms"] > 0, np.nan)).fillna(0.0).to_numpy(float),
+        }
+    )
+
+
+def queued_gap_floor_us(causes: pd.DataFrame) -> float:
+    """The device's own gap between kernels it had queued (median, µs): what a launch gap would
+    shrink to with the host ahead of the device. 0 where no gap was queued."""
+    queued = causes[cause_column(QUEUED)].to_numpy(float)
+    queued = queued[queued > 0]
+    return float(np.median(queued)) if len(queued) else 0.0
