@@ -89,8 +89,10 @@ def submit(
     options: AnalyzeOptions = AnalyzeOptions(),
     queue: str | None = None,
     broker: str | None = None,
+    series_key: str | None = None,
 ) -> dict:
-    """Send a sweep; a sweep with the same id that is still running is not sent again."""
+    """Send a sweep; a sweep with the same id that is still running is not sent again. ``series_key``
+    orders the roots of a series for the merge's trends (it does not change the sweep's id)."""
     conn = _connect(broker)
     from npuprof.workers import records, settings
 
@@ -119,6 +121,7 @@ def submit(
         "roots": [],
         "npuprof_version": __version__,
         "plan_id": f"npuprof-plan-{sweep_id}-{int(time.time() * 1000)}",
+        "series_key": series_key,
     }
     records.save(record, conn.url)
     conn.app.send_task(
@@ -259,8 +262,11 @@ def forget(sweep_id: str, *, broker: str | None = None) -> dict:
 
 
 def _fetch_paths(record: dict, sweep_id: str, root: str | None) -> list[str]:
-    """Paths, relative to the archive, that a fetch copies: the rollup, and one root's summary files."""
-    paths = [schema.SWEEP_ROLLUP, schema.SWEEP_SUMMARY]
+    """Paths, relative to the archive, that a fetch copies: the sweep's tables, report and datasets
+    (``sweep_files``), and one root's summary files."""
+    from npuprof.pipeline.sweep.datasets import sweep_files
+
+    paths = sweep_files()
     if root is not None:
         entries = record.get("roots", [])
         exact = [e for e in entries if root in (e["root"], e["slug"])]

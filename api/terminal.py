@@ -56,11 +56,21 @@ def _compare(result: dict) -> list[str]:
 
 
 def _sweep(result: dict) -> list[str]:
-    return [
+    outliers = result.get("outlier_roots") or []
+    lines = [
         f"status: {result.get('status')} — {result.get('root_count')} roots, "
-        f"{len(result.get('failed_roots') or [])} failed",
-        f"rollup: {result.get('rollup')}",
+        f"{len(result.get('failed_roots') or [])} failed, {result.get('cohort_count', 0)} cohorts, "
+        f"{len(outliers)} off their cohort",
     ]
+    for title, items in (("fleet suspects:", result.get("fleet_suspects")), ("trends:", result.get("trends"))):
+        if items:
+            lines += [title, *(f"  - {text}" for text in items[:TOP_FINDINGS])]
+    if result.get("not_written"):
+        lines.append(f"not written: {result['not_written']}")
+    lines.append(f"rollup: {result.get('rollup')}")
+    if result.get("sweep_report"):
+        lines.append(f"report: {result['sweep_report']}")
+    return lines
 
 
 RENDERERS = {"analyze": _analysis, "demo": _demo, "compare": _compare, "sweep": _sweep}

@@ -16,6 +16,8 @@ from npuprof.synth.groups import GroupInstance
 from npuprof.synth.text_export import pmu_values
 from npuprof.synth.timeline import RankTimeline
 
+CARDS_PER_HOST = 8
+
 _SCHEMA = """
 CREATE TABLE META_DATA (name TEXT, value TEXT);
 CREATE TABLE STRING_IDS (id INTEGER PRIMARY KEY, value TEXT);
@@ -87,6 +89,11 @@ class _Strings:
         return self.ids[text]
 
 
+def device_of(rank: int) -> int:
+    """The card a rank runs on: 8 cards per host, ranks filling hosts in order."""
+    return rank % CARDS_PER_HOST
+
+
 def write_profiler_db(
     path: Path,
     t: RankTimeline,
@@ -94,8 +101,10 @@ def write_profiler_db(
     step_ids: list[int],
     metadata: dict,
     groups: list[GroupInstance | None],
+    host: str | None = None,
 ) -> None:
-    """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's communicator (or None)."""
+    """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's communicator (or None);
+    ``host`` names the machine (default: one synthetic host per rank)."""
     con = sqlite3.connect(path)
     con.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
     strings = _Strings()
@@ -110,8 +119,8 @@ def write_profiler_db(
     ]
     con.executemany("INSERT INTO META_DATA VALUES (?, ?)", meta)
     con.execute("INSERT INTO NPU_INFO VALUES (?, 'Ascend910B')", (t.rank,))
-    con.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (f"{1000 + t.rank}", f"synth-host-{t.rank}"))
-    con.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (t.rank, t.rank))
+    con.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (f"{1000 + t.rank}", host or f"synth-host-{t.rank}"))
+    con.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (t.rank, device_of(t.rank)))
     con.executemany("INSERT INTO AICORE_FREQ VALUES (?, ?, ?)", [(t.rank, ns, round(mhz)) for ns, mhz in t.aicore_freq])
     end = t.start_ns + t.duration_ns
     con.execute(

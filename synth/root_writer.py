@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npuprof.synth.db_export import write_analysis_db, write_profiler_db
+from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
 from npuprof.synth.program import DENSE, LAYER, MOE
 from npuprof.synth.scenarios import Scenario
@@ -264,6 +264,23 @@ class _Capture:
     step_ids: list[int]
     kinds: tuple[str, ...]
     trace: bool
+    host: str | None = None  # the machine's name in the capture; None: the capture does not say
+
+
+def _host_name(host: str, rank: int) -> str:
+    """The host a rank ran on: ``host`` for the first 8 ranks, ``host-1`` for the next 8, and so on."""
+    index = rank // CARDS_PER_HOST
+    return host if index == 0 else f"{host}-{index}"
+
+
+def _write_cann_info(rank_dir: Path, host: str, rank: int) -> None:
+    """The CANN raw data's info.json files, reduced to what names the machine and the card."""
+    prof = rank_dir / f"PROF_000001_20251127120000{rank:03d}_SYNTHSYNTHSYNTHA"
+    device = device_of(rank)
+    for sub, name in (("host", "info.json"), (f"device_{device}", f"info.json.{device}")):
+        (prof / sub).mkdir(parents=True)
+        info = {"hostname": host, "rank_id": rank, "DeviceInfo": [{"id": device}]}
+        (prof / sub / name).write_text(json.dumps(info), encoding="utf-8")
 
 
 def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
@@ -286,19 +303,23 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
         "parallel_group_info": capture.topology.parallel_group_info(t.rank),
     }
     (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+    if capture.host:
+        _write_cann_info(rank_dir, _host_name(capture.host, t.rank), t.rank)
     by_ordinal = np.array([names[i] for i in range(len(collectives))] + [""], dtype=object)
     hccl_names = by_ordinal[t.collective]  # -1 (compute) picks the trailing ""
     event_names = np.where(
         t.collective >= 0, hccl_names, np.array([k.name for k in t.kernels], dtype=object)[t.kernel_id]
     )
-    step_rows = step_trace_rows(t, step_ids, t.rank)
+    step_rows = step_trace_rows(t, step_ids, device_of(t.rank))
     kept = set(int(o) for o in t.collective[t.collective >= 0])
     slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link_suspected"), None)
     communication, matrix = communication_records(
         t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept
     )
     if "text" in kinds:
-        write_kernel_details(output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], t.rank, hccl_names)
+        write_kernel_details(
+            output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], device_of(t.rank), hccl_names
+        )
         write_step_trace_time(output / "step_trace_time.csv", step_rows)
         write_communication(output, communication, matrix)
         if capture.trace:
@@ -312,6 +333,7 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
             step_ids,
             metadata,
             list(group_of[t.collective]),
+            _host_name(capture.host, t.rank) if capture.host else None,
         )
         write_analysis_db(output / "analysis.db", step_rows, communication, matrix)
     return len(t.start_ns)
@@ -334,13 +356,15 @@ def generate(
     seed: int = 0,
     export: str = "text",
     trace: bool = True,
+    host: str | None = None,
     overwrite: bool = False,
 ) -> dict:
     """Generate a synthetic root at ``out`` (written to a temp dir, then renamed into place).
 
     ``scale`` multiplies the tokens per step (so the kernel durations); ``steps`` and ``layers``
     set the row count (rows per rank ≈ steps × layers × kernels per layer); ``trace`` writes
-    trace_view.json (the largest file). Returns a summary.
+    trace_view.json (the largest file); ``host`` names the machine the ranks ran on (8 cards per host, in
+    the CANN info.json files and the db's HOST_INFO). Returns a summary.
     """
     if export not in EXPORTS:
         raise ValueError(f"unknown export {export!r}; choose one of {', '.join(EXPORTS)}")
@@ -352,7 +376,7 @@ def generate(
     topology = topology_of(sc)
     timelines, collectives = simulate(sc, seed, topology)
     step_ids = [FIRST_STEP_ID + s for s in range(sc.steps)]
-    capture = _Capture(sc, topology, collectives, _hccl_names(collectives), step_ids, EXPORTS[export], trace)
+    capture = _Capture(sc, topology, collectives, _hccl_names(collectives), step_ids, EXPORTS[export], trace, host)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from npuprof.pipeline import schema
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = Path(os.environ.get("NPUPROF_SAMPLES", REPO.parent / "shared" / "samples")).resolve()
 
@@ -85,6 +87,11 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> CliRun
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def root_dirs(archive: Path) -> list[Path]:
+    """The roots' output dirs of a sweep archive (not its sweep_data/ datasets)."""
+    return sorted(p for p in Path(archive).iterdir() if p.is_dir() and p.name != schema.SWEEP_DATA_DIR)
 
 
 def copy_sample(src: Path, dst: Path) -> Path:

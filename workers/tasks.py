@@ -340,6 +340,7 @@ def _merge(record: dict, archive: Path, not_written: list[dict]) -> dict:
         "mode": "service",
         "wall_seconds": round(time.time() - record["submitted_at"], 3),
         "roots_not_written": not_written,
+        "series_key": record.get("series_key"),
     }
     try:
         summary = merge_sweep(archive, [(e["root"], e["slug"]) for e in record["roots"]], meta)

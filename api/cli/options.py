@@ -7,6 +7,7 @@ Imports here stay light (no pandas, no pipeline stages): ``npuprof --help`` buil
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -203,3 +204,23 @@ def print_json(payload: dict) -> None:
 
     sys.stdout.write(io.json_text(payload) + "\n")
     sys.stdout.flush()
+
+
+def add_series_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--series-key",
+        metavar="REGEX",
+        help="order the roots of a series by a number or text taken from each root's path: the regular "
+        "expression's first group, or its whole match (e.g. 'build-(\\d+)' or '(\\d{8})' for a date); "
+        "default: capture time. Trends (sweep_trends.csv) follow this order",
+    )
+
+
+def check_series_key(series_key: str | None) -> None:
+    """A --series-key that does not compile is a usage error, before any root is analyzed."""
+    if series_key is None:
+        return
+    try:
+        re.compile(series_key)
+    except re.error as exc:
+        raise UsageError(f"--series-key {series_key!r} is not a regular expression: {exc}") from None

@@ -11,8 +11,10 @@ from npuprof.api.cli.options import (
     SWEEP_ID_HELP,
     add_analyze_options,
     add_broker,
+    add_series_key,
     add_ssh_options,
     analyze_options,
+    check_series_key,
     print_json,
     require_positive,
     ssh_target,
@@ -41,6 +43,7 @@ def add_parsers(commands) -> None:
     submit.add_argument(
         "--queue", help="queue to plan on (default: storage.<name> from NPUPROF_STORAGE_MAP, else 'npuprof')"
     )
+    add_series_key(submit)
     add_broker(submit)
     add_analyze_options(submit)
 
@@ -51,7 +54,11 @@ def add_parsers(commands) -> None:
     status_cmd.add_argument("--interval", type=float, default=2.0, help="seconds between polls with --watch")
     add_broker(status_cmd)
 
-    fetch_cmd = commands.add_parser("fetch", help="copy a sweep's rollup and a root's summaries from the archive")
+    fetch_cmd = commands.add_parser(
+        "fetch",
+        help="copy a sweep's rollup, cohort / outlier / fleet / trend tables, sweep_report.html and datasets "
+        "(and a root's summaries) from the archive",
+    )
     fetch_cmd.add_argument("sweep_id", help=SWEEP_ID_HELP)
     fetch_cmd.add_argument("--root", help="also copy this root's summary files (root path, slug or dir name)")
     fetch_cmd.add_argument("-o", "--output", required=True, help="destination directory")
@@ -112,7 +119,15 @@ def run_service(args: argparse.Namespace) -> int:
 
     if args.command == "submit":
         options = analyze_options(args)
-        result = service.submit(args.search_root, args.output, options=options, queue=args.queue, broker=args.broker)
+        check_series_key(args.series_key)
+        result = service.submit(
+            args.search_root,
+            args.output,
+            options=options,
+            queue=args.queue,
+            broker=args.broker,
+            series_key=args.series_key,
+        )
     elif args.command == "status":
         result = _status(args)
     elif args.command == "fetch":

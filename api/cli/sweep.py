@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from npuprof.api.cli.options import (
     add_analyze_options,
     add_command,
     add_progress,
+    add_series_key,
     analyze_options,
+    check_series_key,
     print_json,
     require_positive,
 )
@@ -35,8 +38,23 @@ def add_parsers(commands) -> None:
         help="skip roots whose output is complete for this npuprof version and options",
     )
     sweep.add_argument("--limit", type=int, default=None, help="analyze at most N roots")
+    add_series_key(sweep)
     add_analyze_options(sweep)
     add_progress(sweep)
+    query = add_command(
+        commands,
+        "query",
+        help="run SQL (DuckDB) over a sweep archive's tables",
+        description="Run a DuckDB SQL query over a merged sweep archive. Each dataset of ARCHIVE/sweep_data/ is a "
+        "view of its name: roots (the rollup, with cohort and outlier columns), ranks (host, device), "
+        "step_class_stats, layer_class_stats, block_class_stats, operators, collectives, time_split, findings, "
+        "cohorts, outliers, fleet_suspects, trends; every row carries its root's slug. Stdout: one JSON object "
+        "with the columns and rows; stderr: the first rows as a table. Example: npuprof query ARCHIVE "
+        '"SELECT slug, cohort_id, outlier_score FROM roots ORDER BY outlier_score DESC NULLS LAST LIMIT 5"',
+    )
+    query.add_argument("archive", help="a sweep archive (the -o of npuprof sweep, or a service sweep's archive)")
+    query.add_argument("sql", help="the query; quote it for the shell")
+    query.add_argument("--csv", metavar="FILE", help="also write the result as CSV to FILE")
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -45,6 +63,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from npuprof.pipeline.sweep.local import run_sweep as sweep_roots
 
     require_positive(args, "jobs", "limit")
+    check_series_key(args.series_key)
     missing = [s for s in args.search_root if not Path(s).is_dir()]
     if missing:
         raise UsageError(f"--search-root {missing[0]} is not a directory")
@@ -54,6 +73,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         reuse_existing=args.reuse_existing,
         limit=args.limit,
+        series_key=args.series_key,
         progress=make_progress(args.progress),
         options=analyze_options(args),
     )
@@ -64,4 +84,19 @@ def run_sweep(args: argparse.Namespace) -> int:
     return EXIT_PARTIAL if incomplete else 0
 
 
-HANDLERS = {"sweep": run_sweep}
+def run_query(args: argparse.Namespace) -> int:
+    import sys
+
+    from npuprof.pipeline import io
+    from npuprof.pipeline.sweep.datasets import query
+
+    result = query(Path(args.archive), args.sql)
+    if args.csv:
+        io.write_with(Path(args.csv), lambda tmp: result.to_csv(tmp, index=False))
+    sys.stderr.write(result.head(30).to_string(index=False, max_colwidth=60) + "\n")
+    rows = json.loads(result.to_json(orient="records", date_format="iso"))
+    print_json({"status": "ok", "row_count": len(result), "columns": list(result.columns), "rows": rows})
+    return 0
+
+
+HANDLERS = {"sweep": run_sweep, "query": run_query}

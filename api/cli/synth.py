@@ -31,7 +31,22 @@ def add_parsers(commands) -> None:
         help="text files, profiler dbs (schema 1.0.0 + analysis.db), or both (default: text)",
     )
     synth.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
+    synth.add_argument(
+        "--host", help="the machine the ranks ran on, written where CANN writes it (8 cards per host; default: unsaid)"
+    )
     synth.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+
+    planted = commands.add_parser(
+        "synth-sweep",
+        help="generate a 32-root sweep with planted fleet, outlier and trend truth",
+        description="Generate the planted sweep of npuprof.synth.sweep under OUT: 32 small roots in three cohorts, "
+        "a card (node-b, device 2) slow in every capture it appears in, a decoy card slow once, an operator "
+        "outlier, and a regression from build 7 on in the train-build-NNN series; OUT/sweep_truth.json says "
+        "which. Then: npuprof sweep --search-root OUT -o ARCHIVE --series-key 'build-(\\d+)'.",
+    )
+    planted.add_argument("out", help="directory to create (refused if non-empty, unless --overwrite)")
+    planted.add_argument("--jobs", type=int, default=None, help="roots written at once (default: CPU cores)")
+    planted.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
 
     demo = commands.add_parser(
         "demo",
@@ -59,6 +74,7 @@ def run_synth(args: argparse.Namespace) -> int:
             scale=args.scale,
             seed=args.seed,
             export=args.export,
+            host=args.host,
             overwrite=args.overwrite,
         )
     except (ValueError, FileExistsError) as exc:
@@ -78,4 +94,16 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS = {"synth": run_synth, "demo": run_demo}
+def run_synth_sweep(args: argparse.Namespace) -> int:
+    from npuprof.synth.sweep import generate_sweep
+
+    require_positive(args, "jobs")
+    try:
+        truth = generate_sweep(args.out, jobs=args.jobs, overwrite=args.overwrite)
+    except FileExistsError as exc:
+        raise UsageError(f"npuprof synth-sweep: {exc}") from None
+    print_json({"status": "ok", "out": str(Path(args.out).resolve()), **{k: truth[k] for k in truth if k != "roots"}})
+    return 0
+
+
+HANDLERS = {"synth": run_synth, "synth-sweep": run_synth_sweep, "demo": run_demo}

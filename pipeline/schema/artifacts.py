@@ -26,6 +26,12 @@ SWEEP_ROLLUP = "sweep_class_rollup.csv"
 SWEEP_SUMMARY = "sweep_summary.json"
 ROLLUP_ROW_CACHE = "rollup_row.json"  # one root's rollup row, beside its outputs
 SERVICE_SWEEP_MARK = ".npuprof-service-sweep.json"  # the service sweep writing the archive, while it runs
+SWEEP_COHORTS = "sweep_cohorts.csv"  # one row per cohort: its roots and baseline
+SWEEP_OUTLIERS = "sweep_outliers.csv"  # roots off their cohort, by metric, with what moved
+FLEET_SUSPECTS = "fleet_suspects.csv"  # machines' cards that findings name again and again
+SWEEP_TRENDS = "sweep_trends.csv"  # change points in a cohort's series
+SWEEP_REPORT_HTML = "sweep_report.html"
+SWEEP_DATA_DIR = "sweep_data"  # the sweep as Parquet datasets (one file per table) for DuckDB and friends
 
 # a comparison of two analyzed outputs (npuprof compare)
 COMPARE_OVERVIEW = "compare_overview.csv"

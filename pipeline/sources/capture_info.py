@@ -53,8 +53,33 @@ def _from_db(path: Path) -> dict:
                             facts[key] = None
             if "NPU_INFO" in tables:
                 facts["npu_names"] = sorted({r[0] for r in con.execute("SELECT name FROM NPU_INFO") if r[0]})
+            if "HOST_INFO" in tables:
+                names = sorted({str(r[0]) for r in con.execute("SELECT hostName FROM HOST_INFO") if r[0]})
+                facts["host_name"] = names[0] if len(names) == 1 else None
+            if "RANK_DEVICE_MAP" in tables:
+                devices = {int(r[0]) for r in con.execute("SELECT deviceId FROM RANK_DEVICE_MAP") if r[0] is not None}
+                facts["device_id"] = devices.pop() if len(devices) == 1 else None
     except sqlite3.Error:
         pass  # the probe in normalize reports unreadable dbs; capture facts are best effort by design
+    return facts
+
+
+def _from_cann_info(rank_dir: Path) -> dict:
+    """Host name and device id from the CANN raw data's info.json files (``PROF_*/host|device_<id>/``).
+
+    They are tiny; only the first of each is read. A file that is not a JSON object is ignored: these
+    facts only label the rank in a sweep's fleet view, never change its analysis.
+    """
+    facts: dict = {}
+    for info in sorted(rank_dir.glob("PROF_*/host/info.json*"))[:1]:
+        try:
+            host = json.loads(info.read_text(encoding="utf-8", errors="replace")).get("hostname")
+        except (OSError, ValueError, AttributeError):
+            continue
+        facts["host_name"] = str(host)[:256] if host else None
+    devices = sorted({p.name.removeprefix("device_") for p in rank_dir.glob("PROF_*/device_*") if p.is_dir()})
+    if len(devices) == 1 and devices[0].isdigit():
+        facts["device_id"] = int(devices[0])
     return facts
 
 
@@ -70,6 +95,8 @@ def rank_capture_info(rank: RankInput) -> dict:
         "torch_npu_version": None,
         "distributed_args": None,
         "parallel_group_info": None,
+        "host_name": None,  # the machine and card the rank ran on: a sweep's fleet view joins on them
+        "device_id": None,
     }
     unreadable = []
     if rank.profiler_info:
@@ -84,8 +111,9 @@ def rank_capture_info(rank: RankInput) -> dict:
             facts["distributed_args"] = _object(metadata.get("distributed_args")) or None
             facts["parallel_group_info"] = _object(metadata.get("parallel_group_info")) or None
         unreadable += [note] if note else []
-    for db in rank.profiler_dbs[:1]:
-        for key, value in _from_db(Path(db)).items():
+    sources = [_from_db(Path(db)) for db in rank.profiler_dbs[:1]] + [_from_cann_info(Path(rank.rank_dir))]
+    for found in sources:
+        for key, value in found.items():
             if facts.get(key) is None:
                 facts[key] = value
     if unreadable:

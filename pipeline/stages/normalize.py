@@ -123,6 +123,7 @@ def _rank_summary(
     end = pc.max(events.column("end_ns")).as_py() if events.num_rows else None
     counts = {row["values"]: row["counts"] for row in pc.value_counts(op_type).to_pylist()} if events.num_rows else {}
     steps = pc.unique(events.column("step_id")).drop_null().to_pylist() if events.num_rows else []
+    devices = pc.unique(events.column("device_id")).drop_null().to_pylist() if events.num_rows else []
     return {
         "rank_id": rank.rank_id,
         "rank_dir": rank.rank_dir,
@@ -134,6 +135,7 @@ def _rank_summary(
         "communication_event_count": int(events.num_rows - compute_count),
         "op_type_counts": {k: int(v) for k, v in sorted(counts.items())},
         "step_ids": sorted(int(s) for s in steps),
+        "device_ids": sorted(int(d) for d in devices),  # the kernel source's Device_id column
         "start_ns": start,
         "end_ns": end,
         "span_us": (end - start) / 1000 if start is not None else None,

@@ -63,14 +63,16 @@ def run_sweep(
     jobs: int | None = None,
     reuse_existing: bool = False,
     limit: int | None = None,
+    series_key: str | None = None,
     progress: Progress = no_progress,
 ) -> dict:
-    """Analyze every root under ``search_roots`` into ``out/<slug>/`` and merge the rollup."""
+    """Analyze every root under ``search_roots`` into ``out/<slug>/`` and merge the rollup;
+    ``series_key`` (a regular expression on root paths) orders the roots of a series for trends."""
     archive = Path(out)
     archive.mkdir(parents=True, exist_ok=True)
     with run_lock(archive):  # a second sweep into this archive is refused, never interleaved
         refuse_if_marked(archive)  # ... and so is a service sweep's
-        return _sweep(search_roots, archive, options, jobs, reuse_existing, limit, progress)
+        return _sweep(search_roots, archive, options, jobs, reuse_existing, limit, series_key, progress)
 
 
 def _sweep(
@@ -80,6 +82,7 @@ def _sweep(
     jobs: int | None,
     reuse_existing: bool,
     limit: int | None,
+    series_key: str | None,
     progress: Progress,
 ) -> dict:
     started = time.perf_counter()
@@ -110,7 +113,9 @@ def _sweep(
         "wall_seconds": round(time.perf_counter() - started, 3),
         "mode": "local",
         "roots_not_written": not_written,
+        "series_key": series_key,
     }
+    progress("merge", 0, 1, f"merging {len(plan)} roots: cohorts, outliers, fleet, trends")
     try:
         return merge_sweep(archive, plan, meta)
     except OSError as exc:

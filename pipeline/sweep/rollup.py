@@ -14,7 +14,10 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.errors import no_space
 from npuprof.pipeline.report.headline import headline_costs, top_cost
+from npuprof.pipeline.sweep.intelligence import COHORT_COLUMNS, analyze_sweep, write_sweep_findings
+from npuprof.pipeline.sweep.root_tables import root_tables
 
 # rollup column <- profiler_metadata distributed_args key
 PARALLEL_SIZES = {
@@ -69,6 +72,10 @@ ROLLUP_COLUMNS = [
     "top_noncompute_cost_share",
     "top_noncompute_cost_ranks",
     *PARALLEL_SIZES,
+    "cann_version",
+    "torch_npu_version",
+    "host_names",  # the machines the ranks ran on, where the capture names them
+    "capture_start_ns",  # the root's earliest event (ns since the epoch): a series' default order
     "model_best_candidate",
     "model_closest_candidate",
     "hidden_size",
@@ -82,6 +89,7 @@ ROLLUP_COLUMNS = [
     "top_recoverable_ms_per_step",
     "top_recoverable_ranks",
     "elapsed_s",
+    *COHORT_COLUMNS,
 ]
 INTEGER_COLUMNS = (
     "rank_count",
@@ -95,6 +103,7 @@ INTEGER_COLUMNS = (
     "hidden_size",
     "num_hidden_layers",
     "findings_total",
+    "capture_start_ns",
 )
 
 
@@ -165,10 +174,22 @@ def _time_split(out_dir: Path) -> dict:
     }
 
 
-def _parallel_sizes(out_dir: Path) -> dict:
-    """World / TP / PP / DP / EP / CP sizes the capture recorded (profiler_metadata distributed_args)."""
-    args = (io.read_json_or_empty(out_dir / schema.CAPTURE_INFO).get("common") or {}).get("distributed_args") or {}
-    return {column: args.get(key) for column, key in PARALLEL_SIZES.items() if isinstance(args.get(key), int)}
+def _capture(out_dir: Path) -> dict:
+    """World / TP / PP / DP / EP / CP sizes the capture recorded (profiler_metadata distributed_args),
+    its software versions, the machines it ran on and when it started."""
+    capture = io.read_json_or_empty(out_dir / schema.CAPTURE_INFO)
+    common = capture.get("common") or {}
+    args = common.get("distributed_args") or {}
+    hosts = sorted({str(r["host_name"]) for r in capture.get("ranks", []) if r.get("host_name")})
+    spans = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize")).get("rank_summaries", [])
+    starts = [r["start_ns"] for r in spans if r.get("start_ns") is not None]
+    return {
+        **{column: args.get(key) for column, key in PARALLEL_SIZES.items() if isinstance(args.get(key), int)},
+        "cann_version": common.get("cann_version"),
+        "torch_npu_version": common.get("torch_npu_version"),
+        "host_names": ";".join(hosts) or None,
+        "capture_start_ns": min(starts) if starts else None,
+    }
 
 
 def _model(out_dir: Path) -> dict:
@@ -233,22 +254,34 @@ def _blocks(out_dir: Path) -> dict:
     )
 
 
-def root_rollup(root: str, slug: str, out_dir: Path) -> dict:
-    """The rollup row of one root, from whatever its output dir holds.
+def root_entry(root: str, slug: str, out_dir: Path) -> tuple[dict, dict[str, list[dict]]]:
+    """The rollup row of one root and the rows it adds to the sweep's tables (``root_tables``), from
+    whatever its output dir holds.
 
-    The row is cached beside the root's outputs, keyed by its manifest's ``updated_at``: merging a
-    sweep of finished roots then reads one small file per root instead of every event table.
+    Both are cached beside the root's outputs, keyed by its manifest's ``updated_at``: merging a
+    sweep of finished roots then reads one small file per root instead of every summary.
     """
     status = root_status(out_dir)
-    if status == "ok":
-        stamp = io.read_json_or_empty(out_dir / schema.TOP_MANIFEST).get("updated_at")
-        cached = io.read_json_or_empty(out_dir / schema.ROLLUP_ROW_CACHE)
-        if cached.get("manifest_updated_at") == stamp and cached.get("row", {}).get("root") == str(root):
-            return {**cached["row"], "slug": slug, "output_dir": str(out_dir)}
-        row = _fresh_row(root, slug, out_dir, status)
-        io.write_json(out_dir / schema.ROLLUP_ROW_CACHE, {"manifest_updated_at": stamp, "row": row})
-        return row
-    return _fresh_row(root, slug, out_dir, status)
+    if status != "ok":
+        return _fresh_row(root, slug, out_dir, status), {}
+    stamp = io.read_json_or_empty(out_dir / schema.TOP_MANIFEST).get("updated_at")
+    cached = io.read_json_or_empty(out_dir / schema.ROLLUP_ROW_CACHE)
+    fresh = cached.get("manifest_updated_at") == stamp and cached.get("row", {}).get("root") == str(root)
+    if fresh and "tables" in cached:
+        return {**cached["row"], "slug": slug, "output_dir": str(out_dir)}, cached["tables"]
+    row, tables = _fresh_row(root, slug, out_dir, status), root_tables(out_dir)
+    cache = io.json_text({"manifest_updated_at": stamp, "row": row, "tables": tables})  # compact: read by code only
+    try:
+        io.write_with(out_dir / schema.ROLLUP_ROW_CACHE, lambda tmp: tmp.write_text(cache, encoding="utf-8"))
+    except OSError as exc:
+        if not no_space(exc):  # a cache: a full archive only costs the next merge a re-read
+            raise
+    return row, tables
+
+
+def root_rollup(root: str, slug: str, out_dir: Path) -> dict:
+    """The rollup row of one root (``root_entry``; caches its table rows too)."""
+    return root_entry(root, slug, out_dir)[0]
 
 
 def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
@@ -282,7 +315,7 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
     row.update(_blocks(out_dir))
     row.update(communication_figures(out_dir))
     row.update(_time_split(out_dir))
-    row.update(_parallel_sizes(out_dir))
+    row.update(_capture(out_dir))
     row.update(_model(out_dir))
     findings = io.read_json_or_empty(out_dir / schema.DIAGNOSIS_FINDINGS)
     if findings:
@@ -306,16 +339,14 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
 
 
 def merge_sweep(archive: Path, roots: list[tuple[str, str]], meta: dict) -> dict:
-    """Write sweep_class_rollup.csv and sweep_summary.json for ``roots`` [(root, slug)] from the archive."""
-    rows = [root_rollup(root, slug, archive / slug) for root, slug in sorted(roots)]
-    frame = pd.DataFrame(rows, columns=ROLLUP_COLUMNS)
+    """Write sweep_class_rollup.csv, sweep_summary.json and what the sweep says beyond one row per root
+    (``intelligence.analyze_sweep``: cohorts, outliers, fleet suspects, trends, datasets, sweep_report.html)
+    for ``roots`` [(root, slug)] from the archive. ``meta["series_key"]`` orders the roots of a series."""
+    entries = [root_entry(root, slug, archive / slug) for root, slug in sorted(roots)]
+    rows = [row for row, _ in entries]
+    frame = pd.DataFrame(rows, columns=[c for c in ROLLUP_COLUMNS if c not in COHORT_COLUMNS])
     for column in INTEGER_COLUMNS:
         frame[column] = pd.array(frame[column], dtype="Int64")
-    for column in frame.select_dtypes("float").columns:
-        frame[column] = frame[column].round(6)
-    io.write_with(
-        archive / schema.SWEEP_ROLLUP, lambda tmp: frame.to_csv(tmp, index=False)
-    )  # small; pandas keeps NA cells empty
     statuses = Counter(r["status"] for r in rows)
     inventory = Counter(r.get("layers_per_pass") for r in rows if r.get("layers_per_pass"))
     summary = {
@@ -332,5 +363,25 @@ def merge_sweep(archive: Path, roots: list[tuple[str, str]], meta: dict) -> dict
         "analysis_seconds_sum": round(sum(r.get("elapsed_s") or 0 for r in rows), 3),
         "rollup": str(archive / schema.SWEEP_ROLLUP),
     }
+    try:
+        found = analyze_sweep(frame, {row["slug"]: tables for row, tables in entries}, meta.get("series_key"))
+    except Exception as exc:  # noqa: BLE001 — the rollup is the sweep's record; what is derived from it may fail
+        found = None
+        summary["not_written"] = f"cohorts, outliers, fleet and trends not computed: {type(exc).__name__}: {exc}"
+    frame = (found.rollup if found else frame).reindex(columns=ROLLUP_COLUMNS)
+    for column in frame.select_dtypes("float").columns:
+        frame[column] = frame[column].round(6)
+    # small; pandas keeps NA cells empty
+    io.write_with(archive / schema.SWEEP_ROLLUP, lambda tmp: frame.to_csv(tmp, index=False))
+    if found:
+        summary.update(found.summary(archive))
+        try:
+            write_sweep_findings(archive, found, summary)
+        except OSError as exc:
+            if not no_space(exc):
+                raise
+            # the rollup landed; the sweep's tables and report are derived from it and can be merged again
+            summary.update(sweep_report=None, datasets=None)
+            summary["not_written"] = f"no space left on device writing the sweep's tables and report into {archive}"
     io.write_json(archive / schema.SWEEP_SUMMARY, summary)
     return summary

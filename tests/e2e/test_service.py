@@ -13,13 +13,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import redis
-from conftest import QWEN_TRAINING, copy_sample, run_cli
+from conftest import QWEN_TRAINING, copy_sample, root_dirs, run_cli
 from service_harness import free_port, wait_until
 from test_auxiliary_inputs import CORRUPTIONS, FILES
+from test_sweep_intelligence import assert_planted_truth
 
 from npuprof.pipeline.errors import EXIT_PARTIAL, UsageError
 from npuprof.pipeline.sweep.rollup import root_status
 from npuprof.synth import generate
+from npuprof.synth.sweep import generate_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
 
@@ -121,11 +123,11 @@ def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
     final = wait_done(redis_server.url, sweep_id, timeout=300)
     assert final["totals"] == {"SUCCESS": 2}
     archive = tmp_path / "archive"
-    assert sorted(p.name.split("-")[0] for p in archive.iterdir() if p.is_dir()) == [
+    assert sorted(p.name.split("-")[0] for p in root_dirs(archive)) == [
         "captures__case_00_clean",
         "captures__case_01_slow_rank",
     ]
-    for out in archive.iterdir():
+    for out in root_dirs(archive):
         if out.is_dir():
             assert (out / "manifest.json").exists() and (out / "classify_manifest.json").exists()
     assert not list(archive.glob(".*")), "no half-written root dir"
@@ -231,7 +233,7 @@ def test_a_root_whose_chord_callback_is_lost_is_reduced_by_the_supervisor(redis_
     final = wait_done(redis_server.url, sweep_id, timeout=120)
     assert final["totals"] == {"SUCCESS": 2}
     archive = tmp_path / "archive"
-    assert sorted(root_status(p) for p in archive.iterdir() if p.is_dir()) == ["ok", "ok"]
+    assert sorted(root_status(p) for p in root_dirs(archive)) == ["ok", "ok"]
     assert not list(archive.glob(".*")), "no work dir or lock file is left in the archive"
     log = rank_worker.log_text()
     assert log.count("npuprof.reduce_root[") >= 2 and "succeeded" in log.split("npuprof.reduce_root[")[-1]
@@ -272,6 +274,7 @@ def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
     assert run.returncode == 0, run.stderr
     names = {Path(p).name for p in run.result["copied"]}
     assert {"sweep_class_rollup.csv", "sweep_summary.json", "manifest.json", "step_summary.csv"} <= names
+    assert {"sweep_report.html", "fleet_suspects.csv", "sweep_outliers.csv", "roots.parquet", "ranks.parquet"} <= names
     assert (
         run_cli(
             "fetch", sweep_id, "--root", "../../etc", "-o", str(tmp_path / "d2"), "--broker", redis_server.url
@@ -284,6 +287,30 @@ def test_fetch_copies_only_from_the_archive(redis_server, workers, tmp_path):
     assert unknown.returncode == 2 and "case_00_clean" in unknown.result["error"]  # the valid roots, listed
     finished = run_cli("cancel", sweep_id, "--broker", redis_server.url)
     assert finished.result["state"] == "done" and finished.result["revoked"] == 0  # nothing revoked
+
+
+def test_the_planted_sweep_through_the_service_names_the_suspect_the_change_point_and_the_outliers(
+    redis_server, workers, tmp_path
+):
+    truth = generate_sweep(tmp_path / "captures", jobs=2)
+    workers(2)
+    run = run_cli(
+        "submit",
+        "--search-root",
+        str(tmp_path / "captures"),
+        "-o",
+        str(tmp_path / "archive"),
+        "--series-key",
+        truth["series_key"],
+        "--broker",
+        redis_server.url,
+    )
+    assert run.returncode == 0, run.stderr
+    wait_done(redis_server.url, run.result["sweep_id"], timeout=600)
+    assert_planted_truth(tmp_path / "archive", truth)  # what the local sweep says of it (test_sweep_intelligence)
+    fetched = run_cli("fetch", run.result["sweep_id"], "-o", str(tmp_path / "dest"), "--broker", redis_server.url)
+    assert (tmp_path / "dest" / "sweep_report.html").is_file() and (tmp_path / "dest" / "sweep_data").is_dir()
+    assert fetched.returncode == 0
 
 
 def test_a_root_name_several_roots_share_is_an_error_listing_them():

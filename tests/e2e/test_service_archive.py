@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import run_cli
+from conftest import root_dirs, run_cli
 from test_service import build_search_root, submit, wait_done, wait_state
 
 from npuprof.pipeline import schema
@@ -66,16 +66,16 @@ def test_a_full_archive_fails_the_roots_it_cannot_hold_and_a_resubmit_finishes(
         assert all(f["error"].startswith(f"no space left on device writing {archive}") for f in lost), lost
     else:
         assert final["error"] == f"no space left on device writing the rollup into {archive}"
-    for out in (p for p in archive.iterdir() if p.is_dir()):  # complete, or failed with its reason: never half
+    for out in root_dirs(archive):  # complete, or failed with its reason: never half
         assert (
             root_status(out) in ("ok", "failed") and (out / "manifest.json").exists() != (out / "failure.json").exists()
         ), out
     assert not [p.name for p in archive.iterdir() if p.name.startswith(".")], "no work dir, lock or mark is left"
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(archive)], check=True)  # space returns
-    landed_ok = sum(1 for p in archive.iterdir() if p.is_dir() and root_status(p) == "ok")
+    landed_ok = sum(1 for p in root_dirs(archive) if root_status(p) == "ok")
     assert submit(redis_server.url, search, archive) == sweep_id  # finished roots are reused, the rest analyzed
     again = wait_done(redis_server.url, sweep_id, timeout=240)
     expected = {"REUSED": landed_ok, "SUCCESS": 4 - landed_ok}
     assert again["totals"] == {state: count for state, count in expected.items() if count}, again
-    assert sorted(root_status(p) for p in archive.iterdir() if p.is_dir()) == ["ok"] * 4
+    assert sorted(root_status(p) for p in root_dirs(archive)) == ["ok"] * 4

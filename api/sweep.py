@@ -1,0 +1,60 @@
+"""``Sweep(archive)``: a merged sweep archive's tables as DataFrames, and SQL over them, for notebooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from npuprof.api.analysis import Analysis
+from npuprof.pipeline import schema
+from npuprof.pipeline.sweep.datasets import DATASETS, query, read_dataset
+
+
+class Sweep:
+    """Read-only view of one sweep archive (``npuprof sweep -o ARCHIVE`` or a service sweep's archive).
+
+    Every table is one of ``Sweep.DATASETS`` (``ARCHIVE/sweep_data/<name>.parquet``), each row tagged
+    with its root's ``slug``; ``analysis(slug)`` opens one root's own outputs.
+    """
+
+    DATASETS = DATASETS
+
+    def __init__(self, archive: str | Path) -> None:
+        self.archive = Path(archive)
+        if not (self.archive / schema.SWEEP_DATA_DIR).is_dir():
+            raise FileNotFoundError(f"{self.archive} is not a merged sweep archive ({schema.SWEEP_DATA_DIR}/ missing)")
+
+    def table(self, name: str) -> pd.DataFrame:
+        """One dataset by name (see ``DATASETS`` for what a row is)."""
+        return read_dataset(self.archive, name)
+
+    def roots(self) -> pd.DataFrame:
+        """One row per root: the rollup (sweep_class_rollup.csv) with cohort and outlier columns."""
+        return self.table("roots")
+
+    def cohorts(self) -> pd.DataFrame:
+        """One row per cohort: its key (model × parallel layout × software × hardware) and baseline."""
+        return self.table("cohorts")
+
+    def outliers(self) -> pd.DataFrame:
+        """One row per outlying metric of a root: robust z against its cohort, and what moved."""
+        return self.table("outliers")
+
+    def fleet_suspects(self) -> pd.DataFrame:
+        """The cards (host × device) findings name again and again, with the roots and finding ids."""
+        return self.table("fleet_suspects")
+
+    def trends(self) -> pd.DataFrame:
+        """The change points of each cohort's series (step wall and its top classes)."""
+        return self.table("trends")
+
+    def query(self, sql: str) -> pd.DataFrame:
+        """DuckDB SQL over the datasets, each a view of its name (``SELECT * FROM roots``)."""
+        return query(self.archive, sql)
+
+    def analysis(self, slug: str) -> Analysis:
+        """The outputs of one root of the sweep, by its slug (the ``slug`` column of every table)."""
+        if Path(slug).name != slug or slug.startswith("."):
+            raise ValueError(f"{slug!r} is not a root slug of this sweep")
+        return Analysis(self.archive / slug)

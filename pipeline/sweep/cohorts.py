@@ -1,0 +1,220 @@
+"""Cohorts of a sweep and the roots that are off their cohort.
+
+A cohort is the roots of one configuration: model fingerprint × parallel layout × software ×
+hardware (``sweep_rules.yaml cohort_fields``). Its baseline is, per metric, the median and the robust
+spread (1.4826 × MAD) over its roots. A root is scored on each metric with a robust z; where it is off,
+the most specific thing that moved is named: an operator or a collective before a block class, a
+layer class, the step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+from npuprof.pipeline import schema
+
+MAD_TO_SIGMA = 1.4826  # the MAD of a normal sample times this is its standard deviation
+# levels of "what moved", most specific first: sweep table, its key column, its value column
+MOVER_LEVELS = (
+    ("operator", "operators", "name", "ms_per_step"),
+    ("collective", "collectives", "collective", "ms_per_step"),
+    ("block class", "block_class_stats", "block_class_id", "step_ms"),
+    ("layer class", "layer_class_stats", "layer_class_id", "step_ms"),
+)
+MOVER_EVIDENCE = {
+    "operator": schema.OPERATOR_CLASS_SUMMARY_CSV.file,
+    "collective": schema.HCCL_CLASS_SUMMARY_CSV.file,
+    "block class": schema.BLOCK_CLASS_SUMMARY_CSV.file,
+    "layer class": schema.LAYER_CLASS_SUMMARY_CSV.file,
+    "step": schema.STEP_SUMMARY.file,
+}
+
+
+def _field_text(value: object) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return "?"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def cohort_of(rollup: pd.DataFrame) -> pd.DataFrame:
+    """Per root (by slug): ``cohort_id`` (a short hash of the key), ``cohort_label`` (readable) and
+    ``cohort_size``. Roots that did not finish are in no cohort."""
+    fields = knowledge.load("sweep_rules")["cohort_fields"]
+    labels = []
+    for _, row in rollup.iterrows():  # one row per root: hundreds, not events
+        parts = []
+        for group, columns in fields.items():
+            values = [_field_text(row.get(c)) for c in columns]
+            parts.append(f"{group}=" + "/".join(values))
+        labels.append(" ".join(parts))
+    finished = (rollup["status"] == "ok").to_numpy()
+    labels = [label if done else None for label, done in zip(labels, finished)]
+    ids = [None if label is None else "cohort_" + hashlib.sha1(label.encode()).hexdigest()[:8] for label in labels]
+    cohorts = pd.DataFrame({"slug": rollup["slug"].to_numpy(), "cohort_label": labels, "cohort_id": ids}, dtype=object)
+    cohorts["cohort_size"] = cohorts.groupby("cohort_id")["slug"].transform("size").astype("Int64")
+    return cohorts
+
+
+def root_metrics(rollup: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The metrics a root is scored on, long form (slug, metric, value, ms per step): the step wall,
+    where the step's time went (compute by bound family, exposed communication by kind, idle by window)
+    and exposed communication by parallel role and kind."""
+    walls = rollup[["slug", "top_step_class_wall_ms_mean"]].dropna()
+    parts = [walls.rename(columns={"top_step_class_wall_ms_mean": "value"}).assign(metric="step wall")]
+    split = tables.get("time_split", pd.DataFrame())
+    if len(split):
+        named = split[split["breakdown"].isin(["primary", "comm_by_role_kind"])]
+        head = named["category"].where(named["breakdown"] == "primary", "exposed")
+        metric = head + " " + named["component"]
+        parts.append(pd.DataFrame({"slug": named["slug"], "metric": metric, "value": named["ms_per_step"]}))
+    return pd.concat(parts, ignore_index=True)[["slug", "metric", "value"]]
+
+
+def robust_scores(metrics: pd.DataFrame, cohorts: pd.DataFrame) -> pd.DataFrame:
+    """Each root's metrics against its cohort: median, spread (floored), robust z, delta.
+
+    A metric a root lacks counts as 0 ms where its cohort has it (absent time is no time); cohorts
+    smaller than ``min_cohort_size`` are not scored.
+    """
+    rules = knowledge.load("sweep_rules")["outliers"]
+    sized = cohorts.dropna(subset=["cohort_id"])
+    sized = sized[sized["cohort_size"] >= int(rules["min_cohort_size"])]
+    wide = metrics.pivot_table(index="slug", columns="metric", values="value", aggfunc="sum")
+    wide = wide.reindex(sized["slug"]).fillna(0.0)
+    if wide.empty:
+        return pd.DataFrame(columns=["slug", "cohort_id", "metric", "value", "median", "spread", "z", "delta"])
+    long = wide.stack().rename("value").reset_index()
+    long = long.merge(sized[["slug", "cohort_id"]], on="slug")
+    grouped = long.groupby(["cohort_id", "metric"])["value"]
+    long["median"] = grouped.transform("median")
+    long["mad"] = (
+        (long["value"] - long["median"]).abs().groupby([long["cohort_id"], long["metric"]]).transform("median")
+    )
+    long["spread"] = np.maximum(MAD_TO_SIGMA * long.pop("mad"), float(rules["spread_floor"]) * long["median"].abs())
+    long["delta"] = long["value"] - long["median"]
+    long["z"] = np.where(long["spread"] > 0, long["delta"] / long["spread"].where(long["spread"] > 0, 1.0), 0.0)
+    return long
+
+
+def outlying(scores: pd.DataFrame) -> pd.DataFrame:
+    """The scores that make their root an outlier (``sweep_rules.yaml outliers``), largest |z| first."""
+    rules = knowledge.load("sweep_rules")["outliers"]
+    relative = scores["delta"].abs() / scores["median"].abs().where(scores["median"] != 0, np.inf)
+    passing = (
+        (scores["z"].abs() >= float(rules["z_min"]))
+        & (scores["delta"].abs() >= float(rules["min_delta_ms"]))
+        & ((relative >= float(rules["min_relative_change"])) | (scores["median"] == 0))
+    )
+    found = scores[passing].copy()
+    found["abs_z"] = found["z"].abs()
+    return found.sort_values(["slug", "abs_z"], ascending=[True, False]).drop(columns="abs_z")
+
+
+def _per_step_classes(tables: dict[str, pd.DataFrame], rollup: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Block and layer class rows with ``step_ms``: their wall per step per rank (mean × members per step)."""
+    per_step = rollup.set_index("slug")
+    instances = (per_step["rank_count"].astype(float) * per_step["complete_step_count"].astype(float)).clip(lower=1)
+    out = dict(tables)
+    for table in ("block_class_stats", "layer_class_stats"):
+        frame = tables.get(table, pd.DataFrame())
+        if len(frame):
+            count = frame["slug"].map(instances).fillna(1.0)
+            out[table] = frame.assign(step_ms=frame["wall_ms_mean"] * frame["member_count"] / count)
+    return out
+
+
+def mover_deltas(tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per level of ``MOVER_LEVELS``: each root's value of each thing (slug × key) minus its cohort's
+    median — one pivot per level for the whole sweep. Operators and collectives a root lacks count as
+    0 ms; classes it lacks stay unknown."""
+    cohort_of_slug = cohorts.dropna(subset=["cohort_id"]).set_index("slug")["cohort_id"]
+    deltas = {}
+    for level, table, key, value in MOVER_LEVELS:
+        frame = tables.get(table, pd.DataFrame())
+        if frame.empty or value not in frame:
+            continue
+        wide = frame[frame["slug"].isin(cohort_of_slug.index)].pivot_table(
+            index="slug", columns=key, values=value, aggfunc="sum"
+        )
+        if level in ("operator", "collective"):
+            wide = wide.fillna(0.0)
+        deltas[level] = wide - wide.groupby(cohort_of_slug.reindex(wide.index)).transform("median")
+    return deltas
+
+
+def what_moved(slug: str, delta_ms: float, deltas: dict[str, pd.DataFrame]) -> tuple[str, str, float]:
+    """The most specific thing that moved in root ``slug`` against its cohort: (level, name, delta ms
+    per step) — the first level whose largest move in the direction of ``delta_ms`` explains
+    ``explain_min_share`` of it; else the step itself."""
+    share = float(knowledge.load("sweep_rules")["outliers"]["explain_min_share"])
+    for level, *_ in MOVER_LEVELS:
+        wide = deltas.get(level)
+        if wide is None or slug not in wide.index:
+            continue
+        moves = wide.loc[slug].dropna() * np.sign(delta_ms)
+        if len(moves) and moves.max() >= share * abs(delta_ms):
+            return level, str(moves.idxmax()), float(moves.max() * np.sign(delta_ms))
+    return "step", "step wall", float(delta_ms)
+
+
+def _top_findings(rollup: pd.DataFrame) -> dict[str, str]:
+    """Each root's most recoverable finding, "type (ranks r;s)": what its own analysis blames."""
+    named = rollup.dropna(subset=["top_recoverable_finding"])
+    return {
+        slug: f"{finding} (ranks {ranks})" if isinstance(ranks, str) and ranks else str(finding)
+        for slug, finding, ranks in zip(named["slug"], named["top_recoverable_finding"], named["top_recoverable_ranks"])
+    }
+
+
+def outlier_rows(
+    rollup: pd.DataFrame, tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """sweep_outliers.csv (one row per outlying metric of a root, with what moved and where the
+    evidence is) and all scores (for the rollup's per-root outlier columns)."""
+    scores = robust_scores(root_metrics(rollup, tables), cohorts)
+    found = outlying(scores)
+    deltas = mover_deltas(_per_step_classes(tables, rollup), cohorts)
+    top_finding = _top_findings(rollup)
+    rows = []
+    for slug, metrics in found.groupby("slug", sort=True):  # outlying roots: few
+        top = metrics.iloc[0]
+        level, name, moved_ms = what_moved(slug, float(top["delta"]), deltas)
+        for metric in metrics.itertuples(index=False):
+            rows.append(
+                {
+                    "slug": slug,
+                    "cohort_id": metric.cohort_id,
+                    "metric": metric.metric,
+                    "value_ms": round(float(metric.value), 6),
+                    "cohort_median_ms": round(float(metric.median), 6),
+                    "robust_z": round(float(metric.z), 3),
+                    "delta_ms": round(float(metric.delta), 6),
+                    "what_moved_level": level,
+                    "what_moved": name,
+                    "what_moved_delta_ms": round(moved_ms, 6),
+                    "evidence": f"{slug}/{MOVER_EVIDENCE[level]}",
+                    "root_top_finding": top_finding.get(slug),
+                }
+            )
+    columns = list(rows[0]) if rows else ["slug", "cohort_id", "metric", "robust_z", "what_moved_level", "what_moved"]
+    return pd.DataFrame(rows, columns=columns), scores
+
+
+def cohort_table(cohorts: pd.DataFrame, rollup: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
+    """sweep_cohorts.csv: each cohort's key, roots, and its step-wall baseline (median, spread)."""
+    known = cohorts.dropna(subset=["cohort_id"]).merge(rollup[["slug", "top_step_class_wall_ms_mean"]], on="slug")
+    if known.empty:
+        return pd.DataFrame(columns=["cohort_id", "cohort_label", "root_count", "step_wall_ms_median"])
+    table = known.groupby(["cohort_id", "cohort_label"], as_index=False).agg(
+        root_count=("slug", "size"), step_wall_ms_median=("top_step_class_wall_ms_mean", "median")
+    )
+    wall = scores[scores["metric"] == "step wall"].groupby("cohort_id")["spread"].first()
+    table["step_wall_ms_spread"] = table["cohort_id"].map(wall)
+    table["scored"] = table["cohort_id"].isin(wall.index)
+    return table.sort_values(["root_count", "cohort_id"], ascending=[False, True])

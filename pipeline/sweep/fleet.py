@@ -1,0 +1,103 @@
+"""The fleet view: findings joined across a sweep's roots by the machine and card each rank ran on.
+
+A card (host name × device id) is a suspect when the findings of ``sweep_rules.yaml fleet`` name it in
+at least ``min_flagged`` of the captures it appears in, and in ``min_flagged_share`` of them: one slow
+capture is a finding of that capture, repetition is what makes the card suspect.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+
+FLEET_COLUMNS = [
+    "host_name",
+    "device_id",
+    "appearances",
+    "flagged",
+    "flagged_share",
+    "slow_rank_count",
+    "throttled_count",
+    "aicore_freq_mhz_median",
+    "summary",
+    "roots",
+    "finding_ids",
+]
+
+
+def _flags(findings: pd.DataFrame, types: list[str]) -> pd.DataFrame:
+    """One row per (root, rank, finding) of the fleet's finding types, with its AI Core clock if said."""
+    if findings.empty:
+        return pd.DataFrame(columns=["slug", "rank_id", "finding_type", "finding_id", "freq_mhz"])
+    chosen = findings[findings["finding_type"].isin(types)].copy()
+    chosen["rank_id"] = chosen["rank_ids"].fillna("").astype(str).str.split(";")
+    chosen = chosen.explode("rank_id")
+    chosen = chosen[chosen["rank_id"].str.fullmatch(r"\d+", na=False)]
+    chosen["rank_id"] = chosen["rank_id"].astype(int)
+    chosen["freq_mhz"] = chosen["metrics"].map(_freq_mhz)
+    return chosen[["slug", "rank_id", "finding_type", "finding_id", "freq_mhz"]]
+
+
+def _freq_mhz(metrics: object) -> float:
+    try:
+        value = json.loads(metrics).get("freq_mhz") if isinstance(metrics, str) else None
+    except (ValueError, AttributeError):
+        return np.nan
+    return float(value) if isinstance(value, int | float) else np.nan
+
+
+def _summary(row: pd.Series) -> str:
+    parts = []
+    if row["slow_rank_count"]:
+        parts.append(f"slow rank in {row['slow_rank_count']} of the {row['appearances']} captures it appears in")
+    if row["throttled_count"]:
+        clock = (
+            f"AI Core clock {row['aicore_freq_mhz_median']:,.0f} MHz"
+            if pd.notna(row["aicore_freq_mhz_median"])
+            else "AI Core clock throttled"
+        )
+        parts.append(f"{clock} in {row['throttled_count']} of them")
+    return f"host {row['host_name']}, device {row['device_id']}: " + ", ".join(parts)
+
+
+def fleet_suspects(ranks: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
+    """fleet_suspects.csv: the cards findings name again and again, most flagged first; each with the
+    roots (slugs) and finding ids that support it. Ranks with no host name or device id are not joined."""
+    rules = knowledge.load("sweep_rules")["fleet"]
+    located = ranks.dropna(subset=["host_name", "device_id"])
+    if located.empty:
+        return pd.DataFrame(columns=FLEET_COLUMNS)
+    located = located.assign(device_id=located["device_id"].astype(int))
+    flags = _flags(findings, list(rules["finding_types"])).merge(
+        located[["slug", "rank_id", "host_name", "device_id"]], on=["slug", "rank_id"]
+    )
+    card = ["host_name", "device_id"]
+    appearances = located.groupby(card)["slug"].nunique().rename("appearances")
+    flagged_roots = flags.groupby(card)["slug"].nunique().rename("flagged")
+    by_type = flags.pivot_table(index=card, columns="finding_type", values="slug", aggfunc="nunique")
+    table = pd.concat([appearances, flagged_roots], axis=1).fillna({"flagged": 0}).astype({"flagged": int})
+    table["slow_rank_count"] = by_type.get("slow_rank_suspected", pd.Series(dtype=float)).reindex(table.index)
+    table["throttled_count"] = by_type.get("aicore_freq_throttled", pd.Series(dtype=float)).reindex(table.index)
+    table[["slow_rank_count", "throttled_count"]] = table[["slow_rank_count", "throttled_count"]].fillna(0).astype(int)
+    table["aicore_freq_mhz_median"] = flags.groupby(card)["freq_mhz"].median().reindex(table.index)
+    table["flagged_share"] = table["flagged"] / table["appearances"]
+    table["roots"] = flags.groupby(card)["slug"].agg(lambda s: ";".join(sorted(set(s)))).reindex(table.index)
+    table["finding_ids"] = (
+        flags.groupby(card)["finding_id"].agg(lambda s: ";".join(sorted(set(s)))).reindex(table.index)
+    )
+    suspects = table[
+        (table["appearances"] >= int(rules["min_appearances"]))
+        & (table["flagged"] >= int(rules["min_flagged"]))
+        & (table["flagged_share"] >= float(rules["min_flagged_share"]))
+    ].reset_index()
+    if suspects.empty:
+        return pd.DataFrame(columns=FLEET_COLUMNS)
+    suspects["summary"] = suspects.apply(_summary, axis=1)
+    suspects["flagged_share"] = suspects["flagged_share"].round(4)
+    return suspects.sort_values(["flagged", "flagged_share", "host_name"], ascending=[False, False, True])[
+        FLEET_COLUMNS
+    ]

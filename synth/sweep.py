@@ -1,0 +1,120 @@
+"""A planted sweep: many small roots in three cohorts, with a card that is slow again and again on one
+host, a regression at a known point of a series, single outliers and clean cohorts — and the truth
+about each in ``OUT/sweep_truth.json``. What sweep intelligence must find, and what must stay silent.
+
+Layout (32 roots, 4 ranks each, one host per root, the rank's card = its device id):
+
+- ``train-build-NNN`` (cohort "train": dense training, DP4, hosts train-1..3), builds 1-10: from
+  build 7 on, FlashAttentionScore (and its backward) runs 1.8x longer on every rank — one change point.
+- ``infer-run-NN`` (cohort "infer": dense prefill, TP4), 14 runs on hosts node-a .. node-d in
+  turn: device 2 of node-b is slow in each of the 4 captures it appears in (1.5x compute in three,
+  its AI Core clock at 2/3 of nominal in one); node-c's device 1 is slow once (not a fleet suspect);
+  run 06 runs every MatMulV3 1.4x longer (an operator outlier).
+- ``deep-run-NN`` (cohort "deep": dense training with 3 layers), 8 clean runs on node-a and node-c.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from npuprof.synth.root_writer import generate
+from npuprof.synth.scenarios import Fault, Scenario
+from npuprof.synth.scenarios import scenario as named_scenario
+
+HOSTS = ("node-a", "node-b", "node-c", "node-d")  # the inference cluster
+TRAIN_HOSTS = ("train-1", "train-2", "train-3")
+DEEP_HOSTS = ("node-a", "node-c")  # share the inference cluster's clean cards, never node-b
+SUSPECT = {"host_name": "node-b", "device_id": 2}
+REGRESSION_BUILD = 7
+SMALL = {"steps": 3, "layers": 2}
+
+
+def _train(build: int) -> Scenario:
+    base = named_scenario("clean", **SMALL)
+    if build >= REGRESSION_BUILD:
+        return replace(base, kernel_factors=(("FlashAttentionScore", 1.8), ("FlashAttentionScoreGrad", 1.8)))
+    return base
+
+
+def _infer(run: int) -> tuple[Scenario, str, dict]:
+    """The scenario, host and planted truth of inference run ``run`` (0-based)."""
+    base = named_scenario("clean_inference", **SMALL)
+    host = HOSTS[run % len(HOSTS)]
+    truth: dict = {"host": host, "planted": None}
+    if host == SUSPECT["host_name"] and run == 9:
+        fault = Fault("aicore_freq_throttled", ranks=(2,), steps=(), factor=1.5)
+        return replace(base, faults=(fault,)), host, {**truth, "planted": "aicore_freq_throttled", "rank": 2}
+    if host == SUSPECT["host_name"]:
+        fault = Fault("slow_rank_suspected", ranks=(2,), factor=1.5)
+        return replace(base, faults=(fault,)), host, {**truth, "planted": "slow_rank_suspected", "rank": 2}
+    if run == 2:
+        fault = Fault("slow_rank_suspected", ranks=(1,), factor=1.5)
+        return replace(base, faults=(fault,)), host, {**truth, "planted": "slow_rank_suspected", "rank": 1}
+    if run == 6:
+        return replace(base, kernel_factors=(("MatMulV3", 1.4),)), host, {**truth, "planted": "operator MatMulV3"}
+    return base, host, truth
+
+
+def sweep_plan() -> list[dict]:
+    """Every root of the planted sweep: its dir name, scenario, host, seed and planted truth."""
+    plan = []
+    for build in range(1, 11):
+        regressed = build >= REGRESSION_BUILD
+        plan.append(
+            {
+                "name": f"train-build-{build:03d}",
+                "cohort": "train",
+                "scenario": _train(build),
+                "host": TRAIN_HOSTS[build % len(TRAIN_HOSTS)],
+                "planted": "regression FlashAttentionScore" if regressed else None,
+            }
+        )
+    for run in range(14):
+        sc, host, truth = _infer(run)
+        plan.append({"name": f"infer-run-{run:02d}", "cohort": "infer", "scenario": sc, **truth})
+    deep = named_scenario("clean", steps=3, layers=3)
+    for run in range(8):
+        host = DEEP_HOSTS[run % len(DEEP_HOSTS)]
+        plan.append({"name": f"deep-run-{run:02d}", "cohort": "deep", "scenario": deep, "host": host, "planted": None})
+    for seed, entry in enumerate(plan, start=100):
+        entry["seed"] = seed
+    return plan
+
+
+def _write_one(out: str, entry: dict) -> str:
+    # AI Core clock samples live in trace_view.json for a text capture: only the throttled root needs it
+    trace = entry["planted"] == "aicore_freq_throttled"
+    generate(out, entry["scenario"], seed=entry["seed"], host=entry["host"], trace=trace, overwrite=True)
+    return out
+
+
+def generate_sweep(out: str | Path, *, jobs: int | None = None, overwrite: bool = False) -> dict:
+    """Write the planted sweep's roots under ``out`` and ``out/sweep_truth.json``; returns the truth.
+    A non-empty ``out`` is refused unless ``overwrite``."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} is not empty")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    plan = sweep_plan()
+    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        list(pool.map(_write_one, [str(out / e["name"]) for e in plan], plan))
+    truth = {
+        "root_count": len(plan),
+        "series_key": r"build-(\d+)",
+        "regression": {
+            "cohort": "train",
+            "first_root": f"train-build-{REGRESSION_BUILD:03d}",
+            "kernel": "FlashAttention",
+        },
+        "fleet_suspect": SUSPECT,
+        "roots": [{k: v for k, v in e.items() if k != "scenario"} | {"scenario": e["scenario"].name} for e in plan],
+    }
+    (out / "sweep_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
+    return truth

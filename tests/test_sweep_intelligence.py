@@ -1,0 +1,162 @@
+"""Sweep intelligence against planted truth: a 32-root sweep in three cohorts (``npuprof.synth.sweep``)
+with one card slow again and again on one host, a decoy slow once, an operator outlier and a
+regression at a known build. The suspect, the change point and the outliers are named; clean roots,
+clean cards and clean cohorts are not. Then the same archive through SQL, the Python API and
+sweep_report.html in a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import run_cli
+
+from npuprof.api import Sweep
+from npuprof.pipeline import schema
+from npuprof.pipeline.sweep.local import run_sweep
+from npuprof.synth import generate
+from npuprof.synth.sweep import generate_sweep
+
+selenium = pytest.importorskip("selenium", reason="selenium is in the test extra")
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from test_report_browser import browser, console_errors  # noqa: E402,F401  (the shared headless Chromium)
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\">"
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> tuple[Path, dict]:
+    base = tmp_path_factory.mktemp("planted_sweep")
+    truth = generate_sweep(base / "captures", jobs=2)
+    run_sweep([str(base / "captures")], base / "archive", jobs=2, series_key=truth["series_key"])
+    return base / "archive", truth
+
+
+def slug_of(archive: Path) -> dict[str, str]:
+    """Root dir name -> slug, from the rollup."""
+    rollup = pd.read_csv(archive / schema.SWEEP_ROLLUP)
+    return {Path(root).name: slug for root, slug in zip(rollup["root"], rollup["slug"])}
+
+
+def assert_planted_truth(archive: Path, truth: dict) -> None:
+    """What the planted sweep must say, wherever it was merged (local pool or the service)."""
+    slugs = slug_of(archive)
+    planted = {slugs[r["name"]] for r in truth["roots"] if r["planted"]}
+    clean = {slugs[r["name"]] for r in truth["roots"] if not r["planted"]}
+
+    cohorts = pd.read_csv(archive / schema.SWEEP_COHORTS)
+    assert sorted(cohorts["root_count"]) == [8, 10, 14]
+
+    suspects = pd.read_csv(archive / schema.FLEET_SUSPECTS)
+    expected = truth["fleet_suspect"]
+    assert suspects[["host_name", "device_id"]].to_dict("records") == [expected]  # the decoy (slow once) is not
+    suspect = suspects.iloc[0]
+    on_card = {
+        slugs[r["name"]] for r in truth["roots"] if r.get("host") == expected["host_name"] and r["cohort"] == "infer"
+    }
+    assert suspect["appearances"] == suspect["flagged"] == len(on_card) == 4
+    assert set(suspect["roots"].split(";")) == on_card
+    assert suspect["throttled_count"] == 1 and abs(suspect["aicore_freq_mhz_median"] - 1200) < 1  # 1,800 / 1.5
+
+    trends = pd.read_csv(archive / schema.SWEEP_TRENDS)
+    wall = trends[trends["metric"] == "step wall"]
+    assert len(wall) == 1, wall  # one change point, in the series that has one
+    change = wall.iloc[0]
+    assert change["change_at"] == slugs[truth["regression"]["first_root"]]
+    assert 0.05 < change["relative_change"] < 0.10 and "FlashAttentionScore" in change["movers"]
+    assert set(trends["change_at"]) == {change["change_at"]}  # its classes change at the same build, nothing else
+
+    outliers = pd.read_csv(archive / schema.SWEEP_OUTLIERS)
+    named = set(outliers["slug"])
+    assert named <= planted and not named & clean
+    infer_planted = {slugs[r["name"]] for r in truth["roots"] if r["planted"] and r["cohort"] == "infer"}
+    assert infer_planted <= named  # every slow card, the decoy and the operator outlier
+    first = outliers.drop_duplicates("slug").set_index("slug")
+    matmul = first.loc[slugs["infer-run-06"]]
+    assert (matmul["what_moved_level"], "MatMulV3" in matmul["what_moved"]) == ("operator", True)
+    regressed = first.loc[slugs["train-build-010"]]
+    assert regressed["what_moved_level"] == "operator" and "FlashAttentionScore" in regressed["what_moved"]
+    assert first.loc[slugs["infer-run-05"], "root_top_finding"] == "slow_rank_suspected (ranks 2)"
+
+    rollup = pd.read_csv(archive / schema.SWEEP_ROLLUP)
+    assert rollup["cohort_id"].notna().all() and set(rollup.loc[rollup["outlier_score"].notna(), "slug"]) == named
+
+
+def test_the_planted_sweep_names_the_suspect_the_change_point_and_the_outliers(planted):
+    archive, truth = planted
+    assert_planted_truth(archive, truth)
+    summary = json.loads((archive / schema.SWEEP_SUMMARY).read_text())
+    assert summary["cohort_count"] == 3 and len(summary["fleet_suspects"]) == 1
+    assert summary["fleet_suspects"][0].startswith("host node-b, device 2: slow rank in 4 of the 4 captures")
+
+
+def test_the_sweep_is_a_dataset_for_sql_and_the_python_api(planted):
+    archive, _ = planted
+    sql = "SELECT host_name, device_id, COUNT(DISTINCT slug) AS captures FROM ranks GROUP BY 1, 2 ORDER BY 1, 2"
+    run = run_cli("query", str(archive), sql, "--csv", str(archive.parent / "cards.csv"))
+    assert run.returncode == 0, run.stderr
+    cards = pd.DataFrame(run.result["rows"])
+    node_b = cards[(cards["host_name"] == "node-b") & (cards["device_id"] == 2)]
+    assert node_b["captures"].tolist() == [4]
+    assert pd.read_csv(archive.parent / "cards.csv").shape == cards.shape
+    sweep = Sweep(archive)
+    assert sweep.fleet_suspects()["host_name"].tolist() == ["node-b"]
+    slow = sweep.query(
+        "SELECT DISTINCT f.slug FROM findings f JOIN roots r USING (slug) "
+        "WHERE f.finding_type = 'slow_rank_suspected' AND r.outlier_score IS NOT NULL"
+    )
+    assert len(slow) == 5  # four on the suspect card, one decoy
+    steps = sweep.analysis(sweep.roots()["slug"].iloc[0]).steps()
+    assert len(steps) and "step_class_id" in steps
+    bad = run_cli("query", str(archive), "SELECT no_such_column FROM roots")
+    assert bad.returncode == 2 and bad.result["error"].startswith("query failed:") and "Traceback" not in bad.stderr
+    with pytest.raises(ValueError):
+        sweep.analysis("../outside")
+
+
+def test_sweep_report_opens_from_file_with_plots_links_and_no_console_error(planted, browser):  # noqa: F811
+    archive, _ = planted
+    page = archive / schema.SWEEP_REPORT_HTML
+    console_errors(browser)  # drop what earlier pages logged
+    browser.get(page.as_uri())
+    assert browser.title == "npuprof sweep"
+    plots = browser.find_elements(By.CSS_SELECTOR, "div.js-plotly-plot")
+    assert len(plots) == 3  # one per cohort, drawn by the inlined plotly.js (no network)
+    assert "host node-b, device 2" in browser.find_element(By.TAG_NAME, "body").text
+    links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "td a")]
+    assert links and all(Path(link.removeprefix("file://")).is_file() for link in links)
+    assert console_errors(browser) == []
+
+
+def test_a_hostile_host_name_is_shown_as_text_in_the_sweep_report(tmp_path, browser):  # noqa: F811
+    generate(tmp_path / "captures" / "one", "clean", steps=3, layers=2, trace=False, host=HOSTILE)
+    run_sweep([str(tmp_path / "captures")], tmp_path / "archive", jobs=1)
+    page = tmp_path / "archive" / schema.SWEEP_REPORT_HTML
+    assert HOSTILE not in page.read_text() and "&lt;img src=x" in page.read_text()
+    browser.get(page.as_uri())
+    assert browser.title == "npuprof sweep" and HOSTILE in browser.find_element(By.TAG_NAME, "body").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "body img")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text
+    assert pd.read_parquet(tmp_path / "archive" / "sweep_data" / "ranks.parquet")["host_name"].eq(HOSTILE).all()
+
+
+def test_a_series_key_that_is_not_a_regular_expression_is_refused_before_any_work(tmp_path):
+    run = run_cli("sweep", "--search-root", str(tmp_path), "-o", str(tmp_path / "a"), "--series-key", "build-(")
+    assert run.returncode == 2 and "--series-key" in run.result["error"] and not (tmp_path / "a").exists()
+
+
+def test_a_sweep_whose_roots_all_failed_still_merges_with_empty_tables(tmp_path):
+    bad = tmp_path / "captures" / "broken" / "rank_0" / "ASCEND_PROFILER_OUTPUT"
+    bad.mkdir(parents=True)
+    (bad / "kernel_details.csv").write_text("Name,Type\nx,y\n")
+    summary = run_sweep([str(tmp_path / "captures")], tmp_path / "archive", jobs=1)
+    assert summary["status_counts"] == {"failed": 1} and "not_written" not in summary
+    assert summary["cohort_count"] == 0 and summary["fleet_suspects"] == [] and summary["trends"] == []
+    assert Sweep(tmp_path / "archive").table("operators").empty
+    assert pd.read_csv(tmp_path / "archive" / schema.SWEEP_ROLLUP)["cohort_id"].isna().all()
