@@ -51,6 +51,11 @@ def assert_planted_truth(archive: Path, truth: dict) -> None:
 
     cohorts = pd.read_csv(archive / schema.SWEEP_COHORTS)
     assert sorted(cohorts["root_count"]) == [8, 10, 14]
+    baselines = pd.read_csv(archive / schema.SWEEP_COHORT_BASELINES)
+    levels = {"metric", "step class", "layer class", "block class", "operator", "collective"}
+    assert set(baselines["level"]) == levels
+    walls = baselines[(baselines["level"] == "metric") & (baselines["key"] == "step wall")]
+    assert sorted(walls["root_count"]) == [8, 10, 14] and (walls["spread"] >= 0).all()
 
     suspects = pd.read_csv(archive / schema.FLEET_SUSPECTS)
     expected = truth["fleet_suspect"]

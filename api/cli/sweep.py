@@ -48,8 +48,8 @@ def add_parsers(commands) -> None:
         description="Run a DuckDB SQL query over a merged sweep archive. Each dataset of ARCHIVE/sweep_data/ is a "
         "view of its name: roots (the rollup, with cohort and outlier columns), ranks (host, device), "
         "step_class_stats, layer_class_stats, block_class_stats, operators, collectives, time_split, findings, "
-        "cohorts, outliers, fleet_suspects, trends; every row carries its root's slug. Stdout: one JSON object "
-        "with the columns and rows; stderr: the first rows as a table. Example: npuprof query ARCHIVE "
+        "cohorts, cohort_baselines, outliers, fleet_suspects, trends; every row carries its root's slug. Stdout: "
+        "one JSON object with the columns and rows; stderr: the first rows as a table. Example: npuprof query ARCHIVE "
         '"SELECT slug, cohort_id, outlier_score FROM roots ORDER BY outlier_score DESC NULLS LAST LIMIT 5"',
     )
     query.add_argument("archive", help="a sweep archive (the -o of npuprof sweep, or a service sweep's archive)")

@@ -27,6 +27,7 @@ SWEEP_SUMMARY = "sweep_summary.json"
 ROLLUP_ROW_CACHE = "rollup_row.json"  # one root's rollup row, beside its outputs
 SERVICE_SWEEP_MARK = ".npuprof-service-sweep.json"  # the service sweep writing the archive, while it runs
 SWEEP_COHORTS = "sweep_cohorts.csv"  # one row per cohort: its roots and baseline
+SWEEP_COHORT_BASELINES = "sweep_cohort_baselines.csv"  # per cohort × class / operator / collective: median, spread
 SWEEP_OUTLIERS = "sweep_outliers.csv"  # roots off their cohort, by metric, with what moved
 FLEET_SUSPECTS = "fleet_suspects.csv"  # machines' cards that findings name again and again
 SWEEP_TRENDS = "sweep_trends.csv"  # change points in a cohort's series

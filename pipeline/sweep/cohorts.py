@@ -218,3 +218,38 @@ def cohort_table(cohorts: pd.DataFrame, rollup: pd.DataFrame, scores: pd.DataFra
     table["step_wall_ms_spread"] = table["cohort_id"].map(wall)
     table["scored"] = table["cohort_id"].isin(wall.index)
     return table.sort_values(["root_count", "cohort_id"], ascending=[False, True])
+
+
+# baseline levels: sweep table, its key column, its value column (what one root says of that thing)
+BASELINE_LEVELS = (
+    ("step class", "step_class_stats", "step_class_id", "wall_ms_mean"),
+    ("layer class", "layer_class_stats", "layer_class_id", "wall_ms_mean"),
+    ("block class", "block_class_stats", "block_class_id", "wall_ms_mean"),
+    ("operator", "operators", "name", "ms_per_step"),
+    ("collective", "collectives", "collective", "ms_per_step"),
+)
+
+
+def cohort_baselines(rollup: pd.DataFrame, tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame) -> pd.DataFrame:
+    """sweep_cohort_baselines.csv: per cohort and thing (the scored metrics, each step / layer / block
+    class by its mean wall, each operator and collective by its ms per step), the median and robust
+    spread over the cohort's roots that have it, and how many do."""
+    parts = [root_metrics(rollup, tables).rename(columns={"metric": "key"}).assign(level="metric")]
+    for level, table, key, value in BASELINE_LEVELS:
+        frame = tables.get(table, pd.DataFrame())
+        if len(frame):
+            named = {"slug": frame["slug"], "key": frame[key], "value": frame[value], "level": level}
+            parts.append(pd.DataFrame(named))
+    long = pd.concat(parts, ignore_index=True).dropna(subset=["value"])
+    long = long.merge(cohorts.dropna(subset=["cohort_id"])[["slug", "cohort_id"]], on="slug")
+    columns = ["cohort_id", "level", "key", "root_count", "median", "spread"]
+    if long.empty:
+        return pd.DataFrame(columns=columns)
+    long = long.groupby(["cohort_id", "level", "key", "slug"], as_index=False)["value"].sum()  # one value per root
+    grouped = long.groupby(["cohort_id", "level", "key"])["value"]
+    long["deviation"] = (long["value"] - grouped.transform("median")).abs()
+    table = long.groupby(["cohort_id", "level", "key"], as_index=False).agg(
+        root_count=("slug", "size"), median=("value", "median"), mad=("deviation", "median")
+    )
+    table["spread"] = MAD_TO_SIGMA * table.pop("mad")
+    return table[columns]

@@ -25,6 +25,7 @@ DATASETS = {
     "time_split": "where a root's step time went (breakdown × category × component), ms per step",
     "findings": "one finding of a root",
     "cohorts": "one cohort: its key and step-wall baseline",
+    "cohort_baselines": "one thing of a cohort (metric, class, operator, collective): median and robust spread",
     "outliers": "one outlying metric of a root, with what moved",
     "fleet_suspects": "one card that findings name again and again",
     "trends": "one change point in a cohort's series",
@@ -34,7 +35,13 @@ DATASETS = {
 def sweep_files() -> list[str]:
     """What ``npuprof fetch SWEEP_ID`` copies of a sweep, relative to its archive: the rollup and summary,
     the cohort / outlier / fleet / trend tables, sweep_report.html and every dataset."""
-    tables = [schema.SWEEP_COHORTS, schema.SWEEP_OUTLIERS, schema.FLEET_SUSPECTS, schema.SWEEP_TRENDS]
+    tables = [
+        schema.SWEEP_COHORTS,
+        schema.SWEEP_COHORT_BASELINES,
+        schema.SWEEP_OUTLIERS,
+        schema.FLEET_SUSPECTS,
+        schema.SWEEP_TRENDS,
+    ]
     datasets = [f"{schema.SWEEP_DATA_DIR}/{name}.parquet" for name in DATASETS]
     return [schema.SWEEP_ROLLUP, schema.SWEEP_SUMMARY, *tables, schema.SWEEP_REPORT_HTML, *datasets]
 

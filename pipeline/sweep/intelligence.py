@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from npuprof.pipeline import io, schema
-from npuprof.pipeline.sweep.cohorts import cohort_of, cohort_table, outlier_rows
+from npuprof.pipeline.sweep.cohorts import cohort_baselines, cohort_of, cohort_table, outlier_rows
 from npuprof.pipeline.sweep.datasets import write_datasets
 from npuprof.pipeline.sweep.fleet import fleet_suspects
 from npuprof.pipeline.sweep.html import render_sweep_report
@@ -65,7 +65,7 @@ class SweepFindings:
 
     rollup: pd.DataFrame  # the rollup with its cohort, outlier and series columns
     tables: dict[str, pd.DataFrame]  # the roots' rows of each sweep table
-    parts: dict[str, pd.DataFrame]  # cohorts, outliers, fleet_suspects, trends
+    parts: dict[str, pd.DataFrame]  # cohorts, cohort_baselines, outliers, fleet_suspects, trends
 
     def summary(self, archive: Path) -> dict:
         """The additions to sweep_summary.json."""
@@ -93,6 +93,7 @@ def analyze_sweep(
     rollup["series_order"] = _order_column(rollup["slug"].map(order))
     parts = {
         "cohorts": cohort_table(cohorts, rollup, scores),
+        "cohort_baselines": cohort_baselines(rollup, tables, cohorts),
         "outliers": outliers,
         "fleet_suspects": fleet,
         "trends": trends,
@@ -100,7 +101,14 @@ def analyze_sweep(
     return SweepFindings(rollup, tables, parts)
 
 
-EXTRA_FILES = (schema.SWEEP_COHORTS, schema.SWEEP_OUTLIERS, schema.FLEET_SUSPECTS, schema.SWEEP_TRENDS)
+# each part's CSV in the archive
+PART_FILES = {
+    "cohorts": schema.SWEEP_COHORTS,
+    "cohort_baselines": schema.SWEEP_COHORT_BASELINES,
+    "outliers": schema.SWEEP_OUTLIERS,
+    "fleet_suspects": schema.FLEET_SUSPECTS,
+    "trends": schema.SWEEP_TRENDS,
+}
 
 
 def write_sweep_findings(archive: Path, found: SweepFindings, summary: dict) -> None:
@@ -108,12 +116,12 @@ def write_sweep_findings(archive: Path, found: SweepFindings, summary: dict) -> 
     and sweep_report.html, each atomically. When the archive fills up on the way, every one of them is
     removed (they hang together; the rollup, written before, stays) and the OSError is raised."""
     try:
-        for name, frame in zip(EXTRA_FILES, found.parts.values()):
-            _write_csv(archive, name, frame)
+        for part, frame in found.parts.items():
+            _write_csv(archive, PART_FILES[part], frame)
         write_datasets(archive, {"roots": found.rollup, **found.tables, **found.parts})
         render_sweep_report(archive, found.rollup, found.parts, summary)
     except OSError:
-        for name in (*EXTRA_FILES, schema.SWEEP_REPORT_HTML):
+        for name in (*PART_FILES.values(), schema.SWEEP_REPORT_HTML):
             (archive / name).unlink(missing_ok=True)
         shutil.rmtree(archive / schema.SWEEP_DATA_DIR, ignore_errors=True)
         raise
