@@ -1,7 +1,8 @@
 """Rules that change with new models and captures, kept as YAML and loaded at run time.
 
 Python holds the mechanisms that apply these rules; the rules themselves live in the YAML files
-beside this module (package data), read with ``yaml.safe_load`` only.
+beside this module (package data), read with PyYAML's safe loader only (its libyaml build where
+PyYAML has one: the same safe subset, about ten times faster — every process loads these once).
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ from typing import Any
 
 import yaml
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` through libyaml when available: plain data only, never Python objects."""
+    return yaml.load(text, Loader=SAFE_LOADER)  # the loader is a SafeLoader: no arbitrary objects
+
 
 @lru_cache(maxsize=None)
 def load(name: str) -> dict[str, Any]:
@@ -21,7 +29,7 @@ def load(name: str) -> dict[str, Any]:
         text = resource.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"knowledge file {name}.yaml is not installed with npuprof") from exc
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     if not isinstance(data, dict):
         raise ValueError(f"knowledge file {name}.yaml must hold a mapping at top level")
     return data
@@ -38,7 +46,7 @@ def notes() -> tuple[dict[str, Any], ...]:
         front, body = {}, text
         if text.startswith("---\n"):
             head, _, body = text[4:].partition("\n---\n")
-            front = yaml.safe_load(head) or {}
+            front = safe_load(head) or {}
         lines = body.strip().splitlines()
         title = lines[0].lstrip("# ").strip() if lines else resource.name
         found.append(

@@ -104,7 +104,7 @@ def write_profiler_db(
     host: str | None = None,
 ) -> None:
     """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's communicator (or None);
-    ``host`` names the machine (default: one synthetic host per rank)."""
+    ``host`` names the machine (default: the synthetic host of the rank dirs' names)."""
     con = sqlite3.connect(path)
     con.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
     strings = _Strings()
@@ -119,7 +119,7 @@ def write_profiler_db(
     ]
     con.executemany("INSERT INTO META_DATA VALUES (?, ?)", meta)
     con.execute("INSERT INTO NPU_INFO VALUES (?, 'Ascend910B')", (t.rank,))
-    con.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (f"{1000 + t.rank}", host or f"synth-host-{t.rank}"))
+    con.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (f"{1000 + t.rank}", host or "synth-host"))
     con.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (t.rank, device_of(t.rank)))
     con.executemany("INSERT INTO AICORE_FREQ VALUES (?, ?, ?)", [(t.rank, ns, round(mhz)) for ns, mhz in t.aicore_freq])
     end = t.start_ns + t.duration_ns

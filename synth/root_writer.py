@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -273,6 +274,13 @@ def _host_name(host: str, rank: int) -> str:
     return host if index == 0 else f"{host}-{index}"
 
 
+def _worker_host(host: str | None, rank: int) -> str:
+    """The host in the rank dir's name, as torch_npu's default worker name ({hostname}_{pid}) puts it:
+    the rank's host when it is a plain host name, else the synthetic one."""
+    name = _host_name(host, rank) if host else "synth-host"
+    return name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", name) else "synth-host"
+
+
 def _write_cann_info(rank_dir: Path, host: str, rank: int) -> None:
     """The CANN raw data's info.json files, reduced to what names the machine and the card."""
     prof = rank_dir / f"PROF_000001_20251127120000{rank:03d}_SYNTHSYNTHSYNTHA"
@@ -292,7 +300,7 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
         capture.step_ids,
         capture.kinds,
     )
-    rank_dir = tmp / f"synth-host_{1000 + t.rank}_20251127120000{t.rank:03d}_ascend_pt"
+    rank_dir = tmp / f"{_worker_host(capture.host, t.rank)}_{1000 + t.rank}_20251127120000{t.rank:03d}_ascend_pt"
     output = rank_dir / "ASCEND_PROFILER_OUTPUT"
     output.mkdir(parents=True)
     (rank_dir / f"profiler_info_{t.rank}.json").write_text(

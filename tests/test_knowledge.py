@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+import yaml
+
 from npuprof import knowledge
 from npuprof.pipeline import kernel_categories
 
@@ -66,3 +69,10 @@ def test_block_kinds_layer_roles_and_anomaly_tags_are_declared(tmp_path):
         tags = {t for value in steps["anomaly_tags"].dropna() for t in value.split(";") if t}
         assert tags <= set(conventions["anomaly_tag"])
     assert set(knowledge.load("diagnosis_rules")["anomaly_tags"]) == set(conventions["anomaly_tag"])
+
+
+def test_the_knowledge_loader_is_safe_and_reads_what_pyyaml_safe_load_reads():
+    with pytest.raises(yaml.YAMLError):
+        knowledge.safe_load("!!python/object/apply:os.system ['echo pwned']")
+    text = "a: [1, 2.5, x]\nb: {c: null, d: true}\n"
+    assert knowledge.safe_load(text) == yaml.safe_load(text)

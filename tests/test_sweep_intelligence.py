@@ -15,6 +15,7 @@ from conftest import run_cli
 
 from npuprof.api import Sweep
 from npuprof.pipeline import schema
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.sweep.local import run_sweep
 from npuprof.synth import generate
 from npuprof.synth.sweep import generate_sweep
@@ -165,3 +166,31 @@ def test_a_sweep_whose_roots_all_failed_still_merges_with_empty_tables(tmp_path)
     assert summary["cohort_count"] == 0 and summary["fleet_suspects"] == [] and summary["trends"] == []
     assert Sweep(tmp_path / "archive").table("operators").empty
     assert pd.read_csv(tmp_path / "archive" / schema.SWEEP_ROLLUP)["cohort_id"].isna().all()
+
+
+@pytest.mark.parametrize(
+    ("host", "export", "expected", "source"),
+    [
+        (None, "text", "synth-host", "rank_dir_name"),  # torch_npu's default worker name: {hostname}_{pid}
+        ("node-x", "text", "node-x", "cann_info"),  # PROF_*/host/info.json wins over the dir name
+        ("node-y", "db", "node-y", "profiler_db"),  # the db's HOST_INFO wins over both
+    ],
+)
+def test_the_machine_and_card_of_each_rank_come_from_the_capture(tmp_path, host, export, expected, source):
+    root = tmp_path / "root"
+    generate(root, "clean", ranks=2, steps=3, layers=2, trace=False, host=host, export=export)
+    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="normalize"))
+    ranks = json.loads((tmp_path / "out" / schema.CAPTURE_INFO).read_text())["ranks"]
+    assert [(r["host_name"], r["host_name_from"]) for r in ranks] == [(expected, source)] * 2
+    normalize = json.loads((tmp_path / "out" / schema.stage_manifest_name("normalize")).read_text())
+    assert [r["device_ids"] for r in normalize["rank_summaries"]] == [[0], [1]]
+
+
+def test_a_rank_dir_not_named_by_the_default_worker_name_says_no_host(tmp_path):
+    root = tmp_path / "root"
+    generate(root, "clean", ranks=2, steps=3, layers=2, trace=False)
+    for index, rank_dir in enumerate(sorted(root.glob("*_ascend_pt"))):
+        rank_dir.rename(root / f"job_{index}_ascend_pt")  # a custom worker name: no host to read
+    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="normalize"))
+    ranks = json.loads((tmp_path / "out" / schema.CAPTURE_INFO).read_text())["ranks"]
+    assert [r["host_name"] for r in ranks] == [None, None]

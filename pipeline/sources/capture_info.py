@@ -7,6 +7,7 @@ and NPU_INFO. Missing facts stay null: nothing here is guessed.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -83,6 +84,17 @@ def _from_cann_info(rank_dir: Path) -> dict:
     return facts
 
 
+# torch_npu names a rank's dir {worker_name}_{timestamp}_ascend_pt, and worker_name defaults to
+# {hostname}_{pid}: the host is what precedes "_<pid>_<timestamp>_ascend_pt"
+_DEFAULT_RANK_DIR = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_\d+_\d{14,20}_ascend_pt$")
+
+
+def _from_rank_dir_name(rank_dir: Path) -> dict:
+    """The host name in a rank dir named by torch_npu's default worker name (else nothing)."""
+    found = _DEFAULT_RANK_DIR.match(rank_dir.name)
+    return {"host_name": found["host"]} if found else {}
+
+
 def rank_capture_info(rank: RankInput) -> dict:
     """Capture facts of one rank (null where the capture does not say)."""
     facts: dict = {
@@ -96,6 +108,7 @@ def rank_capture_info(rank: RankInput) -> dict:
         "distributed_args": None,
         "parallel_group_info": None,
         "host_name": None,  # the machine and card the rank ran on: a sweep's fleet view joins on them
+        "host_name_from": None,  # profiler_db (HOST_INFO) | cann_info (PROF_*/host/info.json) | rank_dir_name
         "device_id": None,
     }
     unreadable = []
@@ -111,8 +124,12 @@ def rank_capture_info(rank: RankInput) -> dict:
             facts["distributed_args"] = _object(metadata.get("distributed_args")) or None
             facts["parallel_group_info"] = _object(metadata.get("parallel_group_info")) or None
         unreadable += [note] if note else []
-    sources = [_from_db(Path(db)) for db in rank.profiler_dbs[:1]] + [_from_cann_info(Path(rank.rank_dir))]
-    for found in sources:
+    rank_dir = Path(rank.rank_dir)
+    sources = [(_from_db(Path(db)), "profiler_db") for db in rank.profiler_dbs[:1]]
+    sources += [(_from_cann_info(rank_dir), "cann_info"), (_from_rank_dir_name(rank_dir), "rank_dir_name")]
+    for found, source in sources:  # the first source that says a fact wins
+        if found.get("host_name") and facts.get("host_name") is None:
+            facts["host_name_from"] = source
         for key, value in found.items():
             if facts.get(key) is None:
                 facts[key] = value
