@@ -94,20 +94,10 @@ def device_of(rank: int) -> int:
     return rank % CARDS_PER_HOST
 
 
-def write_profiler_db(
-    path: Path,
-    t: RankTimeline,
-    names: np.ndarray,
-    step_ids: list[int],
-    metadata: dict,
-    groups: list[GroupInstance | None],
-    host: str | None = None,
+def _insert_capture_facts(
+    con: sqlite3.Connection, t: RankTimeline, step_ids: list[int], metadata: dict, host: str | None
 ) -> None:
-    """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's communicator (or None);
-    ``host`` names the machine (default: the synthetic host of the rank dirs' names)."""
-    con = sqlite3.connect(path)
-    con.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
-    strings = _Strings()
+    """META_DATA, the device and host, the AI Core clock, the session and step spans, the enums."""
     meta = [
         ("SCHEMA_VERSION", "1.0.0"),
         ("SCHEMA_VERSION_MAJOR", "1"),
@@ -147,13 +137,9 @@ def write_profiler_db(
         list(enumerate(_HCCL_DATA_TYPES)) + [(65534, "N/A"), (65535, "INVALID_TYPE")],
     )
 
-    kernels = t.kernels
-    # HCCL ops are COMMUNICATION_OP rows; fused MC2 kernels (MoeDistributeDispatch / Combine) are
-    # compute tasks whose core is COMMUNICATION, with PMU data, as kernel_details lists them.
-    comm = np.asarray([k.name.startswith("hcom_") for k in kernels])[t.kernel_id] & (t.collective >= 0)
-    connection = np.arange(len(t.start_ns), dtype=np.int64) + 1
-    # compute tasks: TASK + COMPUTE_TASK_INFO (+ PMU); globalTaskId = event index
-    compute_rows = np.flatnonzero(~comm)
+
+def _kernel_strings(kernels: list, strings: _Strings) -> tuple[list[int], list[int], list[int], list[tuple]]:
+    """Each kernel's name, core, type and six shape / format / dtype attributes as STRING_IDS ids."""
     k_name = [strings(k.name) for k in kernels]
     k_core = [strings(k.core) for k in kernels]
     k_type = [strings(k.type) for k in kernels]
@@ -171,28 +157,37 @@ def write_profiler_db(
         )
         for k in kernels
     ]
-    kid = t.kernel_id
+    return k_name, k_core, k_type, k_attrs
+
+
+def _insert_compute_tasks(
+    con: sqlite3.Connection, t: RankTimeline, rows: np.ndarray, connection: np.ndarray, strings: _Strings
+) -> list[int]:
+    """TASK, COMPUTE_TASK_INFO and TASK_PMU_INFO of the compute tasks (globalTaskId = event index);
+    returns each kernel's type string id."""
+    kernels, kid, end = t.kernels, t.kernel_id, t.start_ns + t.duration_ns
+    k_name, k_core, k_type, k_attrs = _kernel_strings(kernels, strings)
     con.executemany(
         "INSERT INTO TASK VALUES (?, ?, ?, ?, ?, 0, ?, 4294967295, 2, ?, 4294967295)",
         zip(
-            t.start_ns[compute_rows].tolist(),
-            end[compute_rows].tolist(),
-            [t.rank] * len(compute_rows),
-            connection[compute_rows].tolist(),
-            compute_rows.tolist(),
-            [k_core[k] for k in kid[compute_rows].tolist()],
-            (compute_rows + 30_000).tolist(),
+            t.start_ns[rows].tolist(),
+            end[rows].tolist(),
+            [t.rank] * len(rows),
+            connection[rows].tolist(),
+            rows.tolist(),
+            [k_core[k] for k in kid[rows].tolist()],
+            (rows + 30_000).tolist(),
         ),
     )
     con.executemany(
         "INSERT INTO COMPUTE_TASK_INFO VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
         (
             (k_name[k], g, kernels[k].block_dim, kernels[k].mix_block_dim, k_core[k], k_type[k], *k_attrs[k])
-            for g, k in zip(compute_rows.tolist(), kid[compute_rows].tolist())
+            for g, k in zip(rows.tolist(), kid[rows].tolist())
         ),
     )
     pmu = pmu_values(t)
-    with_pmu = compute_rows[pmu["has_pmu"][compute_rows]]
+    with_pmu = rows[pmu["has_pmu"][rows]]
     for metric in _PMU_METRICS:
         scale = 1.0 if metric.endswith("cycles") else 1000.0  # the db stores times in ns
         metric_id = strings(metric)
@@ -200,8 +195,21 @@ def write_profiler_db(
             "INSERT INTO TASK_PMU_INFO VALUES (?, ?, ?)",
             zip(with_pmu.tolist(), [metric_id] * len(with_pmu), (pmu[metric][with_pmu] * scale).round(3).tolist()),
         )
-    # communication ops: COMMUNICATION_OP, launched through CANN_API (hccl) with the same connectionId
-    comm_rows = np.flatnonzero(comm)
+    return k_type
+
+
+def _insert_communication_ops(
+    con: sqlite3.Connection,
+    t: RankTimeline,
+    rows: np.ndarray,
+    names: np.ndarray,
+    groups: list[GroupInstance | None],
+    connection: np.ndarray,
+    strings: _Strings,
+    k_type: list[int],
+) -> None:
+    """COMMUNICATION_OP of the HCCL ops (launched through CANN_API with the same connectionId)."""
+    end, kid = t.start_ns + t.duration_ns, t.kernel_id
     data_type = _HCCL_DATA_TYPES.index("BFP16")
     con.executemany(
         "INSERT INTO COMMUNICATION_OP VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?)",
@@ -215,35 +223,61 @@ def write_profiler_db(
                 int(i),
                 data_type,
                 strings("MESH-RING"),
-                int(max(kernels[kid[i]].transfer_mb, 0.001) * 1e6 / 2),
+                int(max(t.kernels[kid[i]].transfer_mb, 0.001) * 1e6 / 2),
                 k_type[kid[i]],
             )
-            for i in comm_rows.tolist()
+            for i in rows.tolist()
         ),
     )
+
+
+def _insert_cann_api(
+    con: sqlite3.Connection, t: RankTimeline, comm: np.ndarray, connection: np.ndarray, strings: _Strings
+) -> None:
+    """CANN_API: the host launch of every event, an hccl call for a communication op, else a node launch."""
     launch = t.start_ns - t.launch_lead_ns
-    api_type = np.where(comm, 5500, 10000)
     con.executemany(
         "INSERT INTO CANN_API VALUES (?, ?, ?, ?, ?, ?)",
         zip(
             launch.tolist(),
             (launch + 6_500).tolist(),
-            api_type.tolist(),
+            np.where(comm, 5500, 10000).tolist(),
             [(2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)] * len(launch),
             connection.tolist(),
             [strings("HcclAllReduce") if c else strings("launch") for c in comm.tolist()],
         ),
     )
+
+
+def write_profiler_db(
+    path: Path,
+    t: RankTimeline,
+    names: np.ndarray,
+    step_ids: list[int],
+    metadata: dict,
+    groups: list[GroupInstance | None],
+    host: str | None = None,
+) -> None:
+    """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's communicator (or None);
+    ``host`` names the machine (default: the synthetic host of the rank dirs' names)."""
+    con = sqlite3.connect(path)
+    con.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
+    strings = _Strings()
+    _insert_capture_facts(con, t, step_ids, metadata, host)
+    # HCCL ops are COMMUNICATION_OP rows; fused MC2 kernels (MoeDistributeDispatch / Combine) are
+    # compute tasks whose core is COMMUNICATION, with PMU data, as kernel_details lists them.
+    comm = np.asarray([k.name.startswith("hcom_") for k in t.kernels])[t.kernel_id] & (t.collective >= 0)
+    connection = np.arange(len(t.start_ns), dtype=np.int64) + 1
+    k_type = _insert_compute_tasks(con, t, np.flatnonzero(~comm), connection, strings)
+    _insert_communication_ops(con, t, np.flatnonzero(comm), names, groups, connection, strings, k_type)
+    _insert_cann_api(con, t, comm, connection, strings)
     con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(i, v) for v, i in strings.ids.items()])
     con.commit()
     con.close()
 
 
-def write_analysis_db(path: Path, step_rows: list[dict], communication: dict, matrix: dict) -> None:
-    """analysis.db: StepTraceTime and the CommAnalyzer* tables, from the same records as the JSON files."""
-    con = sqlite3.connect(path)
-    con.executescript(
-        """
+# kept verbatim: sqlite stores the statements' text, so its indentation is part of the file's bytes
+_ANALYSIS_SCHEMA = """
         PRAGMA journal_mode=OFF;
         CREATE TABLE StepTraceTime (step TEXT, computing NUMERIC, communication_not_overlapped NUMERIC,
             overlapped NUMERIC,
@@ -260,66 +294,60 @@ def write_analysis_db(path: Path, step_rows: list[dict], communication: dict, ma
             transport_type TEXT,
             transit_size NUMERIC, transit_time NUMERIC, bandwidth NUMERIC, step TEXT, type TEXT, op_name TEXT);
         """
+_STEP_TRACE_COLUMNS = (
+    "Computing",
+    "Communication(Not Overlapped)",
+    "Overlapped",
+    "Communication",
+    "Free",
+    "Stage",
+    "Bubble",
+    "Communication(Not Overlapped and Exclude Receive)",
+    "Preparing",
+)
+
+
+def _insert_comm_op(con: sqlite3.Connection, name: str, group: str, op: dict, step: str, kind: str) -> None:
+    """One communication op's CommAnalyzerTime row and its CommAnalyzerBandwidth rows."""
+    info = op["Communication Time Info"]
+    con.execute(
+        "INSERT INTO CommAnalyzerTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            name,
+            group,
+            info["Start Timestamp(us)"],
+            info["Elapse Time(ms)"],
+            info["Transit Time(ms)"],
+            info["Wait Time(ms)"],
+            info["Synchronization Time(ms)"],
+            info["Idle Time(ms)"],
+            step,
+            kind,
+        ),
     )
-    con.executemany(
-        "INSERT INTO StepTraceTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                str(r["Step"]),
-                r["Computing"],
-                r["Communication(Not Overlapped)"],
-                r["Overlapped"],
-                r["Communication"],
-                r["Free"],
-                r["Stage"],
-                r["Bubble"],
-                r["Communication(Not Overlapped and Exclude Receive)"],
-                r["Preparing"],
+    for transport, bw in op["Communication Bandwidth Info"].items():
+        for package, (count, duration) in bw["Size Distribution"].items():
+            con.execute(
+                "INSERT INTO CommAnalyzerBandwidth VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    name,
+                    group,
+                    transport,
+                    bw["Transit Size(MB)"],
+                    bw["Transit Time(ms)"],
+                    bw["Bandwidth(GB/s)"],
+                    bw["Large Packet Ratio"],
+                    float(package),
+                    count,
+                    duration,
+                    step,
+                    kind,
+                ),
             )
-            for r in step_rows
-        ],
-    )
-    for step, kinds in communication.items():
-        for kind, ops in kinds.items():
-            for key, op in ops.items():
-                if key.startswith("Total"):
-                    continue
-                name, group = key.split("@")
-                info = op["Communication Time Info"]
-                con.execute(
-                    "INSERT INTO CommAnalyzerTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        name,
-                        group,
-                        info["Start Timestamp(us)"],
-                        info["Elapse Time(ms)"],
-                        info["Transit Time(ms)"],
-                        info["Wait Time(ms)"],
-                        info["Synchronization Time(ms)"],
-                        info["Idle Time(ms)"],
-                        step,
-                        kind,
-                    ),
-                )
-                for transport, bw in op["Communication Bandwidth Info"].items():
-                    for package, (count, duration) in bw["Size Distribution"].items():
-                        con.execute(
-                            "INSERT INTO CommAnalyzerBandwidth VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            (
-                                name,
-                                group,
-                                transport,
-                                bw["Transit Size(MB)"],
-                                bw["Transit Time(ms)"],
-                                bw["Bandwidth(GB/s)"],
-                                bw["Large Packet Ratio"],
-                                float(package),
-                                count,
-                                duration,
-                                step,
-                                kind,
-                            ),
-                        )
+
+
+def _insert_matrix(con: sqlite3.Connection, matrix: dict) -> None:
+    """CommAnalyzerMatrix: one row per link of each op, from communication_matrix.json's records."""
     for step, kinds in matrix.items():
         for kind, ops in kinds.items():
             for key, links in ops.items():
@@ -342,5 +370,21 @@ def write_analysis_db(path: Path, step_rows: list[dict], communication: dict, ma
                             info["Op Name"],
                         ),
                     )
+
+
+def write_analysis_db(path: Path, step_rows: list[dict], communication: dict, matrix: dict) -> None:
+    """analysis.db: StepTraceTime and the CommAnalyzer* tables, from the same records as the JSON files."""
+    con = sqlite3.connect(path)
+    con.executescript(_ANALYSIS_SCHEMA)
+    con.executemany(
+        "INSERT INTO StepTraceTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(str(r["Step"]), *(r[c] for c in _STEP_TRACE_COLUMNS)) for r in step_rows],
+    )
+    for step, kinds in communication.items():
+        for kind, ops in kinds.items():
+            for key, op in ops.items():
+                if not key.startswith("Total"):
+                    _insert_comm_op(con, *key.split("@"), op, step, kind)
+    _insert_matrix(con, matrix)
     con.commit()
     con.close()

@@ -8,6 +8,7 @@ runs per event.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -110,62 +111,74 @@ def _stall_events(kind: str, start: int, end: int, pid: int, cann: int) -> list[
     ]
 
 
-def write_trace_view(
-    path: Path,
-    t: RankTimeline,
-    names: np.ndarray,
-    step_ids: list[int],
-    device: int,
-    host_stalls: list[tuple[int, int, str]],
-) -> int:
-    """Write trace_view.json for one rank; ``host_stalls`` are the (start_ns, end_ns, fault kind)
-    host stalls planted by faults."""
-    pid = 2_000_000 + t.rank
-    hw, cann, hccl, overlap, freq = (
-        packed_pid(pid, _SORT[k], device)
-        for k in ("Ascend Hardware", "CANN", "HCCL", "Overlap Analysis", "AI Core Freq")
+@dataclass(frozen=True)
+class _Lanes:
+    """The pids of one rank's trace lanes: the Python process and torch_npu's packed device lanes."""
+
+    pid: int
+    hw: int
+    cann: int
+    hccl: int
+    overlap: int
+    freq: int
+
+    @classmethod
+    def of(cls, rank: int, device: int) -> _Lanes:
+        pid = 2_000_000 + rank
+        kinds = ("Ascend Hardware", "CANN", "HCCL", "Overlap Analysis", "AI Core Freq")
+        return cls(pid, *(packed_pid(pid, _SORT[k], device) for k in kinds))
+
+
+def _process(name: str, pid: int, labels: str | None = None) -> list[dict]:
+    named = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}]
+    return named + (
+        [{"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": labels}}] if labels else []
     )
-    writer = JsonArrayWriter(path)
-    meta = [
-        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Python"}},
-        {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
-        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": 0}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": pid, "args": {"name": f"Thread {pid}"}},
-        {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": pid, "args": {"sort_index": pid}},
-        {"ph": "M", "name": "process_name", "pid": pid + GC_PID_OFFSET, "tid": 0, "args": {"name": "Python GC"}},
-        {"ph": "M", "name": "process_labels", "pid": pid + GC_PID_OFFSET, "tid": 0, "args": {"labels": "CPU"}},
-        {"ph": "M", "name": "process_name", "pid": cann, "tid": 0, "args": {"name": "CANN"}},
-        {"ph": "M", "name": "process_labels", "pid": cann, "tid": 0, "args": {"labels": "CPU"}},
-        {"ph": "M", "name": "thread_name", "pid": cann, "tid": pid, "args": {"name": f"Thread {pid}"}},
-        {"ph": "M", "name": "process_name", "pid": hw, "tid": 0, "args": {"name": "Ascend Hardware"}},
-        {"ph": "M", "name": "process_labels", "pid": hw, "tid": 0, "args": {"labels": "NPU"}},
-        {
-            "ph": "M",
-            "name": "process_sort_index",
-            "pid": hw,
-            "tid": 0,
-            "args": {"sort_index": _SORT["Ascend Hardware"]},
-        },
-        {"ph": "M", "name": "thread_name", "pid": hw, "tid": 2, "args": {"name": "Stream 2"}},
-        {"ph": "M", "name": "thread_sort_index", "pid": hw, "tid": 2, "args": {"sort_index": 2}},
-        {"ph": "M", "name": "process_name", "pid": hccl, "tid": 0, "args": {"name": "HCCL"}},
-        {"ph": "M", "name": "process_labels", "pid": hccl, "tid": 0, "args": {"labels": "NPU"}},
-        {"ph": "M", "name": "thread_name", "pid": hccl, "tid": 0, "args": {"name": "Group 0 Communication"}},
-        {"ph": "M", "name": "thread_sort_index", "pid": hccl, "tid": 0, "args": {"sort_index": 0}},
-        {"ph": "M", "name": "thread_name", "pid": hccl, "tid": 1, "args": {"name": "Plane 0"}},
-        {"ph": "M", "name": "process_name", "pid": overlap, "tid": 0, "args": {"name": "Overlap Analysis"}},
-        {"ph": "M", "name": "process_labels", "pid": overlap, "tid": 0, "args": {"labels": "NPU"}},
+
+
+def _thread(name: str, pid: int, tid: int, sort_index: int | None = None) -> list[dict]:
+    named = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}]
+    if sort_index is None:
+        return named
+    return named + [
+        {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": sort_index}}
+    ]
+
+
+def _process_sort(pid: int, sort_index: int) -> list[dict]:
+    return [{"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort_index}}]
+
+
+def _metadata_events(t: RankTimeline, lanes: _Lanes) -> list[dict]:
+    """The M events naming every lane, and the AI Core frequency counter samples."""
+    pid = lanes.pid
+    overlap_threads = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
+    freq_ts = us_text(np.array([ns for ns, _ in t.aicore_freq]))
+    return [
+        *_process("Python", pid, "CPU"),
+        *_process_sort(pid, 0),
+        *_thread(f"Thread {pid}", pid, pid, pid),
+        *_process("Python GC", pid + GC_PID_OFFSET, "CPU"),
+        *_process("CANN", lanes.cann, "CPU"),
+        *_thread(f"Thread {pid}", lanes.cann, pid),
+        *_process("Ascend Hardware", lanes.hw, "NPU"),
+        *_process_sort(lanes.hw, _SORT["Ascend Hardware"]),
+        *_thread("Stream 2", lanes.hw, 2, 2),
+        *_process("HCCL", lanes.hccl, "NPU"),
+        *_thread("Group 0 Communication", lanes.hccl, 0, 0),
+        *_thread("Plane 0", lanes.hccl, 1),
+        *_process("Overlap Analysis", lanes.overlap, "NPU"),
+        *(event for i, name in enumerate(overlap_threads) for event in _thread(name, lanes.overlap, i)),
+        *_process("AI Core Freq", lanes.freq),
         *[
-            {"ph": "M", "name": "thread_name", "pid": overlap, "tid": i, "args": {"name": n}}
-            for i, n in enumerate(("Computing", "Communication", "Communication(Not Overlapped)", "Free"))
-        ],
-        {"ph": "M", "name": "process_name", "pid": freq, "tid": 0, "args": {"name": "AI Core Freq"}},
-        *[
-            {"name": "AI Core Freq", "ts": ts.as_py(), "pid": freq, "tid": 0, "args": {"MHz": mhz}, "ph": "C"}
-            for ts, (_, mhz) in zip(us_text(np.array([ns for ns, _ in t.aicore_freq])), t.aicore_freq)
+            {"name": "AI Core Freq", "ts": ts.as_py(), "pid": lanes.freq, "tid": 0, "args": {"MHz": mhz}, "ph": "C"}
+            for ts, (_, mhz) in zip(freq_ts, t.aicore_freq)
         ],
     ]
-    writer.write_objects(meta)
+
+
+def _step_events(t: RankTimeline, step_ids: list[int], pid: int) -> list[dict]:
+    """One ProfilerStep#<id> host span per captured step, from just before its first launch."""
     steps = []
     for ordinal, step_id in enumerate(step_ids):
         in_step = np.flatnonzero(t.step == ordinal)
@@ -184,122 +197,173 @@ def write_trace_view(
                     "args": {"Sequence number": -1, "Fwd thread id": 0},
                 }
             )
-    writer.write_objects(steps)
-    writer.write_objects([e for start, end, kind in host_stalls for e in _stall_events(kind, start, end, pid, cann)])
+    return steps
 
+
+@dataclass(frozen=True)
+class _Batch:
+    """The columns every line of one batch of events [lo, hi) is built from."""
+
+    lo: int
+    hi: int
+    ts: pa.Array  # device start, µs text
+    dur: pa.Array
+    name: pa.Array  # quoted
+    conn: pa.Array
+    comm: pa.Array  # bool: a communication op
+
+    @classmethod
+    def of(cls, t: RankTimeline, names: np.ndarray, device_ts: pa.Array, is_comm: np.ndarray, lo: int, hi: int):
+        sl = slice(lo, hi)
+        return cls(
+            lo,
+            hi,
+            device_ts.slice(lo, hi - lo),
+            pa.array(np.round(t.duration_ns[sl] / 1000, 3)).cast(pa.string()),
+            _q(pa.array(names[sl], type=pa.string())),
+            pa.array(np.arange(lo, hi) + 1000).cast(pa.string()),
+            pa.array(is_comm[sl]),
+        )
+
+
+def _launch_events(t: RankTimeline, b: _Batch, types: np.ndarray, lanes: _Lanes) -> list[pa.Array]:
+    """The host op that launched each kernel, and the async_npu flow from it to the device lane."""
+    sl, pid = slice(b.lo, b.hi), lanes.pid
+    flow_id = pa.array(t.start_ns[sl]).cast(pa.string())
+    host_ts = us_text(t.start_ns[sl] - t.launch_lead_ns[sl])
+    host = _join(
+        '{"ph": "X", "name": "aten::',
+        pa.array(types[sl], type=pa.string()),
+        f'", "pid": {pid}, "tid": {pid}, "ts": "',
+        host_ts,
+        '", "dur": 6.5, "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}}',
+    )
+    flow_s = _join(
+        '{"ph": "s", "bp": "e", "name": "torch_to_npu", "id": ',
+        flow_id,
+        f', "pid": {pid}, "tid": {pid}, "ts": "',
+        host_ts,
+        '", "cat": "async_npu"}',
+    )
+    flow_f = _join(
+        '{"ph": "f", "bp": "e", "name": "torch_to_npu", "id": ',
+        flow_id,
+        ', "pid": ',
+        pc.if_else(b.comm, pa.scalar(str(lanes.hccl)), pa.scalar(str(lanes.hw))),
+        ', "tid": ',
+        pc.if_else(b.comm, pa.scalar("0"), pa.scalar("2")),
+        ', "ts": "',
+        b.ts,
+        '", "cat": "async_npu"}',
+    )
+    return [host, flow_s, flow_f]
+
+
+def _task_events(b: _Batch, cores: np.ndarray, lanes: _Lanes) -> pa.Array:
+    """Each event on its device lane: a compute task on the stream, an HCCL op on the group lane."""
+    device = _join(
+        '{"name": ',
+        b.name,
+        f', "pid": {lanes.hw}, "tid": 2, "ts": "',
+        b.ts,
+        '", "dur": ',
+        b.dur,
+        ', "args": {"Model Id": 4294967295, "Task Type": "',
+        pa.array(cores[b.lo : b.hi], type=pa.string()),
+        '", "Physic Stream Id": 2, "Task Id": ',
+        pa.array(np.arange(b.lo, b.hi) + 30_000).cast(pa.string()),
+        ', "Batch Id": 0, "Subtask Id": 4294967295, "connection_id": ',
+        b.conn,
+        '}, "ph": "X"}',
+    )
+    op_lane = _join(
+        '{"name": ',
+        b.name,
+        f', "pid": {lanes.hccl}, "tid": 0, "ts": "',
+        b.ts,
+        '", "dur": ',
+        b.dur,
+        ', "args": {"connection_id": ',
+        b.conn,
+        ', "model id": 4294967295, "data_type": "BFP16", "alg_type": "MESH-RING", "count": 1048576}, "ph": "X"}',
+    )
+    return pc.if_else(b.comm, op_lane, device)
+
+
+def _plane_and_overlap_events(b: _Batch, is_comm: np.ndarray, lanes: _Lanes) -> list[pa.Array]:
+    """The HCCL plane's Memcpy under each communication op, and the Overlap Analysis lane."""
+    plane = _join(
+        '{"name": "Memcpy", "pid": ',
+        str(lanes.hccl),
+        ', "tid": 1, "ts": "',
+        b.ts,
+        '", "dur": ',
+        b.dur,
+        ', "args": {"notify_id": "0", "stream id": 4, "task id": 1, "context id": 0, "task type": "Memcpy", '
+        '"src rank": 0, "dst rank": 1, "transport type": "SDMA", "size(Byte)": 1048576, "data type": "BFP16", '
+        '"link type": "HCCS", "model id": 4294967295}, "ph": "X"}',
+    )
+    overlap_lane = _join(
+        '{"name": ',
+        pc.if_else(b.comm, pa.scalar('"Communication"'), pa.scalar('"Computing"')),
+        f', "pid": {lanes.overlap}, "tid": ',
+        pc.if_else(b.comm, pa.scalar("1"), pa.scalar("0")),
+        ', "ts": "',
+        b.ts,
+        '", "dur": ',
+        b.dur,
+        ', "ph": "X"}',
+    )
+    return [plane.take(pa.array(np.flatnonzero(is_comm[b.lo : b.hi]))), overlap_lane]
+
+
+def _free_events(t: RankTimeline, b: _Batch, lanes: _Lanes) -> pa.Array | None:
+    """Free: the device's idle gaps larger than 20 µs, on the Overlap Analysis lane."""
+    gap = t.wait_ns[b.lo : b.hi]
+    free_rows = np.flatnonzero(gap > 20_000)
+    if not free_rows.size:
+        return None
+    return _join(
+        f'{{"name": "Free", "pid": {lanes.overlap}, "tid": 3, "ts": "',
+        us_text(t.start_ns[b.lo : b.hi][free_rows] - gap[free_rows]),
+        '", "dur": ',
+        pa.array(np.round(gap[free_rows] / 1000, 3)).cast(pa.string()),
+        ', "ph": "X"}',
+    )
+
+
+def write_trace_view(
+    path: Path,
+    t: RankTimeline,
+    names: np.ndarray,
+    step_ids: list[int],
+    device: int,
+    host_stalls: list[tuple[int, int, str]],
+) -> int:
+    """Write trace_view.json for one rank; ``host_stalls`` are the (start_ns, end_ns, fault kind)
+    host stalls planted by faults."""
+    lanes = _Lanes.of(t.rank, device)
+    writer = JsonArrayWriter(path)
+    writer.write_objects(_metadata_events(t, lanes))
+    writer.write_objects(_step_events(t, step_ids, lanes.pid))
+    writer.write_objects(
+        [e for start, end, kind in host_stalls for e in _stall_events(kind, start, end, lanes.pid, lanes.cann)]
+    )
     n = len(t.start_ns)
     types = np.array([k.type for k in t.kernels], dtype=object)[t.kernel_id]
     cores = np.array([k.core for k in t.kernels], dtype=object)[t.kernel_id]
     is_comm = t.collective >= 0
     device_ts = us_text(t.start_ns)
     for lo in range(0, n, BATCH):
-        hi = min(lo + BATCH, n)
-        sl = slice(lo, hi)
-        m = hi - lo
-        ts = device_ts.slice(lo, m)
-        dur = pa.array(np.round(t.duration_ns[sl] / 1000, 3)).cast(pa.string())
-        name = _q(pa.array(names[sl], type=pa.string()))
-        conn = pa.array(np.arange(lo, hi) + 1000).cast(pa.string())
-        flow_id = pa.array(t.start_ns[sl]).cast(pa.string())
-        host_ts = us_text(t.start_ns[sl] - t.launch_lead_ns[sl])
-        comm = pa.array(is_comm[sl])
-        # host op that launched the kernel, and the async_npu flow from it to the device
-        host = _join(
-            '{"ph": "X", "name": "aten::',
-            pa.array(types[sl], type=pa.string()),
-            f'", "pid": {pid}, "tid": {pid}, "ts": "',
-            host_ts,
-            '", "dur": 6.5, "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}}',
-        )
-        flow_s = _join(
-            '{"ph": "s", "bp": "e", "name": "torch_to_npu", "id": ',
-            flow_id,
-            f', "pid": {pid}, "tid": {pid}, "ts": "',
-            host_ts,
-            '", "cat": "async_npu"}',
-        )
-        lane_pid = pc.if_else(comm, pa.scalar(str(hccl)), pa.scalar(str(hw)))
-        lane_tid = pc.if_else(comm, pa.scalar("0"), pa.scalar("2"))
-        flow_f = _join(
-            '{"ph": "f", "bp": "e", "name": "torch_to_npu", "id": ',
-            flow_id,
-            ', "pid": ',
-            lane_pid,
-            ', "tid": ',
-            lane_tid,
-            ', "ts": "',
-            ts,
-            '", "cat": "async_npu"}',
-        )
-        device = _join(
-            '{"name": ',
-            name,
-            f', "pid": {hw}, "tid": 2, "ts": "',
-            ts,
-            '", "dur": ',
-            dur,
-            ', "args": {"Model Id": 4294967295, "Task Type": "',
-            pa.array(cores[sl], type=pa.string()),
-            '", "Physic Stream Id": 2, "Task Id": ',
-            pa.array(np.arange(lo, hi) + 30_000).cast(pa.string()),
-            ', "Batch Id": 0, "Subtask Id": 4294967295, "connection_id": ',
-            conn,
-            '}, "ph": "X"}',
-        )
-        op_lane = _join(
-            '{"name": ',
-            name,
-            f', "pid": {hccl}, "tid": 0, "ts": "',
-            ts,
-            '", "dur": ',
-            dur,
-            ', "args": {"connection_id": ',
-            conn,
-            ', "model id": 4294967295, "data_type": "BFP16", "alg_type": "MESH-RING", "count": 1048576}, "ph": "X"}',
-        )
-        plane = _join(
-            '{"name": "Memcpy", "pid": ',
-            str(hccl),
-            ', "tid": 1, "ts": "',
-            ts,
-            '", "dur": ',
-            dur,
-            ', "args": {"notify_id": "0", "stream id": 4, "task id": 1, "context id": 0, "task type": "Memcpy", '
-            '"src rank": 0, "dst rank": 1, "transport type": "SDMA", "size(Byte)": 1048576, "data type": "BFP16", '
-            '"link type": "HCCS", "model id": 4294967295}, "ph": "X"}',
-        )
-        overlap_lane = _join(
-            '{"name": ',
-            pc.if_else(comm, pa.scalar('"Communication"'), pa.scalar('"Computing"')),
-            f', "pid": {overlap}, "tid": ',
-            pc.if_else(comm, pa.scalar("1"), pa.scalar("0")),
-            ', "ts": "',
-            ts,
-            '", "dur": ',
-            dur,
-            ', "ph": "X"}',
-        )
-        comm_rows = pa.array(np.flatnonzero(is_comm[sl]))
-        writer.write(host)
-        writer.write(flow_s)
-        writer.write(flow_f)
-        writer.write(pc.if_else(comm, op_lane, device))
-        writer.write(plane.take(comm_rows))
-        writer.write(overlap_lane)
-        # Free: idle gaps of the device larger than 20 µs
-        gap = t.wait_ns[sl]
-        free_rows = np.flatnonzero(gap > 20_000)
-        if free_rows.size:
-            free_ts = us_text(t.start_ns[sl][free_rows] - gap[free_rows])
-            free_dur = pa.array(np.round(gap[free_rows] / 1000, 3)).cast(pa.string())
-            writer.write(
-                _join(
-                    f'{{"name": "Free", "pid": {overlap}, "tid": 3, "ts": "',
-                    free_ts,
-                    '", "dur": ',
-                    free_dur,
-                    ', "ph": "X"}',
-                )
-            )
+        batch = _Batch.of(t, names, device_ts, is_comm, lo, min(lo + BATCH, n))
+        for lines in (
+            *_launch_events(t, batch, types, lanes),
+            _task_events(batch, cores, lanes),
+            *_plane_and_overlap_events(batch, is_comm, lanes),
+        ):
+            writer.write(lines)
+        free = _free_events(t, batch, lanes)
+        if free is not None:
+            writer.write(free)
     writer.close()
     return n
