@@ -163,6 +163,18 @@ def what_moved(slug: str, delta_ms: float, deltas: dict[str, pd.DataFrame]) -> t
     return "step", "step wall", float(delta_ms)
 
 
+def outlier_digest(outliers: pd.DataFrame) -> pd.DataFrame:
+    """One row per outlying root (``outlier_rows`` lists its metrics largest |z| first): its most
+    outlying metric and z, what moved ("level name"), and its other outlying metrics."""
+    if outliers.empty:
+        return outliers
+    first = outliers.drop_duplicates("slug").copy()
+    others = outliers.groupby("slug")["metric"].apply(lambda m: ", ".join(m.iloc[1:]))
+    first["also_off"] = first["slug"].map(others)
+    first["what_moved"] = first["what_moved_level"] + " " + first["what_moved"]
+    return first
+
+
 def _top_findings(rollup: pd.DataFrame) -> dict[str, str]:
     """Each root's most recoverable finding, "type (ranks r;s)": what its own analysis blames."""
     named = rollup.dropna(subset=["top_recoverable_finding"])
@@ -173,11 +185,11 @@ def _top_findings(rollup: pd.DataFrame) -> dict[str, str]:
 
 
 def outlier_rows(
-    rollup: pd.DataFrame, tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame
+    rollup: pd.DataFrame, tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame, metrics: pd.DataFrame
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """sweep_outliers.csv (one row per outlying metric of a root, with what moved and where the
     evidence is) and all scores (for the rollup's per-root outlier columns)."""
-    scores = robust_scores(root_metrics(rollup, tables), cohorts)
+    scores = robust_scores(metrics, cohorts)
     found = outlying(scores)
     deltas = mover_deltas(_per_step_classes(tables, rollup), cohorts)
     top_finding = _top_findings(rollup)
@@ -230,11 +242,11 @@ BASELINE_LEVELS = (
 )
 
 
-def cohort_baselines(rollup: pd.DataFrame, tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame) -> pd.DataFrame:
+def cohort_baselines(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame) -> pd.DataFrame:
     """sweep_cohort_baselines.csv: per cohort and thing (the scored metrics, each step / layer / block
     class by its mean wall, each operator and collective by its ms per step), the median and robust
     spread over the cohort's roots that have it, and how many do."""
-    parts = [root_metrics(rollup, tables).rename(columns={"metric": "key"}).assign(level="metric")]
+    parts = [metrics.rename(columns={"metric": "key"}).assign(level="metric")]
     for level, table, key, value in BASELINE_LEVELS:
         frame = tables.get(table, pd.DataFrame())
         if len(frame):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.sweep.cohorts import outlier_digest
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1200px; color: #1c2430; }
@@ -64,17 +65,6 @@ def _table(frame: pd.DataFrame, columns: list[str], empty: str, links: dict[str,
                 cells.append(_cell(value))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-def outlier_digest(outliers: pd.DataFrame) -> pd.DataFrame:
-    """One row per outlying root: its most outlying metric, what moved, and its other outlying metrics."""
-    if outliers.empty:
-        return outliers
-    first = outliers.drop_duplicates("slug").copy()
-    others = outliers.groupby("slug")["metric"].apply(lambda m: ", ".join(m.iloc[1:]))
-    first["also_off"] = first["slug"].map(others)
-    first["what_moved"] = first["what_moved_level"] + " " + first["what_moved"]
-    return first
 
 
 def _trend_figure(cohort_id: str, label: str, points: pd.DataFrame, changes: pd.DataFrame) -> str:

@@ -12,7 +12,14 @@ from pathlib import Path
 import pandas as pd
 
 from npuprof.pipeline import io, schema
-from npuprof.pipeline.sweep.cohorts import cohort_baselines, cohort_of, cohort_table, outlier_rows
+from npuprof.pipeline.sweep.cohorts import (
+    cohort_baselines,
+    cohort_of,
+    cohort_table,
+    outlier_digest,
+    outlier_rows,
+    root_metrics,
+)
 from npuprof.pipeline.sweep.datasets import write_datasets
 from npuprof.pipeline.sweep.fleet import fleet_suspects
 from npuprof.pipeline.sweep.html import render_sweep_report
@@ -32,16 +39,16 @@ def sweep_tables(tables_by_slug: dict[str, dict[str, list[dict]]]) -> dict[str, 
     return frames
 
 
-def _rollup_columns(rollup: pd.DataFrame, cohorts: pd.DataFrame, scores: pd.DataFrame, outliers: pd.DataFrame):
+def _rollup_columns(rollup: pd.DataFrame, cohorts: pd.DataFrame, outliers: pd.DataFrame) -> pd.DataFrame:
     """The rollup with each root's cohort, its largest |z| among outlying metrics, and what moved."""
     keyed = rollup.drop(columns=[c for c in COHORT_COLUMNS if c in rollup]).merge(
         cohorts[["slug", "cohort_id", "cohort_label", "cohort_size"]], on="slug", how="left"
     )
     if len(outliers):
-        first = outliers.drop_duplicates("slug").set_index("slug")
-        keyed["outlier_score"] = keyed["slug"].map(outliers.groupby("slug")["robust_z"].apply(lambda z: z.abs().max()))
+        first = outlier_digest(outliers).set_index("slug")
+        keyed["outlier_score"] = keyed["slug"].map(first["robust_z"].abs())
         keyed["outlier_metric"] = keyed["slug"].map(first["metric"])
-        keyed["outlier_what"] = keyed["slug"].map(first["what_moved_level"] + " " + first["what_moved"])
+        keyed["outlier_what"] = keyed["slug"].map(first["what_moved"])
     else:
         keyed = keyed.assign(outlier_score=None, outlier_metric=None, outlier_what=None)
     return keyed
@@ -86,14 +93,15 @@ def analyze_sweep(
     """Cohorts, outliers, fleet suspects and trends of a merged sweep (nothing written)."""
     tables = sweep_tables(tables_by_slug)
     cohorts = cohort_of(rollup)
-    outliers, scores = outlier_rows(rollup, tables, cohorts)
+    metrics = root_metrics(rollup, tables)
+    outliers, scores = outlier_rows(rollup, tables, cohorts, metrics)
     fleet = fleet_suspects(tables["ranks"], tables["findings"])
     trends, order = sweep_trends(rollup, cohorts, tables, series_key)
-    rollup = _rollup_columns(rollup, cohorts, scores, outliers)
+    rollup = _rollup_columns(rollup, cohorts, outliers)
     rollup["series_order"] = _order_column(rollup["slug"].map(order))
     parts = {
         "cohorts": cohort_table(cohorts, rollup, scores),
-        "cohort_baselines": cohort_baselines(rollup, tables, cohorts),
+        "cohort_baselines": cohort_baselines(metrics, tables, cohorts),
         "outliers": outliers,
         "fleet_suspects": fleet,
         "trends": trends,

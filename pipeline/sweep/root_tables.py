@@ -77,10 +77,10 @@ def _step_count(out_dir: Path) -> int:
     return max(1, int(complete.groupby("rank_id").size().max()) if len(complete) else 1)
 
 
-def rank_rows(out_dir: Path) -> list[dict]:
-    """One row per rank: where it ran (host name, device id) and its step times (rank_summary.csv)."""
+def rank_rows(out_dir: Path, normalize: dict) -> list[dict]:
+    """One row per rank: where it ran (host name, device id) and its step times (rank_summary.csv);
+    ``normalize`` is the root's normalize manifest."""
     capture = {r["rank_id"]: r for r in io.read_json_or_empty(out_dir / schema.CAPTURE_INFO).get("ranks", [])}
-    normalize = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize"))
     spans = {r["rank_id"]: r for r in normalize.get("rank_summaries", [])}
     summary = _csv(out_dir, schema.RANK_SUMMARY_CSV)
     times = summary.set_index("rank_id").to_dict("index") if summary is not None else {}
@@ -113,10 +113,9 @@ def _class_rows(out_dir: Path, table: str) -> list[dict]:
     return frame[[c for c in columns if c in frame]].to_dict("records")
 
 
-def operator_rows(out_dir: Path, per_step_divisor: int, top: int) -> list[dict]:
+def operator_rows(out_dir: Path, ranks: int, per_step_divisor: int, top: int) -> list[dict]:
     """The root's ``top`` operators by device time, as ms per step per rank."""
     frame = _csv(out_dir, schema.OPERATOR_CLASS_SUMMARY_CSV)
-    ranks = _rank_count(out_dir)
     if frame is None or frame.empty:
         return []
     frame = frame[frame["op_type"] != "communication"].nlargest(top, "duration_sum_us")
@@ -133,10 +132,9 @@ def operator_rows(out_dir: Path, per_step_divisor: int, top: int) -> list[dict]:
     ]
 
 
-def collective_rows(out_dir: Path, per_step_divisor: int) -> list[dict]:
+def collective_rows(out_dir: Path, ranks: int, per_step_divisor: int) -> list[dict]:
     """Each collective kind × parallel role: its time in ms per step per rank and its rank skew."""
     frame = _csv(out_dir, schema.HCCL_CLASS_SUMMARY_CSV)
-    ranks = _rank_count(out_dir)
     if frame is None or frame.empty:
         return []
     frame = frame.assign(parallel_role=frame["parallel_role"].fillna("?"))
@@ -186,21 +184,22 @@ def finding_rows(out_dir: Path) -> list[dict]:
     ]
 
 
-def _rank_count(out_dir: Path) -> int:
-    normalize = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize"))
+def _rank_count(normalize: dict) -> int:
+    """Ranks with events (at least 1): the divisor that turns a root's totals into ms per rank."""
     return max(1, int(normalize.get("ranks_with_events") or normalize.get("rank_count") or 1))
 
 
 def root_tables(out_dir: Path) -> dict[str, list[dict]]:
     """The rows a finished root adds to each sweep table (``TABLE_COLUMNS``); empty lists where the
     root's summaries are missing (a stage that did not run)."""
-    steps = _step_count(out_dir)
+    normalize = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize"))
+    ranks, steps = _rank_count(normalize), _step_count(out_dir)
     top = int(knowledge.load("sweep_rules")["outliers"]["top_operators_per_root"])
     return {
-        "ranks": rank_rows(out_dir),
+        "ranks": rank_rows(out_dir, normalize),
         **{table: _class_rows(out_dir, table) for table in CLASS_COLUMNS},
-        "operators": operator_rows(out_dir, steps, top),
-        "collectives": collective_rows(out_dir, steps),
+        "operators": operator_rows(out_dir, ranks, steps, top),
+        "collectives": collective_rows(out_dir, ranks, steps),
         "time_split": time_split_rows(out_dir),
         "findings": finding_rows(out_dir),
     }
