@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -52,8 +53,11 @@ def map_rank(ctx: RankContext) -> StageResult:
         min_ns = int(knowledge.load("classify_rules")["bubble_min_us"] * 1000)  # the bubbles classify measures
         bubbles = bubble_windows(ctx.rank.rank_id, events, gaps, steps, min_ns)
     bubbles = attribute_bubbles(bubbles, host)
+    if host is not None:  # once per rank: the host classes of its host events, the launch of each kernel
+        masks = class_masks(host.events)
+        launch_us = launch_times(events["start_ns"].to_numpy() / 1000.0, host.launches)
     if host is not None and len(gaps):
-        bubbles, host_gaps, by_cause, floor_us = _with_causes(events, gaps, steps, bubbles, host)
+        bubbles, host_gaps, by_cause, floor_us = _with_causes(events, gaps, steps, bubbles, host, masks, launch_us)
         host_trace["queued_gap_median_us"] = floor_us
     else:
         bubbles = bubbles.assign(cause=None, cause_share=None)
@@ -67,7 +71,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         "host_trace": {k: v for k, v in host_trace.items() if k != "note"},
         "unreadable_inputs": [host_trace["note"]] if "note" in host_trace else [],
     }
-    api = _host_api(events, host, steps) if host is not None and len(steps) else pd.DataFrame()
+    api = _host_api(events, host, steps, masks, launch_us) if host is not None and len(steps) else pd.DataFrame()
     tables = {
         schema.HOST_API_SUMMARY: api,
         schema.BUBBLE_WINDOWS: bubbles,
@@ -78,23 +82,34 @@ def map_rank(ctx: RankContext) -> StageResult:
     return StageResult(tables=tables, manifest=manifest)
 
 
-def _host_api(events: pd.DataFrame, host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame:
-    """The rank's API sums per step, its time per step in each host class, and its kernels'
-    launch-to-start delays per step."""
+def _host_api(
+    events: pd.DataFrame, host: HostTrace, steps: pd.DataFrame, masks: dict[str, np.ndarray], launch_us: np.ndarray
+) -> pd.DataFrame:
+    """The rank's API sums per step, its time per step in each host class (``masks``), and its kernels'
+    launch-to-start delays per step (``launch_us``: each kernel's launch)."""
     start_us = events["start_ns"].to_numpy() / 1000.0
     parts = [
         host_api_summary(host.events, steps),
-        host_activity(host.events, steps, class_masks(host.events)),
-        launch_delays(start_us, events["step_ordinal"].to_numpy(float), launch_times(start_us, host.launches), steps),
+        host_activity(host.events, steps, masks),
+        launch_delays(start_us, events["step_ordinal"].to_numpy(float), launch_us, steps),
     ]
     return pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
 
 
-def _with_causes(events: pd.DataFrame, gaps: pd.DataFrame, steps: pd.DataFrame, bubbles: pd.DataFrame, host):
+def _with_causes(
+    events: pd.DataFrame,
+    gaps: pd.DataFrame,
+    steps: pd.DataFrame,
+    bubbles: pd.DataFrame,
+    host: HostTrace,
+    masks: dict[str, np.ndarray],
+    launch_us: np.ndarray,
+):
     """The bubble windows with their cause, the gaps the host caused, idle ms by cause per step, and
     the rank's median gap between kernels it had queued."""
-    after_start_us = events["start_ns"].to_numpy()[gaps["after_pos"].to_numpy()] / 1000.0
-    causes = gap_causes(gaps, after_start_us, host.events, host.launches)
+    after_pos = gaps["after_pos"].to_numpy()  # the kernel each gap ends at
+    after = events.iloc[after_pos]
+    causes = gap_causes(gaps, launch_us[after_pos], host.events, masks)
     duration = (gaps["end_ns"] - gaps["start_ns"]).to_numpy() / 1000.0
     by_start = causes[["cause", "cause_share"]].set_axis(gaps["start_ns"].to_numpy())
     bubbles = bubbles.assign(
@@ -102,7 +117,6 @@ def _with_causes(events: pd.DataFrame, gaps: pd.DataFrame, steps: pd.DataFrame, 
         cause_share=by_start["cause_share"].reindex(bubbles["start_ns"]).to_numpy(),
     )
     host_caused = (causes["cause"] != QUEUED).to_numpy()
-    after = events.iloc[gaps["after_pos"].to_numpy()]
     host_gaps = pd.concat(
         [
             gaps[["step_ordinal", "start_ns", "end_ns"]].reset_index(drop=True),

@@ -55,13 +55,14 @@ def launch_times(kernel_start_us: np.ndarray, launches: pd.DataFrame) -> np.ndar
     return np.where(matched, launch[at], np.nan)
 
 
-def gap_causes(gaps: pd.DataFrame, after_start_us: np.ndarray, host: pd.DataFrame, launches: pd.DataFrame):
+def gap_causes(gaps: pd.DataFrame, after_launch_us: np.ndarray, host: pd.DataFrame, masks: dict[str, np.ndarray]):
     """Per gap (``gaps``: start_ns, end_ns, in time order, disjoint): the µs of each cause, the
     dominant ``cause`` and its ``cause_share``, and ``launch_lead_us`` (gap start − the next
     kernel's launch; ≥ 0: queued).
 
-    ``after_start_us``: the start of the kernel after each gap (µs). ``host``: host events (name,
-    process, start_us, end_us). ``launches``: device_start_us, launch_us per launched kernel."""
+    ``after_launch_us``: the host launch of the kernel after each gap (µs, ``launch_times``; NaN:
+    no launch flow). ``host``: host events (name, process, start_us, end_us); ``masks``: their host
+    classes (``class_masks``)."""
     # times from the first gap on: µs since the epoch (1.7e15) hold only quarter µs in a float
     base_ns = int(gaps["start_ns"].min()) if len(gaps) else 0
     base_us = base_ns / 1000.0
@@ -69,12 +70,11 @@ def gap_causes(gaps: pd.DataFrame, after_start_us: np.ndarray, host: pd.DataFram
     duration = (gaps["end_ns"].to_numpy(np.int64) - gaps["start_ns"].to_numpy(np.int64)) / 1000.0
     windows = pd.DataFrame({"start_us": start_ns / 1000.0, "end_us": start_ns / 1000.0 + duration})
     host = host.assign(start_us=host["start_us"] - base_us, end_us=host["end_us"] - base_us)
-    launch = launch_times(after_start_us, launches) - base_us
+    launch = after_launch_us - base_us
     lead = windows["start_us"].to_numpy(float) - launch  # NaN: no launch flow for the next kernel
     queued = lead >= 0
     host_side = ~queued
     shares: dict[str, np.ndarray] = {}
-    masks = class_masks(host)
     taken = np.zeros(len(host), dtype=bool)
     covered_before = np.zeros(len(windows))
     for name, mask in masks.items():  # classes in priority order: each takes what earlier ones left
