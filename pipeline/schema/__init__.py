@@ -145,7 +145,15 @@ from npuprof.pipeline.schema.summaries import (
     STEP_TRACE_ACCOUNTING_CSV,
     TRANSPORTS,
 )
-from npuprof.pipeline.schema.table import RANK_PARTITION_KEY, CsvView, Table, as_path, join_view, stage_manifest_name
+from npuprof.pipeline.schema.table import (
+    PARTITION_FILE,
+    RANK_PARTITION_KEY,
+    CsvView,
+    Table,
+    as_path,
+    join_view,
+    stage_manifest_name,
+)
 
 TABLES: tuple[Table, ...] = (
     NORMALIZED_EVENTS,
@@ -323,6 +331,7 @@ __all__ = [
     "NORMALIZED_EVENTS",
     "PIPELINE_FIELDS",
     "PMU_EXTRA_FIELDS",
+    "PARTITION_FILE",
     "RANK_PARTITION_KEY",
     "REPORT_DIR",
     "REPORT_HTML",
