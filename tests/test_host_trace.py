@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from conftest import SAMPLES
 
@@ -34,9 +35,9 @@ def assert_same_as_reference(path: Path) -> None:
 
 def read_columnar(path: Path) -> bool:
     """Whether the columnar reader takes the file on its own (no fallback to the event reader)."""
-    with open(path, "rb") as handle:
+    with pa.OSFile(str(path)) as source:
         try:
-            host_trace._columnar(handle, host_trace._Kept(0.0, 1e20, 200_000))
+            host_trace._columnar(source, host_trace._Kept(0.0, 1e20, 200_000))
         except host_trace._NeedsEventReader:
             return False
     return True
@@ -63,6 +64,15 @@ def _event(name: str, ts: object = "1000100.5", dur: object = 20.0, pid: object 
     return {"ph": "X", "name": name, "pid": pid, "tid": 1, "ts": ts, "dur": dur, "cat": "cpu_op", **extra}
 
 
+def _flow(phase: str, flow_id: object, ts: str, cat: str = "async_npu") -> dict:
+    return {"ph": phase, "name": "launch", "id": flow_id, "pid": 7, "tid": 1, "ts": ts, "cat": cat}
+
+
+def _launched(flow_id: object, cat: str = "async_npu") -> list[dict]:
+    """A host launch (s) and the kernel start (f) it pairs with."""
+    return [_flow("s", flow_id, "1000100.5", cat), _flow("f", flow_id, "1000150.5", cat)]
+
+
 META = [{"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "Python"}}]
 HOSTILE = {
     "separator_in_a_name": [_event('a"},{"ph": "X"'), _event("b},{c")],
@@ -74,16 +84,47 @@ HOSTILE = {
     "missing_timestamp": [_event("n", ts=None), _event("m")],
     "an_event_bigger_than_a_parse_block": [_event("big", args={"blob": "x" * (3 << 20)}), _event("m")],
     "categories_in_capitals": [_event("n", cat="CPU_OP"), _event("m", cat=None)],
+    "flow_ids_as_numbers_and_text": [*_launched(5), *_launched("77", "HostToDevice"), _event("m")],
+    "negative_and_fractional_flow_ids": [*_launched(-5), *_launched(1.5), *_launched(8), _event("m")],
+    "id_keys_inside_args": [_event("n", args={"id": "abc"}), _event("m", args={"id": 5}), *_launched(9)],
 }
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-@pytest.mark.parametrize("separator", [",", ",\n"])
-def test_hostile_traces_read_the_same_both_ways(tmp_path, case, separator):
-    events = [json.dumps(e) for e in META + HOSTILE[case]]
+@pytest.mark.parametrize("separator", [",", ",\n", ", "])
+@pytest.mark.parametrize("compact", [False, True], ids=["spaced", "compact"])
+def test_hostile_traces_read_the_same_both_ways(tmp_path, case, separator, compact):
+    """Spaced is torch_npu's ``"key": value``; compact JSON writes ``"key":value``."""
+    events = [json.dumps(e, separators=(",", ":") if compact else None) for e in META + HOSTILE[case]]
     path = tmp_path / "trace_view.json"
     path.write_text("[" + separator.join(events) + "]\n")
     assert_same_as_reference(path)
+
+
+def test_blocks_cut_small_read_the_same_both_ways(tmp_path, monkeypatch):
+    """Many blocks, separator forms past a block's head, events longer than a block: the block
+    cutting and the per-block fallback, on a real trace and on a trace with every hostile case."""
+    monkeypatch.setattr(host_trace, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(host_trace, "HEAD_BYTES", 512)
+    real = min(SAMPLES.rglob("trace_view.json"), key=lambda path: path.stat().st_size)
+    assert_same_as_reference(real)
+    events = [json.dumps(e) for e in META + [_event(f"k{i}") for i in range(40)]]
+    for case in sorted(HOSTILE):
+        events += [json.dumps(e) for e in HOSTILE[case]] + [json.dumps(_event(f"{case}{i}")) for i in range(20)]
+    separators = [", ", ",\n", ",", " , "]
+    path = tmp_path / "trace_view.json"
+    path.write_text("[" + "".join(e + separators[i % 4] for i, e in enumerate(events[:-1])) + events[-1] + "]")
+    assert_same_as_reference(path)
+
+
+def test_a_flow_id_past_int64_pairs_by_its_digits(tmp_path):
+    """The event reader's parser stops at an integer past 64 bits; the columnar reader keeps its digits."""
+    late = [_flow("s", 2**64 + 1, "1000100.5"), _flow("f", 2**64 + 1, "1000170.5")]
+    events = [json.dumps(e) for e in META + late + _launched(6) + [_event("m")]]
+    path = tmp_path / "trace_view.json"
+    path.write_text("[" + ", ".join(events) + "]")
+    launches = host_trace.read_host_events(path, 0.0, 1e20, 1_000).launches
+    assert launches.to_dict("list") == {"device_start_us": [1000150.5, 1000170.5], "launch_us": [1000100.5] * 2}
 
 
 def test_mixed_separators_and_the_object_layout_read_the_same_both_ways(tmp_path):
