@@ -1,4 +1,9 @@
-"""Measuring helpers for benchmarks: wall time and the peak RSS of a whole process tree."""
+"""Measuring helpers for benchmarks: wall time and the peak memory of a whole process tree.
+
+Two sums over the tree: RSS counts every page each process maps, so the pages forked workers share
+with their parent (libraries, the imported modules) count once per process; PSS (``smaps_rollup``)
+splits each shared page between its sharers, so the tree's PSS is the physical memory it holds.
+"""
 
 from __future__ import annotations
 
@@ -20,31 +25,44 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and all its descendants, summed."""
-    total, stack = 0, [pid]
+def _field_bytes(path: str, field: str) -> int:
+    for line in Path(path).read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def tree_memory_bytes(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of ``pid`` and all its descendants, each summed."""
+    rss = pss = 0
+    stack = [pid]
     while stack:
         current = stack.pop()
         try:
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-                    break
+            rss += _field_bytes(f"/proc/{current}/status", "VmRSS:")
+            pss += _field_bytes(f"/proc/{current}/smaps_rollup", "Pss:")
         except OSError:
             continue
         stack += _children(current)
-    return total
+    return rss, pss
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants, summed."""
+    return tree_memory_bytes(pid)[0]
 
 
 @contextmanager
 def peak_rss(interval: float = 0.02):
-    """Sample the RSS of this process tree while the block runs; yields a dict filled with ``peak``."""
-    result = {"peak": tree_rss_bytes(os.getpid())}
+    """Sample the memory of this process tree while the block runs; yields a dict filled with ``peak``
+    (the tree's RSS) and ``peak_pss`` (its PSS)."""
+    result = dict(zip(("peak", "peak_pss"), tree_memory_bytes(os.getpid())))
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            result["peak"] = max(result["peak"], tree_rss_bytes(os.getpid()))
+            rss, pss = tree_memory_bytes(os.getpid())
+            result["peak"], result["peak_pss"] = max(result["peak"], rss), max(result["peak_pss"], pss)
             stop.wait(interval)
 
     thread = threading.Thread(target=sample, daemon=True)

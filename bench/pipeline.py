@@ -2,7 +2,8 @@
 bench/normalize.py against a bare ``pyarrow.csv.read_csv`` of its kernel_details files, in one run.
 
 Targets (issue: speed): normalize ≤ 1.5×, segment + classify together ≤ 1.5×, the whole analysis ≤ 5×
-the bare read; peak RSS of the process tree ≤ 1.5× the input bytes.
+the bare read; peak RSS of the process tree ≤ 1.5× the input bytes. Its peak PSS is printed beside it: the
+tree's physical memory, each page its forked workers share with the main process counted once.
 First the whole analysis as a user runs it (one ``analyze``: every rank's stages in one process, each
 table handed to the next stage in memory), then each stage alone (``--only-stage``, reading its inputs
 from disk) after the previous one, so its time is its own.
@@ -76,7 +77,7 @@ def main() -> None:
     bare = bare_read_seconds(files)
     with peak_rss() as whole:
         analyze(root, args.work / "whole_out", jobs=args.jobs, overwrite=True)
-    total, peak = whole["seconds"], whole["peak"]
+    total, peak, peak_pss = whole["seconds"], whole["peak"], whole["peak_pss"]
     gc.collect()
     seconds, peaks = stage_seconds(root, args.work / "pipeline_out", args.jobs)
     factor = rank_working_set_over_input(root, args.work / "rank_chain_out")
@@ -96,6 +97,7 @@ def main() -> None:
         "stage_over_bare_read": ratios,
         "total_s": round(total, 3),
         "stages_alone_total_s": round(sum(seconds.values()), 3),
+        "peak_pss_over_input": round(peak_pss / input_bytes, 3),
         "stage_peak_rss_over_input": {name: round(p / input_bytes, 3) for name, p in peaks.items()},
         "rank_working_set_over_input": factor,
         "measured": measured,
