@@ -388,6 +388,16 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
         )
 
 
+def _native_file(path: Path) -> pa.NativeFile:
+    """Arrow's own reader of ``path``; through a Python file where the name is not UTF-8 (Arrow
+    takes names as UTF-8 text only)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return pa.PythonFile(open(path, "rb"), mode="r")
+    return pa.OSFile(str(path))
+
+
 def read_host_events(path: str | Path, span_start_us: float, span_end_us: float, cap: int) -> HostTrace:
     """Host X events of ``path`` overlapping [span_start_us, span_end_us], at most ``cap`` of them."""
     path = Path(path)
@@ -396,7 +406,7 @@ def read_host_events(path: str | Path, span_start_us: float, span_end_us: float,
     try:
         if layout != "item":
             raise _NeedsEventReader
-        with pa.OSFile(str(path)) as source:
+        with _native_file(path) as source:
             _columnar(source, kept)
     except _NeedsEventReader:  # from the start, event by event: the reference reader
         kept = _Kept(span_start_us, span_end_us, cap)
