@@ -63,7 +63,8 @@ class Table:
             raise ValueError(f"table {self.name}: columns missing {missing}, undeclared {extra}")
         if isinstance(data, pa.Table):
             return data.select(list(self.columns)).cast(self.schema)
-        return pa.Table.from_pandas(data[list(self.columns)], schema=self.schema, preserve_index=False)
+        # the schema alone picks and orders the columns: no copy of the frame to select them first
+        return pa.Table.from_pandas(data, schema=self.schema, preserve_index=False)
 
 
 @dataclass(frozen=True)
