@@ -81,7 +81,9 @@ class _Kept:
     def __init__(self, span_start_us: float, span_end_us: float, cap: int) -> None:
         self.span = (span_start_us, span_end_us)
         self.cap = cap
-        self.rows: list[tuple] = []
+        self.rows: list[tuple] = []  # event by event
+        self.row_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
+        self.kept = 0  # rows in either
         self.host_pids: set = set()
         self.process_names: dict = {}
         self.dropped = 0
@@ -112,10 +114,11 @@ class _Kept:
         start, duration = _number(event.get("ts")), _number(event.get("dur"))
         if not duration > 0 or start > self.span[1] or start + duration < self.span[0]:
             return
-        if len(self.rows) >= self.cap:
+        if self.kept >= self.cap:
             self.dropped += 1
             return
         category = str(event.get("cat") or "").lower()
+        self.kept += 1
         self.rows.append(
             (event.get("name"), event.get("pid"), event.get("tid"), start, start + duration, duration, None, category)
         )
@@ -149,7 +152,10 @@ class _Kept:
         )
 
     def frame(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.rows, columns=[*COLUMNS, "category"])
+        if self.row_blocks:  # only the columnar reader fills them, only the event reader rows
+            frame = pd.concat(self.row_blocks, ignore_index=True)
+        else:
+            frame = pd.DataFrame(self.rows, columns=[*COLUMNS, "category"])
         is_host = frame["category"].isin(HOST_CATEGORIES) | frame["pid"].isin(self.host_pids)
         frame = frame[is_host].drop(columns="category").reset_index(drop=True)
         frame["name"] = frame["name"].astype(str)
@@ -370,21 +376,28 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
         start = _timestamps(complete, "dur")
         duration = complete.column("dur").to_numpy()
         overlapping = np.flatnonzero((duration > 0) & ~(start > span_end) & ~(start + duration < span_start))
-        room = max(kept.cap - len(kept.rows), 0)
+        room = max(kept.cap - kept.kept, 0)
         kept.dropped += max(len(overlapping) - room, 0)
-        chosen = complete.take(pa.array(overlapping[:room]))
+        taken = overlapping[:room]
+        chosen = complete.take(pa.array(taken))
         if any(chosen.column(c).null_count for c in ("name", "pid", "tid")):
             raise _NeedsEventReader
-        category = pc.utf8_lower(pc.fill_null(chosen.column("cat"), "")).to_pylist()
-        kept.rows += zip(
-            chosen.column("name").to_pylist(),
-            chosen.column("pid").to_pylist(),
-            chosen.column("tid").to_pylist(),
-            start[overlapping[:room]].tolist(),
-            (start + duration)[overlapping[:room]].tolist(),
-            duration[overlapping[:room]].tolist(),
-            [None] * len(category),
-            category,
+        if not len(taken):
+            continue
+        kept.kept += len(taken)
+        kept.row_blocks.append(
+            pd.DataFrame(
+                {
+                    "name": chosen.column("name").to_pandas(),
+                    "pid": chosen.column("pid").to_numpy(),
+                    "tid": chosen.column("tid").to_numpy(),
+                    "start_us": start[taken],
+                    "end_us": (start + duration)[taken],
+                    "duration_us": duration[taken],
+                    "process": pd.Series([None] * len(taken), dtype=object),
+                    "category": pc.utf8_lower(pc.fill_null(chosen.column("cat"), "")).to_pandas(),
+                }
+            )
         )
 
 
