@@ -83,7 +83,6 @@ class _Kept:
         self.cap = cap
         self.rows: list[tuple] = []  # event by event
         self.row_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
-        self.kept = 0  # rows in either
         self.host_pids: set = set()
         self.process_names: dict = {}
         self.dropped = 0
@@ -114,11 +113,10 @@ class _Kept:
         start, duration = _number(event.get("ts")), _number(event.get("dur"))
         if not duration > 0 or start > self.span[1] or start + duration < self.span[0]:
             return
-        if self.kept >= self.cap:
+        if self.kept() >= self.cap:
             self.dropped += 1
             return
         category = str(event.get("cat") or "").lower()
-        self.kept += 1
         self.rows.append(
             (event.get("name"), event.get("pid"), event.get("tid"), start, start + duration, duration, None, category)
         )
@@ -150,6 +148,10 @@ class _Kept:
         return pd.DataFrame(
             {"device_start_us": per_kernel.index.to_numpy(float), "launch_us": per_kernel.to_numpy(float)}
         )
+
+    def kept(self) -> int:
+        """Rows kept so far, by either reader."""
+        return len(self.rows) + sum(len(block) for block in self.row_blocks)
 
     def frame(self) -> pd.DataFrame:
         if self.row_blocks:  # only the columnar reader fills them, only the event reader rows
@@ -224,11 +226,10 @@ def _event_blocks(source: pa.NativeFile) -> Iterator[pa.Buffer]:
         source.seek(lo)
         data = source.read_buffer(window)
         if lo + len(data) >= size:  # the last block: up to the closing bracket
-            tail_at = max(0, len(data) - 4096)
-            tail = data[tail_at:].to_pybytes().rstrip()
-            if not tail.endswith(b"]"):
+            data = _rstripped(data)
+            if data[max(0, data.size - 1) :].to_pybytes() != b"]":
                 raise _NeedsEventReader  # truncated: the event reader says where
-            yield _rstripped(data[: tail_at + len(tail) - 1])
+            yield _rstripped(data[: data.size - 1])
             return
         with memoryview(data) as view:
             # a longer window starts where the last one ended (less a long separator): that part had none
@@ -245,6 +246,7 @@ def _event_blocks(source: pa.NativeFile) -> Iterator[pa.Buffer]:
 
 
 def _rstripped(events: pa.Buffer) -> pa.Buffer:
+    """``events`` without the whitespace that ends it (looked for in its last 4 KB)."""
     tail = events[max(0, events.size - 4096) :].to_pybytes()
     return events[: events.size - (len(tail) - len(tail.rstrip()))]
 
@@ -376,7 +378,7 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
         start = _timestamps(complete, "dur")
         duration = complete.column("dur").to_numpy()
         overlapping = np.flatnonzero((duration > 0) & ~(start > span_end) & ~(start + duration < span_start))
-        room = max(kept.cap - kept.kept, 0)
+        room = max(kept.cap - kept.kept(), 0)
         kept.dropped += max(len(overlapping) - room, 0)
         taken = overlapping[:room]
         chosen = complete.take(pa.array(taken))
@@ -384,7 +386,6 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
             raise _NeedsEventReader
         if not len(taken):
             continue
-        kept.kept += len(taken)
         kept.row_blocks.append(
             pd.DataFrame(
                 {
