@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from npuprof.synth.groups import GroupInstance
-from npuprof.synth.text_export import pmu_values
+from npuprof.synth.text_export import STEP_TRACE_COLUMNS, pmu_values
 from npuprof.synth.timeline import RankTimeline
 
 CARDS_PER_HOST = 8
@@ -294,17 +294,8 @@ _ANALYSIS_SCHEMA = """
             transport_type TEXT,
             transit_size NUMERIC, transit_time NUMERIC, bandwidth NUMERIC, step TEXT, type TEXT, op_name TEXT);
         """
-_STEP_TRACE_COLUMNS = (
-    "Computing",
-    "Communication(Not Overlapped)",
-    "Overlapped",
-    "Communication",
-    "Free",
-    "Stage",
-    "Bubble",
-    "Communication(Not Overlapped and Exclude Receive)",
-    "Preparing",
-)
+# StepTraceTime's time columns: step_trace_time.csv's after the device and the step
+_STEP_TRACE_TIMES = tuple(c for c in STEP_TRACE_COLUMNS if c not in ("Device_id", "Step"))
 
 
 def _insert_comm_op(con: sqlite3.Connection, name: str, group: str, op: dict, step: str, kind: str) -> None:
@@ -378,7 +369,7 @@ def write_analysis_db(path: Path, step_rows: list[dict], communication: dict, ma
     con.executescript(_ANALYSIS_SCHEMA)
     con.executemany(
         "INSERT INTO StepTraceTime VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(str(r["Step"]), *(r[c] for c in _STEP_TRACE_COLUMNS)) for r in step_rows],
+        [(str(r["Step"]), *(r[c] for c in _STEP_TRACE_TIMES)) for r in step_rows],
     )
     for step, kinds in communication.items():
         for kind, ops in kinds.items():
