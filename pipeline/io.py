@@ -241,6 +241,16 @@ def _partition_files(path: Path) -> list[tuple[int, Path]] | None:
     return files
 
 
+def partition_ranks(out_dir: Path, table: schema.Table) -> list[int]:
+    """The ranks with a partition of the per-rank ``table`` on disk, in numeric order."""
+    prefix = f"{schema.RANK_PARTITION_KEY}="
+    try:
+        names = os.listdir(Path(out_dir) / table.path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit())
+
+
 def _read_file(path: Path, columns: list[str] | None, dictionary: tuple[str, ...]) -> pa.Table:
     """One Parquet file by its own reader: a dataset's discovery and scan set-up cost milliseconds a
     call, which a small root's dozens of table reads per stage add up to."""

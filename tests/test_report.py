@@ -8,14 +8,17 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from openpyxl import load_workbook
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
+from npuprof.pipeline.report.html import longest_windows
 from npuprof.pipeline.report.inputs import ReportInputs
-from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.runner import StageRange, analyze
+from npuprof.pipeline.stages import report as report_stage
 from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.stages.report import _status
 from npuprof.synth import SCENARIOS, generate
@@ -324,3 +327,40 @@ def test_every_scenario_names_its_biggest_costs_even_without_findings(planted_ou
     for group in headline["groups"]:
         shares = [c["share"] for c in group["costs"]]
         assert shares == sorted(shares, reverse=True) and sum(shares) <= 1.0 + 1e-6
+
+
+def test_the_longest_idle_windows_of_each_rank_hold_the_longest_of_the_root():
+    # durations with many ties, over three ranks: report.html's windows, read rank by rank
+    rng = np.random.default_rng(5)
+    windows = [
+        pd.DataFrame({"rank_id": rank, "duration_us": rng.integers(0, 20, size), "start_ns": np.arange(size)})
+        for rank, size in ((0, 90), (1, 7), (2, 60))
+    ]
+    root = pd.concat(windows, ignore_index=True)
+    for cap in (5, 40, 80, 200):
+        whole = root.nlargest(cap, "duration_us") if len(root) > cap else root
+        reduced = longest_windows(windows, cap)
+        drawn = reduced.nlargest(cap, "duration_us") if len(reduced) > cap else reduced
+        pd.testing.assert_frame_equal(drawn.reset_index(drop=True), whole.reset_index(drop=True))
+
+
+def test_the_streamed_trace_is_the_held_one_and_caps_each_rank(tmp_path, monkeypatch):
+    # fast mode writes trace.json rank by rank from disk; full mode from the kernels it holds for
+    # report.html: the two files are the same bytes, and each rank keeps its earliest kernels
+    monkeypatch.setattr(report_stage, "MAX_KERNELS_PER_RANK", 300)
+    root = Path(generate(tmp_path / "root", "host_stalls", seed=3, ranks=2)["root"])
+    out = tmp_path / "out"
+    analyze(root, out, jobs=1)
+    streamed = (out / schema.REPORT_TRACE).read_bytes()
+    analyze(None, out, jobs=1, options=AnalyzeOptions(mode="full"), stage_range=StageRange(only_stage="report"))
+    assert (out / schema.REPORT_TRACE).read_bytes() == streamed
+    trace = json.loads(streamed)["traceEvents"]
+    idle = [e for e in trace if e.get("cat") == "idle"]
+    assert len(idle) == len(pd.read_parquet(out / schema.BUBBLE_WINDOWS.path)) > 0
+    for rank in (0, 1):
+        events = pd.read_parquet(out / schema.NORMALIZED_EVENTS.partition(rank))
+        drawn = sorted(e["ts"] for e in trace if e.get("cat") == "kernel" and e["pid"] == rank)
+        assert len(events) > 300 and len(drawn) == 300
+        # the 300 drawn are the earliest: the next kernel starts no earlier than the last drawn one
+        rebased = np.sort(events["start_ns"].to_numpy())
+        assert (rebased[299] - rebased[0]) / 1000 == pytest.approx(drawn[-1] - drawn[0], abs=1e-3)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections.abc import Iterable
 from importlib import resources
 
 import numpy as np
@@ -177,6 +178,13 @@ def _layers(layers: pd.DataFrame, offsets, base_ns: int) -> list:
             layers.get("layer_role", pd.Series("", index=layers.index)).fillna(""),
         )
     ]
+
+
+def longest_windows(by_rank: Iterable[pd.DataFrame], cap: int = MAX_BUBBLES) -> pd.DataFrame:
+    """Every rank's idle windows reduced to the ones report.html may draw: a rank's longest ``cap``.
+    The longest ``cap`` of these are the same windows, in the same order, as of all windows at once."""
+    parts = [b.nlargest(cap, "duration_us") if len(b) > cap else b for b in by_rank]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def _bubbles(bubbles: pd.DataFrame, offsets, base_ns: int) -> list:

@@ -24,7 +24,7 @@ class ReportInputs:
     block_classes: pd.DataFrame
     operator_classes: pd.DataFrame
     hccl_classes: pd.DataFrame
-    evidence: pd.DataFrame  # evidence_index (all ranks)
+    evidence: pd.DataFrame  # the evidence_index rows the findings cite (the index itself can be huge)
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)  # layer_segments (timeline spans)
     events: pd.DataFrame = field(default_factory=pd.DataFrame)  # device events for the trace (capped)
     model_insights: dict = field(default_factory=dict)  # summarize's model_insights.json
@@ -38,6 +38,7 @@ class ReportInputs:
     pp_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)  # pp_schedule (pipeline parallel only)
     pp_passes: pd.DataFrame = field(default_factory=pd.DataFrame)  # each PP stage's F / B passes (pp_chart)
     idle_causes: pd.DataFrame = field(default_factory=pd.DataFrame)  # idle ms by host cause per step (evidence)
+    evidence_kinds: dict[str, int] = field(default_factory=dict)  # evidence_index rows by kind
 
     def manifest(self, stage: str) -> dict:
         """A stage's manifest, or {} when the stage did not run."""

@@ -407,7 +407,7 @@ def _evidence_chain(inputs: ReportInputs) -> str:
     cited = {e for f in inputs.findings for e in f["evidence_ids"]}
     index = inputs.evidence
     resolved = int(index["evidence_id"].isin(cited).sum()) if len(index) else 0
-    kinds = index["kind"].value_counts().to_dict() if len(index) else {}
+    kinds = inputs.evidence_kinds
     return (
         f"{len(inputs.findings)} findings cite {len(cited)} evidence ids; {resolved} resolve in "
         f"`evidence_index.csv` (the diagnostics stage fails when one does not). The index holds "

@@ -9,6 +9,9 @@ stated in the trace's metadata); everything is built column-wise.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -18,6 +21,7 @@ from npuprof.pipeline.jsonlines import jsonl_bytes
 MAX_KERNELS_PER_RANK = 200_000
 STEP_ROW, LAYER_ROW, IDLE_ROW, PP_ROW = 1_000_000, 1_000_001, 1_000_002, 1_000_003  # threads beside the streams
 SEPARATOR = ",\n"
+NO_STREAMS = pd.DataFrame(columns=["rank_id", "stream_id"])
 
 
 def rebased_us(ns: pd.Series, rank: pd.Series, offsets_ns: dict[int, float], base_ns: int) -> np.ndarray:
@@ -87,31 +91,45 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
     return events
 
 
+@dataclass(frozen=True)
+class RankSpans:
+    """The bulk of a trace, drawn rank by rank as the file is written: a root's kernels and idle
+    windows are never held whole. ``streams``: rank_id, stream_id of the drawn kernels, each rank's in
+    the order they are first drawn; ``first_ns``: the earliest kernel start (None without kernels);
+    ``kernels`` and ``bubbles``: each rank's drawn kernels (capped) and idle windows, in rank order."""
+
+    streams: pd.DataFrame
+    first_ns: int | None
+    kernels: Callable[[], Iterable[pd.DataFrame]]
+    bubbles: Callable[[], Iterable[pd.DataFrame]]
+
+
+def held_spans(events: pd.DataFrame, bubbles: Callable[[], Iterable[pd.DataFrame]]) -> RankSpans:
+    """RankSpans over kernels already in memory (every rank's, capped), with ``bubbles`` by rank."""
+    streams = events[["rank_id", "stream_id"]].drop_duplicates() if len(events) else NO_STREAMS
+    first_ns = int(events["start_ns"].min()) if len(events) else None
+    return RankSpans(streams, first_ns, lambda: [events], bubbles)
+
+
 def trace_json(
-    events: pd.DataFrame,
+    spans: RankSpans,
     steps: pd.DataFrame,
     layers: pd.DataFrame,
-    bubbles: pd.DataFrame,
     findings: list[dict],
     evidence: pd.DataFrame,
     offsets_us: dict[str, float],
     passes: pd.DataFrame | None = None,
-) -> list[bytes]:
-    """The merged trace, as byte chunks in file order.
+) -> Iterator[bytes]:
+    """The merged trace, as byte chunks in file order, each rendered when the writer asks for it.
 
-    ``events``: rank_id, stream_id, name, op_type, start_ns, end_ns (capped per rank); ``passes``: the
-    pipeline-parallel passes (report/pp_chart.py ``stage_passes``), spans "F0", "B0", … on a row of
-    their own."""
+    ``spans``: the kernels (rank_id, stream_id, name, start_ns, end_ns) and idle windows by rank;
+    ``evidence``: the evidence_index rows the findings cite; ``passes``: the pipeline-parallel passes
+    (report/pp_chart.py ``stage_passes``), spans "F0", "B0", … on a row of their own."""
     offsets = {int(r): float(v) * 1000.0 for r, v in (offsets_us or {}).items()}
-    starts = [f["start_ns"].min() for f in (events, steps) if len(f)]
+    starts = [start for start in (spans.first_ns, steps["start_ns"].min() if len(steps) else None) if start is not None]
     base_ns = int(min(starts)) if starts else 0
-    ranks = sorted({int(r) for f in (events, steps) if len(f) for r in f["rank_id"].unique()})
-    streams = (
-        events[["rank_id", "stream_id"]].drop_duplicates()
-        if len(events)
-        else pd.DataFrame(columns=["rank_id", "stream_id"])
-    )
-    head = [*_metadata(ranks, streams), *_findings(findings, evidence, offsets, base_ns)]
+    ranks = sorted({int(r) for f in (spans.streams, steps) if len(f) for r in f["rank_id"].unique()})
+    head = [*_metadata(ranks, spans.streams), *_findings(findings, evidence, offsets, base_ns)]
     head.append(
         {
             "ph": "M",
@@ -123,21 +141,33 @@ def trace_json(
             },
         }
     )
-    chunks = [SEPARATOR.join(json_text(e) for e in head).encode("utf-8") + SEPARATOR.encode()]
-    if len(events):
-        chunks.append(_spans(events, -1, events["name"], "kernel", offsets, base_ns))
+    yield b'{"displayTimeUnit": "ms", "traceEvents": [\n'
+    bodies = _bodies(spans, steps, layers, passes, offsets, base_ns)
+    # every body but the last ends with the separator: the last one's is cut before the array closes
+    previous = SEPARATOR.join(json_text(e) for e in head).encode("utf-8") + SEPARATOR.encode()
+    for body in bodies:
+        if body:
+            yield previous
+            previous = body
+    yield previous.removesuffix(SEPARATOR.encode())
+    yield b"\n]}\n"
+
+
+def _bodies(spans: RankSpans, steps, layers, passes, offsets, base_ns) -> Iterator[bytes]:
+    """The span rows of the trace in file order: kernels, steps, layers, idle windows, PP passes."""
+    for kernels in spans.kernels():
+        if len(kernels):
+            yield _spans(kernels, -1, kernels["name"], "kernel", offsets, base_ns)
     if len(steps):
         names = "step " + steps["step_id"].astype("Int64").astype(str).replace("<NA>", "?")
-        chunks.append(_spans(steps, STEP_ROW, names, "step", offsets, base_ns))
+        yield _spans(steps, STEP_ROW, names, "step", offsets, base_ns)
     if len(layers):
         names = "layer " + layers["layer_ordinal"].astype(str)
-        chunks.append(_spans(layers, LAYER_ROW, names, "layer", offsets, base_ns))
-    if len(bubbles):
-        names = "idle " + bubbles["kind"].astype(str) + " " + bubbles["evidence_id"].astype(str)
-        chunks.append(_spans(bubbles, IDLE_ROW, names, "idle", offsets, base_ns))
+        yield _spans(layers, LAYER_ROW, names, "layer", offsets, base_ns)
+    for bubbles in spans.bubbles():
+        if len(bubbles):
+            names = "idle " + bubbles["kind"].astype(str) + " " + bubbles["evidence_id"].astype(str)
+            yield _spans(bubbles, IDLE_ROW, names, "idle", offsets, base_ns)
     if passes is not None and len(passes):
         names = passes["label"].astype(str) + " (stage " + passes["stage"].astype(str) + ")"
-        chunks.append(_spans(passes, PP_ROW, names, "pp", offsets, base_ns))
-    chunks[-1] = chunks[-1].removesuffix(SEPARATOR.encode())
-    # chunks, not one joined copy: the body is hundreds of MB, and the writer takes them in order
-    return [b'{"displayTimeUnit": "ms", "traceEvents": [\n', *chunks, b"\n]}\n"]
+        yield _spans(passes, PP_ROW, names, "pp", offsets, base_ns)

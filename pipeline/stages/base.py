@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 import pyarrow as pa
@@ -118,6 +118,14 @@ class RootContext:
     ) -> pa.Table:
         """``table`` over all ranks, with an int32 ``rank_id`` column."""
         return io.read_dataset(self.out_dir, table, columns=columns, filter=filter)
+
+    def rank_frames(self, table: schema.Table, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
+        """The per-rank ``table`` one rank at a time (rank order), each with its int32 ``rank_id``: a
+        root-level stage streams the big tables of a root (events, idle windows), never holds them whole."""
+        for rank_id in io.partition_ranks(self.out_dir, table):
+            part = io.read_dataset(self.out_dir, table, rank_id, columns=columns)
+            rank = pa.array([rank_id] * part.num_rows, pa.int32())
+            yield part.append_column(schema.RANK_PARTITION_KEY, rank).to_pandas()
 
     def read_view(self, view: schema.CsvView) -> pd.DataFrame:
         """A root-level CSV an earlier reduce wrote (its declared columns, empty when it is missing)."""

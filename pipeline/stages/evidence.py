@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
@@ -179,24 +178,16 @@ def _accounting(ctx: RootContext) -> pd.DataFrame:
     return schema.join_view(schema.STEP_TIME_ACCOUNTING_CSV, [pd.concat([r for r in rows if len(r)] or rows[:1])])
 
 
-def _rank_frames(ctx: RootContext, table: schema.Table) -> Iterator[pd.DataFrame]:
-    """``table`` one rank at a time (rank order), with its ``rank_id``: the evidence files of a root
-    are written rank by rank, never held whole."""
-    for rank_id in sorted(int(m["rank_id"]) for m in ctx.rank_manifests):
-        part = io.read_dataset(ctx.out_dir, table, rank_id)
-        yield part.append_column(schema.RANK_PARTITION_KEY, pa.array([rank_id] * part.num_rows, pa.int32())).to_pandas()
-
-
 def _bubble_jsonl_chunks(ctx: RootContext) -> Iterator[bytes]:
     """evidence/bubble_windows.jsonl: every rank's idle windows by start time, ranks in order."""
-    for bubbles in _rank_frames(ctx, schema.BUBBLE_WINDOWS):
+    for bubbles in ctx.rank_frames(schema.BUBBLE_WINDOWS):
         yield bubble_windows_jsonl(bubbles.sort_values("start_ns", kind="stable"))
 
 
 def _evidence_csv_chunks(ctx: RootContext) -> Iterator[bytes]:
     """evidence_index.csv, rank by rank (the header once)."""
     header = True
-    for frame in _rank_frames(ctx, schema.EVIDENCE_INDEX):
+    for frame in ctx.rank_frames(schema.EVIDENCE_INDEX):
         if frame.empty:
             continue
         yield from io.csv_chunks(schema.join_view(schema.EVIDENCE_INDEX_CSV, [frame]), header=header)

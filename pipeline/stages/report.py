@@ -8,17 +8,21 @@ checked before the status is given.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.report.glossary import GLOSSARY
-from npuprof.pipeline.report.html import html_report
+from npuprof.pipeline.report.html import html_report, longest_windows
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.markdown import report_markdown
-from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, trace_json
+from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, NO_STREAMS, RankSpans, held_spans, trace_json
 from npuprof.pipeline.report.pp_chart import stage_passes
 from npuprof.pipeline.report.sheet_notes import TIMES, sheet_note
 from npuprof.pipeline.report.summary import analysis_summary
@@ -29,27 +33,72 @@ from npuprof.pipeline.stages.base import RootContext, StageResult
 
 MANIFEST_STAGES = STAGE_NAMES[: STAGE_NAMES.index("report")]
 TRACE_COLUMNS = ["row_idx", "stream_id", "name", "op_type", "start_ns", "end_ns"]
+BUBBLE_TRACE_COLUMNS = ["start_ns", "end_ns", "kind", "evidence_id"]
 REQUIRED = {
     "fast": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE),
     "full": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE, schema.REPORT_XLSX, schema.REPORT_HTML),
 }
 
 
-def _trace_events(ctx: RootContext) -> pd.DataFrame:
-    """The kernels trace.json and report.html draw; in full mode with every normalized field, which the
-    HTML report's operator card shows."""
-    columns = list(schema.EVENT_COLUMNS) if ctx.options.mode == "full" else TRACE_COLUMNS
+def _drawn_kernels(ctx: RootContext, rank_id: int, columns: list[str]) -> pd.DataFrame:
+    """One rank's kernels as the trace and report.html draw them: by start, the first MAX_KERNELS_PER_RANK."""
+    part = io.read_dataset(ctx.out_dir, schema.NORMALIZED_EVENTS, rank_id, columns=columns).to_pandas()
+    return part.sort_values("start_ns", kind="stable").head(MAX_KERNELS_PER_RANK)
+
+
+def _event_ranks(ctx: RootContext) -> list[int]:
+    """The root's ranks with normalized events, in rank order."""
     events = schema.NORMALIZED_EVENTS
-    ranks = sorted(r.rank_id for r in ctx.inputs.ranks if (ctx.out_dir / events.partition(r.rank_id)).exists())
+    return sorted(r.rank_id for r in ctx.inputs.ranks if (ctx.out_dir / events.partition(r.rank_id)).exists())
+
+
+def _held_events(ctx: RootContext) -> pd.DataFrame:
+    """Every rank's drawn kernels with every normalized field: report.html (full mode) draws them and
+    its operator card shows the fields. Fast mode holds none (the trace reads them rank by rank)."""
+    columns = list(schema.EVENT_COLUMNS)
+    ranks = _event_ranks(ctx) if ctx.options.mode == "full" else []
     if not ranks:
         return pd.DataFrame(columns=["rank_id", *columns])
-    # rank by rank, each capped as it is read: the report never holds every event of a big root at once
-    capped = []
+    drawn = [_drawn_kernels(ctx, r, columns).assign(rank_id=r)[["rank_id", *columns]] for r in ranks]
+    return pd.concat(drawn, ignore_index=True)
+
+
+def _trace_spans(ctx: RootContext, held: pd.DataFrame) -> RankSpans:
+    """trace.json's kernels and idle windows, read rank by rank as it is written (full mode's kernels
+    are held for report.html already). In fast mode a first pass over two numeric columns gives the
+    streams and the earliest start that the trace's head needs."""
+    bubbles = partial(ctx.rank_frames, schema.BUBBLE_WINDOWS, columns=BUBBLE_TRACE_COLUMNS)
+    if ctx.options.mode == "full":
+        return held_spans(held, bubbles)
+    ranks = _event_ranks(ctx)
+    streams, starts = [NO_STREAMS], []
     for rank_id in ranks:
-        part = io.read_dataset(ctx.out_dir, events, rank_id, columns=columns).to_pandas()
-        part = part.sort_values("start_ns", kind="stable").head(MAX_KERNELS_PER_RANK)
-        capped.append(part.assign(rank_id=rank_id)[["rank_id", *columns]])
-    return pd.concat(capped, ignore_index=True)
+        drawn = _drawn_kernels(ctx, rank_id, ["start_ns", "stream_id"])
+        streams.append(drawn[["stream_id"]].drop_duplicates().assign(rank_id=rank_id)[["rank_id", "stream_id"]])
+        starts += [int(drawn["start_ns"].min())] if len(drawn) else []
+    return RankSpans(
+        streams=pd.concat(streams, ignore_index=True),
+        first_ns=min(starts) if starts else None,
+        kernels=lambda: (_drawn_kernels(ctx, r, TRACE_COLUMNS).assign(rank_id=r) for r in ranks),
+        bubbles=bubbles,
+    )
+
+
+def _longest_bubbles(ctx: RootContext) -> pd.DataFrame:
+    """The idle windows report.html can draw, read rank by rank."""
+    longest = longest_windows(ctx.rank_frames(schema.BUBBLE_WINDOWS))
+    return int_ranks(longest if len(longest) else ctx.read_frame(schema.BUBBLE_WINDOWS))
+
+
+def _cited_evidence(ctx: RootContext, findings: list[dict]) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The evidence_index rows the findings cite, and the index's row count by kind: the index has a
+    row per idle window (hundreds of thousands on a big root) and the report needs only these."""
+    if not (ctx.out_dir / schema.EVIDENCE_INDEX.path).exists():
+        return ctx.read_frame(schema.EVIDENCE_INDEX), {}
+    cited = pa.array(sorted({e for f in findings for e in f["evidence_ids"]}), pa.string())
+    rows = ctx.read_table(schema.EVIDENCE_INDEX, filter=pc.field("evidence_id").isin(cited)).to_pandas()
+    kinds = ctx.read_table(schema.EVIDENCE_INDEX, columns=["kind"]).column("kind").to_pandas()
+    return int_ranks(rows), kinds.value_counts().to_dict()
 
 
 # the workbook's sheets, titled by their CSV: (view, row cap; None keeps a class table whole)
@@ -168,6 +217,7 @@ def _inputs(ctx: RootContext) -> ReportInputs:
     frames = {t: ctx.read_frame(t) for t in schema.STEP_SUMMARY.tables}
     diagnosis = io.read_json_or_empty(ctx.out_dir / schema.DIAGNOSIS_FINDINGS)
     findings = diagnosis.get("diagnosis_findings", [])
+    evidence, evidence_kinds = _cited_evidence(ctx, findings)
     layers, pp_schedule = _layers(ctx), ctx.read_view(schema.PP_SCHEDULE_CSV)
     return ReportInputs(
         out_dir=str(ctx.out_dir),
@@ -183,9 +233,10 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         block_classes=ctx.read_view(schema.BLOCK_CLASS_SUMMARY_CSV),
         operator_classes=ctx.read_view(schema.OPERATOR_CLASS_SUMMARY_CSV),
         hccl_classes=ctx.read_view(schema.HCCL_CLASS_SUMMARY_CSV),
-        evidence=int_ranks(ctx.read_frame(schema.EVIDENCE_INDEX)),
+        evidence=evidence,
+        evidence_kinds=evidence_kinds,
         layers=layers,
-        events=_trace_events(ctx),
+        events=_held_events(ctx),
         model_insights=io.read_json_or_empty(ctx.out_dir / schema.MODEL_INSIGHTS),
         hardware=io.read_json_or_empty(ctx.out_dir / schema.HARDWARE_INSIGHTS),
         inferred_config=ctx.read_view(schema.MODEL_INFERRED_CONFIG_CSV),
@@ -234,22 +285,13 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "diagnosis_findings": schema.DIAGNOSIS_FINDINGS,
     }
     summary = analysis_summary(inputs, status, artifacts)
-    bubbles = int_ranks(ctx.read_frame(schema.BUBBLE_WINDOWS))
     offsets = inputs.manifest("cross_rank").get("clock_offsets_us") or {}
-    rendered: dict[str, bytes | str] = {
-        schema.REPORT_TRACE: trace_json(
-            inputs.events,
-            inputs.steps,
-            inputs.layers,
-            bubbles,
-            inputs.findings,
-            inputs.evidence,
-            offsets,
-            inputs.pp_passes,
-        ),
-    }
+    spans = _trace_spans(ctx, inputs.events)
+    trace = trace_json(spans, inputs.steps, inputs.layers, inputs.findings, inputs.evidence, offsets, inputs.pp_passes)
+    rendered: dict[str, bytes | str | Iterable[bytes]] = {schema.REPORT_TRACE: trace}
     statuses = {"xlsx": "skipped (fast mode)", "html": "skipped (fast mode)"}
     if inputs.mode == "full":
+        bubbles = _longest_bubbles(ctx)
         statuses["html"] = _render_html(ctx, inputs, summary, bubbles, offsets, rendered)
         artifacts["report_html"] = schema.REPORT_HTML
         try:
