@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -31,6 +33,137 @@ _TIME_FIELDS = {
 # what the files give (parallel_role and source are added by summarize)
 OP_COLUMNS = [c for c in schema.COMMUNICATION_OPS.columns if c not in ("parallel_role", "source")]
 LINK_COLUMNS = [c for c in schema.COMMUNICATION_LINKS.columns if c != "parallel_role"]
+
+
+# Typed decoders of the two files: msgspec builds only the fields read, in C, from the bytes (a decode
+# capture's files are tens of MB per rank). A file they refuse (a wrong type, null, NaN, an out-of-range
+# number, a BOM, bytes that are not UTF-8) goes to the checked reader, which says what is wrong and
+# where; a file both accept gives the same table.
+class _OpTimes(msgspec.Struct, gc=False):
+    start_us: float = msgspec.field(name="Start Timestamp(us)", default=None)
+    elapse_ms: float = msgspec.field(name="Elapse Time(ms)", default=None)
+    transit_ms: float = msgspec.field(name="Transit Time(ms)", default=None)
+    wait_ms: float = msgspec.field(name="Wait Time(ms)", default=None)
+    synchronization_ms: float = msgspec.field(name="Synchronization Time(ms)", default=None)
+    idle_ms: float = msgspec.field(name="Idle Time(ms)", default=None)
+
+
+class _Transport(msgspec.Struct, gc=False):
+    size_mb: float = msgspec.field(name="Transit Size(MB)", default=0.0)
+    time_ms: float = msgspec.field(name="Transit Time(ms)", default=0.0)
+    bandwidth_gbps: float = msgspec.field(name="Bandwidth(GB/s)", default=0.0)
+    distribution: dict[str, list[float]] = msgspec.field(name="Size Distribution", default_factory=dict)
+
+
+class _Op(msgspec.Struct, gc=False):
+    times: _OpTimes = msgspec.field(name="Communication Time Info", default_factory=_OpTimes)
+    transports: dict[str, _Transport] = msgspec.field(name="Communication Bandwidth Info", default_factory=dict)
+
+
+class _OpStep(msgspec.Struct, gc=False):
+    collective: dict[str, _Op] = {}
+    p2p: dict[str, _Op] = {}
+
+
+class _Link(msgspec.Struct, gc=False):
+    transport: Any = msgspec.field(name="Transport Type", default=None)
+    size_mb: float = msgspec.field(name="Transit Size(MB)", default=0.0)
+    time_ms: float = msgspec.field(name="Transit Time(ms)", default=0.0)
+    bandwidth_gbps: float = msgspec.field(name="Bandwidth(GB/s)", default=0.0)
+    op_name: Any = msgspec.field(name="Op Name", default=None)
+
+
+class _LinkStep(msgspec.Struct, gc=False):
+    collective: dict[str, dict[str, _Link]] = {}
+    p2p: dict[str, dict[str, _Link]] = {}
+
+
+_OP_FILE = msgspec.json.Decoder(dict[str, _OpStep])
+_LINK_FILE = msgspec.json.Decoder(dict[str, _LinkStep])
+
+
+def _typed(path: Path, decoder: msgspec.json.Decoder) -> dict[int | None, Any] | None:
+    """{step id: its decoded scopes}, or None when the typed decoder (or a step key) refuses the file."""
+    try:
+        decoded = decoder.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    steps = {}
+    for key, value in decoded.items():
+        match = _STEP.match(key)
+        if match is None:
+            return None
+        steps[int(match.group(1)) if match.group(1) else None] = value
+    return steps
+
+
+def read_communication_json(path: str | Path) -> pd.DataFrame:
+    """One row per op instance of a rank's communication.json (``OP_COLUMNS``), built column by
+    column (decode captures hold a hundred thousand ops per rank)."""
+    path = Path(path)
+    steps = _typed(path, _OP_FILE)
+    if steps is None:
+        return _checked_ops(path)
+    entries = [
+        (step, scope, key.partition("@"), op)
+        for step, scopes in steps.items()
+        for scope, ops in (("collective", scopes.collective), ("p2p", scopes.p2p))
+        for key, op in ops.items()
+        if not key.startswith("Total")
+    ]
+    dense, sparse = _op_columns()
+    dense.update(
+        step_id=[e[0] for e in entries],
+        op_scope=[e[1] for e in entries],
+        op_name=[e[2][0] for e in entries],
+        group_hash=[e[2][2] or None for e in entries],
+        packet_sizes_mb=[_typed_transports(e[3].transports, index, sparse) for index, e in enumerate(entries)],
+    )
+    for column in _TIME_FIELDS.values():
+        dense[column] = [getattr(e[3].times, column) for e in entries]
+    return _op_frame(dense, sparse)
+
+
+def _typed_transports(transports: dict[str, _Transport], index: int, sparse: dict[str, dict[int, object]]) -> str:
+    """``_transport_values`` over decoded transports."""
+    busiest, packets = -1.0, ""
+    for transport, values in transports.items():
+        if transport not in schema.TRANSPORTS:
+            continue
+        prefix = transport.lower()
+        sparse[f"{prefix}_size_mb"][index] = values.size_mb
+        sparse[f"{prefix}_time_ms"][index] = values.time_ms
+        sparse[f"{prefix}_bandwidth_gbps"][index] = values.bandwidth_gbps
+        if values.size_mb > busiest:
+            busiest = values.size_mb
+            ordered = sorted(values.distribution.items())
+            packets = ";".join(f"{bucket}x{int(entry[0])}" for bucket, entry in ordered)
+    return packets
+
+
+def read_communication_matrix(path: str | Path) -> pd.DataFrame:
+    """One row per link of a rank's communication_matrix.json (``LINK_COLUMNS``)."""
+    path = Path(path)
+    steps = _typed(path, _LINK_FILE)
+    if steps is None:
+        return _checked_links(path)
+    columns: dict[str, list] = {c: [] for c in LINK_COLUMNS}
+    for step, scopes in steps.items():
+        for scope, kinds in (("collective", scopes.collective), ("p2p", scopes.p2p)):
+            for key, links in kinds.items():
+                label, _, group = key.partition("@")
+                kind, _, tier = label.rpartition("-")
+                for link, values in links.items():
+                    src, _, dst = link.partition("-")
+                    if not (src.isdigit() and dst.isdigit()):
+                        return _checked_links(path)  # which names the link at fault
+                    row = (step, scope, kind, tier, group or None, int(src), int(dst), values.transport)
+                    row += (values.size_mb, values.time_ms, values.bandwidth_gbps, values.op_name)
+                    for column, value in zip(columns.values(), row):
+                        column.append(value)
+    if not columns["step_id"]:
+        return pd.DataFrame([], columns=LINK_COLUMNS)
+    return pd.DataFrame(columns, columns=LINK_COLUMNS)
 
 
 def _steps(path: Path, data: object) -> dict[int | None, dict]:
@@ -76,13 +209,10 @@ def _transport_values(path: Path, key: str, info: dict, index: int, sparse: dict
     return packets
 
 
-def read_communication_json(path: str | Path) -> pd.DataFrame:
-    """One row per op instance of a rank's communication.json (``OP_COLUMNS``), built column by
-    column (decode captures hold a hundred thousand ops per rank)."""
-    path = Path(path)
-    dense: dict[str, list] = {c: [] for c in ("step_id", "op_scope", "op_name", "group_hash", "packet_sizes_mb")}
-    dense.update({column: [] for column in _TIME_FIELDS.values()})
-    sparse: dict[str, dict[int, object]] = {c: {} for c in OP_COLUMNS if c not in dense}
+def _checked_ops(path: Path) -> pd.DataFrame:
+    """communication.json through the standard parser, every value checked as it is read: the reader
+    of a file the typed decoder refuses, whose BadInput names the op and field at fault."""
+    dense, sparse = _op_columns()
     times = list(_TIME_FIELDS.items())
     for step, scopes in _steps(path, read_json(path, finite=True)).items():
         for scope in ("collective", "p2p"):
@@ -101,6 +231,18 @@ def read_communication_json(path: str | Path) -> pd.DataFrame:
                 dense["op_scope"].append(scope)
                 dense["op_name"].append(name)
                 dense["group_hash"].append(group or None)
+    return _op_frame(dense, sparse)
+
+
+def _op_columns() -> tuple[dict[str, list], dict[str, dict[int, object]]]:
+    """The columns of the op table as they fill: dense ones (a value per op) and the per-transport
+    ones (sparse: {op index: value}, most ops use one transport)."""
+    dense: dict[str, list] = {c: [] for c in ("step_id", "op_scope", "op_name", "group_hash", "packet_sizes_mb")}
+    dense.update({column: [] for column in _TIME_FIELDS.values()})
+    return dense, {c: {} for c in OP_COLUMNS if c not in dense}
+
+
+def _op_frame(dense: dict[str, list], sparse: dict[str, dict[int, object]]) -> pd.DataFrame:
     count = len(dense["step_id"])
     columns: dict[str, object] = dict(dense)
     for column, values in sparse.items():  # NaN where the op did not use that transport
@@ -110,9 +252,8 @@ def read_communication_json(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(columns, columns=OP_COLUMNS)
 
 
-def read_communication_matrix(path: str | Path) -> pd.DataFrame:
-    """One row per link of a rank's communication_matrix.json (``LINK_COLUMNS``)."""
-    path = Path(path)
+def _checked_links(path: Path) -> pd.DataFrame:
+    """communication_matrix.json through the standard parser, every value checked as it is read."""
     rows = []
     for step, scopes in _steps(path, read_json(path, finite=True)).items():
         for scope in ("collective", "p2p"):
