@@ -8,6 +8,7 @@ splits each shared page between its sharers, so the tree's PSS is the physical m
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -53,15 +54,16 @@ def tree_rss_bytes(pid: int) -> int:
 
 
 @contextmanager
-def peak_rss(interval: float = 0.02):
-    """Sample the memory of this process tree while the block runs; yields a dict filled with ``peak``
-    (the tree's RSS) and ``peak_pss`` (its PSS)."""
-    result = dict(zip(("peak", "peak_pss"), tree_memory_bytes(os.getpid())))
+def peak_rss(interval: float = 0.02, pid: int | None = None):
+    """Sample the memory of this process tree (or ``pid``'s) while the block runs; yields a dict filled
+    with ``peak`` (the tree's RSS) and ``peak_pss`` (its PSS)."""
+    pid = os.getpid() if pid is None else pid
+    result = dict(zip(("peak", "peak_pss"), tree_memory_bytes(pid)))
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            rss, pss = tree_memory_bytes(os.getpid())
+            rss, pss = tree_memory_bytes(pid)
             result["peak"], result["peak_pss"] = max(result["peak"], rss), max(result["peak_pss"], pss)
             stop.wait(interval)
 
@@ -74,3 +76,14 @@ def peak_rss(interval: float = 0.02):
         stop.set()
         thread.join()
         result["seconds"] = time.perf_counter() - started
+
+
+def run_measured(argv: list[str]) -> dict:
+    """Run ``argv`` as its own process, as a user runs it, and sample that process tree only (not the
+    benchmark's, whose Arrow pool still holds what its own reads took): seconds, peak, peak_pss."""
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with peak_rss(pid=child.pid) as run:
+        _, errors = child.communicate()
+    if child.returncode:
+        raise SystemExit(f"{argv[:3]} failed ({child.returncode}): {errors.decode(errors='replace')[-2000:]}")
+    return run

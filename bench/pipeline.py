@@ -4,9 +4,10 @@ bench/normalize.py against a bare ``pyarrow.csv.read_csv`` of its kernel_details
 Targets (issue: speed): normalize ≤ 1.5×, segment + classify together ≤ 1.5×, the whole analysis ≤ 5×
 the bare read; peak RSS of the process tree ≤ 1.5× the input bytes. Its peak PSS is printed beside it: the
 tree's physical memory, each page its forked workers share with the main process counted once.
-First the whole analysis as a user runs it (one ``analyze``: every rank's stages in one process, each
-table handed to the next stage in memory), then each stage alone (``--only-stage``, reading its inputs
-from disk) after the previous one, so its time is its own.
+First the whole analysis as a user runs it (one ``npuprof analyze`` process and its workers, measured
+alone: every rank's stages in one worker, each table handed to the next stage in memory), then each
+stage alone (``--only-stage``, reading its inputs from disk) after the previous one, so its time is
+its own.
 Usage: ``python bench/pipeline.py [--ranks 8] [--rows 250000] [--work DIR] [--jobs N]``.
 """
 
@@ -19,12 +20,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import peak_rss  # noqa: E402
+from _measure import peak_rss, run_measured  # noqa: E402
 from normalize import bare_read_seconds, bench_root  # noqa: E402
 
 from npuprof.pipeline.runner import StageRange, analyze  # noqa: E402
 from npuprof.pipeline.stages import STAGES  # noqa: E402
 
+NPUPROF = [sys.executable, "-c", "import sys; from npuprof.api.cli import main; sys.exit(main())"]
 TARGETS = {"normalize": 1.5, "segment+classify": 1.5, "total": 5.0, "peak_rss_over_input": 1.5}
 
 
@@ -75,8 +77,11 @@ def main() -> None:
     bare_read_seconds(files)  # warm the page cache
     gc.collect()
     bare = bare_read_seconds(files)
-    with peak_rss() as whole:
-        analyze(root, args.work / "whole_out", jobs=args.jobs, overwrite=True)
+    # as a user runs it: its own process (interpreter start and imports included)
+    whole = run_measured(
+        [*NPUPROF, "analyze", str(root), "-o", str(args.work / "whole_out"), "--overwrite"]
+        + ["--progress", "none", "--jobs", str(args.jobs)]
+    )
     total, peak, peak_pss = whole["seconds"], whole["peak"], whole["peak_pss"]
     gc.collect()
     seconds, peaks = stage_seconds(root, args.work / "pipeline_out", args.jobs)

@@ -4,7 +4,7 @@ Generates synthetic training roots at 1×, 4× and 16× the steps (same ranks an
 inference root with ≥ 20,000 decode steps, analyzes each (fast mode, every built stage, each stage
 timed alone) and reports per stage the time ratio between consecutive sizes against the event
 ratio (target: 4× events → ≤ 4.4× time), plus the peak RSS of the whole process tree (pool workers
-included) over the input bytes (target ≤ 1.5×).
+included) of one whole ``npuprof analyze`` over the input bytes (target ≤ 1.5×), its PSS beside it.
 Usage: ``python bench/scaling.py [--ranks 2] [--steps 400] [--layers 4] [--decode-steps 20000]``.
 """
 
@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import run_measured  # noqa: E402
+
 from npuprof.synth import generate  # noqa: E402
-from pipeline import stage_seconds  # noqa: E402
+from pipeline import NPUPROF, stage_seconds  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LINEAR_SLACK = 1.1  # time may grow at most 10 % faster than the events
@@ -39,8 +41,10 @@ def measure(work: Path, scenario: str, ranks: int, steps: int, layers: int, jobs
     """Stage seconds, events and peak RSS over input bytes of one analyzed synthetic root."""
     root = _root(work, scenario, ranks, steps, layers)
     out = work / f"{root.name}_out"
-    seconds, peaks = stage_seconds(root, out, jobs)
-    peak = max(peaks.values())
+    seconds, _ = stage_seconds(root, out, jobs)
+    # memory as a user's run takes it: one analyze process and its workers, measured alone
+    argv = [*NPUPROF, "analyze", str(root), "-o", str(work / f"{root.name}_whole"), "--overwrite"]
+    whole = run_measured([*argv, "--progress", "none", "--jobs", str(jobs)])
     events = json.loads((out / "normalize_manifest.json").read_text())["event_count"]
     input_bytes = _input_bytes(root)
     return {
@@ -50,7 +54,9 @@ def measure(work: Path, scenario: str, ranks: int, steps: int, layers: int, jobs
         "input_mb": round(input_bytes / 1e6, 1),
         "stage_s": seconds,
         "total_s": round(sum(seconds.values()), 3),
-        "peak_rss_over_input": round(peak / input_bytes, 3),
+        "whole_s": round(whole["seconds"], 3),
+        "peak_rss_over_input": round(whole["peak"] / input_bytes, 3),
+        "peak_pss_over_input": round(whole["peak_pss"] / input_bytes, 3),
     }
 
 
@@ -85,6 +91,7 @@ def main() -> None:
         "inference": inference,
         "worst_time_ratio_over_event_ratio": worst,
         "worst_peak_rss_over_input": max(r["peak_rss_over_input"] for r in [*runs, inference]),
+        "worst_peak_pss_over_input": max(r["peak_pss_over_input"] for r in [*runs, inference]),
         "targets": {"time_ratio_over_event_ratio": f"<= {LINEAR_SLACK}", "peak_rss_over_input": "<= 1.5"},
         "jobs": args.jobs,
     }
