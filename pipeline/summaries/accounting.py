@@ -19,16 +19,6 @@ from npuprof import knowledge
 COMMUNICATION = "communication"
 
 
-def _shares(delta_by_label: dict[str, np.ndarray], length: np.ndarray, active_total: np.ndarray, where: np.ndarray):
-    """Σ length × (active of label / active total) over the stretches in ``where``, per label."""
-    out = {}
-    total = np.where(active_total > 0, active_total, 1)
-    for label, delta in delta_by_label.items():
-        active = np.cumsum(delta)[:-1]
-        out[label] = np.where(where, length * active / total, 0.0)
-    return out
-
-
 def _boundaries(inside: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every start (+1) and end (-1) of the events, ordered by step, time, ends first; and the event
     of each boundary. Ends before starts at one instant: touching kernels never overlap."""
@@ -75,28 +65,36 @@ def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans:
     compute_active = np.cumsum(deltas(~is_comm))[:-1]
     compute_only = same_step & (compute_active > 0) & (comm_active == 0)
     comm_only = same_step & (comm_active > 0) & (compute_active == 0)
+    # each row's stretches are summed per step as soon as they are known: a rank has tens of rows
+    # and a stretch per event boundary, too many to hold every row's stretches at once
+    position = np.searchsorted(steps["step_ordinal"].to_numpy(np.int64), step[:-1])
     rows: list[tuple[str, str, str, np.ndarray]] = []
+
+    def add(breakdown: str, category: str, component: str, per_stretch: np.ndarray) -> None:
+        rows.append((breakdown, category, component, np.bincount(position, weights=per_stretch, minlength=len(steps))))
 
     def split(breakdown: str, category: str, column, selector: np.ndarray, where: np.ndarray, total) -> None:
         # int codes: one compare per label, not per string
         codes, labels = pd.factorize(inside[column]) if isinstance(column, str) else column
-        present = np.unique(codes[selector])
-        values = {labels[k] if k >= 0 else None: deltas(selector & (codes == k)) for k in present}
-        for label, per_stretch in _shares(values, length, total, where).items():
-            rows.append((breakdown, category, str(label), per_stretch))
+        running = np.where(total > 0, total, 1)
+        for code in np.unique(codes[selector]):
+            # Σ length × (active of the label / active in total) over the stretches in ``where``
+            active = np.cumsum(deltas(selector & (codes == code)))[:-1]
+            label = labels[code] if code >= 0 else None
+            add(breakdown, category, str(label), np.where(where, length * active / running, 0.0))
 
     split("primary", "compute", "bound_family", ~is_comm, compute_only, compute_active)
     split("primary", COMMUNICATION, "kind", is_comm, comm_only, comm_active)
     overlap = same_step & (comm_active > 0) & (compute_active > 0)
-    rows.append(("primary", "overlap", "compute+communication", np.where(overlap, length, 0.0)))
+    add("primary", "overlap", "compute+communication", np.where(overlap, length, 0.0))
     split("comm_by_role", COMMUNICATION, "parallel_role", is_comm, comm_only, comm_active)
     split("comm_by_role_kind", COMMUNICATION, _role_kind_codes(inside), is_comm, comm_only, comm_active)
     split("compute_by_op_type", "compute", "op_type", ~is_comm, compute_only, compute_active)
     idle = same_step & (comm_active == 0) & (compute_active == 0)
     window = _idle_window(step[:-1], time[:-1], layer_spans)
     for name in knowledge.load("summary_rules")["idle_by_window"].values():
-        rows.append(("primary", "idle", name, np.where(idle & (window == name), length, 0.0)))
-    return _per_step(rows, step[:-1], steps)
+        add("primary", "idle", name, np.where(idle & (window == name), length, 0.0))
+    return _per_step(rows, steps)
 
 
 def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
@@ -137,15 +135,14 @@ def _role_kind_codes(inside: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return np.where(combined >= 0, codes, -1), labels
 
 
-def _per_step(rows, stretch_step: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
-    """Sum each row's stretches per step and lay them out long, with the step's wall and share."""
+def _per_step(rows, steps: pd.DataFrame) -> pd.DataFrame:
+    """Each row's ns per step laid out long, with the step's wall and share."""
     ordinals = steps["step_ordinal"].to_numpy(np.int64)
-    position = np.searchsorted(ordinals, stretch_step)
     wall_ms = (steps["end_ns"] - steps["start_ns"]).to_numpy(float) / 1e6
     if not rows:
         return pd.DataFrame()
     count = len(ordinals)
-    per_step = [np.bincount(position, weights=w, minlength=count) for *_, w in rows]
+    per_step = [w for *_, w in rows]
     table = pd.DataFrame(
         {
             "step_ordinal": np.tile(ordinals, len(rows)),
