@@ -118,6 +118,11 @@ def test_a_file_the_typed_reader_refuses_is_judged_by_the_checked_reader(real_fi
     renamed = json.loads(text)
     renamed["phase1"] = renamed.pop(next(iter(renamed)))
     cases["bad step key"] = (json.dumps(renamed).encode(), "error")
+    if name == "communication_matrix.json":  # a link that is not "<src>-<dst>"
+        bad_link = json.loads(text)
+        holder, key = _first_record(bad_link, name)
+        holder["a-b"] = holder.pop(key)
+        cases["bad link"] = (json.dumps(bad_link).encode(), "error")
     cases.update({label: (_bytes_edited(text, label), expected) for label, expected in BYTE_VARIANTS.items()})
     for label, (content, expected) in cases.items():
         path = tmp_path / label.replace(" ", "_") / name

@@ -147,23 +147,48 @@ def read_communication_matrix(path: str | Path) -> pd.DataFrame:
     steps = _typed(path, _LINK_FILE)
     if steps is None:
         return _checked_links(path)
-    columns: dict[str, list] = {c: [] for c in LINK_COLUMNS}
-    for step, scopes in steps.items():
-        for scope, kinds in (("collective", scopes.collective), ("p2p", scopes.p2p)):
-            for key, links in kinds.items():
-                label, _, group = key.partition("@")
-                kind, _, tier = label.rpartition("-")
-                for link, values in links.items():
-                    src, _, dst = link.partition("-")
-                    if not (src.isdigit() and dst.isdigit()):
-                        return _checked_links(path)  # which names the link at fault
-                    row = (step, scope, kind, tier, group or None, int(src), int(dst), values.transport)
-                    row += (values.size_mb, values.time_ms, values.bandwidth_gbps, values.op_name)
-                    for column, value in zip(columns.values(), row):
-                        column.append(value)
+    links = [
+        (step, scope, key, link, values)
+        for step, scopes in steps.items()
+        for scope, kinds in (("collective", scopes.collective), ("p2p", scopes.p2p))
+        for key, by_link in kinds.items()
+        for link, values in by_link.items()
+    ]
+    # a file repeats a few op labels and links thousands of times: each distinct one is parsed once
+    labels = {key: _link_label(key) for key in {entry[2] for entry in links}}
+    pairs = {link: _link_pair(link) for link in {entry[3] for entry in links}}
+    if None in pairs.values():
+        return _checked_links(path)  # which names the link at fault
+    columns = {
+        "step_id": [entry[0] for entry in links],
+        "op_scope": [entry[1] for entry in links],
+        "op_kind": [labels[entry[2]][0] for entry in links],
+        "tier": [labels[entry[2]][1] for entry in links],
+        "group_hash": [labels[entry[2]][2] for entry in links],
+        "src_local_rank": [pairs[entry[3]][0] for entry in links],
+        "dst_local_rank": [pairs[entry[3]][1] for entry in links],
+        "transport": [entry[4].transport for entry in links],
+        "size_mb": [entry[4].size_mb for entry in links],
+        "time_ms": [entry[4].time_ms for entry in links],
+        "bandwidth_gbps": [entry[4].bandwidth_gbps for entry in links],
+        "op_name": [entry[4].op_name for entry in links],
+    }
     if not columns["step_id"]:
         return pd.DataFrame([], columns=LINK_COLUMNS)
     return pd.DataFrame(columns, columns=LINK_COLUMNS)
+
+
+def _link_label(key: str) -> tuple[str, str, str | None]:
+    """(op kind, tier, group hash) of a matrix key ``<kind>-<tier>@<group hash>``."""
+    label, _, group = key.partition("@")
+    kind, _, tier = label.rpartition("-")
+    return kind, tier, group or None
+
+
+def _link_pair(link: str) -> tuple[int, int] | None:
+    """(src, dst) local ranks of a link ``<src>-<dst>``; None when it is not one."""
+    src, _, dst = link.partition("-")
+    return (int(src), int(dst)) if src.isdigit() and dst.isdigit() else None
 
 
 def _steps(path: Path, data: object) -> dict[int | None, dict]:
