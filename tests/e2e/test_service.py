@@ -159,13 +159,19 @@ def test_a_supervisor_that_stops_looking_is_replaced_as_roots_land(redis_server,
     wait_until(lambda: client.get(f"npuprof:looked:{sweep_id}"), 60, "the merge's first look")
     client.incr(f"npuprof:merge-generation:{sweep_id}")  # the merge stops at its next look
     wait_until((tmp_path / "archive" / "sweep_summary.json").exists, 300, "the rollup without a client")
-    record = json.loads(client.get(f"npuprof:sweep:{sweep_id}"))
-    assert record["state"] == "done" and len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
-    log = started[0].log_text()
-    assert "'status': 'superseded'" in log  # the old copy stopped; the new one merged
+
+    # the merge writes the rollup first and marks the sweep done after it: the record may lag the file
+    def marked_done() -> bool:
+        return json.loads(client.get(f"npuprof:sweep:{sweep_id}"))["state"] == "done"
+
+    wait_until(marked_done, 30, "the sweep marked done")
+    assert len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
     # the stopped copy and the one that merged; a worker busy analyzing past the stale time may have
-    # been sent one more copy, which the newest supersedes in turn
-    assert log.count(f"npuprof.merge_sweep[npuprof-merge-{sweep_id}] succeeded") >= 2
+    # been sent one more copy, which the newest supersedes in turn (the worker logs a task's end just
+    # after it returns)
+    merged = f"npuprof.merge_sweep[npuprof-merge-{sweep_id}] succeeded"
+    wait_until(lambda: started[0].log_text().count(merged) >= 2, 30, "the two merges' ends in the worker log")
+    assert "'status': 'superseded'" in started[0].log_text()  # the old copy stopped; the new one merged
 
 
 def test_a_stale_supervisor_is_sent_again_once_by_whoever_asks(redis_server, monkeypatch):
