@@ -10,6 +10,7 @@ the transport, size, time and bandwidth. Keys starting ``Total`` are sums and ar
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ def _typed(path: Path, decoder: msgspec.json.Decoder) -> dict[int | None, Any] |
         match = _STEP.match(key)
         if match is None:
             return None
-        steps[int(match.group(1)) if match.group(1) else None] = value
+        steps[_step_id(match)] = value
     return steps
 
 
@@ -117,28 +118,36 @@ def read_communication_json(path: str | Path) -> pd.DataFrame:
         op_scope=[e[1] for e in entries],
         op_name=[e[2][0] for e in entries],
         group_hash=[e[2][2] or None for e in entries],
-        packet_sizes_mb=[_typed_transports(e[3].transports, index, sparse) for index, e in enumerate(entries)],
+        packet_sizes_mb=[
+            _recorded_transports(_typed_transports(e[3].transports), index, sparse) for index, e in enumerate(entries)
+        ],
     )
     for column in _TIME_FIELDS.values():
         dense[column] = [getattr(e[3].times, column) for e in entries]
     return _op_frame(dense, sparse)
 
 
-def _typed_transports(transports: dict[str, _Transport], index: int, sparse: dict[str, dict[int, object]]) -> str:
-    """``_transport_values`` over decoded transports."""
+def _recorded_transports(measured: Iterable[tuple], index: int, sparse: dict[str, dict[int, object]]) -> str:
+    """Record op ``index``'s per-transport size / time / bandwidth in ``sparse``; the busiest
+    transport's packet size distribution (transports repeat one distribution). ``measured``: (transport,
+    size MB, time ms, bandwidth GB/s, size distribution) of each transport the schema knows."""
     busiest, packets = -1.0, ""
-    for transport, values in transports.items():
-        if transport not in schema.TRANSPORTS:
-            continue
+    for transport, size, time_ms, bandwidth, distribution in measured:
         prefix = transport.lower()
-        sparse[f"{prefix}_size_mb"][index] = values.size_mb
-        sparse[f"{prefix}_time_ms"][index] = values.time_ms
-        sparse[f"{prefix}_bandwidth_gbps"][index] = values.bandwidth_gbps
-        if values.size_mb > busiest:
-            busiest = values.size_mb
-            ordered = sorted(values.distribution.items())
-            packets = ";".join(f"{bucket}x{int(entry[0])}" for bucket, entry in ordered)
+        sparse[f"{prefix}_size_mb"][index] = size
+        sparse[f"{prefix}_time_ms"][index] = time_ms
+        sparse[f"{prefix}_bandwidth_gbps"][index] = bandwidth
+        if size > busiest:
+            busiest = size
+            packets = ";".join(f"{bucket}x{int(entry[0])}" for bucket, entry in sorted(distribution.items()))
     return packets
+
+
+def _typed_transports(transports: dict[str, _Transport]) -> Iterator[tuple]:
+    """The measured transports of a decoded op, for ``_recorded_transports``."""
+    for transport, values in transports.items():
+        if transport in schema.TRANSPORTS:
+            yield transport, values.size_mb, values.time_ms, values.bandwidth_gbps, values.distribution
 
 
 def read_communication_matrix(path: str | Path) -> pd.DataFrame:
@@ -200,8 +209,13 @@ def _steps(path: Path, data: object) -> dict[int | None, dict]:
         match = _STEP.match(str(key))
         if match is None or not isinstance(value, dict):
             raise BadInput(path, f'unexpected top-level key {key!r} (expected "step<id>" objects)')
-        steps[int(match.group(1)) if match.group(1) else None] = value
+        steps[_step_id(match)] = value
     return steps
+
+
+def _step_id(match: re.Match) -> int | None:
+    """The id of a matched ``step<id>`` key (None: "step" without a number)."""
+    return int(match.group(1)) if match.group(1) else None
 
 
 def _number(path: Path, key: str, field: str, value: object) -> float:
@@ -215,23 +229,18 @@ def _number(path: Path, key: str, field: str, value: object) -> float:
     return float(value)
 
 
-def _transport_values(path: Path, key: str, info: dict, index: int, sparse: dict[str, dict[int, object]]) -> str:
-    """Record op ``index``'s per-transport size / time / bandwidth in ``sparse``; the busiest
-    transport's packet size distribution (transports repeat one distribution)."""
-    busiest, packets = -1.0, ""
+def _checked_transports(path: Path, key: str, info: dict) -> Iterator[tuple]:
+    """The measured transports of op ``key``, each number checked, for ``_recorded_transports``."""
     for transport, values in (info.get("Communication Bandwidth Info") or {}).items():
         if transport not in schema.TRANSPORTS or not isinstance(values, dict):
             continue
-        prefix = transport.lower()
-        size = _number(path, key, transport, values.get("Transit Size(MB)", 0))
-        sparse[f"{prefix}_size_mb"][index] = size
-        sparse[f"{prefix}_time_ms"][index] = _number(path, key, transport, values.get("Transit Time(ms)", 0))
-        sparse[f"{prefix}_bandwidth_gbps"][index] = _number(path, key, transport, values.get("Bandwidth(GB/s)", 0))
-        if size > busiest:
-            busiest = size
-            distribution = values.get("Size Distribution") or {}
-            packets = ";".join(f"{bucket}x{int(entry[0])}" for bucket, entry in sorted(distribution.items()))
-    return packets
+        yield (
+            transport,
+            _number(path, key, transport, values.get("Transit Size(MB)", 0)),
+            _number(path, key, transport, values.get("Transit Time(ms)", 0)),
+            _number(path, key, transport, values.get("Bandwidth(GB/s)", 0)),
+            values.get("Size Distribution") or {},
+        )
 
 
 def _checked_ops(path: Path) -> pd.DataFrame:
@@ -251,7 +260,10 @@ def _checked_ops(path: Path) -> pd.DataFrame:
                 measured = info.get("Communication Time Info") or {}
                 for field, column in times:
                     dense[column].append(_number(path, key, field, measured[field]) if field in measured else None)
-                dense["packet_sizes_mb"].append(_transport_values(path, key, info, len(dense["step_id"]), sparse))
+                measured_transports = _checked_transports(path, key, info)
+                dense["packet_sizes_mb"].append(
+                    _recorded_transports(measured_transports, len(dense["step_id"]), sparse)
+                )
                 dense["step_id"].append(step)
                 dense["op_scope"].append(scope)
                 dense["op_name"].append(name)
@@ -283,13 +295,12 @@ def _checked_links(path: Path) -> pd.DataFrame:
     for step, scopes in _steps(path, read_json(path, finite=True)).items():
         for scope in ("collective", "p2p"):
             for key, links in (scopes.get(scope) or {}).items():
-                label, _, group = str(key).partition("@")
-                kind, _, tier = label.rpartition("-")
+                kind, tier, group = _link_label(str(key))
                 if not isinstance(links, dict):
                     raise BadInput(path, f"step {step} {scope} {key}: expected an object of links")
                 for link, values in links.items():
-                    src, _, dst = str(link).partition("-")
-                    if not (src.isdigit() and dst.isdigit()) or not isinstance(values, dict):
+                    pair = _link_pair(str(link))
+                    if pair is None or not isinstance(values, dict):
                         raise BadInput(path, f'step {step} {key}: bad link {link!r} (expected "<src>-<dst>")')
                     rows.append(
                         {
@@ -297,9 +308,9 @@ def _checked_links(path: Path) -> pd.DataFrame:
                             "op_scope": scope,
                             "op_kind": kind,
                             "tier": tier,
-                            "group_hash": group or None,
-                            "src_local_rank": int(src),
-                            "dst_local_rank": int(dst),
+                            "group_hash": group,
+                            "src_local_rank": pair[0],
+                            "dst_local_rank": pair[1],
                             "transport": values.get("Transport Type"),
                             "size_mb": _number(path, key, link, values.get("Transit Size(MB)", 0)),
                             "time_ms": _number(path, key, link, values.get("Transit Time(ms)", 0)),
