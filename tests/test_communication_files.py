@@ -15,7 +15,6 @@ from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources import communication_files as files
 from npuprof.synth import generate
 
-OUTPUT = "ASCEND_PROFILER_OUTPUT"
 READERS = {
     "communication.json": (files.read_communication_json, files._checked_ops),
     "communication_matrix.json": (files.read_communication_matrix, files._checked_links),

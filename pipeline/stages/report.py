@@ -32,7 +32,7 @@ from npuprof.pipeline.stage_order import STAGE_NAMES
 from npuprof.pipeline.stages.base import RootContext, StageResult
 
 MANIFEST_STAGES = STAGE_NAMES[: STAGE_NAMES.index("report")]
-TRACE_COLUMNS = ["row_idx", "stream_id", "name", "op_type", "start_ns", "end_ns"]
+TRACE_COLUMNS = ["stream_id", "name", "start_ns", "end_ns"]  # what trace.json draws of a kernel
 BUBBLE_TRACE_COLUMNS = ["start_ns", "end_ns", "kind", "evidence_id"]
 REQUIRED = {
     "fast": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE),
@@ -86,8 +86,7 @@ def _trace_spans(ctx: RootContext, held: pd.DataFrame) -> RankSpans:
 
 def _longest_bubbles(ctx: RootContext) -> pd.DataFrame:
     """The idle windows report.html can draw, read rank by rank."""
-    longest = longest_windows(ctx.rank_frames(schema.BUBBLE_WINDOWS))
-    return int_ranks(longest if len(longest) else ctx.read_frame(schema.BUBBLE_WINDOWS))
+    return int_ranks(longest_windows(ctx.rank_frames(schema.BUBBLE_WINDOWS)))
 
 
 def _cited_evidence(ctx: RootContext, findings: list[dict]) -> tuple[pd.DataFrame, dict[str, int]]:
