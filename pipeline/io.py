@@ -226,29 +226,34 @@ THREADED_READ_ROWS = 65_536  # below this, handing columns to threads costs more
 def _partition_files(path: Path) -> list[tuple[int, Path]] | None:
     """Each rank partition's file under a per-rank table, in the order a dataset scan reads them
     (paths sorted as text), or None when the layout is not one file per ``rank_id=<r>`` dir."""
-    prefix = f"{schema.RANK_PARTITION_KEY}="
     try:
         entries = sorted((entry.name, entry.path) for entry in os.scandir(path))
     except (FileNotFoundError, NotADirectoryError):
         return None
     files = []
     for name, place in entries:
-        rank = name[len(prefix) :]
+        rank = _partition_rank(name)
         file = Path(place) / schema.PARTITION_FILE
-        if not name.startswith(prefix) or not rank.isdigit() or len(os.listdir(place)) != 1 or not file.is_file():
+        if rank is None or len(os.listdir(place)) != 1 or not file.is_file():
             return None
-        files.append((int(rank), file))
+        files.append((rank, file))
     return files
+
+
+def _partition_rank(name: str) -> int | None:
+    """The rank of a partition dir named ``rank_id=<r>``; None for any other name."""
+    prefix = f"{schema.RANK_PARTITION_KEY}="
+    rank = name[len(prefix) :]
+    return int(rank) if name.startswith(prefix) and rank.isdigit() else None
 
 
 def partition_ranks(out_dir: Path, table: schema.Table) -> list[int]:
     """The ranks with a partition of the per-rank ``table`` on disk, in numeric order."""
-    prefix = f"{schema.RANK_PARTITION_KEY}="
     try:
         names = os.listdir(Path(out_dir) / table.path)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit())
+    return sorted(rank for rank in map(_partition_rank, names) if rank is not None)
 
 
 def _read_file(path: Path, columns: list[str] | None, dictionary: tuple[str, ...]) -> pa.Table:
