@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npuprof.pipeline import __version__, io, schema
+# only light imports here: `npuprof status` runs again and again (watch loops, scripts) and needs
+# Redis and Celery, not pandas, Arrow and the stages
+from npuprof.pipeline import __version__
 from npuprof.pipeline.errors import BadInput, ServiceUnavailable, UsageError
-from npuprof.pipeline.stages.base import AnalyzeOptions
-from npuprof.pipeline.sweep import service_mark
+from npuprof.pipeline.options import AnalyzeOptions
 
 SERVICE_EXTRA_HINT = "the service needs its extra: pip install 'npuprof[service]'"
 
@@ -173,6 +174,8 @@ def status(sweep_id: str, *, broker: str | None = None) -> dict:
         )
         row = {"root": entry["root"], "state": state, "percent": percent, "ranks_done": done_ranks, "ranks": len(ranks)}
         if state == "FAILURE":
+            from npuprof.pipeline import io
+
             failure = io.read_failure(Path(record["archive"]) / entry["slug"]) or {}
             row["error"] = failure.get("error") or reduce.get("error")
         roots.append(row)
@@ -243,6 +246,8 @@ def cancel(sweep_id: str, *, broker: str | None = None) -> dict:
     conn.app.control.revoke(ids)
     records.update(sweep_id, conn.url, state="cancelled", cancelled_at=time.time())
     if Path(record["archive"]).is_dir():  # mounted here: a local sweep may write the archive again
+        from npuprof.pipeline.sweep import service_mark
+
         service_mark.clear_mark(Path(record["archive"]), sweep_id)
     return {"sweep_id": sweep_id, "state": "cancelled", "revoked": len(ids)}
 
@@ -264,6 +269,7 @@ def forget(sweep_id: str, *, broker: str | None = None) -> dict:
 def _fetch_paths(record: dict, sweep_id: str, root: str | None) -> list[str]:
     """Paths, relative to the archive, that a fetch copies: the sweep's tables, report and datasets
     (``sweep_files``), and one root's summary files."""
+    from npuprof.pipeline import schema
     from npuprof.pipeline.sweep.datasets import sweep_files
 
     paths = sweep_files()

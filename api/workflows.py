@@ -7,9 +7,9 @@ from pathlib import Path
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import UsageError
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.progress import Progress
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import SCENARIOS, generate
 
 DEMO_MARKER = ".npuprof-demo"

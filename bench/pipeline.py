@@ -53,7 +53,7 @@ from npuprof.pipeline.execution import run_rank_chain
 from npuprof.pipeline.memory import rank_input_bytes
 from npuprof.pipeline.sources.discovery import discover
 from npuprof.pipeline.stages import STAGES
-from npuprof.pipeline.stages.base import AnalyzeOptions
+from npuprof.pipeline.options import AnalyzeOptions
 rank = max(discover(sys.argv[1]).ranks, key=rank_input_bytes)
 stages = [s.name for s in STAGES if s.map_rank is not None]
 baseline = rss("VmRSS:")

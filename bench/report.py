@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from normalize import bare_read_seconds, bench_root  # noqa: E402
 
+from npuprof.pipeline.options import AnalyzeOptions  # noqa: E402
 from npuprof.pipeline.runner import StageRange, analyze  # noqa: E402
-from npuprof.pipeline.stages.base import AnalyzeOptions  # noqa: E402
 
 
 def report_seconds(out: Path, mode: str, jobs: int) -> float:

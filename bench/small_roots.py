@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "small_roots")
     args = parser.parse_args()
     started = cpu_seconds()
-    from npuprof.pipeline.stages.base import AnalyzeOptions
+    from npuprof.pipeline.options import AnalyzeOptions
     from npuprof.pipeline.sweep.local import analyze_into
     from npuprof.synth import generate
 

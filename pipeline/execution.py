@@ -22,10 +22,11 @@ import pyarrow as pa
 from npuprof.pipeline import __version__, io
 from npuprof.pipeline.errors import NoSpace, NpuprofError, StageFailed, no_space
 from npuprof.pipeline.memory import check_rank_fits, rank_input_bytes, ranks_at_once
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 from npuprof.pipeline.stages import stage
-from npuprof.pipeline.stages.base import AnalyzeOptions, RankContext, RootContext, Stage, StageResult
+from npuprof.pipeline.stages.base import RankContext, RootContext, Stage, StageResult
 
 
 def _remove(path: Path) -> None:

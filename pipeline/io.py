@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.json_text import json_text  # noqa: F401 (io.json_text: the one JSON writer)
 
 
 def _tmp_path(target: Path) -> Path:
@@ -41,20 +42,6 @@ def write_with(target: Path, writer: Callable[[Path], None]) -> Path:
         if tmp.exists():
             tmp.unlink()
     return target
-
-
-def json_text(payload: Any, indent: int | None = None) -> str:
-    """``payload`` as JSON text that always encodes as UTF-8.
-
-    Paths from the filesystem may hold bytes that are not UTF-8 (Python keeps them as lone
-    surrogates); such a document is written with ASCII escapes, which read back to the same path.
-    """
-    text = json.dumps(payload, indent=indent, ensure_ascii=False, default=_json_default)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(payload, indent=indent, ensure_ascii=True, default=_json_default)
-    return text
 
 
 def text_of_path(path: str | Path | None) -> str | None:
@@ -144,14 +131,6 @@ def move_dir_into_place(work: Path, final: Path) -> None:
     if final.exists():
         shutil.rmtree(final)
     os.replace(work, final)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def utc_now() -> str:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Iterable
 
 from npuprof.pipeline import __version__, io, schema
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.sources.discovery import RootInputs
 from npuprof.pipeline.stages import STAGES
-from npuprof.pipeline.stages.base import AnalyzeOptions
 
 
 def file_facts(paths: Iterable[str], hash_sources: bool) -> list[dict]:

@@ -30,12 +30,13 @@ from npuprof.pipeline.errors import (
 from npuprof.pipeline.execution import clear_stage_outputs, guard, map_rank_chains, run_root_stage
 from npuprof.pipeline.manifests import result_object, write_top_manifest
 from npuprof.pipeline.modelinfo.hardware import check_hardware_model
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.segmentation.expected import expected_model
 from npuprof.pipeline.sources.discovery import RootInputs, discover, is_rank_dir
 from npuprof.pipeline.stage_range import StageRange, check_prerequisites, resolve_stage_range
 from npuprof.pipeline.stages import STAGES
-from npuprof.pipeline.stages.base import AnalyzeOptions, Stage
+from npuprof.pipeline.stages.base import Stage
 
 __all__ = ["StageRange", "analyze", "finish_root", "write_failure"]
 

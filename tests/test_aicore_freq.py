@@ -171,8 +171,9 @@ def test_a_detector_is_added_by_adding_its_module(tmp_path, monkeypatch):
 
 
 def test_the_context_loads_only_what_detectors_declare(planted_outputs):
+    from npuprof.pipeline.options import AnalyzeOptions
     from npuprof.pipeline.sources.discovery import RootInputs
-    from npuprof.pipeline.stages.base import AnalyzeOptions, RootContext
+    from npuprof.pipeline.stages.base import RootContext
 
     _, out = planted_outputs["slow_rank"]
     inputs = RootInputs.from_dict(json.loads((out / schema.SOURCE_INDEX).read_text())["inputs"])

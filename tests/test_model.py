@@ -13,8 +13,8 @@ from conftest import PYTORCH_DATA, QWEN_TRAINING, run_cli
 from npuprof.pipeline import schema
 from npuprof.pipeline.modelinfo.flops import estimate
 from npuprof.pipeline.modelinfo.hardware import choose, cube_peak_tflops
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import SCENARIOS
 
 pytestmark = pytest.mark.xdist_group("planted")

@@ -188,9 +188,9 @@ def test_process_pool_map_matches_in_process_and_carries_errors_across_processes
 
     from npuprof.pipeline.errors import StageFailed
     from npuprof.pipeline.execution import map_rank_chains
+    from npuprof.pipeline.options import AnalyzeOptions
     from npuprof.pipeline.progress import no_progress
     from npuprof.pipeline.sources.discovery import discover
-    from npuprof.pipeline.stages.base import AnalyzeOptions
 
     inputs = discover(QWEN_TRAINING)
     normalize = ["normalize"]

@@ -13,9 +13,9 @@ from conftest import PYTORCH_DATA, copy_sample, run_cli
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput, StageFailed
 from npuprof.pipeline.execution import map_rank_chains
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.progress import no_progress
 from npuprof.pipeline.sources.discovery import discover
-from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import generate
 
 

@@ -15,11 +15,11 @@ from openpyxl import load_workbook
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.report.html import longest_windows
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.stages import report as report_stage
-from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.stages.report import _status
 from npuprof.synth import SCENARIOS, generate
 

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.synth import generate
 
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

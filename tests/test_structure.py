@@ -21,10 +21,11 @@ from npuprof.api.cli import build_parser
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import EXIT_SERVICE_UNAVAILABLE
 from npuprof.pipeline.execution import write_result
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.runner import analyze
 from npuprof.pipeline.stage_range import StageRange, resolve_stage_range
 from npuprof.pipeline.stages import STAGE_NAMES, STAGES, stage
-from npuprof.pipeline.stages.base import AnalyzeOptions, StageResult
+from npuprof.pipeline.stages.base import StageResult
 from npuprof.pipeline.sweep.roots import find_roots
 from npuprof.synth import generate
 from npuprof.workers.launch import worker_command
@@ -295,6 +296,21 @@ def test_every_help_page_is_built_without_pandas_numpy_or_pyarrow():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_the_service_client_loads_no_data_stack():
+    # `npuprof status` runs in watch loops and scripts: answering it needs Redis and Celery only
+    code = (
+        "import sys\n"
+        "from npuprof.api import service\n"
+        "from npuprof.api.cli.options import print_json\n"
+        "from npuprof.workers import app, merge_watch, records\n"
+        "print_json(service.sweep_id_for(['/a'], '/b', service.AnalyzeOptions()))\n"
+        "print(sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'scipy') if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "[]"
 
 
 def test_every_analyze_option_changes_what_is_computed():

@@ -258,7 +258,7 @@ def test_a_text_root_holds_no_db_and_every_rank_has_the_vendor_files(roots):
 def test_db_and_text_exports_of_one_root_normalize_to_the_same_events(tmp_path):
     root = Path(generate(tmp_path / "both", "ep_imbalance", seed=2, export="both")["root"])
     assert len(list(root.rglob("ascend_pytorch_profiler_*.db"))) == 4 and len(list(root.rglob("analysis.db"))) == 4
-    from npuprof.pipeline.stages.base import AnalyzeOptions
+    from npuprof.pipeline.options import AnalyzeOptions
 
     analyze(root, tmp_path / "db", jobs=1, options=AnalyzeOptions(source="db"))
     analyze(root, tmp_path / "csv", jobs=1, options=AnalyzeOptions(source="csv"))

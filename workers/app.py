@@ -24,6 +24,9 @@ def make_app(broker: str | None = None) -> Celery:
         # every key npuprof's service writes starts with KEY_PREFIX: a shared Redis stays readable
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout(),
+            # scan for expired messages every restore_sweep_seconds: one scan per timer tick (throttle 1)
+            "unacked_restore_interval": settings.restore_sweep_seconds(),
+            "unacked_restore_throttle": 1,
             "global_keyprefix": settings.KEY_PREFIX,
         },
         result_backend_transport_options={

@@ -53,6 +53,14 @@ def visibility_timeout() -> int:
     return _seconds("NPUPROF_VISIBILITY_TIMEOUT", 6 * 3600)
 
 
+def restore_sweep_seconds() -> int:
+    """Seconds between two scans of the broker for messages whose visibility timeout ran out.
+
+    Kombu's own cadence is about 100 s whatever the timeout, so a dead worker's rank could wait that
+    long after its timeout; a quarter of the timeout (1 s to 60 s) keeps the wait in proportion."""
+    return _seconds("NPUPROF_RESTORE_SWEEP_SECONDS", min(60, max(1, visibility_timeout() // 4)))
+
+
 def record_days() -> int:
     """Days a sweep's record (and its task results: ``result_expires``) stay in Redis after its last
     change; ``npuprof forget`` drops one sooner. The archive keeps the outputs either way."""

@@ -35,10 +35,10 @@ from npuprof.pipeline.errors import (
     traceback_of,
 )
 from npuprof.pipeline.execution import run_rank_chain
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.runner import StageRange, analyze, finish_root, run_lock_holder, write_failure
 from npuprof.pipeline.sources.discovery import discover
 from npuprof.pipeline.stages import STAGE_NAMES
-from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep import service_mark
 from npuprof.pipeline.sweep.local import is_reusable
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status

@@ -27,7 +27,7 @@ from npuprof.pipeline.errors import (
 
 if TYPE_CHECKING:
     from npuprof.deploy.ssh import Target
-    from npuprof.pipeline.stages.base import AnalyzeOptions
+    from npuprof.pipeline.options import AnalyzeOptions
 
 EXIT_CODES_HELP = f"""exit codes:
   0   success
@@ -152,7 +152,7 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
 def analyze_options(args: argparse.Namespace) -> "AnalyzeOptions":
     """The AnalyzeOptions that ``add_analyze_options`` parsed, after checking the hardware model."""
     from npuprof.pipeline.modelinfo.hardware import check_hardware_model
-    from npuprof.pipeline.stages.base import AnalyzeOptions
+    from npuprof.pipeline.options import AnalyzeOptions
 
     check_hardware_model(args.hardware_model)
     return AnalyzeOptions(
@@ -200,9 +200,9 @@ def require_positive(args: argparse.Namespace, *flags: str) -> None:
 
 def print_json(payload: dict) -> None:
     """The command's one JSON object on stdout."""
-    from npuprof.pipeline import io
+    from npuprof.pipeline.json_text import json_text
 
-    sys.stdout.write(io.json_text(payload) + "\n")
+    sys.stdout.write(json_text(payload) + "\n")
     sys.stdout.flush()
 
 

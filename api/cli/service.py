@@ -153,8 +153,11 @@ def _status(args: argparse.Namespace) -> dict:
         if not args.json:
             _status_table(current)
 
-    if args.watch:
-        return service.wait(args.sweep_id, poll=args.interval, broker=args.broker, on_poll=show, timeout=7 * 24 * 3600)
+    if args.watch:  # with --json nothing is shown while waiting: only the sweep record is read per poll
+        on_poll = None if args.json else show
+        return service.wait(
+            args.sweep_id, poll=args.interval, broker=args.broker, on_poll=on_poll, timeout=7 * 24 * 3600
+        )
     result = service.status(args.sweep_id, broker=args.broker)
     show(result)
     return result

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import NoSpace, NpuprofError, no_space
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.runner import analyze, run_lock, write_failure_if_room
-from npuprof.pipeline.stages.base import AnalyzeOptions
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
 from npuprof.pipeline.sweep.service_mark import refuse_if_marked

@@ -31,14 +31,19 @@ def workers(redis_server, tmp_path):
     started: list[Worker] = []
 
     def start(count: int = 2, queues: str = "npuprof", env: dict | None = None) -> list[Worker]:
-        for index in range(count):
-            started.append(
-                Worker(
-                    f"w{len(started) + 1}", redis_server.url, tmp_path / "logs", {**E2E_ENV, **(env or {})}, queues
-                ).start()
-            )
+        launched = [
+            Worker(
+                f"w{len(started) + index + 1}", redis_server.url, tmp_path / "logs", {**E2E_ENV, **(env or {})}, queues
+            ).launch()
+            for index in range(count)
+        ]
+        started.extend(launched)
+        for worker in launched:
+            worker.wait_ready()
         return started
 
     yield start
+    for worker in started:
+        worker.request_stop()
     for worker in started:
         worker.stop()

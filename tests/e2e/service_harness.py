@@ -72,10 +72,9 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            try:
-                redis.Redis(port=self.port, password=self.password).shutdown(save=False)  # AOF is fsynced: nothing lost
-            except redis.exceptions.ConnectionError:
-                pass
+            # SIGTERM is Redis's own clean shutdown (the AOF is fsynced: nothing lost); a SHUTDOWN sent
+            # by redis-py waits seconds in its retries to reconnect to the server that just left
+            self.proc.terminate()
             self.proc.wait(timeout=20)
         self.proc = None
 
@@ -112,14 +111,21 @@ class Worker:
         ]
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Worker":
+    def launch(self) -> "Worker":
+        """Start the process without waiting: workers launched together start up side by side."""
         logdir = self.log.parent
         logdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             self.command, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
         )
+        return self
+
+    def wait_ready(self) -> "Worker":
         wait_until(lambda: "ready." in self.log.read_text(errors="replace"), 60, f"worker {self.name} to be ready")
         return self
+
+    def start(self) -> "Worker":
+        return self.launch().wait_ready()
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -138,12 +144,20 @@ class Worker:
         for pid in self.child_pids():
             os.kill(pid, signal.SIGKILL)
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """SIGTERM (Celery's warm shutdown) without waiting: workers asked together stop side by side."""
         if self.proc and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        self.request_stop()
+        if self.proc and self.proc.poll() is None:
+            try:
                 self.proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
+            except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
 

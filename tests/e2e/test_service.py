@@ -59,7 +59,11 @@ def wait_state(broker: str, sweep_id: str, states: tuple[str, ...], timeout: flo
 
 
 def wait_done(broker: str, sweep_id: str, timeout: float = 240) -> dict:
-    return wait_state(broker, sweep_id, ("done",), timeout)
+    """The final status, waited for as a user does (``status --watch``: one record read a poll)."""
+    run = run_cli("status", sweep_id, "--watch", "--json", "--interval", "0.5", "--broker", broker, timeout=timeout)
+    assert run.returncode in (0, EXIT_PARTIAL), run.stderr
+    assert run.result["state"] == "done", run.result
+    return run.result
 
 
 def rollup(archive: Path) -> pd.DataFrame:
