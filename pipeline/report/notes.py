@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
 
 from npuprof import knowledge
+
+if TYPE_CHECKING:
+    import bm25s
 
 EXCERPT_CHARS = 240
 TOP_REFS = 3
@@ -24,6 +27,8 @@ def _words(text: str) -> str:
 
 @lru_cache(maxsize=1)
 def _index() -> tuple[bm25s.BM25, tuple[dict, ...]]:
+    import bm25s  # here, not at the top: it loads scipy (0.3 s), and a run without findings never asks
+
     notes = knowledge.notes()
     corpus = [_words(" ".join([n["title"], *n["finding_types"], n["body"]])) for n in notes]
     retriever = bm25s.BM25()
@@ -40,6 +45,8 @@ def knowledge_refs(finding_type: str, summary: str, top: int = TOP_REFS) -> list
     """The ``top`` notes for a finding: ref, title, excerpt and BM25 score (notes written for the
     finding type first)."""
     retriever, notes = _index()
+    import bm25s
+
     query = bm25s.tokenize([_words(f"{finding_type} {summary}")], stopwords="en", show_progress=False)
     ranked, scores = retriever.retrieve(query, k=len(notes), show_progress=False)
     order = sorted(

@@ -26,7 +26,6 @@ from npuprof.pipeline.report.perfetto import MAX_KERNELS_PER_RANK, NO_STREAMS, R
 from npuprof.pipeline.report.pp_chart import stage_passes
 from npuprof.pipeline.report.sheet_notes import TIMES, sheet_note
 from npuprof.pipeline.report.summary import analysis_summary
-from npuprof.pipeline.report.xlsx import relative_times, workbook
 from npuprof.pipeline.sources.auxiliary import note_text
 from npuprof.pipeline.stage_order import STAGE_NAMES
 from npuprof.pipeline.stages.base import RootContext, StageResult
@@ -146,6 +145,8 @@ def _statistic_text(statistic: dict) -> str:
 
 def _workbook(ctx: RootContext, inputs: ReportInputs, summary: dict) -> bytes:
     """report.xlsx: README, a case summary, every user-facing table, the findings."""
+    from npuprof.pipeline.report.xlsx import relative_times, workbook  # openpyxl: full mode only
+
     case = pd.DataFrame(
         [
             ("status", summary["status"]),
