@@ -285,32 +285,29 @@ def test_sweep_and_submit_accept_every_analyze_option():
         assert analysis_options <= _long_options(command), (command, analysis_options - _long_options(command))
 
 
+def _heavy_modules_after(code: str, heavy: tuple[str, ...]) -> list[str]:
+    """Which of ``heavy`` a fresh interpreter has loaded after running ``code``."""
+    probe = f"import sys\n{code}\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.splitlines()[-1].replace("'", '"'))
+
+
 def test_every_help_page_is_built_without_pandas_numpy_or_pyarrow():
     # npuprof --help must answer at once: its parsers may import nothing that loads the data stack
-    code = (
-        "import sys\n"
-        "from npuprof.api.cli import build_parser\n"
-        "build_parser()\n"
-        "print(sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'scipy', 'celery') if m in sys.modules))"
-    )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "[]"
+    code = "from npuprof.api.cli import build_parser\nbuild_parser()"
+    assert _heavy_modules_after(code, ("pandas", "numpy", "pyarrow", "scipy", "celery")) == []
 
 
 def test_the_service_client_loads_no_data_stack():
     # `npuprof status` runs in watch loops and scripts: answering it needs Redis and Celery only
     code = (
-        "import sys\n"
         "from npuprof.api import service\n"
         "from npuprof.api.cli.options import print_json\n"
         "from npuprof.workers import app, merge_watch, records\n"
-        "print_json(service.sweep_id_for(['/a'], '/b', service.AnalyzeOptions()))\n"
-        "print(sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'scipy') if m in sys.modules))"
+        "print_json(service.sweep_id_for(['/a'], '/b', service.AnalyzeOptions()))"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[-1] == "[]"
+    assert _heavy_modules_after(code, ("pandas", "numpy", "pyarrow", "scipy")) == []
 
 
 def test_every_analyze_option_changes_what_is_computed():
