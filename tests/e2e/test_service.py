@@ -99,8 +99,16 @@ def test_ten_root_sweep_through_two_workers_matches_the_local_sweep(redis_server
     assert local.returncode == EXIT_PARTIAL  # the broken case failed; the sweep says so in its exit code
     pd.testing.assert_frame_equal(rollup(tmp_path / "archive"), rollup(tmp_path / "local"))
     # both workers took work: one root's ranks spread over the pool
-    assert all("npuprof.analyze_rank" in w.log_text() for w in pool)
+    assert all("Task npuprof.analyze_rank[" in w.log_text() for w in pool)  # a task line, not the start-up banner
     assert not list((tmp_path / "archive").glob(".*")), "no work dir is left in the archive"
+
+
+def running_rank_tasks(worker) -> set[str]:
+    """Ids of the rank tasks the worker received and has not finished, from its log (the start-up
+    banner names every registered task and is no task event)."""
+    events = re.findall(r"Task npuprof\.analyze_rank\[([^\]]+)\] (\w+)", worker.log_text())
+    received = {task for task, event in events if event == "received"}
+    return received - {task for task, event in events if event != "received"}
 
 
 @pytest.mark.parametrize("how", ["pool_child", "worker_process"])
@@ -111,14 +119,7 @@ def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
     first, second = workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
     victim = wait_until(
-        lambda: next(
-            (
-                w
-                for w in (first, second)
-                if "analyze_rank" in w.log_text() and "succeeded" not in w.log_text().split("analyze_rank")[-1]
-            ),
-            None,
-        ),
+        lambda: next((w for w in (first, second) if running_rank_tasks(w)), None),
         60,
         "a worker to be in the middle of a rank task",
         interval=0.05,
@@ -420,7 +421,7 @@ def test_roots_are_routed_to_the_queue_of_their_storage(redis_server, workers, t
     assert run.returncode == 0, run.stderr
     final = wait_done(redis_server.url, run.result["sweep_id"])
     assert final["totals"] == {"SUCCESS": 1}
-    assert "npuprof.reduce_root" in worker.log_text()
+    assert "Task npuprof.reduce_root[" in worker.log_text()
 
 
 BAD_ROOTS_THROUGH_THE_SERVICE = [
