@@ -287,10 +287,10 @@ def test_sweep_and_submit_accept_every_analyze_option():
 
 def _heavy_modules_after(code: str, heavy: tuple[str, ...]) -> list[str]:
     """Which of ``heavy`` a fresh interpreter has loaded after running ``code``."""
-    probe = f"import sys\n{code}\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
+    probe = f"import json, sys\n{code}\nprint(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))"
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout.splitlines()[-1].replace("'", '"'))
+    return json.loads(run.stdout.splitlines()[-1])
 
 
 def test_every_help_page_is_built_without_pandas_numpy_or_pyarrow():

@@ -25,14 +25,21 @@ def _words(text: str) -> str:
     return re.sub(r"[_:./-]+", " ", text)
 
 
-@lru_cache(maxsize=1)
-def _index() -> tuple[bm25s.BM25, tuple[dict, ...]]:
+def _tokens(texts: list[str]) -> bm25s.tokenization.Tokenized:
+    """The texts as BM25 tokens, the same way for the notes and for a query."""
     import bm25s  # here, not at the top: it loads scipy (0.3 s), and a run without findings never asks
 
+    return bm25s.tokenize([_words(text) for text in texts], stopwords="en", show_progress=False)
+
+
+@lru_cache(maxsize=1)
+def _index() -> tuple[bm25s.BM25, tuple[dict, ...]]:
+    import bm25s
+
     notes = knowledge.notes()
-    corpus = [_words(" ".join([n["title"], *n["finding_types"], n["body"]])) for n in notes]
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+    corpus = [" ".join([n["title"], *n["finding_types"], n["body"]]) for n in notes]
+    retriever.index(_tokens(corpus), show_progress=False)
     return retriever, notes
 
 
@@ -45,10 +52,7 @@ def knowledge_refs(finding_type: str, summary: str, top: int = TOP_REFS) -> list
     """The ``top`` notes for a finding: ref, title, excerpt and BM25 score (notes written for the
     finding type first)."""
     retriever, notes = _index()
-    import bm25s
-
-    query = bm25s.tokenize([_words(f"{finding_type} {summary}")], stopwords="en", show_progress=False)
-    ranked, scores = retriever.retrieve(query, k=len(notes), show_progress=False)
+    ranked, scores = retriever.retrieve(_tokens([f"{finding_type} {summary}"]), k=len(notes), show_progress=False)
     order = sorted(
         zip(ranked[0].tolist(), scores[0].tolist()),
         key=lambda pair: (finding_type not in notes[pair[0]]["finding_types"], -pair[1]),
