@@ -11,9 +11,11 @@ import multiprocessing
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -178,33 +180,93 @@ def map_rank_chains(
     total = len(ranks)
     pooled = _uses_process_pool(inputs, jobs) if in_pool is None else in_pool
     progress("ranks", 0, total, f"{' → '.join(stage_names)} per rank")
+    workers = ranks_at_once([rank_input_bytes(r) for r in ranks], min(jobs, total)) if pooled else 1
+    if pooled and workers < min(jobs, total):
+        progress("ranks", 0, total, f"{workers} at once: the memory available holds no more")
     results: list[dict] = []
-    if not pooled or min(jobs, total) < 2:
+    if workers < 2:
         for rank in ranks:
             results.append(run_rank_chain(str(out_dir), vars(rank), options.to_dict(), stage_names, progress))
             progress("ranks", len(results), total, f"rank {rank.rank_id}")
         return results
-    workers = ranks_at_once([rank_input_bytes(r) for r in ranks], min(jobs, total))
-    if workers < min(jobs, total):
-        progress("ranks", 0, total, f"{workers} at once: the memory available holds no more")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        futures = {
-            pool.submit(run_rank_chain, str(out_dir), vars(rank), options.to_dict(), stage_names): rank.rank_id
-            for rank in ranks
-        }
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                if future.exception() is not None:
-                    for other in pending:
-                        other.cancel()
-                    # a StageFailed names its stage and rank (guarded in the chain); anything else (a
-                    # worker killed) is named by the rank whose chain it ended
-                    guard("rank chain", futures[future], _reraise, future.exception())
-                results.append(future.result())
-                progress("ranks", len(results), total, f"rank {futures[future]}")
+    said = threading.RLock()  # pool feeders and this process's own chains finish and report side by side
+
+    def report(stage_name: str, done: int, of: int, message: str) -> None:
+        with said:
+            progress(stage_name, done, of, message)
+
+    def finished(rank: RankInput, result: dict) -> None:
+        with said:
+            results.append(result)
+            report("ranks", len(results), total, f"rank {rank.rank_id}")
+
+    _chains_in_pool(out_dir, ranks, options.to_dict(), stage_names, workers, finished, report)
     return results
+
+
+def _chains_in_pool(
+    out_dir: Path,
+    ranks: list[RankInput],
+    options: dict,
+    stage_names: list[str],
+    workers: int,
+    finished: Callable[[RankInput, dict], None],
+    progress: Progress,
+) -> None:
+    """Every rank's chain, ``finished`` called as each ends: ``workers - 1`` pool processes take the
+    ranks from the biggest, one feeder thread each, and this process works as the last one, from the
+    smallest — one interpreter fewer than a pool of ``workers`` (its imports alone hold about 0.15×
+    the bench root's input). ``progress`` hears this process's chains stage by stage, as an in-process
+    run's. The first failure stops the handing out of ranks and is raised with its phase once the
+    chains running end."""
+    queue = deque(ranks)
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def take(biggest: bool) -> RankInput | None:
+        with lock:
+            if failures or not queue:
+                return None
+            return queue.popleft() if biggest else queue.pop()
+
+    def fail(exc: BaseException) -> None:
+        with lock:
+            failures.append(exc)
+            queue.clear()
+
+    def feed(pool: ProcessPoolExecutor) -> None:
+        while (rank := take(biggest=True)) is not None:
+            try:
+                result = pool.submit(run_rank_chain, str(out_dir), vars(rank), options, stage_names).result()
+            except BaseException as exc:  # noqa: BLE001 — a StageFailed from the chain, or a worker killed
+                # a StageFailed names its stage and rank (guarded in the chain); anything else (a worker
+                # killed) is named by the rank whose chain it ended
+                fail(_named(rank.rank_id, exc))
+                return
+            finished(rank, result)
+
+    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=_pool_context()) as pool:
+        feeders = [threading.Thread(target=feed, args=(pool,), daemon=True) for _ in range(workers - 1)]
+        for feeder in feeders:
+            feeder.start()
+        try:
+            while (rank := take(biggest=False)) is not None:
+                finished(rank, run_rank_chain(str(out_dir), vars(rank), options, stage_names, progress))
+        except BaseException as exc:
+            fail(exc)
+        for feeder in feeders:
+            feeder.join()
+    if failures:
+        raise failures[0]
+
+
+def _named(rank_id: int, exc: BaseException) -> BaseException:
+    """``exc`` as the StageFailed that names the rank whose chain it ended (a StageFailed as it is)."""
+    try:
+        guard("rank chain", rank_id, _reraise, exc)
+    except BaseException as named:  # noqa: BLE001
+        return named
+    return exc
 
 
 def run_rank_chain(

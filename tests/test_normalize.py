@@ -7,6 +7,7 @@ import csv
 import json
 import re
 import sqlite3
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -215,6 +216,38 @@ def test_process_pool_map_matches_in_process_and_carries_errors_across_processes
         map_rank_chains(tmp_path / "b", discover(broken), AnalyzeOptions(), normalize, 2, no_progress, in_pool=True)
     assert raised.value.phase == "normalize (rank 2)" and raised.value.exit_code == 3
     assert "empty file" in raised.value.one_line()
+
+
+def test_a_pooled_map_runs_the_smallest_ranks_here_and_the_biggest_in_the_pool(tmp_path):
+    """With 2 jobs the pool holds one process: it takes the biggest rank first, this process the
+    smallest (its chain reports stage by stage, as an in-process run's); a failure on the pool's side
+    still names its rank."""
+    from conftest import copy_sample
+
+    from npuprof.pipeline.errors import StageFailed
+    from npuprof.pipeline.execution import map_rank_chains
+    from npuprof.pipeline.memory import rank_input_bytes
+    from npuprof.pipeline.options import AnalyzeOptions
+    from npuprof.pipeline.progress import no_progress
+    from npuprof.pipeline.sources.discovery import discover
+
+    inputs = discover(QWEN_TRAINING)
+    by_size = sorted(inputs.ranks, key=rank_input_bytes)
+    heard = []
+    chains = map_rank_chains(
+        tmp_path / "p", inputs, AnalyzeOptions(), ["normalize"], 2, lambda *said: heard.append(said), in_pool=True
+    )
+    assert sorted(c["normalize"]["rank_id"] for c in chains) == sorted(r.rank_id for r in inputs.ranks)
+    here = {message for stage_name, _, _, message in heard if stage_name == "normalize"}
+    assert f"rank {by_size[0].rank_id}" in here and f"rank {by_size[-1].rank_id}" not in here
+    assert [done for stage_name, done, _, _ in heard if stage_name == "ranks"] == [0, 1, 2, 3, 4]
+
+    broken = copy_sample(QWEN_TRAINING, tmp_path / "broken")
+    biggest = Path(by_size[-1].kernel_csv.replace(str(QWEN_TRAINING), str(broken)))
+    biggest.write_bytes(biggest.read_bytes()[:300] + b"\xff\xfe broken")
+    with pytest.raises(StageFailed) as raised:
+        map_rank_chains(tmp_path / "b", discover(broken), AnalyzeOptions(), ["normalize"], 2, no_progress, in_pool=True)
+    assert raised.value.phase == f"normalize (rank {by_size[-1].rank_id})" and raised.value.exit_code == 3
 
 
 def test_events_are_stored_in_device_order_whatever_the_source_order(tmp_path):
