@@ -2,8 +2,9 @@
 text`` on the same synthetic root (≥ 4 ranks × 200 k kernels), wall time of each CLI, in one run.
 
 npuprof does strictly more (steps, layers, blocks, classes, operators, communication, findings,
-report); the target is npuprof ≥ 5× faster. The vendor tool runs from its own venv (created on
-first use, as the peer tests do). Usage: ``python bench/peer.py [--ranks 4] [--steps 800] [--repeat 1]``.
+report); the target (issue: memory and speed) is npuprof ≥ 3× faster. The vendor tool runs from its
+own venv (created on first use, as the peer tests do).
+Usage: ``python bench/peer.py [--ranks 4] [--steps 800] [--repeat 1]``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from peer_tool import peer_executable, run_cluster  # noqa: E402
 
 from npuprof.synth import generate  # noqa: E402
 
-TARGET = 5.0
+TARGET = 3.0
 NPUPROF = shutil.which("npuprof") or str(Path(sys.executable).parent / "npuprof")  # the installed CLI
 
 

@@ -346,3 +346,37 @@ def test_hccl_calls_are_ranked_per_kind_and_group_never_one_call_at_a_time(analy
     for row in with_comm.itertuples():  # one family per block: its share of top_ops is the block's comm
         family = [item for item in row.top_ops.split(";") if item.startswith("hcom_")]
         assert len(family) == 1 and float(family[0].split("=")[1]) == pytest.approx(row.comm_ms_mean, abs=1e-3)
+
+
+def test_a_rank_chain_reads_what_its_stages_declare_and_nothing_back_from_disk(analyzed, tmp_path, monkeypatch):
+    """Each map unit reads only the tables (and event columns) its stage declares in ``map_reads``,
+    all handed over in memory: the chain keeps just those, so a read outside them would go to disk."""
+    from npuprof.pipeline import execution, io
+    from npuprof.pipeline.sources.discovery import discover
+    from npuprof.pipeline.stages import STAGES, stage
+    from npuprof.pipeline.stages.base import RankContext
+
+    current, reads, from_disk = [""], [], []
+    run_stage, read_table, read_dataset = execution.run_rank_stage, RankContext.read_table, io.read_dataset
+
+    def in_stage(name, *args):
+        current[0] = name
+        return run_stage(name, *args)
+
+    def recorded(self, table, columns=None, filter=None):
+        reads.append((current[0], table.path, columns))
+        return read_table(self, table, columns, filter)
+
+    monkeypatch.setattr(execution, "run_rank_stage", in_stage)
+    monkeypatch.setattr(RankContext, "read_table", recorded)
+    monkeypatch.setattr(io, "read_dataset", lambda *a, **k: from_disk.append(a[1].path) or read_dataset(*a, **k))
+    root, _ = analyzed["mixed"]
+    rank = max(discover(root).ranks, key=lambda r: r.rank_id)
+    mapped = [s.name for s in STAGES if s.map_rank is not None]
+    execution.run_rank_chain(str(tmp_path), vars(rank), {}, mapped)
+    assert {name for name, _, _ in reads} == set(mapped[1:]) and from_disk == []
+    for name, path, columns in reads:
+        declared = {read.table.path: read.columns for read in stage(name).map_reads}
+        assert path in declared, f"{name} reads {path} without declaring it"
+        if declared[path] is not None:
+            assert columns is not None and set(columns) <= set(declared[path]), f"{name} reads {path} {columns}"

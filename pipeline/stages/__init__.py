@@ -16,7 +16,15 @@ from npuprof.pipeline.stages import (
     segment,
     summarize,
 )
-from npuprof.pipeline.stages.base import Stage
+from npuprof.pipeline.stages.base import RankRead, Stage
+
+
+def _events(columns: list[str]) -> RankRead:
+    return RankRead(schema.NORMALIZED_EVENTS, tuple(columns))
+
+
+_STEPS, _LAYERS, _BLOCKS = (RankRead(t) for t in (schema.STEP_SEGMENTS, schema.LAYER_SEGMENTS, schema.BLOCK_SEGMENTS))
+_OPERATORS = RankRead(schema.OPERATOR_SUMMARY)
 
 STAGES: tuple[Stage, ...] = (
     Stage(
@@ -31,6 +39,7 @@ STAGES: tuple[Stage, ...] = (
         requires=(schema.stage_manifest_name("normalize"), schema.NORMALIZED_EVENTS),
         produces=(schema.STEP_SEGMENTS, schema.LAYER_SEGMENTS),
         map_rank=segment.map_rank,
+        map_reads=(_events(segment.SEGMENT_INPUT_COLUMNS),),
         reduce_root=segment.reduce_root,
         headline=segment.headline,
     ),
@@ -47,6 +56,7 @@ STAGES: tuple[Stage, ...] = (
             *schema.CLASS_SUMMARY_CSVS,
         ),
         map_rank=classify.map_rank,
+        map_reads=(_events(classify.CLASSIFY_INPUT_COLUMNS), _STEPS, _LAYERS),
         reduce_root=classify.reduce_root,
         headline=classify.headline,
     ),
@@ -68,6 +78,7 @@ STAGES: tuple[Stage, ...] = (
             *schema.SUMMARY_CSVS,
         ),
         map_rank=summarize.map_rank,
+        map_reads=(_events(summarize.SUMMARIZE_INPUT_COLUMNS), _STEPS, _LAYERS, _BLOCKS),
         reduce_root=summarize.reduce_root,
         headline=summarize.headline,
     ),
@@ -92,6 +103,13 @@ STAGES: tuple[Stage, ...] = (
             schema.STEP_TIME_ACCOUNTING_CSV,  # summarize's rows and the idle time by cause
         ),
         map_rank=evidence.map_rank,
+        map_reads=(
+            _events(evidence.EVIDENCE_INPUT_COLUMNS),
+            _STEPS,
+            _LAYERS,
+            _OPERATORS,
+            RankRead(schema.COMMUNICATION_EVENTS),
+        ),
         reduce_root=evidence.reduce_root,
         headline=evidence.headline,
     ),
@@ -114,6 +132,7 @@ STAGES: tuple[Stage, ...] = (
         ),
         optional=schema.MODEL_CONFIG_CSVS,  # only with --model-config
         map_rank=model.map_rank,
+        map_reads=(_events(model.MODEL_INPUT_COLUMNS), _STEPS, _BLOCKS, _OPERATORS),
         reduce_root=model.reduce_root,
         headline=model.headline,
     ),

@@ -62,7 +62,9 @@ class RankContext:
     ) -> pa.Table:
         """This rank's partition of ``table`` (only ``columns``, rows matching ``filter``)."""
         held = self.handed_over.get(table.path)
-        if held is None:
+        # the chain keeps of a handed-over table only the columns its later stages declare they read
+        wanted = table.columns if columns is None else columns
+        if held is None or not set(wanted) <= set(held.column_names):
             return io.read_dataset(self.out_dir, table, self.rank.rank_id, columns=columns, filter=filter)
         if filter is not None:
             held = held.filter(filter)
@@ -110,6 +112,16 @@ class RootContext:
 
 
 @dataclass(frozen=True)
+class RankRead:
+    """A rank table that a stage's map unit reads: every column (``columns`` None) or only these. A
+    rank's chain holds a table an earlier stage handed over only while a later stage reads it, and
+    only the columns it reads (a read of anything else goes to disk)."""
+
+    table: schema.Table
+    columns: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Stage:
     """A registered stage: its artifacts, its map (per rank) and reduce (per root) functions, and
     the headline it contributes to the result JSON."""
@@ -120,6 +132,7 @@ class Stage:
     # owned too, but written only under some options (removed before a re-run that may not write them)
     optional: tuple[schema.Table | schema.CsvView | str, ...] = ()
     map_rank: Callable[[RankContext], StageResult] | None = None
+    map_reads: tuple[RankRead, ...] = ()  # what map_rank reads of the rank's tables
     reduce_root: Callable[[RootContext], StageResult] | None = None
     # The stage's part of the result JSON, from its manifest: (headline dict, warnings).
     headline: Callable[[dict], tuple[dict, list[str]]] | None = None
