@@ -189,7 +189,7 @@ def map_rank_chains(
             results.append(run_rank_chain(str(out_dir), vars(rank), options.to_dict(), stage_names, progress))
             progress("ranks", len(results), total, f"rank {rank.rank_id}")
         return results
-    said = threading.RLock()  # pool feeders and this process's own chains finish and report side by side
+    said = threading.Lock()  # pool feeders and this process's own chains finish and report side by side
 
     def report(stage_name: str, done: int, of: int, message: str) -> None:
         with said:
@@ -198,7 +198,7 @@ def map_rank_chains(
     def finished(rank: RankInput, result: dict) -> None:
         with said:
             results.append(result)
-            report("ranks", len(results), total, f"rank {rank.rank_id}")
+            progress("ranks", len(results), total, f"rank {rank.rank_id}")
 
     _chains_in_pool(out_dir, ranks, options.to_dict(), stage_names, workers, finished, report)
     return results
@@ -238,7 +238,7 @@ def _chains_in_pool(
         while (rank := take(biggest=True)) is not None:
             try:
                 result = pool.submit(run_rank_chain, str(out_dir), vars(rank), options, stage_names).result()
-            except BaseException as exc:  # noqa: BLE001 — a StageFailed from the chain, or a worker killed
+            except BaseException as exc:
                 # a StageFailed names its stage and rank (guarded in the chain); anything else (a worker
                 # killed) is named by the rank whose chain it ended
                 fail(_named(rank.rank_id, exc))
@@ -264,7 +264,7 @@ def _named(rank_id: int, exc: BaseException) -> BaseException:
     """``exc`` as the StageFailed that names the rank whose chain it ended (a StageFailed as it is)."""
     try:
         guard("rank chain", rank_id, _reraise, exc)
-    except BaseException as named:  # noqa: BLE001
+    except BaseException as named:
         return named
     return exc
 
