@@ -47,13 +47,22 @@ def masked_time_ns(aicpu: pd.DataFrame, busy: pd.DataFrame) -> np.ndarray:
     return covered_until(b) - covered_until(a)
 
 
+def _any_aicpu_operator(ctx: RootContext) -> bool:
+    """Whether any rank ran an AI CPU op (from the operator summaries, a row per kernel; a root
+    written without them is scanned)."""
+    if not (ctx.out_dir / schema.OPERATOR_SUMMARY).exists():
+        return True
+    aicpu = ctx.read_table(schema.OPERATOR_SUMMARY, columns=["op_type"], filter=pc.field("op_type") == "aicpu")
+    return aicpu.num_rows > 0
+
+
 @derived_input("aicpu_exposure")
 def aicpu_exposure(ctx: RootContext) -> pd.DataFrame:
     """Per AI CPU op instance: rank_id, name, start_us, its time and the part AI core work on the rank
     overlaps."""
     columns = ["rank_id", "name", "start_us", "duration_us", "masked_us"]
-    if not (ctx.out_dir / schema.NORMALIZED_EVENTS).exists():
-        return pd.DataFrame(columns=columns)
+    if not (ctx.out_dir / schema.NORMALIZED_EVENTS).exists() or not _any_aicpu_operator(ctx):
+        return pd.DataFrame(columns=columns)  # most roots: no AI CPU op, so no scan of every event
     events = int_ranks(
         ctx.read_table(
             schema.NORMALIZED_EVENTS,
