@@ -291,6 +291,10 @@ def run_rank_chain(
             # Arrow's allocator keeps what a stage freed; hand it back so the next stage starts low
             pa.default_memory_pool().release_unused()
     progress(stage_names[-1], len(stage_names), len(stage_names), f"rank {rank['rank_id']}")
+    # the last stage's tables and what it was handed are freed only now: hand their pages back too,
+    # or the process that runs the next chain starts it holding this one's peak
+    handed_over.clear()
+    pa.default_memory_pool().release_unused()
     return results
 
 

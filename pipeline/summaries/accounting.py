@@ -19,6 +19,13 @@ from npuprof import knowledge
 COMMUNICATION = "communication"
 
 
+def _in_steps(events: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The ``columns`` of the events inside a step: a copy only when some event is outside every step
+    (a selection of columns copies nothing)."""
+    in_step = events["step_ordinal"].notna().to_numpy()
+    return events[columns] if in_step.all() else events.loc[in_step, columns]
+
+
 def _boundaries(inside: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every start (+1) and end (-1) of the events, ordered by step, time, ends first; and the event
     of each boundary. Ends before starts at one instant: touching kernels never overlap."""
@@ -30,17 +37,28 @@ def _boundaries(inside: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return step[order], time[order], sign[order], np.concatenate([np.arange(n)] * 2)[order]
 
 
-def _idle_window(stretch_step: np.ndarray, stretch_start: np.ndarray, layer_spans: pd.DataFrame) -> np.ndarray:
-    """The anatomy window (prelaunch / internal / tail) each stretch starts in."""
+def _window_codes(
+    stretch_step: np.ndarray, stretch_start: np.ndarray, layer_spans: pd.DataFrame
+) -> tuple[np.ndarray, list[str]]:
+    """The anatomy window (prelaunch / internal / tail) each stretch starts in, as int8 codes into the
+    returned labels: a label per event boundary would be a text array of the boundaries' length."""
     rules = knowledge.load("summary_rules")
     names = rules["idle_by_window"]
+    labels = [names["head"], names["main"], names["tail"], rules["idle_head_only"]]
     main = layer_spans.set_index("step_ordinal")
     main_start = main["main_start_ns"].reindex(stretch_step).to_numpy(float)
     main_end = main["main_end_ns"].reindex(stretch_step).to_numpy(float)
-    in_layers = np.where(
-        stretch_start < main_start, names["head"], np.where(stretch_start >= main_end, names["tail"], names["main"])
-    )
-    return np.where(np.isnan(main_start), rules["idle_head_only"], in_layers)
+    codes = np.ones(len(stretch_start), dtype=np.int8)  # main
+    codes[stretch_start >= main_end] = 2
+    codes[stretch_start < main_start] = 0  # before the layers wins, as it is tested first
+    codes[np.isnan(main_start)] = 3
+    return codes, labels
+
+
+def _idle_window(stretch_step: np.ndarray, stretch_start: np.ndarray, layer_spans: pd.DataFrame) -> np.ndarray:
+    """The anatomy window (prelaunch / internal / tail) each stretch starts in, as text."""
+    codes, labels = _window_codes(stretch_step, stretch_start, layer_spans)
+    return np.array(labels)[codes]
 
 
 def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
@@ -51,7 +69,7 @@ def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans:
     ``layer_spans``: step_ordinal, main_start_ns, main_end_ns (the span of the step's layers).
     """
     columns = ["step_ordinal", "start_ns", "end_ns", "is_comm", "bound_family", "kind", "parallel_role", "op_type"]
-    inside = events.loc[events["step_ordinal"].notna().to_numpy(), columns]  # only the columns it reads
+    inside = _in_steps(events, columns)
     step, time, sign, event_of = _boundaries(inside)
     same_step = step[1:] == step[:-1]
     length = np.where(same_step, np.diff(time), 0).astype(float)
@@ -91,9 +109,10 @@ def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans:
     split("comm_by_role_kind", COMMUNICATION, _role_kind_codes(inside), is_comm, comm_only, comm_active)
     split("compute_by_op_type", "compute", "op_type", ~is_comm, compute_only, compute_active)
     idle = same_step & (comm_active == 0) & (compute_active == 0)
-    window = _idle_window(step[:-1], time[:-1], layer_spans)
+    window, window_labels = _window_codes(step[:-1], time[:-1], layer_spans)
     for name in knowledge.load("summary_rules")["idle_by_window"].values():
-        add("primary", "idle", name, np.where(idle & (window == name), length, 0.0))
+        codes = [code for code, label in enumerate(window_labels) if label == name]
+        add("primary", "idle", name, np.where(idle & np.isin(window, codes), length, 0.0))
     return _per_step(rows, steps)
 
 
@@ -105,7 +124,7 @@ def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
 
     ``events``: step_ordinal (null outside steps), start_ns, end_ns, in device order.
     """
-    inside = events.loc[events["step_ordinal"].notna().to_numpy(), ["step_ordinal", "start_ns", "end_ns"]]
+    inside = _in_steps(events, ["step_ordinal", "start_ns", "end_ns"])
     step, time, sign, event_of = _boundaries(inside)
     same_step = step[1:] == step[:-1]
     length = np.where(same_step, np.diff(time), 0)
