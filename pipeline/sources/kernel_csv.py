@@ -246,6 +246,9 @@ def read_kernel_csv(path: Path) -> tuple[pa.Table, dict]:
         raw, skipped = _read_raw(path, header, wanted, _typed_columns(header, mapping))
     except pa.ArrowInvalid:
         raw, skipped = _read_raw(path, header, wanted, {h: pa.string() for h in header})
+    # the parse's block buffers are freed but stay resident in the allocator's per-thread arenas
+    # (about as much again as the table under malloc): hand them back before the columns are converted
+    pa.default_memory_pool().release_unused()
     quarantined = _quarantine(path, len(header), raw.num_rows) if skipped else []
     if raw.num_rows == 0:
         raise BadInput(path, "no data rows (the rank captured no kernels)")
