@@ -10,7 +10,9 @@ import pyarrow as pa
 import pytest
 from conftest import SAMPLES
 
+from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.sources import host_trace
 from npuprof.synth import generate
 
@@ -87,6 +89,18 @@ HOSTILE = {
     "flow_ids_as_numbers_and_text": [*_launched(5), *_launched("77", "HostToDevice"), _event("m")],
     "negative_and_fractional_flow_ids": [*_launched(-5), *_launched(1.5), *_launched(8), _event("m")],
     "id_keys_inside_args": [_event("n", args={"id": "abc"}), _event("m", args={"id": 5}), *_launched(9)],
+    # a process is a device lane from the M event that names it so on, until one names it the host's
+    "device_lanes_named_in_between": [
+        *[_event(f"early{i}", pid=20, cat=None) for i in range(4)],
+        {"ph": "M", "name": "process_name", "pid": 20, "tid": 0, "args": {"name": "Ascend Hardware"}},
+        *[_event(f"device{i}", pid=20, cat=None) for i in range(6)],
+        _event("host_op", pid=20),
+        {"ph": "M", "name": "process_labels", "pid": 21, "tid": 0, "args": {"labels": "NPU"}},
+        *[_event(f"hccl{i}", pid=21, cat=None) for i in range(3)],
+        {"ph": "M", "name": "process_labels", "pid": 20, "tid": 0, "args": {"labels": "CPU"}},
+        *[_event(f"late{i}", pid=20, cat=None) for i in range(3)],
+        _event("m"),
+    ],
 }
 
 
@@ -143,3 +157,45 @@ def test_a_truncated_trace_is_broken_json_with_its_byte(tmp_path):
     path.write_text(("[" + ",".join(events) + "]")[:-40])
     with pytest.raises(BadInput, match="broken JSON near byte"):
         host_trace.read_host_events(path, 0.0, 1e20, 1_000)
+
+
+def test_device_lanes_never_count_at_the_cap(tmp_path):
+    """A trace whose device lanes (named by its M events) hold more events than the cap still yields
+    every host event: the cap is on host events (it counted every lane's before)."""
+    lanes = [
+        {"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "Python"}},
+        {"ph": "M", "name": "process_name", "pid": 20, "tid": 0, "args": {"name": "Ascend Hardware"}},
+        {"ph": "M", "name": "process_labels", "pid": 20, "tid": 0, "args": {"labels": "NPU"}},
+        {"ph": "M", "name": "process_name", "pid": 30, "tid": 0, "args": {"name": "CANN"}},
+    ]
+    device = [_event(f"kernel{i}", pid=20, cat=None) for i in range(50)]
+    host = [_event(f"aten::op{i}", pid=9) for i in range(6)] + [
+        _event(f"aclnnOp{i}", pid=30, cat=None) for i in range(4)
+    ]
+    path = tmp_path / "trace_view.json"
+    path.write_text("[" + ", ".join(json.dumps(e) for e in lanes + device + host) + "]")
+    for reader in (lambda: host_trace.read_host_events(path, 0.0, 1e20, 20), lambda: reference(path, (0.0, 1e20), 20)):
+        trace = reader()
+        assert sorted(trace.events["name"]) == sorted(e["name"] for e in host)
+        assert trace.dropped == 0
+    capped = host_trace.read_host_events(path, 0.0, 1e20, 7)
+    assert (len(capped.events), capped.dropped) == (7, 3)  # past the cap: host events, counted
+    assert_same_as_reference(path)
+
+
+def test_a_rank_past_the_cap_says_its_host_causes_are_incomplete(tmp_path, monkeypatch):
+    """The events past the cap are counted in the manifest and named as a limitation of the analysis."""
+    root = Path(generate(tmp_path / "root", "host_bubble", seed=3, ranks=1)["root"])
+    rules = knowledge.load("evidence_rules")
+    small = {**rules, "host_trace": {**rules["host_trace"], "max_events_per_rank": 40}}
+    load = knowledge.load
+    monkeypatch.setattr(knowledge, "load", lambda name: small if name == "evidence_rules" else load(name))
+    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="evidence"))
+    manifest = json.loads((tmp_path / "out" / "evidence_manifest.json").read_text())
+    status = manifest["host_trace"]["by_rank"]["0"]
+    (path,) = root.rglob("trace_view.json")
+    span_all = reference(path, (0.0, 1e20), 10**9)
+    assert status["host_events"] == 40 and status["dropped_at_cap"] > 0
+    assert status["host_events"] + status["dropped_at_cap"] <= len(span_all.events)  # host events only
+    (said,) = [text for text in manifest["limitations"] if "max_events_per_rank" in text]
+    assert f"{status['dropped_at_cap']} past it" in said and "ranks [0]" in said

@@ -6,9 +6,11 @@ per event); any other layout, or anything that reader would read differently, is
 event (ijson, C backend), which is the reference the columnar path is tested against.
 Only complete (``X``) events of host lanes are kept: category cpu_op / python_function / ascendcl,
 or any event of a process labelled CPU (CANN's AscendCL events carry no category), that overlap the
-span, up to a cap. Besides them, the launch flows (``s`` on the host, ``f`` on the device kernel it
-launched; categories async_npu and HostToDevice) give each kernel starting in the span the moment
-the host launched it.
+span, up to a cap. The cap counts host events only: an event of a process that the metadata (``M``)
+events before it name as a device lane (Ascend Hardware, HCCL, Overlap Analysis) is never kept, so
+a trace whose device lanes outnumber the cap still yields all its host events. Besides them, the
+launch flows (``s`` on the host, ``f`` on the device kernel it launched; categories async_npu and
+HostToDevice) give each kernel starting in the span the moment the host launched it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import pyarrow.json as pajson
 from npuprof.pipeline.errors import BadInput
 
 HOST_CATEGORIES = frozenset({"cpu_op", "python_function", "ascendcl"})
+HOST_CATEGORIES_SORTED = sorted(HOST_CATEGORIES)
 HOST_PROCESS_NAMES = frozenset({"Python", "CANN", "Python GC"})
 # process: the pid's process_name; duration_us as written (end - start of epoch µs in a float loses
 # a quarter of a µs)
@@ -84,6 +87,7 @@ class _Kept:
         self.rows: list[tuple] = []  # event by event
         self.row_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
         self.host_pids: set = set()
+        self.device_pids: set = set()  # named or labelled by an M event as a process not the host's
         self.process_names: dict = {}
         self.dropped = 0
         self.not_events = 0  # items that are not JSON objects: the file is not a trace
@@ -98,12 +102,17 @@ class _Kept:
         phase = event.get("ph")
         if phase == "M":
             args = event.get("args") or {}
-            if event.get("name") == "process_name" and isinstance(args.get("name"), str):
-                self.process_names[event.get("pid")] = args["name"]
-            if (event.get("name") == "process_name" and args.get("name") in HOST_PROCESS_NAMES) or (
-                event.get("name") == "process_labels" and args.get("labels") == "CPU"
+            name, pid = event.get("name"), event.get("pid")
+            if name == "process_name" and isinstance(args.get("name"), str):
+                self.process_names[pid] = args["name"]
+            if (name == "process_name" and args.get("name") in HOST_PROCESS_NAMES) or (
+                name == "process_labels" and args.get("labels") == "CPU"
             ):
-                self.host_pids.add(event.get("pid"))
+                self.host_pids.add(pid)
+            elif (name == "process_name" and isinstance(args.get("name"), str)) or (
+                name == "process_labels" and isinstance(args.get("labels"), str)
+            ):
+                self.device_pids.add(pid)
             return
         if phase in ("s", "f"):
             self._add_flow(event, phase == "s")
@@ -113,13 +122,22 @@ class _Kept:
         start, duration = _number(event.get("ts")), _number(event.get("dur"))
         if not duration > 0 or start > self.span[1] or start + duration < self.span[0]:
             return
+        category = str(event.get("cat") or "").lower()
+        if category not in HOST_CATEGORIES and self._device_lane(event.get("pid")):
+            return  # neither kept nor counted at the cap
         if self.kept() >= self.cap:
             self.dropped += 1
             return
-        category = str(event.get("cat") or "").lower()
         self.rows.append(
             (event.get("name"), event.get("pid"), event.get("tid"), start, start + duration, duration, None, category)
         )
+
+    def _device_lane(self, pid: object) -> bool:
+        """Whether the M events so far name ``pid``'s process as a device lane (and none as the host's)."""
+        try:
+            return pid in self.device_pids and pid not in self.host_pids
+        except TypeError:  # an unhashable pid names no process
+            return False
 
     def _add_flow(self, event: dict, is_start: bool) -> None:
         category = str(event.get("cat") or "").lower()
@@ -349,6 +367,49 @@ def _block_flows(events: pa.Table, kept: _Kept) -> None:
     )
 
 
+def _device_lane_rows(
+    events: pa.Table, meta: pa.Table, labels: pa.StructArray, is_host: pa.Array, kept: _Kept
+) -> np.ndarray | None:
+    """Per event of a block: whether the M events before it (earlier blocks', then this block's up to
+    its row) name its process as a device lane and none as the host's — the event reader's
+    ``_Kept._device_lane`` at each event; None when no event of the block is. Updates
+    ``kept.device_pids`` with this block's M events."""
+    named = pc.or_(
+        pc.and_(pc.equal(meta.column("name"), "process_name"), pc.is_valid(labels.field("name"))),
+        pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.is_valid(labels.field("labels"))),
+    )
+    is_device = pc.and_(pc.fill_null(named, False), pc.invert(is_host))
+    pids = events.column("pid").to_numpy(zero_copy_only=False)
+    previous = sorted(kept.device_pids - kept.host_pids)
+    lanes = np.isin(pids, previous) if previous else None
+    if not len(meta):
+        return lanes
+    # this block's M events take effect from their own row on: the first that names a pid a device
+    # lane turns its later events off, the first that names it the host's turns them on for good
+    position = np.flatnonzero(pc.fill_null(pc.equal(events.column("ph"), "M"), False).to_numpy(zero_copy_only=False))
+    marks = pd.DataFrame(
+        {
+            "pid": meta.column("pid").to_numpy(zero_copy_only=False),
+            "position": position,
+            "device": is_device.to_numpy(zero_copy_only=False),
+            "host": is_host.to_numpy(zero_copy_only=False),
+        }
+    )
+    kept.device_pids.update(marks.loc[marks["device"], "pid"].tolist())
+    if not marks["device"].any() and not len(previous):
+        return lanes
+    never = len(pids)
+    device_from = marks[marks["device"]].groupby("pid")["position"].min()
+    host_from = marks[marks["host"]].groupby("pid")["position"].min()
+    row = np.arange(len(pids))
+    pid_series = pd.Series(pids)
+    since_device = pid_series.map(device_from).fillna(never).to_numpy() < row
+    if previous:
+        since_device |= lanes
+    before_host = ~np.isin(pids, sorted(kept.host_pids)) & ~(pid_series.map(host_from).fillna(never).to_numpy() < row)
+    return since_device & before_host
+
+
 def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
     """Host events of a top-level array, block by block through Arrow's JSON reader: no Python per
     event. Anything the event reader would read differently (text durations, missing times, ids
@@ -364,7 +425,10 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
             pc.is_in(labels.field("name"), pa.array(sorted(HOST_PROCESS_NAMES))),
         )
         cpu = pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.equal(labels.field("labels"), "CPU"))
-        kept.host_pids.update(meta.filter(pc.fill_null(pc.or_(process, cpu), False)).column("pid").to_pylist())
+        # each part filled alone: a process_name event has no labels (null), and null or true is null
+        is_host = pc.or_(pc.fill_null(process, False), pc.fill_null(cpu, False))
+        device_lanes = _device_lane_rows(events, meta, labels, is_host, kept)
+        kept.host_pids.update(meta.filter(is_host).column("pid").to_pylist())
         named = meta.filter(
             pc.fill_null(
                 pc.and_(pc.equal(meta.column("name"), "process_name"), pc.is_valid(labels.field("name"))), False
@@ -374,7 +438,13 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
             zip(named.column("pid").to_pylist(), named.column("args").combine_chunks().field("name").to_pylist())
         )
         _block_flows(events, kept)
-        complete = events.filter(pc.fill_null(pc.equal(phase, "X"), False))
+        is_complete = pc.fill_null(pc.equal(phase, "X"), False)
+        if device_lanes is not None:
+            host_category = pc.is_in(
+                pc.utf8_lower(pc.fill_null(events.column("cat"), "")), pa.array(HOST_CATEGORIES_SORTED)
+            )
+            is_complete = pc.and_(is_complete, pc.or_(host_category, pc.invert(pa.array(device_lanes))))
+        complete = events.filter(is_complete)
         start = _timestamps(complete, "dur")
         duration = complete.column("dur").to_numpy()
         overlapping = np.flatnonzero((duration > 0) & ~(start > span_end) & ~(start + duration < span_start))

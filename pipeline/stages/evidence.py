@@ -144,6 +144,16 @@ def reduce_root(ctx: RootContext) -> StageResult:
         limitations.append(
             f"ranks {untraced} have no readable trace_view.json: their idle windows carry no host labels"
         )
+    capped = [
+        m["host_trace"] | {"rank_id": m["rank_id"]} for m in rank_manifests if m["host_trace"].get("dropped_at_cap")
+    ]
+    if capped:
+        limitations.append(
+            f"ranks {[c['rank_id'] for c in capped]} hold more host events over their steps than the "
+            f"{capped[0]['cap']} read per rank (evidence_rules.yaml, host_trace.max_events_per_rank): "
+            f"{sum(c['dropped_at_cap'] for c in capped)} past it in file order were not read, so the host causes of "
+            "their idle time are incomplete"
+        )
     manifest = {
         "bubble_window_count": sum(int(m["bubble_window_count"]) for m in rank_manifests),
         "inputs": {

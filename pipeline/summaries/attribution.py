@@ -52,6 +52,7 @@ def read_rank_host_trace(rank: RankInput, span_us: tuple[float, float] | None, e
         "host_events": int(len(host.events)),
         "launch_flows": int(len(host.launches)),
         "dropped_at_cap": host.dropped,
+        "cap": cap,
         "bytes_read": host.bytes_read,
     }
     return host, status
