@@ -18,10 +18,12 @@ from npuprof.pipeline.errors import NotEnoughMemory
 from npuprof.pipeline.sources.discovery import RankInput
 
 # peak RSS of one rank's chain of stages over its kernel source bytes, less the interpreter and imports:
-# 2.9–3.0 on a 106 MB rank of the bench root, 2.5 on a 425 MB one (bench/pipeline.py,
-# "rank_working_set_over_input"; the peak is summarize, with the rank's events still held for the
-# stages after it); 4.4–4.6 before Dec 3. Kept at 5: the analyzing process runs chains one after
-# another, and a heap that ran several holds more than a fresh process's
+# 2.5–2.6 on a 106 MB rank of the bench root, 2.2–2.4 on a 425 MB one (bench/pipeline.py,
+# "rank_working_set_over_input", Dec 4; the peak is summarize, with the rank's events still held for
+# the stages after it); 2.9–3.0 and 2.5 on Dec 3, 4.4–4.6 before. Kept at 5: the analyzing process
+# runs chains one after another, and a heap that ran several holds more than a fresh process's (a
+# 425 MB rank's second chain in one process peaks 5–10 % above a fresh one's), and a rank's
+# trace_view.json, which the estimate does not count, adds up to its host-event cap
 WORKING_SET_FACTOR = 5.0
 FACTOR_ENV = "NPUPROF_MEMORY_FACTOR"  # 0 turns the check off
 

@@ -349,10 +349,10 @@ def _timestamps(events: pa.Table, also_required: str) -> np.ndarray:
         raise _NeedsEventReader from None
 
 
-def _block_flows(events: pa.Table, kept: _Kept) -> None:
-    """The launch flows of a block (s and f events of the flow categories) into ``kept``."""
+def _block_flows(events: pa.Table, category: pa.ChunkedArray, kept: _Kept) -> None:
+    """The launch flows of a block (s and f events of the flow categories; ``category``: the events'
+    ``cat`` in lower case) into ``kept``."""
     phase = pc.fill_null(events.column("ph"), "")
-    category = pc.utf8_lower(pc.fill_null(events.column("cat"), ""))
     is_flow = pc.and_(pc.is_in(phase, pa.array(["s", "f"])), pc.is_in(category, pa.array(FLOW_CATEGORIES)))
     flows = events.filter(is_flow)
     if not flows.num_rows:
@@ -360,7 +360,7 @@ def _block_flows(events: pa.Table, kept: _Kept) -> None:
     ts = _timestamps(flows, "id")
     is_start = pc.equal(flows.column("ph"), "s").to_numpy()
     in_span = (ts <= kept.span[1]) & (is_start | (ts >= kept.span[0]))
-    codes = pc.index_in(pc.utf8_lower(flows.column("cat")), pa.array(FLOW_CATEGORIES)).to_numpy()
+    codes = pc.index_in(category.filter(is_flow), pa.array(FLOW_CATEGORIES)).to_numpy()
     ids = np.asarray(flows.column("id").to_numpy(zero_copy_only=False), dtype=object)
     kept.flow_blocks.append(
         pd.DataFrame({"category": codes[in_span], "id": ids[in_span], "is_start": is_start[in_span], "ts": ts[in_span]})
@@ -437,12 +437,11 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
         kept.process_names.update(
             zip(named.column("pid").to_pylist(), named.column("args").combine_chunks().field("name").to_pylist())
         )
-        _block_flows(events, kept)
+        category = pc.utf8_lower(pc.fill_null(events.column("cat"), ""))
+        _block_flows(events, category, kept)
         is_complete = pc.fill_null(pc.equal(phase, "X"), False)
         if device_lanes is not None:
-            host_category = pc.is_in(
-                pc.utf8_lower(pc.fill_null(events.column("cat"), "")), pa.array(HOST_CATEGORIES_SORTED)
-            )
+            host_category = pc.is_in(category, pa.array(HOST_CATEGORIES_SORTED))
             is_complete = pc.and_(is_complete, pc.or_(host_category, pc.invert(pa.array(device_lanes))))
         complete = events.filter(is_complete)
         start = _timestamps(complete, "dur")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -163,6 +165,13 @@ def test_a_supervisor_that_stops_looking_is_replaced_as_roots_land(redis_server,
     client = redis.Redis.from_url(redis_server.url)
     wait_until(lambda: client.get(f"npuprof:looked:{sweep_id}"), 60, "the merge's first look")
     client.incr(f"npuprof:merge-generation:{sweep_id}")  # the merge stops at its next look
+    # the worker frozen past the stale time (less than the visibility timeout, so nothing it holds is
+    # delivered again): every reduce that lands after it finds the last look stale, however fast the
+    # roots are (three small ones can all land within the stale time of the look)
+    os.killpg(started[0].proc.pid, signal.SIGSTOP)
+    time.sleep(float(started[0].env["NPUPROF_MERGE_STALE_SECONDS"]) + 0.5)
+    os.killpg(started[0].proc.pid, signal.SIGCONT)
+    assert not (tmp_path / "archive" / "sweep_summary.json").exists()
     wait_until((tmp_path / "archive" / "sweep_summary.json").exists, 300, "the rollup without a client")
 
     # the merge writes the rollup first and marks the sweep done after it: the record may lag the file
@@ -183,8 +192,6 @@ def test_a_stale_supervisor_is_sent_again_once_by_whoever_asks(redis_server, mon
     """merge_watch against a real Redis: a fresh look or a finished sweep sends nothing; a stale running
     sweep gets one new generation of its merge in its queue, and a second asker within the stale time
     none."""
-    import time
-
     from npuprof.workers import merge_watch, records
     from npuprof.workers.app import make_app
 
