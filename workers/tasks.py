@@ -157,11 +157,23 @@ def reduce_root(
     self, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str], sweep_id: str | None = None
 ) -> dict:
     """Cluster-level stages of one root once every rank's marker is on disk; then the atomic rename.
-    As it lands, a sweep whose supervisor stopped looking gets a new one (``merge_watch``)."""
+    As it lands, a sweep whose supervisor stopped looking gets a new one (``merge_watch``); when the
+    supervisor looked too recently to tell, ``watch_merge`` asks again once that look is stale."""
     result = _reduce_root(self, work_dir, final_dir, inputs, options, stages)
-    if sweep_id is not None:
-        merge_watch.revive_if_stale(app, sweep_id)
+    if sweep_id is not None and not merge_watch.revive_if_stale(app, sweep_id):
+        record = records.load(sweep_id) or {}
+        if record.get("state") not in records.FINISHED:
+            queue = record.get("queue") or settings.DEFAULT_QUEUE
+            watch_merge.apply_async((sweep_id,), countdown=settings.merge_stale_seconds() + 1, queue=queue)
     return result
+
+
+@app.task(name="npuprof.watch_merge", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+def watch_merge(sweep_id: str) -> dict:
+    """A landed root's second look at its sweep's supervisor, a stale time after it landed: when the
+    supervisor is lost just as the last roots land, no later reduce is left to notice, and a sweep that
+    no client asks after would stay running."""
+    return {"revived": merge_watch.revive_if_stale(app, sweep_id)}
 
 
 def _reduce_root(task, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str]) -> dict:

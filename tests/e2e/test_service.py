@@ -188,6 +188,25 @@ def test_a_supervisor_that_stops_looking_is_replaced_as_roots_land(redis_server,
     assert "'status': 'superseded'" in started[0].log_text()  # the old copy stopped; the new one merged
 
 
+def test_a_supervisor_lost_as_the_last_roots_land_is_replaced_a_stale_time_later(redis_server, workers, tmp_path):
+    """The merge's next look lost while the last roots land within the stale time of its last look (three
+    small roots on one worker land in about 5 s; the stale time here is 30 s): no reduce lands late
+    enough to notice, and no client asks; each reduce's second look (``watch_merge``, a stale time after
+    it) does."""
+    search = build_search_root(
+        tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=20, layers=12, trace=False
+    )
+    started = workers(1, env={"NPUPROF_MERGE_STALE_SECONDS": "30"})
+    sweep_id = submit(redis_server.url, search, tmp_path / "archive")
+    client = redis.Redis.from_url(redis_server.url)
+    wait_until(lambda: client.get(f"npuprof:looked:{sweep_id}"), 60, "the merge's first look")
+    client.incr(f"npuprof:merge-generation:{sweep_id}")  # the merge stops at its next look
+    wait_until((tmp_path / "archive" / "sweep_summary.json").exists, 120, "the rollup without a client")
+    assert len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
+    log = started[0].log_text()
+    assert "'status': 'superseded'" in log and "npuprof.watch_merge[" in log
+
+
 def test_a_stale_supervisor_is_sent_again_once_by_whoever_asks(redis_server, monkeypatch):
     """merge_watch against a real Redis: a fresh look or a finished sweep sends nothing; a stale running
     sweep gets one new generation of its merge in its queue, and a second asker within the stale time
