@@ -71,13 +71,15 @@ def build_trace(work: Path, megabytes: int) -> Path:
     return target
 
 
+# the peak is VmHWM, the high-water mark of this process's own memory: ru_maxrss would also count
+# what the benchmark process held when it forked the child (Linux keeps it across exec)
 STREAM_CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from npuprof.pipeline.sources.host_trace import read_host_events
 started = time.perf_counter()
 found = read_host_events(sys.argv[1], 0.0, float("inf"), 200_000)
 seconds = time.perf_counter() - started
-peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"seconds": seconds, "kept": len(found.events), "peak_rss_mb": peak_kb / 1024}))
 """
 

@@ -98,6 +98,9 @@ def run_root_stage(
         result = current.reduce_root(ctx)
         write_result(out, current, result, rank_id=None)
         manifest = dict(result.manifest)
+        del result, ctx
+        # as a chain does after each stage: the next reduce, and a worker's next root, start low
+        pa.default_memory_pool().release_unused()
     elif rank_manifests:
         manifest = {"ranks": rank_manifests}
     total = seconds + time.perf_counter() - started
