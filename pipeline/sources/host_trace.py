@@ -387,26 +387,24 @@ def _device_lane_rows(
     # this block's M events take effect from their own row on: the first that names a pid a device
     # lane turns its later events off, the first that names it the host's turns them on for good
     position = np.flatnonzero(pc.fill_null(pc.equal(events.column("ph"), "M"), False).to_numpy(zero_copy_only=False))
-    marks = pd.DataFrame(
-        {
-            "pid": meta.column("pid").to_numpy(zero_copy_only=False),
-            "position": position,
-            "device": is_device.to_numpy(zero_copy_only=False),
-            "host": is_host.to_numpy(zero_copy_only=False),
-        }
-    )
-    kept.device_pids.update(marks.loc[marks["device"], "pid"].tolist())
-    if not marks["device"].any() and not len(previous):
+    device_from: dict = {}
+    host_from: dict = {}
+    marks = zip(meta.column("pid").to_pylist(), position, is_device.to_pylist(), is_host.to_pylist())
+    for pid, at, device, host in marks:  # the block's metadata events (a few), not its events
+        if device:
+            device_from.setdefault(pid, at)
+        if host:
+            host_from.setdefault(pid, at)
+    kept.device_pids.update(device_from)
+    if not device_from and not previous:
         return lanes
-    never = len(pids)
-    device_from = marks[marks["device"]].groupby("pid")["position"].min()
-    host_from = marks[marks["host"]].groupby("pid")["position"].min()
     row = np.arange(len(pids))
-    pid_series = pd.Series(pids)
-    since_device = pid_series.map(device_from).fillna(never).to_numpy() < row
-    if previous:
-        since_device |= lanes
-    before_host = ~np.isin(pids, sorted(kept.host_pids)) & ~(pid_series.map(host_from).fillna(never).to_numpy() < row)
+    since_device = np.zeros(len(pids), dtype=bool) if lanes is None else lanes
+    for pid, at in device_from.items():  # a loop over the processes the block names
+        since_device |= (pids == pid) & (row > at)
+    before_host = ~np.isin(pids, sorted(kept.host_pids))
+    for pid, at in host_from.items():
+        before_host &= ~((pids == pid) & (row > at))
     return since_device & before_host
 
 
