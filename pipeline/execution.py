@@ -67,15 +67,21 @@ def write_result(
 
 
 def run_rank_stage(
-    stage_name: str, out_dir: str, rank: dict, options: dict, handed_over: dict[str, Any] | None = None
+    stage_name: str,
+    out_dir: str,
+    rank: dict,
+    options: dict,
+    handed_over: dict[str, Any] | None = None,
+    derived: dict[str, Any] | None = None,
 ) -> dict:
     """Map unit: run ``stage_name`` for one rank, write its partitions, return its manifest entry.
 
     ``handed_over``: the rank's tables from its earlier stages in this process (see ``run_rank_chain``);
-    this stage's tables are added to it."""
+    this stage's tables are added to it. ``derived``: the chain's values computed from them."""
     current = stage(stage_name)
     held = {} if handed_over is None else handed_over  # not `or`: the chain's dict starts empty
-    ctx = RankContext(Path(out_dir), RankInput(**rank), AnalyzeOptions.from_dict(options), held)
+    values = {} if derived is None else derived
+    ctx = RankContext(Path(out_dir), RankInput(**rank), AnalyzeOptions.from_dict(options), held, values)
     started = time.perf_counter()
     result = current.map_rank(ctx)
     write_result(Path(out_dir), current, result, ctx.rank.rank_id, handed_over)
@@ -284,19 +290,25 @@ def run_rank_chain(
     _system_allocator()
     results = {}
     handed_over: dict[str, Any] = {}
+    derived: dict[str, Any] = {}
     # a rank the machine cannot hold is refused by name before it starts, not killed mid-stage
     guard(stage_names[0], rank["rank_id"], check_rank_fits, RankInput(**rank))
     for index, name in enumerate(stage_names):
         progress(name, index, len(stage_names), f"rank {rank['rank_id']}")
-        _keep_what_is_read(handed_over, [stage(later) for later in stage_names[index:]])
+        later_stages = [stage(later) for later in stage_names[index:]]
+        _keep_what_is_read(handed_over, later_stages)
+        for value in [value for value in derived if not any(value in later.map_uses for later in later_stages)]:
+            del derived[value]
         if stage(name).map_rank is not None:  # run_rank_stage records the unit's seconds itself
-            results[name] = guard(name, rank["rank_id"], run_rank_stage, name, out_dir, rank, options, handed_over)
+            unit = (name, out_dir, rank, options, handed_over, derived)
+            results[name] = guard(name, rank["rank_id"], run_rank_stage, *unit)
             # Arrow's allocator keeps what a stage freed; hand it back so the next stage starts low
             pa.default_memory_pool().release_unused()
     progress(stage_names[-1], len(stage_names), len(stage_names), f"rank {rank['rank_id']}")
     # the last stage's tables and what it was handed are freed only now: hand their pages back too,
     # or the process that runs the next chain starts it holding this one's peak
     handed_over.clear()
+    derived.clear()
     pa.default_memory_pool().release_unused()
     return results
 

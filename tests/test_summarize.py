@@ -380,3 +380,28 @@ def test_a_rank_chain_reads_what_its_stages_declare_and_nothing_back_from_disk(a
         assert path in declared, f"{name} reads {path} without declaring it"
         if declared[path] is not None:
             assert columns is not None and set(columns) <= set(declared[path]), f"{name} reads {path} {columns}"
+
+
+def test_a_rank_chain_featurises_its_events_once(analyzed, tmp_path, monkeypatch):
+    """Segment's event features are classify's in a chain (computed once, dropped after classify);
+    classify run alone from disk computes its own, and writes the same tables."""
+    from table_digest import table_digests
+
+    from npuprof.pipeline import execution
+    from npuprof.pipeline.runner import StageRange, analyze
+    from npuprof.pipeline.segmentation import features
+    from npuprof.pipeline.sources.discovery import discover
+    from npuprof.pipeline.stages import STAGES
+
+    calls, featurise = [], features.event_features
+    monkeypatch.setattr(features, "event_features", lambda events: calls.append(events.num_rows) or featurise(events))
+    root, _ = analyzed["mixed"]
+    rank = max(discover(root).ranks, key=lambda r: r.rank_id)
+    execution.run_rank_chain(str(tmp_path / "chain"), vars(rank), {}, [s.name for s in STAGES if s.map_rank])
+    assert len(calls) == 1
+    calls.clear()
+    analyze(root, tmp_path / "alone", jobs=1, stage_range=StageRange(to_stage="segment"))
+    analyze(None, tmp_path / "alone", jobs=1, stage_range=StageRange(only_stage="classify"))
+    assert len(calls) == 2 * len(discover(root).ranks)  # segment's, then classify's own: no chain between
+    chained = table_digests(tmp_path / "chain", ("classify",))
+    assert chained and chained.items() <= table_digests(tmp_path / "alone", ("classify",)).items()

@@ -46,6 +46,19 @@ def ordered_events(ctx: RankContext, columns: list[str]) -> pa.Table:
     return in_device_order(ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns))
 
 
+EVENT_FEATURES = "event_features"  # their name among a chain's derived values
+
+
+def rank_event_features(ctx: RankContext, events: pa.Table) -> EventFeatures:
+    """``event_features`` of the rank's events in device order (``ordered_events``), computed once per
+    chain: segment's are classify's (the same events in the same order), a stage run alone computes its own."""
+    held = ctx.derived.get(EVENT_FEATURES)
+    if held is not None and len(held.backward) == events.num_rows:
+        return held
+    features = ctx.derived[EVENT_FEATURES] = event_features(events)
+    return features
+
+
 def _joined(values: pa.ChunkedArray | pa.Array) -> pd.Series:
     return pd.Series(pc.fill_null(pc.binary_join(values, "|"), "").to_numpy(zero_copy_only=False))
 

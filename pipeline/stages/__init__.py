@@ -4,6 +4,7 @@ and its map (per rank) and reduce (per root) functions. ``STAGE_NAMES`` (stage_o
 from __future__ import annotations
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.segmentation.features import EVENT_FEATURES
 from npuprof.pipeline.stage_order import STAGE_NAMES
 from npuprof.pipeline.stages import (
     classify,
@@ -40,6 +41,7 @@ STAGES: tuple[Stage, ...] = (
         produces=(schema.STEP_SEGMENTS, schema.LAYER_SEGMENTS),
         map_rank=segment.map_rank,
         map_reads=(_events(segment.SEGMENT_INPUT_COLUMNS),),
+        map_uses=(EVENT_FEATURES,),
         reduce_root=segment.reduce_root,
         headline=segment.headline,
     ),
@@ -57,6 +59,7 @@ STAGES: tuple[Stage, ...] = (
         ),
         map_rank=classify.map_rank,
         map_reads=(_events(classify.CLASSIFY_INPUT_COLUMNS), _STEPS, _LAYERS),
+        map_uses=(EVENT_FEATURES,),
         reduce_root=classify.reduce_root,
         headline=classify.headline,
     ),

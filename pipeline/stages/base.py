@@ -49,13 +49,16 @@ class RankContext:
 
     ``handed_over``: this rank's tables that earlier stages of the same run wrote, by table path, as they
     were written — a rank's stages run one after another in one process, so the next one takes them
-    from memory instead of reading the file back.
+    from memory instead of reading the file back. ``derived``: values an earlier stage of the chain
+    computed from those tables and a later one uses (by name, see ``Stage.map_uses``); a stage that
+    does not find one computes it.
     """
 
     out_dir: Path
     rank: RankInput
     options: AnalyzeOptions
     handed_over: dict[str, pa.Table] = field(default_factory=dict)
+    derived: dict[str, Any] = field(default_factory=dict)
 
     def read_table(
         self, table: schema.Table, columns: list[str] | None = None, filter: pc.Expression | None = None
@@ -133,6 +136,7 @@ class Stage:
     optional: tuple[schema.Table | schema.CsvView | str, ...] = ()
     map_rank: Callable[[RankContext], StageResult] | None = None
     map_reads: tuple[RankRead, ...] = ()  # what map_rank reads of the rank's tables
+    map_uses: tuple[str, ...] = ()  # the chain's derived values map_rank takes or leaves (RankContext.derived)
     reduce_root: Callable[[RootContext], StageResult] | None = None
     # The stage's part of the result JSON, from its manifest: (headline dict, warnings).
     headline: Callable[[dict], tuple[dict, list[str]]] | None = None

@@ -19,7 +19,7 @@ from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.segmentation.blocks import split_layers
 from npuprof.pipeline.segmentation.classes import class_ids, event_tokens
-from npuprof.pipeline.segmentation.features import EventFeatures, event_features, ordered_events
+from npuprof.pipeline.segmentation.features import EventFeatures, ordered_events, rank_event_features
 from npuprof.pipeline.segmentation.windows import window_evidence, window_metrics
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
 from npuprof.pipeline.summaries.classes import layer_class_summary, step_class_summary
@@ -116,7 +116,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     no_attention = knowledge.load("segmentation_rules")["fallback_anchors"]["family"]
     bubble_min_ns = int(knowledge.load("classify_rules")["bubble_min_us"] * 1000)
     events = ordered_events(ctx, CLASSIFY_INPUT_COLUMNS)  # the order segment's positions index
-    features = event_features(events)
+    features = rank_event_features(ctx, events)
     times = {
         "start": events.column("start_ns").to_numpy(),
         "end": events.column("end_ns").to_numpy(),

@@ -17,7 +17,7 @@ import pandas as pd
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.segmentation.expected import expected_model, layer_validation
-from npuprof.pipeline.segmentation.features import EventFeatures, event_features, ordered_events
+from npuprof.pipeline.segmentation.features import EventFeatures, ordered_events, rank_event_features
 from npuprof.pipeline.segmentation.layers import (
     Layer,
     choose_family,
@@ -144,7 +144,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     """Steps and layers of one rank."""
     events = ordered_events(ctx, SEGMENT_INPUT_COLUMNS)
     rank = ctx.rank.rank_id
-    features = event_features(events)
+    features = rank_event_features(ctx, events)
     training = bool(features.backward.any())
     family, anchors, note = _layer_anchors(features)
     fallback_family = knowledge.load("segmentation_rules")["fallback_anchors"]["family"]
