@@ -32,7 +32,6 @@ import pyarrow.json as pajson
 from npuprof.pipeline.errors import BadInput
 
 HOST_CATEGORIES = frozenset({"cpu_op", "python_function", "ascendcl"})
-HOST_CATEGORIES_SORTED = sorted(HOST_CATEGORIES)
 HOST_PROCESS_NAMES = frozenset({"Python", "CANN", "Python GC"})
 # process: the pid's process_name; duration_us as written (end - start of epoch µs in a float loses
 # a quarter of a µs)
@@ -368,17 +367,13 @@ def _block_flows(events: pa.Table, category: pa.ChunkedArray, kept: _Kept) -> No
 
 
 def _device_lane_rows(
-    events: pa.Table, meta: pa.Table, labels: pa.StructArray, is_host: pa.Array, kept: _Kept
+    events: pa.Table, is_meta: pa.Array, meta: pa.Table, is_device: pa.Array, is_host: pa.Array, kept: _Kept
 ) -> np.ndarray | None:
     """Per event of a block: whether the M events before it (earlier blocks', then this block's up to
     its row) name its process as a device lane and none as the host's — the event reader's
-    ``_Kept._device_lane`` at each event; None when no event of the block is. Updates
-    ``kept.device_pids`` with this block's M events."""
-    named = pc.or_(
-        pc.and_(pc.equal(meta.column("name"), "process_name"), pc.is_valid(labels.field("name"))),
-        pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.is_valid(labels.field("labels"))),
-    )
-    is_device = pc.and_(pc.fill_null(named, False), pc.invert(is_host))
+    ``_Kept._device_lane`` at each event; None when no event of the block is. ``is_meta``: the block's
+    M events; ``is_device`` and ``is_host``: which of them name a device lane, the host's process.
+    Updates ``kept.device_pids`` with this block's M events."""
     pids = events.column("pid").to_numpy(zero_copy_only=False)
     previous = sorted(kept.device_pids - kept.host_pids)
     lanes = np.isin(pids, previous) if previous else None
@@ -386,7 +381,7 @@ def _device_lane_rows(
         return lanes
     # this block's M events take effect from their own row on: the first that names a pid a device
     # lane turns its later events off, the first that names it the host's turns them on for good
-    position = np.flatnonzero(pc.fill_null(pc.equal(events.column("ph"), "M"), False).to_numpy(zero_copy_only=False))
+    position = np.flatnonzero(is_meta.to_numpy(zero_copy_only=False))
     device_from: dict = {}
     host_from: dict = {}
     marks = zip(meta.column("pid").to_pylist(), position, is_device.to_pylist(), is_host.to_pylist())
@@ -416,22 +411,23 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
     for block, converted in _prepared_blocks(source):
         events = _block_events(block, converted)
         phase = events.column("ph")
-        meta = events.filter(pc.fill_null(pc.equal(phase, "M"), False))
+        is_meta = pc.fill_null(pc.equal(phase, "M"), False)
+        meta = events.filter(is_meta)
         labels = meta.column("args").combine_chunks()
-        process = pc.and_(
-            pc.equal(meta.column("name"), "process_name"),
-            pc.is_in(labels.field("name"), pa.array(sorted(HOST_PROCESS_NAMES))),
-        )
-        cpu = pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.equal(labels.field("labels"), "CPU"))
         # each part filled alone: a process_name event has no labels (null), and null or true is null
-        is_host = pc.or_(pc.fill_null(process, False), pc.fill_null(cpu, False))
-        device_lanes = _device_lane_rows(events, meta, labels, is_host, kept)
-        kept.host_pids.update(meta.filter(is_host).column("pid").to_pylist())
-        named = meta.filter(
-            pc.fill_null(
-                pc.and_(pc.equal(meta.column("name"), "process_name"), pc.is_valid(labels.field("name"))), False
-            )
+        has_name = pc.fill_null(
+            pc.and_(pc.equal(meta.column("name"), "process_name"), pc.is_valid(labels.field("name"))), False
         )
+        has_labels = pc.fill_null(
+            pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.is_valid(labels.field("labels"))), False
+        )
+        process = pc.and_(has_name, pc.is_in(labels.field("name"), pa.array(sorted(HOST_PROCESS_NAMES))))
+        cpu = pc.and_(has_labels, pc.equal(labels.field("labels"), "CPU"))
+        is_host = pc.or_(pc.fill_null(process, False), pc.fill_null(cpu, False))
+        is_device = pc.and_(pc.or_(has_name, has_labels), pc.invert(is_host))
+        device_lanes = _device_lane_rows(events, is_meta, meta, is_device, is_host, kept)
+        kept.host_pids.update(meta.filter(is_host).column("pid").to_pylist())
+        named = meta.filter(has_name)
         kept.process_names.update(
             zip(named.column("pid").to_pylist(), named.column("args").combine_chunks().field("name").to_pylist())
         )
@@ -439,7 +435,7 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
         _block_flows(events, category, kept)
         is_complete = pc.fill_null(pc.equal(phase, "X"), False)
         if device_lanes is not None:
-            host_category = pc.is_in(category, pa.array(HOST_CATEGORIES_SORTED))
+            host_category = pc.is_in(category, pa.array(sorted(HOST_CATEGORIES)))
             is_complete = pc.and_(is_complete, pc.or_(host_category, pc.invert(pa.array(device_lanes))))
         complete = events.filter(is_complete)
         start = _timestamps(complete, "dur")
@@ -463,7 +459,7 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
                     "end_us": (start + duration)[taken],
                     "duration_us": duration[taken],
                     "process": pd.Series([None] * len(taken), dtype=object),
-                    "category": pc.utf8_lower(pc.fill_null(chosen.column("cat"), "")).to_pandas(),
+                    "category": category.filter(is_complete).take(pa.array(taken)).to_pandas(),
                 }
             )
         )
