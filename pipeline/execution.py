@@ -295,10 +295,7 @@ def run_rank_chain(
     guard(stage_names[0], rank["rank_id"], check_rank_fits, RankInput(**rank))
     for index, name in enumerate(stage_names):
         progress(name, index, len(stage_names), f"rank {rank['rank_id']}")
-        later_stages = [stage(later) for later in stage_names[index:]]
-        _keep_what_is_read(handed_over, later_stages)
-        for value in [value for value in derived if not any(value in later.map_uses for later in later_stages)]:
-            del derived[value]
+        _keep_what_is_read(handed_over, derived, [stage(later) for later in stage_names[index:]])
         if stage(name).map_rank is not None:  # run_rank_stage records the unit's seconds itself
             unit = (name, out_dir, rank, options, handed_over, derived)
             results[name] = guard(name, rank["rank_id"], run_rank_stage, *unit)
@@ -321,10 +318,13 @@ def _system_allocator() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-def _keep_what_is_read(handed_over: dict[str, Any], later_stages: list[Stage]) -> None:
+def _keep_what_is_read(handed_over: dict[str, Any], derived: dict[str, Any], later_stages: list[Stage]) -> None:
     """Drop from ``handed_over`` the tables and columns none of ``later_stages`` reads (the rank's
     working set: the events' unread columns are about a quarter of them, the idle windows and their
-    evidence rows as much again by the last stage)."""
+    evidence rows as much again by the last stage), and from ``derived`` the values none uses."""
+    used = {value for later in later_stages for value in later.map_uses}
+    for value in [value for value in derived if value not in used]:
+        del derived[value]
     reads: dict[str, set[str] | None] = {}
     for read in (read for later in later_stages for read in later.map_reads):
         known = reads.get(read.table.path, set())
