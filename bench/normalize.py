@@ -79,16 +79,19 @@ def build_root(work: Path, ranks: int, rows: int) -> Path:
     return root
 
 
-def bench_root(description: str) -> tuple[argparse.Namespace, Path, list[Path]]:
-    """The benchmarks' common arguments (--ranks, --rows, --work, --jobs), the root they name (built
-    once, reused) and its kernel_details files."""
+def bench_root(description: str, extra=None, root_of=None) -> tuple[argparse.Namespace, Path, list[Path]]:
+    """The benchmarks' common arguments (--ranks, --rows, --work, --jobs, and any ``extra`` adds), the
+    root they name (built once, reused; ``root_of(args)`` when given, else the tiled Qwen3 root) and its
+    kernel_details files."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--rows", type=int, default=250_000)
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    if extra is not None:
+        extra(parser)
     args = parser.parse_args()
-    root = build_root(args.work, args.ranks, args.rows)
+    root = root_of(args) if root_of is not None else build_root(args.work, args.ranks, args.rows)
     return args, root, sorted(root.rglob("kernel_details.csv"))
 
 

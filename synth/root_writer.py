@@ -187,6 +187,13 @@ def planted_config(sc: Scenario) -> dict:
     return config
 
 
+def _step_walls_us(t: RankTimeline) -> list[float]:
+    """Each step's wall on this rank, as step_trace_time.csv has it: the step's start to its last end."""
+    ends = np.full(len(t.step_start_ns), np.iinfo(np.int64).min)
+    np.maximum.at(ends, t.step, t.start_ns + t.duration_ns)
+    return [round(float(e - s) / 1000, 3) for s, e in zip(t.step_start_ns, ends) if e > s]
+
+
 def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int]) -> dict:
     partial = any(f.kind == "partial_capture" for f in sc.faults)
     complete = step_ids[1:-1] if partial else step_ids
@@ -208,6 +215,7 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
             "event_count": int(len(t.start_ns)),
             "layer_event_count": int(layer_rows.sum()),
             "clock_offset_us": t.clock_offset_ns / 1000,
+            "step_wall_us": _step_walls_us(t),
         }
     faults = []
     for fault in sc.faults:

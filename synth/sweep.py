@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -31,13 +32,17 @@ TRAIN_HOSTS = ("train-1", "train-2", "train-3")
 DEEP_HOSTS = ("node-a", "node-c")  # share the inference cluster's clean cards, never node-b
 SUSPECT = {"host_name": "node-b", "device_id": 2}
 REGRESSION_BUILD = 7
+REGRESSION_FACTOR = 1.8
 SMALL = {"steps": 3, "layers": 2}
 
 
 def _train(build: int) -> Scenario:
     base = named_scenario("clean", **SMALL)
     if build >= REGRESSION_BUILD:
-        return replace(base, kernel_factors=(("FlashAttentionScore", 1.8), ("FlashAttentionScoreGrad", 1.8)))
+        return replace(
+            base,
+            kernel_factors=(("FlashAttentionScore", REGRESSION_FACTOR), ("FlashAttentionScoreGrad", REGRESSION_FACTOR)),
+        )
     return base
 
 
@@ -45,19 +50,19 @@ def _infer(run: int) -> tuple[Scenario, str, dict]:
     """The scenario, host and planted truth of inference run ``run`` (0-based)."""
     base = named_scenario("clean_inference", **SMALL)
     host = HOSTS[run % len(HOSTS)]
-    truth: dict = {"host": host, "planted": None}
+    fault = None
     if host == SUSPECT["host_name"] and run == 9:
         fault = Fault("aicore_freq_throttled", ranks=(2,), steps=(), factor=1.5)
-        return replace(base, faults=(fault,)), host, {**truth, "planted": "aicore_freq_throttled", "rank": 2}
-    if host == SUSPECT["host_name"]:
+    elif host == SUSPECT["host_name"]:
         fault = Fault("slow_rank_suspected", ranks=(2,), factor=1.5)
-        return replace(base, faults=(fault,)), host, {**truth, "planted": "slow_rank_suspected", "rank": 2}
-    if run == 2:
+    elif run == 2:
         fault = Fault("slow_rank_suspected", ranks=(1,), factor=1.5)
-        return replace(base, faults=(fault,)), host, {**truth, "planted": "slow_rank_suspected", "rank": 1}
+    if fault is not None:
+        planted = {"planted": fault.kind, "rank": fault.ranks[0], "factor": fault.factor}
+        return replace(base, faults=(fault,)), host, {"host": host, **planted}
     if run == 6:
-        return replace(base, kernel_factors=(("MatMulV3", 1.4),)), host, {**truth, "planted": "operator MatMulV3"}
-    return base, host, truth
+        return replace(base, kernel_factors=(("MatMulV3", 1.4),)), host, {"host": host, "planted": "operator MatMulV3"}
+    return base, host, {"host": host, "planted": None}
 
 
 def sweep_plan() -> list[dict]:
@@ -93,6 +98,21 @@ def _write_one(out: str, entry: dict) -> str:
     return out
 
 
+def _wall_change(out: Path, plan: list[dict]) -> float:
+    """The regression's relative change of the train cohort's median step wall, from the roots' truth."""
+
+    def median_wall(entries: list[dict]) -> float:
+        walls = []
+        for entry in entries:
+            truth = json.loads((out / entry["name"] / "ground_truth.json").read_text(encoding="utf-8"))
+            walls += [wall for rank in truth["ranks"].values() for wall in rank["step_wall_us"]]
+        return statistics.median(walls)
+
+    train = [e for e in plan if e["cohort"] == "train"]
+    before = median_wall([e for e in train if not e["planted"]])
+    return median_wall([e for e in train if e["planted"]]) / before - 1
+
+
 def generate_sweep(out: str | Path, *, jobs: int | None = None, overwrite: bool = False) -> dict:
     """Write the planted sweep's roots under ``out`` and ``out/sweep_truth.json``; returns the truth.
     A non-empty ``out`` is refused unless ``overwrite``."""
@@ -112,9 +132,15 @@ def generate_sweep(out: str | Path, *, jobs: int | None = None, overwrite: bool 
             "cohort": "train",
             "first_root": f"train-build-{REGRESSION_BUILD:03d}",
             "kernel": "FlashAttention",
+            "kernel_factor": REGRESSION_FACTOR,
+            "step_wall_change": _wall_change(out, plan),
         },
         "fleet_suspect": SUSPECT,
-        "roots": [{k: v for k, v in e.items() if k != "scenario"} | {"scenario": e["scenario"].name} for e in plan],
+        "roots": [
+            {k: v for k, v in e.items() if k != "scenario"}
+            | {"scenario": e["scenario"].name, "kernel_factors": dict(e["scenario"].kernel_factors)}
+            for e in plan
+        ],
     }
     (out / "sweep_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
     return truth

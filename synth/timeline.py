@@ -23,6 +23,7 @@ from npuprof.synth.scenarios import Fault, Scenario
 STEP_PREP_US = 350.0  # host work between steps (dataloader, step bookkeeping)
 HOST_LEAD_NS = 35_000  # the host launches a kernel ~35 µs before the device starts it
 STARVED_LEAD_NS = 2_000  # ... and only just before it where the device waits for the launch
+DEVICE_GAP_US = (1.5, 6.0)  # the device's own gap before a kernel: uniform between these
 # faults that idle the device in a host stall before a layer (the host spans say which stall)
 HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation_heavy")
 NOMINAL_AICORE_MHZ = 1800.0  # the AI Core clock every synthetic card runs at unless throttled
@@ -165,7 +166,7 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     dur = base_us[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow) * clock_factor
     first_of_step = np.zeros(n, dtype=bool)
     first_of_step[::n_step] = True
-    gap = rng.uniform(1.5, 6.0, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
+    gap = rng.uniform(*DEVICE_GAP_US, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
     for fault in [f for f in scenario.faults if f.kind in HOST_STALLS]:
         rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
         if (rank in fault.ranks or not fault.ranks) and rows.size:

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import prerequisites
+from helpers.sample_use import reads_samples
 
 from npuprof.pipeline import schema
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLES = Path(os.environ.get("NPUPROF_SAMPLES", REPO.parent / "shared" / "samples")).resolve()
+SAMPLES = prerequisites.samples_dir()
 
 MSINSIGHT = SAMPLES / "msinsight"
 PYTORCH_DATA = MSINSIGHT / "test" / "data" / "pytorch"
@@ -41,23 +43,25 @@ SAMPLE_ROOTS: dict[str, tuple[Path, int]] = {
 }
 
 
-SAMPLE_NAMES = ("SAMPLES", "MSINSIGHT", "PYTORCH_DATA", "QWEN_TRAINING", "SERVER_DATA", "MSTT", "SAMPLE_ROOTS")
-MISSING_SAMPLES = (
-    f"the real sample set is not at {SAMPLES}: set NPUPROF_SAMPLES to the samples dir "
-    "(the shared/samples folder beside this repository; see README, 'Run the tests')"
-)
+def pytest_configure(config):
+    """Under CI=true, every prerequisite must be here: stop before collection, naming what is missing
+    (the controller checks; xdist's workers inherit its verdict)."""
+    if hasattr(config, "workerinput") or not prerequisites.in_ci():
+        return
+    lacking = prerequisites.missing()
+    if lacking:
+        raise pytest.UsageError(
+            "CI=true and prerequisites are missing:\n" + "\n".join(f"  - {p.reason()}" for p in lacking)
+        )
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without the real samples, tests that read them skip with one reason; CI must have them."""
+    """Without the real samples, the tests that read them (found from their code) skip with one reason."""
     if SAMPLES.is_dir():
         return
-    if os.environ.get("CI") == "true":
-        raise pytest.UsageError(MISSING_SAMPLES)
-    skip = pytest.mark.skip(reason=MISSING_SAMPLES)
+    skip = pytest.mark.skip(reason=prerequisites.BY_NAME["shared/samples"].reason())
     for item in items:
-        module = getattr(item, "module", None)
-        if module is not None and any(hasattr(module, name) for name in SAMPLE_NAMES):
+        if reads_samples(item, SAMPLES):
             item.add_marker(skip)
 
 
@@ -135,3 +139,16 @@ def small_filesystem(tmp_path):
     assert done.returncode == 0, f"cannot mount a test filesystem: {done.stderr.decode()}"
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)  # lazily: a worker may still hold a file there
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium per test module (skips with the missing piece's name outside CI)."""
+    from helpers.browser import BROWSER_PREREQUISITES, start_browser
+
+    lacking = prerequisites.missing(BROWSER_PREREQUISITES)
+    if lacking:
+        pytest.skip("; ".join(p.reason() for p in lacking))
+    driver = start_browser()
+    yield driver
+    driver.quit()

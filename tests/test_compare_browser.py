@@ -10,6 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import prerequisites
+from helpers.browser import BROWSER_PREREQUISITES
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.compare.run import compare
@@ -17,10 +19,9 @@ from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import generate
 from npuprof.synth.scenarios import scenario
 
-selenium = pytest.importorskip("selenium", reason="selenium is in the test extra")
+prerequisites.require(*BROWSER_PREREQUISITES)
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from test_report_browser import browser  # noqa: E402,F401  (the shared headless Chromium fixture)
 
 pytestmark = pytest.mark.xdist_group("browser")
 
@@ -45,7 +46,7 @@ def _rename_one_kernel(out: Path, rank: int, new_name: str) -> None:
     pq.write_table(table, part)
 
 
-def test_compare_html_draws_both_timelines_with_the_faster_attention_in_green(browser, tmp_path):  # noqa: F811
+def test_compare_html_draws_both_timelines_with_the_faster_attention_in_green(browser, tmp_path):
     planted = scenario("clean_inference", steps=3)
     base = _analyzed(tmp_path, "base", planted)
     new = _analyzed(tmp_path, "new", replace(planted, kernel_factors=(("FlashAttentionScore", 0.8),)))

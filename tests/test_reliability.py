@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -30,9 +32,15 @@ def test_a_second_run_into_the_same_output_dir_is_refused_while_the_first_writes
     )
     lock = out / schema.RUN_LOCK
     deadline = time.monotonic() + 60
-    while not (lock.exists() and lock.read_text().startswith("pid")) and time.monotonic() < deadline:
+    while not (lock.exists() and lock.read_text().startswith("pid")):
+        assert time.monotonic() < deadline and first.poll() is None, "the first run never took the lock"
         time.sleep(0.02)
-    second = run_cli("analyze", root, "-o", str(out), "--overwrite", "--progress", "none")
+    # the first run frozen while it holds the lock: the second certainly comes while it writes
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = run_cli("analyze", root, "-o", str(out), "--overwrite", "--progress", "none")
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     assert second.returncode == 2 and "being written by another npuprof run" in second.result["error"]

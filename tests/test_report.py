@@ -3,7 +3,7 @@ cite resolvable evidence, and stay inert whatever the kernel names hold."""
 
 from __future__ import annotations
 
-import csv
+import collections
 import io
 import json
 from pathlib import Path
@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.hostile_names import HOSTILE, plant_hostile_names
 from openpyxl import load_workbook
 
 from npuprof import knowledge
@@ -44,7 +45,6 @@ SECTIONS = (
     "Limitations",
     "Glossary",
 )
-HOSTILE = {"formula": "=cmd|' /C calc'!A0", "script": "<script>alert(1)</script>"}
 
 
 def summary_of(out: Path) -> dict:
@@ -60,10 +60,11 @@ def test_every_scenario_gets_a_small_summary_a_full_report_and_a_trace(planted_o
         json.loads((root / "ground_truth.json").read_text())["ranks"]
     )
     findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
-    assert summary["finding_counts"]["total"] == len(findings)
-    assert sum(g["occurrences"] for g in summary["findings"]) + summary["finding_counts"]["rollup_overflow"] >= len(
-        summary["findings"]
-    )
+    counts = summary["finding_counts"]
+    assert counts["rollup_overflow"] == 0 and counts["rollup_groups"] == len(summary["findings"])  # all fit
+    # every finding is in exactly one group, and in its type's count
+    assert sum(g["occurrences"] for g in summary["findings"]) == counts["total"] == len(findings)
+    assert counts["by_type"] == dict(collections.Counter(f["finding_type"] for f in findings))
     report = (out / schema.REPORT_MD).read_text()
     headers = [line[3:].split(". ", 1)[1] for line in report.splitlines() if line.startswith("## ")]
     assert tuple(headers) == SECTIONS
@@ -131,24 +132,35 @@ def test_segmentation_errors_make_a_root_degraded_not_ok():
     assert _status(ReportInputs("x", "fast", {"segment": {}}, [], *[empty] * 10)) == ("ok", [])
 
 
-def _plant_names(root: Path) -> None:
-    """Rename two of rank 0's kernels to hostile text (a spreadsheet formula and an HTML script)."""
-    path = next(p for p in sorted(root.rglob("kernel_details.csv")))
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.reader(handle))
-    name = rows[0].index("Name")
-    targets = {"LpNormV2": HOSTILE["formula"], "SwiGlu": HOSTILE["script"]}  # an optimizer norm, the FFN activation
-    for row in rows[1:]:
-        for plain, hostile in targets.items():
-            if row[name].endswith(plain):
-                row[name] = hostile
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows(rows)
+def test_findings_with_one_type_severity_and_summary_roll_up_into_one_group_counting_each():
+    from npuprof.pipeline.report.summary import finding_groups
+
+    def finding(claim: str, summary: str, saved: float) -> dict:
+        return {
+            "finding_type": "device_idle_bubble",
+            "severity": "warning",
+            "summary": summary,
+            "claim_id": claim,
+            "rank_ids": [int(claim[-1])],
+            "evidence_ids": [],
+            "statistic": {"name": "idle", "value": 1, "threshold": 0},
+            "confidence": "high",
+            "limitations": [],
+            "recoverable_ms_per_step": saved,
+            "recoverable_share_of_step": saved / 100,
+        }
+
+    empty = pd.DataFrame({"evidence_id": []})
+    findings = [finding("c0", "same", 1.0), finding("c1", "same", 3.0), finding("c2", "other", 2.0)]
+    inputs = ReportInputs("x", "fast", {"segment": {}}, findings, *[empty] * 10)
+    groups, overflow = finding_groups(inputs)
+    assert overflow == 0 and [(g["summary"], g["occurrences"]) for g in groups] == [("same", 2), ("other", 1)]
+    assert groups[0]["recoverable_ms_per_step"] == 3.0 and groups[0]["affected"]["rank_ids"] == [0, 1]
 
 
 def test_hostile_kernel_names_stay_inert_in_every_report_artifact(tmp_path):
     root = Path(generate(tmp_path / "root", "clean", seed=3, ranks=2)["root"])
-    _plant_names(root)
+    plant_hostile_names(root)
     out = tmp_path / "out"
     analyze(root, out, jobs=2, options=AnalyzeOptions(mode="full"))
     operators = (out / schema.OPERATOR_SUMMARY_CSV.file).read_text()

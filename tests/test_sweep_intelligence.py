@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import run_cli
+from helpers.browser import console_errors
+from helpers.sweep_truth import assert_planted_truth, roots_on_the_suspect_card
 
 from npuprof.api import Sweep
 from npuprof.pipeline import schema
@@ -19,11 +21,6 @@ from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.sweep.local import run_sweep
 from npuprof.synth import generate
 from npuprof.synth.sweep import generate_sweep
-
-selenium = pytest.importorskip("selenium", reason="selenium is in the test extra")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from test_report_browser import browser, console_errors  # noqa: E402,F401  (the shared headless Chromium)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
@@ -38,85 +35,35 @@ def planted(tmp_path_factory) -> tuple[Path, dict]:
     return base / "archive", truth
 
 
-def slug_of(archive: Path) -> dict[str, str]:
-    """Root dir name -> slug, from the rollup."""
-    rollup = pd.read_csv(archive / schema.SWEEP_ROLLUP)
-    return {Path(root).name: slug for root, slug in zip(rollup["root"], rollup["slug"])}
-
-
-def assert_planted_truth(archive: Path, truth: dict) -> None:
-    """What the planted sweep must say, wherever it was merged (local pool or the service)."""
-    slugs = slug_of(archive)
-    planted = {slugs[r["name"]] for r in truth["roots"] if r["planted"]}
-    clean = {slugs[r["name"]] for r in truth["roots"] if not r["planted"]}
-
-    cohorts = pd.read_csv(archive / schema.SWEEP_COHORTS)
-    assert sorted(cohorts["root_count"]) == [8, 10, 14]
-    baselines = pd.read_csv(archive / schema.SWEEP_COHORT_BASELINES)
-    levels = {"metric", "step class", "layer class", "block class", "operator", "collective"}
-    assert set(baselines["level"]) == levels
-    walls = baselines[(baselines["level"] == "metric") & (baselines["key"] == "step wall")]
-    assert sorted(walls["root_count"]) == [8, 10, 14] and (walls["spread"] >= 0).all()
-
-    suspects = pd.read_csv(archive / schema.FLEET_SUSPECTS)
-    expected = truth["fleet_suspect"]
-    assert suspects[["host_name", "device_id"]].to_dict("records") == [expected]  # the decoy (slow once) is not
-    suspect = suspects.iloc[0]
-    on_card = {
-        slugs[r["name"]] for r in truth["roots"] if r.get("host") == expected["host_name"] and r["cohort"] == "infer"
-    }
-    assert suspect["appearances"] == suspect["flagged"] == len(on_card) == 4
-    assert set(suspect["roots"].split(";")) == on_card
-    assert suspect["throttled_count"] == 1 and abs(suspect["aicore_freq_mhz_median"] - 1200) < 1  # 1,800 / 1.5
-
-    trends = pd.read_csv(archive / schema.SWEEP_TRENDS)
-    wall = trends[trends["metric"] == "step wall"]
-    assert len(wall) == 1, wall  # one change point, in the series that has one
-    change = wall.iloc[0]
-    assert change["change_at"] == slugs[truth["regression"]["first_root"]]
-    assert 0.05 < change["relative_change"] < 0.10 and "FlashAttentionScore" in change["movers"]
-    assert set(trends["change_at"]) == {change["change_at"]}  # its classes change at the same build, nothing else
-
-    outliers = pd.read_csv(archive / schema.SWEEP_OUTLIERS)
-    named = set(outliers["slug"])
-    assert named <= planted and not named & clean
-    infer_planted = {slugs[r["name"]] for r in truth["roots"] if r["planted"] and r["cohort"] == "infer"}
-    assert infer_planted <= named  # every slow card, the decoy and the operator outlier
-    first = outliers.drop_duplicates("slug").set_index("slug")
-    matmul = first.loc[slugs["infer-run-06"]]
-    assert (matmul["what_moved_level"], "MatMulV3" in matmul["what_moved"]) == ("operator", True)
-    regressed = first.loc[slugs["train-build-010"]]
-    assert regressed["what_moved_level"] == "operator" and "FlashAttentionScore" in regressed["what_moved"]
-    assert first.loc[slugs["infer-run-05"], "root_top_finding"] == "slow_rank_suspected (ranks 2)"
-
-    rollup = pd.read_csv(archive / schema.SWEEP_ROLLUP)
-    assert rollup["cohort_id"].notna().all() and set(rollup.loc[rollup["outlier_score"].notna(), "slug"]) == named
-
-
 def test_the_planted_sweep_names_the_suspect_the_change_point_and_the_outliers(planted):
     archive, truth = planted
     assert_planted_truth(archive, truth)
     summary = json.loads((archive / schema.SWEEP_SUMMARY).read_text())
-    assert summary["cohort_count"] == 3 and len(summary["fleet_suspects"]) == 1
-    assert summary["fleet_suspects"][0].startswith("host node-b, device 2: slow rank in 4 of the 4 captures")
+    card, on_card = truth["fleet_suspect"], len(roots_on_the_suspect_card(truth))
+    assert summary["cohort_count"] == len({r["cohort"] for r in truth["roots"]}) and len(summary["fleet_suspects"]) == 1
+    assert summary["fleet_suspects"][0].startswith(
+        f"host {card['host_name']}, device {card['device_id']}: slow rank in {on_card} of the {on_card} captures"
+    )
 
 
 def test_the_sweep_is_a_dataset_for_sql_and_the_python_api(planted):
-    archive, _ = planted
+    archive, truth = planted
+    card = truth["fleet_suspect"]
     sql = "SELECT host_name, device_id, COUNT(DISTINCT slug) AS captures FROM ranks GROUP BY 1, 2 ORDER BY 1, 2"
     run = run_cli("query", str(archive), sql, "--csv", str(archive.parent / "cards.csv"))
     assert run.returncode == 0, run.stderr
     cards = pd.DataFrame(run.result["rows"])
-    node_b = cards[(cards["host_name"] == "node-b") & (cards["device_id"] == 2)]
-    assert node_b["captures"].tolist() == [4]
+    suspect = cards[(cards["host_name"] == card["host_name"]) & (cards["device_id"] == card["device_id"])]
+    assert suspect["captures"].tolist() == [len(roots_on_the_suspect_card(truth))]
     assert pd.read_csv(archive.parent / "cards.csv").shape == cards.shape
     sweep = Sweep(archive)
-    assert sweep.fleet_suspects()["host_name"].tolist() == ["node-b"]
+    assert sweep.fleet_suspects()["host_name"].tolist() == [card["host_name"]]
     slow = sweep.query(
         "SELECT DISTINCT f.slug FROM findings f JOIN roots r USING (slug) "
         "WHERE f.finding_type = 'slow_rank_suspected' AND r.outlier_score IS NOT NULL"
     )
-    assert len(slow) == 5  # four on the suspect card, one decoy
+    slow_planted = [r for r in truth["roots"] if r["planted"] in ("slow_rank_suspected", "aicore_freq_throttled")]
+    assert len(slow) == len(slow_planted)  # the suspect card's captures and the decoy
     steps = sweep.analysis(sweep.roots()["slug"].iloc[0]).steps()
     assert len(steps) and "step_class_id" in steps
     bad = run_cli("query", str(archive), "SELECT no_such_column FROM roots")
@@ -125,21 +72,27 @@ def test_the_sweep_is_a_dataset_for_sql_and_the_python_api(planted):
         sweep.analysis("../outside")
 
 
-def test_sweep_report_opens_from_file_with_plots_links_and_no_console_error(planted, browser):  # noqa: F811
-    archive, _ = planted
+def test_sweep_report_opens_from_file_with_plots_links_and_no_console_error(planted, browser):
+    from selenium.webdriver.common.by import By
+
+    archive, truth = planted
+    card = truth["fleet_suspect"]
     page = archive / schema.SWEEP_REPORT_HTML
     console_errors(browser)  # drop what earlier pages logged
     browser.get(page.as_uri())
     assert browser.title == "npuprof sweep"
     plots = browser.find_elements(By.CSS_SELECTOR, "div.js-plotly-plot")
     assert len(plots) == 3  # one per cohort, drawn by the inlined plotly.js (no network)
-    assert "host node-b, device 2" in browser.find_element(By.TAG_NAME, "body").text
+    assert f"host {card['host_name']}, device {card['device_id']}" in browser.find_element(By.TAG_NAME, "body").text
     links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "td a")]
     assert links and all(Path(link.removeprefix("file://")).is_file() for link in links)
     assert console_errors(browser) == []
 
 
-def test_a_hostile_host_name_is_shown_as_text_in_the_sweep_report(tmp_path, browser):  # noqa: F811
+def test_a_hostile_host_name_is_shown_as_text_in_the_sweep_report(tmp_path, browser):
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
     generate(tmp_path / "captures" / "one", "clean", steps=3, layers=2, trace=False, host=HOSTILE)
     run_sweep([str(tmp_path / "captures")], tmp_path / "archive", jobs=1)
     page = tmp_path / "archive" / schema.SWEEP_REPORT_HTML

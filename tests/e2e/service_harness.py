@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -133,6 +134,18 @@ class Worker:
     def child_pids(self) -> list[int]:
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split()
         return [int(p) for p in out]
+
+    def freeze(self) -> None:
+        """SIGSTOP the worker and its pool: nothing it runs can end (or start) until ``thaw``; a test
+        that must act while a task is in flight freezes first, then checks, then acts."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
+    def task_events(self, task: str) -> list[tuple[str, str]]:
+        """(task id, event) of every log line about a task named ``task`` (received, succeeded, ...)."""
+        return re.findall(rf"Task {re.escape(task)}\[([^\]]+)\] (\w+)", self.log_text())
 
     def kill_main(self) -> None:
         """kill -9 of the worker and its pool: its unacknowledged message comes back after the visibility timeout."""

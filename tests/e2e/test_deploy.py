@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from service_client import build_search_root, wait_done
 from service_harness import RedisServer, free_port, redis_values, wait_until
 from sshd_harness import SshServer
-from test_service import build_search_root, wait_done
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("deploy")]
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import redis
-from conftest import QWEN_TRAINING, copy_sample, root_dirs, run_cli
+from conftest import root_dirs, run_cli
+from helpers.auxiliary_files import CORRUPTIONS, FILES
+from helpers.sweep_truth import assert_planted_truth
+from service_client import build_search_root, status, submit, wait_done
 from service_harness import free_port, wait_until
-from test_auxiliary_inputs import CORRUPTIONS, FILES
-from test_sweep_intelligence import assert_planted_truth
 
 from npuprof.pipeline.errors import EXIT_PARTIAL, UsageError
 from npuprof.pipeline.sweep.rollup import root_status
@@ -28,44 +29,6 @@ from npuprof.synth.sweep import generate_sweep
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
 
 COMPARED_OUT = ["output_dir", "elapsed_s"]  # where and how fast differ between runs; everything else must not
-
-
-def build_search_root(base: Path, scenarios: list[str], extra_samples: bool = True, **synth) -> Path:
-    for index, name in enumerate(scenarios):
-        generate(base / f"case_{index:02d}_{name}", name, seed=index, **synth)
-    if extra_samples:
-        copy_sample(QWEN_TRAINING, base / "qwen3_step13")
-        bad = base / "broken_case" / "rank_0" / "ASCEND_PROFILER_OUTPUT"
-        bad.mkdir(parents=True)
-        (bad / "kernel_details.csv").write_text("Name,Type\nx,y\n")
-    return base
-
-
-def submit(broker: str, search: Path, archive: Path) -> str:
-    run = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", broker)
-    assert run.returncode == 0, run.stderr
-    return run.result["sweep_id"]
-
-
-def status(broker: str, sweep_id: str) -> dict:
-    run = run_cli("status", sweep_id, "--json", "--broker", broker)
-    assert run.returncode == 0, run.stderr
-    return run.result
-
-
-def wait_state(broker: str, sweep_id: str, states: tuple[str, ...], timeout: float = 120) -> dict:
-    """The sweep's status once its state is one of ``states``."""
-    return wait_until(
-        lambda: (s := status(broker, sweep_id))["state"] in states and s, timeout, f"sweep {sweep_id} {states}", 1.0
-    )
-
-
-def wait_done(broker: str, sweep_id: str, timeout: float = 240) -> dict:
-    """The final status, waited for as a user does (``status --watch``: one record read a poll)."""
-    run = run_cli("status", sweep_id, "--watch", "--json", "--interval", "0.5", "--broker", broker, timeout=timeout)
-    assert run.returncode in (0, EXIT_PARTIAL), run.stderr
-    assert run.result["state"] == "done", run.result
-    return run.result
 
 
 def rollup(archive: Path) -> pd.DataFrame:
@@ -105,10 +68,13 @@ def test_ten_root_sweep_through_two_workers_matches_the_local_sweep(redis_server
     assert not list((tmp_path / "archive").glob(".*")), "no work dir is left in the archive"
 
 
+RANK_TASK = "npuprof.analyze_rank"
+
+
 def running_rank_tasks(worker) -> set[str]:
     """Ids of the rank tasks the worker received and has not finished, from its log (the start-up
     banner names every registered task and is no task event)."""
-    events = re.findall(r"Task npuprof\.analyze_rank\[([^\]]+)\] (\w+)", worker.log_text())
+    events = worker.task_events(RANK_TASK)
     received = {task for task, event in events if event == "received"}
     return received - {task for task, event in events if event != "received"}
 
@@ -126,9 +92,18 @@ def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
         "a worker to be in the middle of a rank task",
         interval=0.05,
     )
-    (victim.kill_child if how == "pool_child" else victim.kill_main)()
+    victim.freeze()  # the task cannot end between this look and the kill
+    (killed,) = running_rank_tasks(victim)  # one child: one task in flight, still running
+    if how == "pool_child":
+        victim.kill_child()
+        victim.thaw()  # the worker's main process finds its child lost and requeues the task
+    else:
+        victim.kill_main()  # the unacknowledged message comes back after the visibility timeout
     final = wait_done(redis_server.url, sweep_id, timeout=300)
     assert final["totals"] == {"SUCCESS": 2}
+    # the killed task was delivered again and ran to its end: the kill hit work in flight
+    events = [event for w in (first, second) for task, event in w.task_events(RANK_TASK) if task == killed]
+    assert events.count("received") >= 2 and "succeeded" in events, events
     archive = tmp_path / "archive"
     assert sorted(p.name.split("-")[0] for p in root_dirs(archive)) == [
         "captures__case_00_clean",
@@ -144,10 +119,15 @@ def test_redis_restart_mid_sweep_the_sweep_completes(redis_server, workers, tmp_
     search = build_search_root(
         tmp_path / "captures", ["clean", "slow_rank", "mixed"], extra_samples=False, steps=20, layers=12, trace=False
     )
-    workers(2)
+    started = workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
-    wait_until(lambda: status(redis_server.url, sweep_id)["state"] == "running", 60, "the sweep to be planned")
+    wait_until(lambda: any(running_rank_tasks(w) for w in started), 60, "a rank task in flight", interval=0.05)
+    for worker in started:  # the restart certainly comes while the sweep has work in flight
+        worker.freeze()
+    assert status(redis_server.url, sweep_id)["state"] == "running"
     redis_server.restart(down_seconds=3)
+    for worker in started:
+        worker.thaw()
     final = wait_done(redis_server.url, sweep_id, timeout=300)
     assert final["totals"] == {"SUCCESS": 3}
     assert len(pd.read_csv(tmp_path / "archive" / "sweep_class_rollup.csv")) == 3
@@ -282,7 +262,14 @@ def test_submitting_the_same_sweep_twice_does_no_duplicate_work(redis_server, wo
     assert all(f"npuprof worker: broker {redis_server.url}\n" in w.log_text() for w in started)  # its first line
     archive = tmp_path / "archive"
     sweep_id = submit(redis_server.url, search, archive)
-    again = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", redis_server.url)
+    for worker in started:  # the sweep certainly still running when it is submitted again
+        worker.freeze()
+    try:
+        again = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", redis_server.url)
+    finally:
+        for worker in started:
+            worker.thaw()
+    assert again.result["state"] in ("planning", "running"), again.result
     assert again.result == {
         "sweep_id": sweep_id,
         "state": again.result["state"],
@@ -526,7 +513,11 @@ def test_a_rank_that_kills_its_worker_every_time_fails_its_root_alone(redis_serv
         for path in archive.glob(".captures__case_00_poison*/.ranks/rank_0.attempts.json"):
             state = json.loads(path.read_text())
             if state["started"] > len(kills) and state.get("ended", 0) < state["started"]:
+                worker.freeze()  # it cannot end between this look and the kill
+                state = json.loads(path.read_text())
+                assert state.get("ended", 0) < state["started"], state
                 worker.kill_child()
+                worker.thaw()
                 kills.append(state["started"])
         return len(kills) == 2
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 from conftest import root_dirs, run_cli
-from test_service import build_search_root, submit, wait_done, wait_state
+from service_client import build_search_root, submit, wait_done, wait_state
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import EXIT_USAGE

@@ -1,0 +1,136 @@
+"""The suite keeps itself honest: under CI=true a missing prerequisite stops the run with its name
+(each one hidden in turn), without the samples only the tests that read them skip, no test module
+imports another, and no assertion is written so that it cannot fail."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import prerequisites
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+BINARIES = tuple(p.name for p in prerequisites.PREREQUISITES if p.kind == "binary")
+
+
+def _pytest(args: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """The README's test command on one process (xdist off, the rest of the settings kept)."""
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=--import-mode=importlib", "-q", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+
+
+def _hidden(name: str, base: Path) -> dict[str, str]:
+    """This process's environment with prerequisite ``name`` made unreachable, as if not installed."""
+    env = {**os.environ, "CI": "true"}
+    kind = prerequisites.BY_NAME[name].kind
+    if kind == "package":  # a package of that name that cannot be imported, first on the path
+        (base / "shadow" / name).mkdir(parents=True)
+        (base / "shadow" / name / "__init__.py").write_text(f"raise ImportError('{name} hidden by the test')\n")
+        env["PYTHONPATH"] = os.pathsep.join([str(base / "shadow"), env.get("PYTHONPATH", "")])
+    elif kind == "binary":  # PATH narrowed to the other binaries the suite needs
+        (base / "bin").mkdir()
+        for other in BINARIES:
+            found = prerequisites.binary(other)
+            if other != name and found:
+                (base / "bin" / other).symlink_to(found)
+        env["PATH"] = str(base / "bin")
+    elif kind == "samples":
+        env["NPUPROF_SAMPLES"] = str(base / "no-samples-here")
+    else:
+        env["NPUPROF_PEER_VENV"] = str(base / "no-peer-venv-here")
+    return env
+
+
+@pytest.mark.parametrize("name", [p.name for p in prerequisites.PREREQUISITES])
+def test_under_ci_a_missing_prerequisite_stops_the_run_with_its_name(name, tmp_path):
+    run = _pytest(["--collect-only", "tests/test_knowledge.py"], _hidden(name, tmp_path))
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, f"the run went on without {name}: {output[-2000:]}"
+    assert f"'{name}' is missing" in output and "CI=true" in output, output[-2000:]
+    assert "collected" not in output  # stopped before collection, not by one module's import
+
+
+def test_under_ci_with_everything_present_the_run_starts():
+    """The control for the hidden runs above: the same command with nothing hidden collects."""
+    lacking = prerequisites.missing()
+    if lacking and not prerequisites.in_ci():
+        pytest.skip("; ".join(p.reason() for p in lacking))
+    run = _pytest(["--collect-only", "tests/test_knowledge.py"], {**os.environ, "CI": "true"})
+    assert run.returncode == 0 and "collected" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def test_without_the_samples_only_the_tests_that_read_them_skip(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"NPUPROF_SAMPLES": str(tmp_path / "none")}
+    files = ["tests/test_diagnostics.py", "tests/test_normalize.py", "tests/test_summarize.py"]
+    run = _pytest(["-p", "helpers.skip_report", "--collect-only", *files], env)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    verdicts = _verdicts(run.stdout)
+    assert verdicts, run.stdout[-2000:]
+    # synth-only tests run
+    planted = [t for t in verdicts if "test_every_planted_fault_is_found_on_its_ranks" in t]
+    assert planted and all(verdicts[t] == "run" for t in planted)
+    assert verdicts["tests/test_diagnostics.py::test_a_planted_clock_offset_is_recovered_within_ten_percent"] == "run"
+    # tests on real captures skip: parametrized over sample roots, or reading one through a module constant
+    on_samples = [t for t in verdicts if "qwen3_training" in t or "text_level2" in t]
+    assert on_samples and all(verdicts[t] == "skip" for t in on_samples), on_samples
+    if prerequisites.samples_dir().is_dir():  # with the samples, nothing is marked
+        present = _pytest(["-p", "helpers.skip_report", "--collect-only", *files], dict(os.environ))
+        assert set(_verdicts(present.stdout).values()) == {"run"}, present.stdout[-2000:]
+
+
+def _verdicts(stdout: str) -> dict[str, str]:
+    """test id -> "skip" or "run", from the skip_report plugin's lines."""
+    lines = [line.split(" ", 2) for line in stdout.splitlines() if line.startswith("SKIP-REPORT ")]
+    return {nodeid: verdict for _, verdict, nodeid in lines}
+
+
+def _test_modules() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("*.py") if p.name.startswith("test_") or p.parent.name == "helpers")
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/helpers/ or a conftest: a test module that skips or fails to import
+    takes no other module's tests with it."""
+    offenders = []
+    for path in _test_modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[-1].startswith("test_")]
+    assert not offenders, offenders
+
+
+def _cannot_fail(test: ast.expr) -> bool:
+    """An assertion that holds whatever the code does: ``x or True``, a non-empty constant."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(isinstance(v, ast.Constant) and v.value for v in test.values)
+    return isinstance(test, ast.Constant) and bool(test.value)
+
+
+def test_no_assertion_is_written_so_that_it_cannot_fail():
+    offenders = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in _test_modules()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Assert) and _cannot_fail(node.test)
+    ]
+    assert not offenders, offenders
+
+
+def test_pytest_importorskip_is_not_used():
+    """importorskip skips silently whatever CI says: prerequisites are declared in helpers/prerequisites.py."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in _test_modules()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "importorskip"
+    ]
+    assert not offenders, offenders
