@@ -34,13 +34,13 @@ class Analysis:
             frame.insert(0, "rank_id", rank_id)
         return frame
 
-    def _view(self, view: schema.CsvView, stage: str) -> pd.DataFrame:
+    def _view(self, view: schema.CsvView, stage: str, text: tuple[str, ...] = ()) -> pd.DataFrame:
         path = self.out_dir / view.file
         if not path.exists():
             raise FileNotFoundError(
                 f"{path} is missing: run the {stage} stage (npuprof analyze ... --from-stage {stage})"
             )
-        return pd.read_csv(path)
+        return pd.read_csv(path, dtype={column: str for column in text})
 
     def steps(self) -> pd.DataFrame:
         """One row per step and rank: step_id, complete, layer counts (forward / backward / recompute /
@@ -52,6 +52,13 @@ class Analysis:
         """One row per step and rank: anomaly_tags and anomaly_text, decided by diagnostics from the
         step measurements and the thresholds of knowledge/diagnosis_rules.yaml."""
         return self._view(schema.STEP_ANOMALIES_CSV, "diagnostics")
+
+    def ledger(self) -> pd.DataFrame:
+        """The step ledger: per rank and step, every ms of the step's wall on exactly one line (compute
+        by block, compute under communication, exposed communication by role, kind and part, idle by
+        cause), with what explains it: a finding's claim_id (and its type and ranks: a peer's wait is
+        blamed on the rank that caused it), ``expected:<reason>`` or ``unexplained``."""
+        return self._view(schema.STEP_LEDGER_CSV, "diagnostics", text=("explained_by", "blamed_ranks"))
 
     def layers(self) -> pd.DataFrame:
         """One row per layer instance: step, pass_index, layer_index, layer_role, anchor kernel,
@@ -106,7 +113,8 @@ class Analysis:
 
     def findings(self) -> pd.DataFrame:
         """One row per finding: claim_id, finding_type, scope, severity, confidence, summary,
-        rank_ids and evidence_ids (lists), statistic name / value / threshold, limitations."""
+        rank_ids and evidence_ids (lists), statistic name / value / threshold, limitations, and the time
+        fixing it would recover (ms per step and share of the mean step)."""
         path = self.out_dir / schema.DIAGNOSIS_FINDINGS
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: run the diagnostics stage")
@@ -120,11 +128,14 @@ class Analysis:
                 "statistic_value": f["statistic"].get("value"),
                 "statistic_threshold": f["statistic"].get("threshold"),
                 "limitations": f["limitations"],
+                "recoverable_ms_per_step": f.get("recoverable_ms_per_step"),
+                "recoverable_share_of_step": f.get("recoverable_share_of_step"),
             }
             for f in findings
         ]
         columns = ["claim_id", "finding_type", "scope", "severity", "confidence", "summary", "rank_ids"]
         columns += ["evidence_ids", "statistic_name", "statistic_value", "statistic_threshold", "limitations"]
+        columns += ["recoverable_ms_per_step", "recoverable_share_of_step"]
         return pd.DataFrame(rows, columns=columns)
 
     def manifest(self, stage: str | None = None) -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
 from npuprof.synth.program import DENSE, LAYER, MOE
-from npuprof.synth.scenarios import Scenario
+from npuprof.synth.scenarios import Fault, Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
 from npuprof.synth.text_export import (
     communication_records,
@@ -37,7 +37,11 @@ ALSO_REPORTED = {
     "aicore_freq_throttled": ("slow_rank_suspected",),  # late at every collective it is throttled in
     "device_idle_bubble": ("blocking_sync_in_step",),  # the planted host bubble is a blocking .item()
 }
-CAPTURE_CONDITIONS = ("partial_capture", "clock_offset")
+# ... and these plant a second one when they hit some ranks only: those ranks come last to every
+# collective (when every rank is hit, none is later than the others)
+ALSO_REPORTED_ON_SOME_RANKS = {"host_launch_bound": ("slow_rank_suspected",)}
+CAPTURE_CONDITIONS = ("partial_capture", "clock_offset", "rank_not_captured")
+UNCAPTURED = ("capture_incomplete_group", "rank_not_captured")  # faults whose ranks are not written
 PLANTABLE_FINDINGS = (
     "slow_rank_suspected",
     "ep_load_imbalance_suspected",
@@ -53,12 +57,16 @@ PLANTABLE_FINDINGS = (
     "gc_pause",
     "allocation_heavy",
     "host_launch_bound",
+    "capture_incomplete_group",
 )
 
 
-def findings_of_fault(kind: str) -> tuple[str, ...]:
-    """The finding types a fault of ``kind`` plants (none for a capture condition)."""
-    return () if kind in CAPTURE_CONDITIONS else (kind, *ALSO_REPORTED.get(kind, ()))
+def findings_of_fault(fault: Fault) -> tuple[str, ...]:
+    """The finding types ``fault`` plants (none for a capture condition)."""
+    if fault.kind in CAPTURE_CONDITIONS:
+        return ()
+    extra = ALSO_REPORTED_ON_SOME_RANKS.get(fault.kind, ()) if fault.ranks else ()
+    return (fault.kind, *ALSO_REPORTED.get(fault.kind, ()), *extra)
 
 
 def topology_of(sc: Scenario) -> Topology:
@@ -223,7 +231,7 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
         if "step_ordinals" in entry:
             entry["step_ids"] = [step_ids[s] for s in (fault.steps or range(sc.steps))]
         faults.append(entry)
-    planted = {kind for f in sc.faults for kind in findings_of_fault(f.kind)}
+    planted = {kind for f in sc.faults for kind in findings_of_fault(f)}
     return {
         "scenario": sc.name,
         "description": sc.description,
@@ -242,7 +250,7 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
         "expected_findings": [
             {"type": kind, **{k: v for k, v in f.as_dict().items() if k != "kind"}}
             for f in sc.faults
-            for kind in findings_of_fault(f.kind)
+            for kind in findings_of_fault(f)
         ],
         "unexpected_findings": sorted(set(PLANTABLE_FINDINGS) - planted),
     }
@@ -396,8 +404,10 @@ def generate(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        rows = sum(_write_rank(tmp, t, capture) for t in timelines)
-        truth = _ground_truth(sc, seed, timelines, step_ids)
+        uncaptured = {r for f in sc.faults if f.kind in UNCAPTURED for r in f.ranks}
+        captured = [t for t in timelines if t.rank not in uncaptured]
+        rows = sum(_write_rank(tmp, t, capture) for t in captured)
+        truth = _ground_truth(sc, seed, captured, step_ids)
         (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
@@ -409,7 +419,7 @@ def generate(
         "status": "ok",
         "root": str(out),
         "scenario": sc.name,
-        "ranks": sc.ranks,
+        "ranks": len(captured),  # written: a rank left out of the capture is not
         "steps": sc.steps,
         "layers": sc.layers,
         "rows": rows,

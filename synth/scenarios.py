@@ -25,7 +25,9 @@ class Fault:
     collection / a device memory allocation before
     ``layer`` on ``steps`` of ``ranks``, every rank when empty; a device_idle_bubble's host stall is a
     blocking ``.item()``), host_launch_bound (every compute kernel of ``ranks``, every rank when empty,
-    waits ``gap_us`` for the host to launch it).
+    waits ``gap_us`` for the host to launch it), capture_incomplete_group (``ranks`` compute × factor and
+    are left out of the capture: the captured members of their groups wait for a rank nobody sees),
+    rank_not_captured (a capture condition: ``ranks`` are left out of the capture, nothing else changes).
     """
 
     kind: str
@@ -55,6 +57,8 @@ class Fault:
             "gc_pause": ("ranks", "steps", "layer", "gap_us"),
             "allocation_heavy": ("ranks", "steps", "layer", "gap_us"),
             "host_launch_bound": ("ranks", "gap_us"),
+            "capture_incomplete_group": ("ranks", "factor"),
+            "rank_not_captured": ("ranks",),
         }[self.kind]
         found = {k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys}
         if "steps" in found:  # ordinals, labelled as such: texts and findings number steps by captured id
@@ -156,6 +160,12 @@ SCENARIOS: dict[str, Scenario] = {
             faults=(Fault("host_launch_bound", gap_us=25.0),),
         ),
         Scenario(
+            "launch_bound_rank",
+            "dense training, data parallel; rank 1's host launches each compute kernel 15 us after its device "
+            "could start it (about a tenth of its step), and the other ranks wait for it in every all-reduce",
+            faults=(Fault("host_launch_bound", ranks=(1,), gap_us=15.0),),
+        ),
+        Scenario(
             "slow_link",
             "dense prefill with TP all-reduces; the 0-1 link runs at a quarter of its bandwidth",
             training=False,
@@ -186,6 +196,17 @@ SCENARIOS: dict[str, Scenario] = {
             "dense training, data parallel; rank 1's AI Core clock drops to 1,200 MHz (nominal 1,800) in steps "
             "11-13 (ordinals 1-3), so its kernels run 1.5x longer and the others wait for it",
             faults=(Fault("aicore_freq_throttled", ranks=(1,), steps=(1, 2, 3), factor=1.5),),
+        ),
+        Scenario(
+            "uncaptured_straggler",
+            "dense training, data parallel; rank 3 computes 1.5x slower and is not in the capture: ranks 0-2 "
+            "wait for it in every all-reduce, and only its group's member count says someone is missing",
+            faults=(Fault("capture_incomplete_group", ranks=(3,), factor=1.5),),
+        ),
+        Scenario(
+            "uncaptured_peer",
+            "the twin of uncaptured_straggler: rank 3 is not in the capture, and computes like the others",
+            faults=(Fault("rank_not_captured", ranks=(3,)),),
         ),
         Scenario(
             "partial_capture",

@@ -159,7 +159,8 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     n = len(kid)
     rng = np.random.default_rng([seed, rank])
     is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid]
-    slow = np.prod([f.factor for f in _faults(scenario, "slow_rank_suspected") if rank in f.ranks] or [1.0])
+    slowed = [*_faults(scenario, "slow_rank_suspected"), *_faults(scenario, "capture_incomplete_group")]
+    slow = np.prod([f.factor for f in slowed if rank in f.ranks] or [1.0])
     changed = dict(scenario.kernel_factors)
     base_us = np.array([k.base_us * (1.0 if k.hccl_group else changed.get(k.type, 1.0)) for k in program.kernels])
     clock_factor = _clock_factor(scenario, rank, n_step, is_comm)

@@ -51,6 +51,8 @@ def assert_accounting_adds_up(out: Path) -> None:
         ("comm_by_role", "communication"),
         ("comm_by_role_kind", "communication"),
         ("compute_by_op_type", "compute"),
+        ("compute_by_block", "compute"),
+        ("comm_exposed_parts", "communication"),
     )
     for breakdown, category in splits:
         again = accounting[accounting["breakdown"] == breakdown].groupby(["rank_id", "step_ordinal"])["ms"].sum()

@@ -62,6 +62,11 @@ BASE_INPUTS: dict[str, Callable[[RootContext, tuple[str, ...] | None], Any]] = {
     "freq_samples": _table(schema.AICORE_FREQ),  # AI Core frequency samples per rank
     "group_ranks": _group_ranks,  # group hash → global ranks (profiler_metadata)
     "hardware": _hardware,  # hardware_insights.json: the chosen SoC and its clock
+    # the step ledger as the first findings explain it (ledger.py): the diagnostics stage provides it to
+    # the ledger-phase detectors; read from disk, it is the ledger the last run wrote
+    "ledger": _table(schema.STEP_LEDGER),
+    "comm_events": _table(schema.COMMUNICATION_EVENTS),  # per rank: every communication event
+    "comm_ops": _table(schema.COMMUNICATION_OPS),  # per rank: communication.json's ops
 }
 
 # Inputs built from other inputs (so a context over frames builds them too): name → (the inputs and
@@ -105,6 +110,10 @@ class DiagnosisContext:
     def from_frames(cls, frames: dict[str, Any]) -> "DiagnosisContext":
         """A context over given inputs (tests); an input not given is empty."""
         return cls(None, frames)
+
+    def provide(self, name: str, value: Any) -> None:
+        """Hand the context an input computed during the stage (the first findings' ledger)."""
+        self._loaded[name] = value
 
     def known(self) -> set[str]:
         return {*BASE_INPUTS, *COMPOSED_INPUTS, *derived_inputs()}

@@ -30,6 +30,9 @@ class Detector:
     reads: dict[str, tuple[str, ...]]  # input name → the columns it reads (empty: the input as a whole)
     notes: tuple[str, ...]  # knowledge/notes/<note>.md: the notes written for its findings
     detect: Callable[["DiagnosisContext"], list["Finding"]]
+    # "findings": runs first; "ledger": runs on the step ledger the first findings explain (its
+    # ``ledger`` input), and reports what they left unexplained
+    phase: str = "findings"
 
 
 @dataclass(frozen=True)
@@ -44,13 +47,22 @@ _DETECTORS: dict[str, Detector] = {}
 _DERIVED: dict[str, DerivedInput] = {}
 
 
+PHASES = ("findings", "ledger")
+
+
 def detector(
-    *, finding_types: tuple[str, ...], reads: dict[str, tuple[str, ...]], notes: tuple[str, ...] = ()
+    *,
+    finding_types: tuple[str, ...],
+    reads: dict[str, tuple[str, ...]],
+    notes: tuple[str, ...] = (),
+    phase: str = "findings",
 ) -> Callable[[Callable], Callable]:
     """Register the decorated function as a detector (at import of its module)."""
+    if phase not in PHASES:
+        raise ValueError(f"unknown detector phase {phase!r}; known: {', '.join(PHASES)}")
 
     def register(function: Callable) -> Callable:
-        _DETECTORS[function.__name__] = Detector(function.__name__, finding_types, dict(reads), notes, function)
+        _DETECTORS[function.__name__] = Detector(function.__name__, finding_types, dict(reads), notes, function, phase)
         return function
 
     return register

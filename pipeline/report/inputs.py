@@ -39,6 +39,7 @@ class ReportInputs:
     pp_passes: pd.DataFrame = field(default_factory=pd.DataFrame)  # each PP stage's F / B passes (pp_chart)
     idle_causes: pd.DataFrame = field(default_factory=pd.DataFrame)  # idle ms by host cause per step (evidence)
     evidence_kinds: dict[str, int] = field(default_factory=dict)  # evidence_index rows by kind
+    ledger: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_ledger (diagnostics): every ms explained
 
     def manifest(self, stage: str) -> dict:
         """A stage's manifest, or {} when the stage did not run."""

@@ -10,6 +10,7 @@ import pandas as pd
 
 from npuprof.pipeline.report.glossary import glossary_markdown
 from npuprof.pipeline.report.inputs import ReportInputs
+from npuprof.pipeline.report.ledger_view import rank_ledgers
 from npuprof.pipeline.summaries.idle_causes import cause_names
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
@@ -54,12 +55,34 @@ def _by_severity(counts: dict) -> str:
     return ", ".join(f"{cell(k)} {v}" for k, v in counts["by_severity"].items())
 
 
-def _headline(summary: dict) -> str:
+def _headline(inputs: ReportInputs, summary: dict) -> str:
     headline = summary.get("headline") or {}
     if not headline.get("text"):
         return "_No step time accounting: no rank has device events in steps._\n"
     lines = [f"- {cell(text)}" for text in headline["text"]]
-    return f"Where the step goes ({cell(headline['basis'])}):\n\n" + "\n".join(lines) + "\n"
+    text = f"Where the step goes ({cell(headline['basis'])}):\n\n" + "\n".join(lines) + "\n"
+    return text + _ledger(inputs)
+
+
+def _ledger(inputs: ReportInputs) -> str:
+    """Each rank's costliest ledger lines, with what explains each and what fixing it gives."""
+    ranks = rank_ledgers(inputs.ledger, inputs.findings)
+    if not ranks:
+        return ""
+    parts = [
+        "\nThe step ledger (`step_ledger.csv`: every ms of each step on one line, with what explains it; "
+        "mean per complete step):\n"
+    ]
+    for rank in ranks:
+        rows = pd.DataFrame(rank["lines"]).assign(
+            ms_per_step=lambda f: f["ms_per_step"].round(3), share=lambda f: f["share"].map(_share)
+        )
+        unexplained = _share(rank["unexplained_share"])
+        parts.append(
+            f"\n**Rank {rank['rank_id']}**: step {rank['wall_ms']:.3f} ms, unexplained {unexplained}\n\n"
+            + table(rows, ["line", "ms_per_step", "share", "explained_by"])
+        )
+    return "".join(parts)
 
 
 def _share(value: float | None) -> str:
@@ -419,7 +442,7 @@ def _evidence_chain(inputs: ReportInputs) -> str:
 def report_markdown(inputs: ReportInputs, summary: dict) -> str:
     """The whole report.md."""
     sections = [
-        ("Biggest Costs Of The Step", _headline(summary)),
+        ("Biggest Costs Of The Step", _headline(inputs, summary)),
         ("Executive Summary", _executive(inputs, summary)),
         ("Capture And Segmentation", _capture(inputs, summary)),
         ("Macro Step Timeline", _timeline(inputs, summary)),

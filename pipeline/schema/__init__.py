@@ -60,6 +60,8 @@ from npuprof.pipeline.schema.classes import (
     STEP_ANOMALIES,
     STEP_ANOMALIES_CSV,
     STEP_CLASSES,
+    STEP_LEDGER,
+    STEP_LEDGER_CSV,
     STEP_SUMMARY,
     WINDOW_METRIC_COLUMNS,
     WINDOW_METRICS,
@@ -179,6 +181,7 @@ TABLES: tuple[Table, ...] = (
     STEP_FLOPS,
     COLLECTIVE_ALIGNMENT,
     CROSS_RANK_ALIGNMENT,
+    STEP_LEDGER,
 )
 # classify's views of its per-rank tables
 CSV_VIEWS: tuple[CsvView, ...] = (STEP_SUMMARY, LAYER_SUMMARY, BLOCK_SUMMARY, STEP_ANATOMY_CSV)
@@ -350,6 +353,8 @@ __all__ = [
     "STEP_SUMMARY",
     "STEP_ANOMALIES",
     "STEP_ANOMALIES_CSV",
+    "STEP_LEDGER",
+    "STEP_LEDGER_CSV",
     "SLOW_RANK_DIFF",
     "SLOW_RANK_DIFF_CSV",
     "STRING_EVENT_COLUMNS",

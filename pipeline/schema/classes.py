@@ -104,6 +104,30 @@ STEP_ANOMALIES = Table(
 )
 STEP_ANOMALIES_CSV = CsvView("step_anomalies.csv", (STEP_ANOMALIES,), ())
 
+# diagnostics' account of every ms of each step (diagnosis/ledger.py): the lines of one rank and step
+# add up to its wall; each is explained by a finding, an expected reason, or is unexplained
+STEP_LEDGER = Table(
+    "step_ledger",
+    pa.schema(
+        [
+            ("rank_id", pa.int64()),
+            ("step_ordinal", pa.int64()),
+            ("step_id", pa.int64()),
+            ("complete", pa.bool_()),
+            ("wall_ms", pa.float64()),
+            ("category", pa.string()),  # compute | overlap | communication | idle
+            ("line", pa.string()),  # 'compute attention', 'communication DP allreduce wait', 'idle launch' ...
+            ("ms", pa.float64()),
+            ("share", pa.float64()),  # of wall_ms
+            ("explained_by", pa.string()),  # a finding's claim_id, expected:<reason>, or unexplained
+            ("finding_type", pa.string()),  # the explaining finding's type (null: none)
+            ("blamed_ranks", pa.string()),  # the ranks that finding names: a peer's wait is blamed on them
+        ]
+    ),
+    per_rank=False,
+)
+STEP_LEDGER_CSV = CsvView("step_ledger.csv", (STEP_LEDGER,), ())
+
 # diagnostics' comparison of each slow rank with its peers (diagnosis/slow_card.py), per step
 SLOW_RANK_DIFF = Table(
     "slow_rank_diff",

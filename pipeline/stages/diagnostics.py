@@ -18,15 +18,22 @@ from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.evidence import check_evidence
 from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, rank_by_cost
+from npuprof.pipeline.diagnosis.ledger import step_ledger, unexplained_share
 from npuprof.pipeline.diagnosis.registry import detectors
 from npuprof.pipeline.diagnosis.slow_card import peers_of, slow_card_diff
+from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.stages.base import RootContext, StageResult, conformed
 
 
 def reduce_root(ctx: RootContext) -> StageResult:
     """Run every registered detector, check the evidence chain, write diagnosis_findings.json."""
     inputs = DiagnosisContext(ctx)
-    found = [finding for item in detectors() for finding in item.detect(inputs)]
+    found = [finding for item in detectors() if item.phase == "findings" for finding in item.detect(inputs)]
+    # what the findings leave unexplained in the step ledger is the ledger-phase detectors' to report
+    accounting, idle_causes = _ledger_sources(ctx)
+    first = link_causes([f.to_dict() for f in found if not is_annotation(f.finding_type)])
+    inputs.provide("ledger", step_ledger(accounting, idle_causes, first))
+    found += [finding for item in detectors() if item.phase == "ledger" for finding in item.detect(inputs)]
     rules = knowledge.load("diagnosis_rules")
     order = {name: position for position, name in enumerate([*rules["findings"], *rules["annotations"]])}
     found.sort(key=lambda finding: order[finding.finding_type])  # stable: a detector's own order within a type
@@ -39,12 +46,14 @@ def reduce_root(ctx: RootContext) -> StageResult:
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
     check_evidence(findings + annotations, evidence_ids, alignment_ids)
     step_tags = inputs.step_tags
+    ledger = conformed(schema.STEP_LEDGER, step_ledger(accounting, idle_causes, findings))
     counts = {
         "finding_count": len(findings),
         "by_type": dict(Counter(f["finding_type"] for f in findings)),
         "by_severity": dict(Counter(f["severity"] for f in findings)),
         "annotation_count": len(annotations),
         "anomaly_tag_counts": dict(Counter(t for tags in step_tags["anomaly_tags"] for t in str(tags).split(";") if t)),
+        "ledger_unexplained_share": {str(r): round(float(v), 4) for r, v in unexplained_share(ledger).items()},
     }
     document = {
         "schema_version": 1,
@@ -56,13 +65,20 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "counts": counts,
     }
     return StageResult(
+        tables={schema.STEP_LEDGER: ledger},
         json_files={schema.DIAGNOSIS_FINDINGS: document},
         csv_views={
             schema.STEP_ANOMALIES_CSV: conformed(schema.STEP_ANOMALIES, step_tags),
             schema.SLOW_RANK_DIFF_CSV: conformed(schema.SLOW_RANK_DIFF, _slow_rank_diff(inputs, findings)),
+            schema.STEP_LEDGER_CSV: ledger,
         },
         manifest=counts,
     )
+
+
+def _ledger_sources(ctx: RootContext) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What the step ledger (diagnosis/ledger.py) is made of: summarize's accounting, evidence's idle causes."""
+    return int_ranks(ctx.read_frame(schema.STEP_TIME_ACCOUNTING)), int_ranks(ctx.read_frame(schema.IDLE_BY_CAUSE))
 
 
 def _slow_rank_diff(inputs: DiagnosisContext, findings: list[dict]) -> pd.DataFrame:

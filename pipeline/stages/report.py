@@ -248,6 +248,7 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         pp_schedule=pp_schedule,
         pp_passes=stage_passes(layers, pp_schedule),  # the chart and the trace draw the same passes
         idle_causes=int_ranks(ctx.read_frame(schema.IDLE_BY_CAUSE)),
+        ledger=int_ranks(ctx.read_frame(schema.STEP_LEDGER)),
     )
 
 

@@ -23,7 +23,7 @@ from npuprof.pipeline.sources.communication_files import read_communication_json
 from npuprof.pipeline.sources.step_trace import read_step_trace_time
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
 from npuprof.pipeline.stages.rank_reads import add_block_columns, layer_spans, rank_steps, step_of_events
-from npuprof.pipeline.summaries.accounting import step_time_accounting
+from npuprof.pipeline.summaries.accounting import communication_parts, step_time_accounting
 from npuprof.pipeline.summaries.classes import (
     block_class_ops,
     block_class_summary,
@@ -93,9 +93,13 @@ def map_rank(ctx: RankContext) -> StageResult:
     operators = operator_summary(events) if len(events) else pd.DataFrame()
     operators.insert(0, "evidence_id", operator_evidence_ids(ctx.rank.rank_id, len(operators)))
     events["bound_family"] = _operator_family(events, operators)
-    accounting = step_time_accounting(events, steps, layer_spans(ctx)) if len(steps) else pd.DataFrame()
     add_block_columns(ctx, events)
     comm, comm_rows, ops, links, comm_source, unreadable = _communication(ctx, events, steps, rank_info)
+    if len(steps):
+        parts = communication_parts(events, ops, steps.set_index("step_ordinal")["step_id"])
+        accounting = step_time_accounting(events, steps, layer_spans(ctx), parts)
+    else:
+        accounting = pd.DataFrame()
     manifest = {
         "rank_id": ctx.rank.rank_id,
         "communication_source": comm_source if len(comm) or len(ops) else None,

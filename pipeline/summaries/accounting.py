@@ -61,15 +61,17 @@ def _idle_window(stretch_step: np.ndarray, stretch_start: np.ndarray, layer_span
     return np.array(labels)[codes]
 
 
-def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
-    """Long table: per step, breakdown / category / component / ms / share.
-
-    ``events``: step_ordinal (null outside steps), start_ns, end_ns, is_comm, bound_family, kind,
-    parallel_role, op_type. ``steps``: step_ordinal, step_id, complete, start_ns, end_ns.
+def step_time_accounting(
+    events: pd.DataFrame, steps: pd.DataFrame, layer_spans: pd.DataFrame, comm_parts: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Long table: per step, breakdown / category / component / ms / share. ``events``: step_ordinal
+    (null outside steps), start_ns, end_ns, is_comm, bound_family, kind, parallel_role, op_type and
+    block_kind (null outside blocks). ``steps``: step_ordinal, step_id, complete, start_ns, end_ns.
     ``layer_spans``: step_ordinal, main_start_ns, main_end_ns (the span of the step's layers).
-    """
+    ``comm_parts``: per event (``events``' index), the transfer / wait / idle shares of its time
+    (``communication_parts``); without it, exposed communication is not split by part."""
     columns = ["step_ordinal", "start_ns", "end_ns", "is_comm", "bound_family", "kind", "parallel_role", "op_type"]
-    inside = _in_steps(events, columns)
+    inside = _in_steps(events, columns + (["block_kind"] if "block_kind" in events else []))
     step, time, sign, event_of = _boundaries(inside)
     same_step = step[1:] == step[:-1]
     length = np.where(same_step, np.diff(time), 0).astype(float)
@@ -108,6 +110,11 @@ def step_time_accounting(events: pd.DataFrame, steps: pd.DataFrame, layer_spans:
     split("comm_by_role", COMMUNICATION, "parallel_role", is_comm, comm_only, comm_active)
     split("comm_by_role_kind", COMMUNICATION, _role_kind_codes(inside), is_comm, comm_only, comm_active)
     split("compute_by_op_type", "compute", "op_type", ~is_comm, compute_only, compute_active)
+    if "block_kind" in inside:
+        split("compute_by_block", "compute", _block_codes(inside), ~is_comm, compute_only, compute_active)
+    if comm_parts is not None:
+        comm_share = np.where(comm_only, length / np.where(comm_active > 0, comm_active, 1), 0.0)
+        rows += _exposed_parts(inside, steps, comm_parts, comm_share, event_of, sign)
     idle = same_step & (comm_active == 0) & (compute_active == 0)
     window, window_labels = _window_codes(step[:-1], time[:-1], layer_spans)
     for name in knowledge.load("summary_rules")["idle_by_window"].values():
@@ -140,6 +147,93 @@ def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
             "after_pos": positions[gaps + 1],
         }
     )
+
+
+COMM_PARTS = ("transfer", "wait", "idle", "unsplit")
+
+
+def _exposed_parts(
+    inside: pd.DataFrame,
+    steps: pd.DataFrame,
+    comm_parts: pd.DataFrame,
+    comm_share: np.ndarray,
+    event_of: np.ndarray,
+    sign: np.ndarray,
+) -> list[tuple[str, str, str, np.ndarray]]:
+    """comm_exposed_parts rows: exposed communication by role, kind and part, per step.
+
+    Each communication event's exposed ns are the comm-only stretches of its life, shared among the
+    events communicating then (as the kind split shares them): the integral of ``comm_share`` (a
+    stretch's length over the events communicating in it) between its start and end boundaries; its
+    op's transit / wait / idle shares split them."""
+    is_comm = inside["is_comm"].to_numpy(bool)
+    integral = np.concatenate([[0.0], np.cumsum(comm_share)])
+    start_at, end_at = np.empty(len(inside), np.int64), np.empty(len(inside), np.int64)
+    start_at[event_of[sign > 0]] = np.flatnonzero(sign > 0)
+    end_at[event_of[sign < 0]] = np.flatnonzero(sign < 0)
+    exposed = np.where(is_comm, integral[end_at] - integral[start_at], 0.0)
+    parts = comm_parts.loc[inside.index]
+    ordinals = steps["step_ordinal"].to_numpy(np.int64)
+    event_step = np.searchsorted(ordinals, inside["step_ordinal"].to_numpy(np.int64))
+    codes, labels = _role_kind_codes(inside)
+    rows = []
+    for part in COMM_PARTS:
+        share = parts[part].to_numpy(float)
+        for code in np.unique(codes[is_comm]):  # a loop over a rank's few role-kind pairs
+            chosen = is_comm & (codes == code) & (share > 0)
+            if chosen.any():
+                name = f"{labels[code] if code >= 0 else 'unknown'} {part}"
+                ms = np.bincount(event_step[chosen], weights=(exposed * share)[chosen], minlength=len(steps))
+                rows.append(("comm_exposed_parts", COMMUNICATION, name, ms))
+    return rows
+
+
+def communication_parts(events: pd.DataFrame, ops: pd.DataFrame, step_ids: pd.Series) -> pd.DataFrame:
+    """Per event of ``events`` (its index), the shares of its elapsed time its op spent in transit
+    ("transfer"), waiting for its peers ("wait": wait and synchronization) and neither ("idle"), from
+    communication.json; "unsplit" 1.0 for a communication event without such numbers, 0 for the rest.
+
+    ``ops``: step_id, op_name, elapse_ms, transit_ms, wait_ms, idle_ms (``communication_ops``);
+    ``step_ids``: step_id by step_ordinal."""
+    shares = pd.DataFrame(0.0, index=events.index, columns=list(COMM_PARTS))
+    comm = events[events["is_comm"].to_numpy(bool) & events["step_ordinal"].notna().to_numpy()]
+    if not len(comm):
+        return shares
+    key = pd.DataFrame(
+        {
+            "step_id": step_ids.reindex(comm["step_ordinal"].astype("int64")).to_numpy(),
+            "op_name": comm["name"].to_numpy(),
+        },
+        index=comm.index,
+    )
+    known = ops.dropna(subset=["transit_ms"]) if len(ops) and "transit_ms" in ops else pd.DataFrame()
+    if len(known):
+        parts = (
+            known[["step_id", "op_name"]]
+            .assign(
+                transfer=known["transit_ms"].clip(lower=0),
+                wait=known["wait_ms"].fillna(0).clip(lower=0),
+                idle=known["idle_ms"].fillna(0).clip(lower=0),
+            )
+            .drop_duplicates(["step_id", "op_name"])
+        )
+        joined = key.reset_index().merge(parts, on=["step_id", "op_name"], how="left").set_index("index")
+        total = joined[["transfer", "wait", "idle"]].sum(axis=1)
+        matched = total > 0
+        for part in ("transfer", "wait", "idle"):
+            shares.loc[joined.index[matched], part] = (joined.loc[matched, part] / total[matched]).to_numpy()
+        unmatched = joined.index[~matched]
+    else:
+        unmatched = comm.index
+    shares.loc[unmatched, "unsplit"] = 1.0
+    return shares
+
+
+def _block_codes(inside: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Codes and labels of each event's block kind, events outside every block labelled as such."""
+    outside = knowledge.load("summary_rules")["compute_outside_blocks"]
+    codes, labels = pd.factorize(inside["block_kind"].astype(object).fillna(outside))
+    return codes, list(labels)
 
 
 def _role_kind_codes(inside: pd.DataFrame) -> tuple[np.ndarray, list[str]]:

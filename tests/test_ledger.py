@@ -1,0 +1,87 @@
+"""The step ledger: every ms of each rank's step on exactly one line, the lines adding up to the step's
+wall on every scenario and real sample, each line explained by a finding, an expected reason or
+"unexplained"; a planted fault's finding explains the lines it causes, on its rank and, for a rank
+that makes its peers wait, on the peers' wait lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import SAMPLE_ROOTS
+
+from npuprof.api import Analysis
+from npuprof.pipeline import schema
+from npuprof.pipeline.diagnosis.ledger import UNEXPLAINED, unexplained_share
+from npuprof.pipeline.runner import StageRange, analyze
+from npuprof.synth import SCENARIOS
+
+pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares planted_outputs
+
+
+def assert_ledger_adds_up(out: Path) -> pd.DataFrame:
+    """The ledger of ``out``: every step of every rank in it, its lines summing to the wall (±0.1 %),
+    every line explained by a finding of this root, an expected reason or unexplained."""
+    ledger = Analysis(out).ledger()
+    steps = pd.read_csv(out / schema.STEP_SUMMARY.file)
+    keys = ["rank_id", "step_ordinal"]
+    assert sorted(map(tuple, ledger[keys].drop_duplicates().to_numpy())) == sorted(map(tuple, steps[keys].to_numpy()))
+    total = ledger.groupby(keys)["ms"].sum()
+    wall = steps.set_index(keys)["wall_ms"].reindex(total.index)
+    assert ((total - wall).abs() <= 0.001 * wall + 1e-6).all(), (total - wall).abs().max()
+    assert (ledger["ms"] > 0).all() or (ledger.loc[ledger["ms"] <= 0, "line"] == "not accounted").all()
+    claims = {f["claim_id"] for f in json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]}
+    reasons = ledger["explained_by"]
+    assert (reasons.isin(claims) | reasons.str.startswith("expected:") | (reasons == UNEXPLAINED)).all()
+    assert ledger.loc[reasons.isin(claims), "finding_type"].notna().all()
+    return ledger
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_ledger_adds_up_to_the_step_on_every_scenario(planted_outputs, name):
+    _, out = planted_outputs[name]
+    ledger = assert_ledger_adds_up(out)
+    manifest = json.loads((out / schema.stage_manifest_name("diagnostics")).read_text())
+    shares = unexplained_share(ledger)
+    assert manifest["ledger_unexplained_share"] == {str(r): round(float(v), 4) for r, v in shares.items()}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_each_planted_fault_explains_lines_on_its_ranks(planted_outputs, name):
+    root, out = planted_outputs[name]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    ledger = Analysis(out).ledger()
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    for expected in truth["expected_findings"]:
+        # its own lines, or those its likely cause (a throttled clock for a slow rank) explains for it
+        planted = [f for f in findings if f["finding_type"] == expected["type"]]
+        claims = {f["claim_id"] for f in planted} | {c["claim_id"] for f in planted for c in f["likely_causes"]}
+        mine = ledger[ledger["explained_by"].isin(claims)]
+        assert len(mine) and mine["ms"].sum() > 0, f"{name}: {expected['type']} explains no ledger line"
+
+
+@pytest.mark.parametrize("name", ["slow_rank", "throttled_card", "demo"])
+def test_the_peers_wait_is_blamed_on_the_slow_rank(planted_outputs, name):
+    root, out = planted_outputs[name]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    (slow,) = [f for f in truth["faults"] if f["kind"] in ("slow_rank_suspected", "aicore_freq_throttled")]
+    ledger = Analysis(out).ledger()
+    complete = ledger[ledger["complete"].astype(bool)]
+    waits = complete[complete["line"].str.startswith("communication") & complete["line"].str.endswith(" wait")]
+    peers = waits[~waits["rank_id"].isin(slow["ranks"])]
+    assert len(peers)
+    # most of the peers' wait is the slow rank's, and the slow rank's own compute is too
+    blamed = peers[peers["blamed_ranks"] == ";".join(map(str, slow["ranks"]))]
+    assert blamed["ms"].sum() >= 0.8 * peers["ms"].sum(), peers.groupby("explained_by")["ms"].sum()
+    own = complete[complete["rank_id"].isin(slow["ranks"]) & complete["line"].str.startswith("compute ")]
+    assert set(own["finding_type"]) <= {"slow_rank_suspected", "aicore_freq_throttled"} and len(own)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_ROOTS))
+def test_the_ledger_adds_up_on_every_real_sample(tmp_path, name):
+    root, _ = SAMPLE_ROOTS[name]
+    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="diagnostics"))
+    if len(pd.read_csv(tmp_path / "out" / schema.STEP_SUMMARY.file)):
+        assert_ledger_adds_up(tmp_path / "out")
