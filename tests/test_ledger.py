@@ -85,3 +85,57 @@ def test_the_ledger_adds_up_on_every_real_sample(tmp_path, name):
     analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="diagnostics"))
     if len(pd.read_csv(tmp_path / "out" / schema.STEP_SUMMARY.file)):
         assert_ledger_adds_up(tmp_path / "out")
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_each_step_has_a_critical_path_as_long_as_the_step(planted_outputs, name):
+    _, out = planted_outputs[name]
+    path = pd.read_csv(out / schema.CRITICAL_PATH_CSV.file)
+    steps = pd.read_csv(out / schema.STEP_SUMMARY.file)
+    key = "step_id" if steps["step_id"].notna().all() else "step_ordinal"
+    walls = steps.groupby(key)["wall_ms"].agg(["min", "max"])
+    length = path.groupby("step_key")["ms"].sum()
+    assert sorted(length.index) == sorted(walls.index)
+    assert ((length >= 0.9 * walls["min"]) & (length <= 1.1 * walls["max"])).all(), pd.concat([length, walls], axis=1)
+    assert set(path["segment"]) <= {"work", "transit", "tail"}
+    assert (path.groupby("step_key")["position"].apply(lambda p: list(p) == list(range(len(p))))).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("slow_rank", "slow_rank_suspected"), ("launch_bound_rank", "host_launch_bound")]
+)
+def test_the_critical_path_runs_through_the_planted_rank(planted_outputs, name, kind):
+    root, out = planted_outputs[name]
+    (fault,) = [f for f in json.loads((root / "ground_truth.json").read_text())["faults"] if f["kind"] == kind]
+    path = pd.read_csv(out / schema.CRITICAL_PATH_CSV.file)
+    work = path[path["segment"] == "work"]
+    share = work[work["rank_id"].isin(fault["ranks"])]["ms"].sum() / work["ms"].sum()
+    assert share >= 0.9, work.groupby("rank_id")["ms"].sum()
+
+
+def test_an_unexplained_wait_is_blamed_on_the_member_that_arrived_last():
+    from npuprof.pipeline.diagnosis.ledger import blame_waits, last_arrivers
+
+    ledger = pd.DataFrame(
+        {
+            "rank_id": [0, 1, 1],
+            "step_id": [7, 7, 7],
+            "step_ordinal": [0, 0, 0],
+            "line": ["compute ffn", "communication DP allreduce wait", "communication TP allreduce wait"],
+            "ms": [5.0, 4.0, 1.0],
+            "explained_by": ["expected:the step's compute", UNEXPLAINED, UNEXPLAINED],
+            "blamed_ranks": [None, None, None],
+        }
+    )
+    alignment = pd.DataFrame(
+        {  # c0 (DP): rank 1 waits 4 ms for rank 0; c1 (TP): rank 1 waits for rank 2; c2: nobody waits
+            "alignment_id": ["c0", "c0", "c1", "c1", "c2", "c2"],
+            "rank_id": [0, 1, 1, 2, 0, 1],
+            "step_id": [7] * 6,
+            "kind": ["allreduce"] * 6,
+            "parallel_role": ["DP", "DP", "TP", "TP", "DP", "DP"],
+            "late_by_us": [0.0, 4000.0, 1000.0, 0.0, 0.0, 0.0],
+        }
+    )
+    blamed = blame_waits(ledger, last_arrivers(alignment))
+    assert blamed["blamed_ranks"].tolist() == [None, "0", "2"]

@@ -18,11 +18,52 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
-from npuprof.pipeline.errors import EXIT_INTERNAL, NoSpace
+from npuprof.pipeline import io, schema
+from npuprof.pipeline.errors import EXIT_INTERNAL, NoSpace, NpuprofError, UsageError
+from npuprof.pipeline.sources.discovery import is_npuprof_output
 
 MARKERS = ".ranks"
 RUNNING_STATES = ("STARTED", "RETRY", "PROGRESS")
 Action = Literal["wait", "resend_reduce", "fail"]
+
+
+WORK_MARKER = "work.json"  # in MARKERS: written by the plan; says the dir is a root's work dir, and for which output
+
+
+class NotOurWorkDir(UsageError):
+    """A task names a work or output dir that no plan of this service made: nothing is touched."""
+
+
+def mark_work_dir(work: Path, final: Path, key: str) -> None:
+    """Make ``work`` as the plan of one root (its output dir ``final``), with the marker that lets the
+    rank and reduce tasks act on it: a task message alone (a crafted one, say) can name no other dir."""
+    (work / MARKERS).mkdir(parents=True, exist_ok=True)
+    io.write_json(work / MARKERS / WORK_MARKER, {"final_dir": str(final), "key": key})
+
+
+def check_work_dir(work: Path, final: Path | None = None) -> None:
+    """Refuse (NotOurWorkDir) a work dir the plan did not mark, or whose marker names another output dir
+    than ``final``; and an output dir beside it that holds anything but an npuprof output."""
+    marker = work / MARKERS / WORK_MARKER
+    try:
+        planned = io.read_json(marker) if marker.is_file() and not marker.is_symlink() else None
+    except NpuprofError:
+        planned = None
+    if not isinstance(planned, dict) or not work.name.startswith(".") or work.is_symlink():
+        raise NotOurWorkDir(f"refused: {work} is not a work dir an npuprof plan made (no {MARKERS}/{WORK_MARKER})")
+    if final is None:
+        return
+    if Path(planned.get("final_dir", "")) != final or final.parent != work.parent:
+        raise NotOurWorkDir(f"refused: the work dir {work} was planned for {planned.get('final_dir')}, not {final}")
+    if final.is_symlink() or (final.exists() and not replaceable_output(final)):
+        raise NotOurWorkDir(f"refused: {final} exists and is not an npuprof output: it is not replaced")
+
+
+def replaceable_output(path: Path) -> bool:
+    """A dir a finished root may replace: an npuprof output, a failed root's failure.json, or nothing."""
+    return path.is_dir() and (
+        is_npuprof_output(path) or (path / schema.FAILURE_JSON).is_file() or not any(path.iterdir())
+    )
 
 
 def marker_path(work: Path, rank_id: int) -> Path:

@@ -92,6 +92,7 @@ def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[st
 
 
 def _analyze_rank(task, work_dir: str, rank: dict, options: dict, stages: list[str]) -> dict:
+    recovery.check_work_dir(Path(work_dir))  # a message names no dir the plan did not make
     marker = recovery.marker_path(Path(work_dir), rank["rank_id"])
     attempts = RankAttempts(marker.with_name(f"rank_{rank['rank_id']}.attempts.json"), rank)
     given_up = attempts.given_up(settings.max_rank_retries())
@@ -138,12 +139,16 @@ def _write_root_failure(work: Path, failure: dict, traceback: str | None = None)
         except OSError as exc:
             if not no_space(exc):
                 raise
-            shutil.rmtree(work, ignore_errors=True)
+            for part in work.iterdir():  # the plan's marker stays: it lets the failure be moved into place
+                if part.name != MARKERS:
+                    shutil.rmtree(part, ignore_errors=True) if part.is_dir() else part.unlink(missing_ok=True)
     return False
 
 
 def _finalize(work: Path, final: Path, options: dict) -> str:
-    """Move the finished work dir into place; a duplicate run keeps the bytes already there."""
+    """Move the finished work dir into place; a duplicate run keeps the bytes already there. Only a work
+    dir the plan marked for ``final`` is moved, and only over an npuprof output."""
+    recovery.check_work_dir(work, final)
     shutil.rmtree(work / MARKERS, ignore_errors=True)
     if final.exists() and is_reusable(final, AnalyzeOptions.from_dict(options)):
         shutil.rmtree(work, ignore_errors=True)
@@ -178,7 +183,13 @@ def watch_merge(sweep_id: str) -> dict:
 
 def _reduce_root(task, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str]) -> dict:
     work, final = Path(work_dir), Path(final_dir)
+    # before any lock file, write, removal or move: the dirs must be what a plan made (a crafted message
+    # naming any two dirs is refused here), or the root already finished by another copy of this reduce
+    if work.exists() or not recovery.replaceable_output(final):
+        recovery.check_work_dir(work, final)
     with recovery.root_lock(work) as present:
+        if present:
+            recovery.check_work_dir(work, final)
         if not present:  # another copy of this reduce (a resent one, or the chord's) finished the root
             return {
                 "status": root_status(final),
@@ -293,6 +304,7 @@ def _plan_root(root: Path, search_roots: list[str], archive_dir: Path, options: 
     work = archive_dir / f".{slug}.work-{key}"
     if final.exists():  # a failed (or older) output: the archive says "missing" until the new one lands,
         shutil.rmtree(final)  # so the merge waits for it instead of taking the old one for the answer
+    recovery.mark_work_dir(work, final, key)  # the rank and reduce tasks act on marked work dirs only
     entry.update({"work_dir": str(work), "final_dir": str(final), "inputs": inputs.to_dict()})
     rank_tasks = []
     for rank in inputs.ranks:

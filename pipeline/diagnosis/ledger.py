@@ -124,9 +124,49 @@ def _matches(line: pd.Series, patterns: list[str]) -> np.ndarray:
     return line.isin(hits).to_numpy()
 
 
-def step_ledger(accounting: pd.DataFrame, idle_causes: pd.DataFrame, findings: list[dict]) -> pd.DataFrame:
-    """The ledger of every rank and step: its lines, each explained."""
-    return explain(ledger_lines(accounting, idle_causes), findings)
+def step_ledger(
+    accounting: pd.DataFrame, idle_causes: pd.DataFrame, findings: list[dict], alignment: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The ledger of every rank and step: its lines, each explained; with ``alignment``
+    (collective_alignment), a wait no finding explains is blamed on the member its rank waited for."""
+    ledger = explain(ledger_lines(accounting, idle_causes), findings)
+    return ledger if alignment is None or not len(alignment) else blame_waits(ledger, last_arrivers(alignment))
+
+
+def line_parts(line: pd.Series) -> pd.DataFrame:
+    """role, kind and part of 'communication <role> <kind> <part>' lines (role may hold a space)."""
+    tokens = line.str.split(" ")
+    return pd.DataFrame(
+        {"role": tokens.map(lambda t: " ".join(t[1:-2])), "kind": tokens.str[-2], "part": tokens.str[-1]},
+        index=line.index,
+    )
+
+
+def last_arrivers(alignment: pd.DataFrame) -> pd.DataFrame:
+    """Per rank, step, role and kind: the member that rank waited for most (step_id, rank_id, role,
+    kind, blamed_rank) — at each collective instance it waited in, the member that arrived last
+    (who waited for nobody), weighted by how long it waited."""
+    rows = alignment.dropna(subset=["late_by_us"])
+    last = rows.loc[rows.groupby("alignment_id")["late_by_us"].idxmin(), ["alignment_id", "rank_id"]]
+    waited = rows[rows["late_by_us"] > 0].merge(last.rename(columns={"rank_id": "blamed_rank"}), on="alignment_id")
+    waited = waited.assign(role=waited["parallel_role"].fillna("unknown").astype(str))
+    keys = ["step_id", "rank_id", "role", "kind"]
+    weight = waited.groupby([*keys, "blamed_rank"], as_index=False)["late_by_us"].sum()
+    return weight.sort_values("late_by_us").drop_duplicates(keys, keep="last")[[*keys, "blamed_rank"]]
+
+
+def blame_waits(ledger: pd.DataFrame, arrivers: pd.DataFrame) -> pd.DataFrame:
+    """Unexplained communication wait and idle lines, blamed (``blamed_ranks``) on the member their
+    rank waited for most in that step, role and kind."""
+    waiting = (ledger["explained_by"] == UNEXPLAINED) & ledger["line"].str.match(r"communication .* (wait|idle)$")
+    if not waiting.any() or not len(arrivers):
+        return ledger
+    lines = pd.concat([ledger.loc[waiting, ["step_id", "rank_id"]], line_parts(ledger.loc[waiting, "line"])], axis=1)
+    keys = ["step_id", "rank_id", "role", "kind"]
+    found = lines.reset_index().merge(arrivers, on=keys, how="left").set_index("index")["blamed_rank"].dropna()
+    blamed = ledger["blamed_ranks"].astype(object)
+    blamed[found.index] = found.astype("int64").astype(str)
+    return ledger.assign(blamed_ranks=blamed)
 
 
 def unexplained_share(ledger: pd.DataFrame) -> pd.Series:

@@ -53,6 +53,8 @@ from npuprof.pipeline.schema.artifacts import (
 from npuprof.pipeline.schema.classes import (
     BLOCK_SEGMENTS,
     BLOCK_SUMMARY,
+    CRITICAL_PATH,
+    CRITICAL_PATH_CSV,
     LAYER_CLASSES,
     LAYER_SUMMARY,
     SLOW_RANK_DIFF,
@@ -182,6 +184,7 @@ TABLES: tuple[Table, ...] = (
     COLLECTIVE_ALIGNMENT,
     CROSS_RANK_ALIGNMENT,
     STEP_LEDGER,
+    CRITICAL_PATH,
 )
 # classify's views of its per-rank tables
 CSV_VIEWS: tuple[CsvView, ...] = (STEP_SUMMARY, LAYER_SUMMARY, BLOCK_SUMMARY, STEP_ANATOMY_CSV)
@@ -355,6 +358,8 @@ __all__ = [
     "STEP_ANOMALIES_CSV",
     "STEP_LEDGER",
     "STEP_LEDGER_CSV",
+    "CRITICAL_PATH",
+    "CRITICAL_PATH_CSV",
     "SLOW_RANK_DIFF",
     "SLOW_RANK_DIFF_CSV",
     "STRING_EVENT_COLUMNS",

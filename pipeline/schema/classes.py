@@ -128,6 +128,27 @@ STEP_LEDGER = Table(
 )
 STEP_LEDGER_CSV = CsvView("step_ledger.csv", (STEP_LEDGER,), ())
 
+# diagnostics' critical path of each step across ranks (diagnosis/critical_path.py): the segments,
+# in order, that decide when the step ends — a rank's own work, a collective's transit after its
+# last member arrived, the finishing rank's tail
+CRITICAL_PATH = Table(
+    "critical_path",
+    pa.schema(
+        [
+            ("step_key", pa.int64()),  # the step's id (its ordinal for steps found by structure)
+            ("position", pa.int64()),  # order along the path, from the step's start
+            ("rank_id", pa.int64()),
+            ("segment", pa.string()),  # work | transit | tail
+            ("start_us", pa.float64()),  # on the common (corrected) clock
+            ("end_us", pa.float64()),
+            ("ms", pa.float64()),
+            ("alignment_id", pa.string()),  # the collective (cross_rank_alignment) it leads into or is
+        ]
+    ),
+    per_rank=False,
+)
+CRITICAL_PATH_CSV = CsvView("critical_path.csv", (CRITICAL_PATH,), ())
+
 # diagnostics' comparison of each slow rank with its peers (diagnosis/slow_card.py), per step
 SLOW_RANK_DIFF = Table(
     "slow_rank_diff",

@@ -165,6 +165,8 @@ STAGES: tuple[Stage, ...] = (
             schema.SLOW_RANK_DIFF_CSV,
             schema.STEP_LEDGER,
             schema.STEP_LEDGER_CSV,
+            schema.CRITICAL_PATH,
+            schema.CRITICAL_PATH_CSV,
         ),
         reduce_root=diagnostics.reduce_root,
         headline=diagnostics.headline,

@@ -16,6 +16,7 @@ import pandas as pd
 from npuprof import knowledge
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
+from npuprof.pipeline.diagnosis.critical_path import critical_path
 from npuprof.pipeline.diagnosis.evidence import check_evidence
 from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, rank_by_cost
 from npuprof.pipeline.diagnosis.ledger import step_ledger, unexplained_share
@@ -46,7 +47,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
     check_evidence(findings + annotations, evidence_ids, alignment_ids)
     step_tags = inputs.step_tags
-    ledger = conformed(schema.STEP_LEDGER, step_ledger(accounting, idle_causes, findings))
+    path = critical_path(inputs.step_model)
+    ledger = conformed(schema.STEP_LEDGER, step_ledger(accounting, idle_causes, findings, _alignment(ctx)))
     counts = {
         "finding_count": len(findings),
         "by_type": dict(Counter(f["finding_type"] for f in findings)),
@@ -65,15 +67,23 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "counts": counts,
     }
     return StageResult(
-        tables={schema.STEP_LEDGER: ledger},
+        tables={schema.STEP_LEDGER: ledger, schema.CRITICAL_PATH: conformed(schema.CRITICAL_PATH, path)},
         json_files={schema.DIAGNOSIS_FINDINGS: document},
         csv_views={
             schema.STEP_ANOMALIES_CSV: conformed(schema.STEP_ANOMALIES, step_tags),
             schema.SLOW_RANK_DIFF_CSV: conformed(schema.SLOW_RANK_DIFF, _slow_rank_diff(inputs, findings)),
             schema.STEP_LEDGER_CSV: ledger,
+            schema.CRITICAL_PATH_CSV: conformed(schema.CRITICAL_PATH, path),
         },
         manifest=counts,
     )
+
+
+def _alignment(ctx: RootContext) -> pd.DataFrame:
+    """Who waited for whom at each collective instance (cross_rank), for the ledger's blame."""
+    path = ctx.out_dir / schema.COLLECTIVE_ALIGNMENT.path
+    columns = ["alignment_id", "rank_id", "step_id", "kind", "parallel_role", "late_by_us"]
+    return int_ranks(pd.read_parquet(path, columns=columns)) if path.exists() else pd.DataFrame(columns=columns)
 
 
 def _ledger_sources(ctx: RootContext) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -579,3 +579,37 @@ def test_results_are_forgotten_in_one_round_trip_as_forget_would(redis_server):
     assert {app.AsyncResult(t).state for t in ids} == {"PENDING"}
     assert not redis.Redis.from_url(redis_server.url).exists(f"npuprof:celery-task-meta-{ids[0]}")
     assert app.AsyncResult("kept").state == "SUCCESS"
+
+
+def test_a_crafted_message_naming_any_two_dirs_touches_neither(redis_server, workers, tmp_path):
+    """reduce_root and analyze_rank published straight to the queue (as anyone who reaches the broker
+    can), naming dirs no plan made — a victim dir as the output, another as the work dir: each task
+    fails with a named refusal, and every dir is as it was (no removal, no move, no file written)."""
+    from npuprof.workers.app import make_app
+    from npuprof.workers.recovery import MARKERS, mark_work_dir
+
+    storage = tmp_path / "storage"  # what the messages name (the fixtures' redis and logs live beside it)
+    victim = storage / "victim"
+    victim.mkdir(parents=True)
+    (victim / "precious.txt").write_text("keep me")
+    source = storage / ".source.work-x"  # shaped like a work dir, but no plan marked it
+    source.mkdir()
+    (source / "payload.txt").write_text("x")
+    marked = storage / ".other.work-y"  # a real work dir, marked for another output
+    mark_work_dir(marked, storage / "other", "y")
+    before = sorted(str(p.relative_to(storage)) for p in storage.rglob("*"))
+    workers(1)
+    app = make_app(redis_server.url)
+    inputs = {"requested_path": "r", "root": "r", "ranks": []}  # a root of no rank: nothing to wait for
+    sent = [
+        app.send_task("npuprof.reduce_root", args=(str(source), str(victim), inputs, {}, [])),
+        app.send_task("npuprof.reduce_root", args=(str(marked), str(victim), inputs, {}, [])),
+        app.send_task("npuprof.reduce_root", args=(str(storage / "nowhere"), str(victim), inputs, {}, [])),
+        app.send_task("npuprof.analyze_rank", args=(str(victim), {"rank_id": 0}, {}, ["normalize"])),
+    ]
+    for result in sent:
+        with pytest.raises(Exception, match="refused"):
+            result.get(timeout=60)
+    assert sorted(str(p.relative_to(storage)) for p in storage.rglob("*")) == before
+    assert (victim / "precious.txt").read_text() == "keep me"
+    assert (marked / MARKERS).is_dir()

@@ -36,10 +36,11 @@ def test_a_local_sweep_and_a_service_sweep_never_write_one_archive_at_once(redis
     sweep_id = submit(redis_server.url, search, archive)  # the local sweep ended: the same sweep is sent again
     assert sweep_id == refused_id
     wait_state(redis_server.url, sweep_id, ("running",))
+    planned = sorted(p.name for p in archive.rglob("*"))  # the service's marked work dirs, its mark
     local = run_cli("sweep", "--search-root", str(search), "-o", str(archive), "--progress", "none")
     assert local.returncode == EXIT_USAGE, local.stderr
     assert f"being written by service sweep {sweep_id}" in local.result["error"]
-    assert not [p for p in archive.iterdir() if p.is_dir()], "the local sweep wrote nothing"
+    assert sorted(p.name for p in archive.rglob("*")) == planned, "the local sweep wrote nothing"
 
     workers(1, queues="storage.lab", env=storage)
     assert wait_done(redis_server.url, sweep_id)["totals"] == {"SUCCESS": 2}

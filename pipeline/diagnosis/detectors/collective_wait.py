@@ -14,7 +14,7 @@ import pandas as pd
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, evidence_cap, rule
-from npuprof.pipeline.diagnosis.ledger import UNEXPLAINED
+from npuprof.pipeline.diagnosis.ledger import UNEXPLAINED, line_parts
 from npuprof.pipeline.diagnosis.registry import detector
 
 WAIT_PARTS = ("wait", "idle")
@@ -29,10 +29,7 @@ def unexplained_waits(ledger: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["rank_id", "role", "kind", "ms_per_step", "share"])
     per_rank = complete.drop_duplicates(["rank_id", "step_ordinal"]).groupby("rank_id")["wall_ms"].agg(["size", "mean"])
     loose = complete[(complete["explained_by"] == UNEXPLAINED) & complete["line"].str.startswith("communication ")]
-    tokens = loose["line"].str.split(" ")
-    loose = loose.assign(
-        part=tokens.str[-1], kind=tokens.str[-2], role=tokens.map(lambda t: " ".join(t[1:-2]))
-    )  # a handful of distinct lines a step; role may hold a space ("unknown")
+    loose = pd.concat([loose, line_parts(loose["line"])], axis=1)
     loose = loose[loose["part"].isin(WAIT_PARTS)]
     waits = loose.groupby(["rank_id", "role", "kind"], as_index=False)["ms"].sum()
     steps, walls = per_rank["size"].reindex(waits["rank_id"]).to_numpy(), per_rank["mean"].reindex(waits["rank_id"])
