@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.terminal_text import printable
 
 TOP_FINDINGS = 5
 
@@ -83,8 +84,7 @@ def print_summary(command: str, result: dict) -> None:
         return
     if command == "compare" and "verdict" not in result:  # a sweep against its baseline: the JSON says it
         return
-    sys.stderr.write(
-        "\n".join(f"npuprof {command}: {line}" if i == 0 else line for i, line in enumerate(render(result)))
-    )
+    lines = [printable(line) for line in render(result)]  # kernel names, paths: data, not escape codes
+    sys.stderr.write("\n".join(f"npuprof {command}: {line}" if i == 0 else line for i, line in enumerate(lines)))
     sys.stderr.write("\n")
     sys.stderr.flush()

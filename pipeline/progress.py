@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Protocol, TextIO
 
+from npuprof.pipeline.terminal_text import printable
+
 
 class Progress(Protocol):
     def __call__(self, stage: str, done: int, total: int, message: str = "") -> None: ...
@@ -52,7 +54,7 @@ class BarProgress:
         filled = int(round(fraction * self.width))
         bar = "#" * filled + "-" * (self.width - filled)
         elapsed = time.monotonic() - self.started
-        line = f"\r{stage:<12} [{bar}] {done}/{total} {elapsed:6.1f}s {message[:40]:<40}"
+        line = f"\r{stage:<12} [{bar}] {done}/{total} {elapsed:6.1f}s {printable(message)[:40]:<40}"
         self.stream.write(line)
         if total and done >= total:
             self.stream.write("\n")

@@ -449,3 +449,44 @@ def test_a_terminal_gets_a_summary_a_person_reads_and_stdout_keeps_its_json(tmp_
     assert "rank 0: of a 810.0 ms step, 313.9 ms (39%) exposed PP send_recv" in stderr
     assert "pp_stage_imbalance" not in stderr and "saves ~" in stderr  # findings in words, with their saving
     assert f"report: {out / 'report' / 'report.md'}" in stderr
+
+
+def test_escape_codes_in_kernel_names_reach_a_terminal_as_text(tmp_path):
+    """A kernel name carrying terminal escape sequences (set the title, clear the screen) is printed in
+    the human summary as escapes, never as control characters the terminal would act on."""
+    import csv
+    import pty
+    import subprocess
+    import threading
+
+    from npuprof.synth import generate
+
+    hostile = "\x1b]0;pwned\x07\x1b[2JMatMulV3"
+    root = Path(generate(tmp_path / "root", "launch_bound_rank", seed=7, trace=True)["root"])
+    for path in root.rglob("kernel_details.csv"):  # the kernel the late launches wait for most
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+        name = rows[0].index("Name")
+        for row in rows[1:]:
+            row[name] = row[name].replace("MatMulV3", hostile)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerows(rows)
+    leader, follower = pty.openpty()
+    command = [shutil.which("npuprof"), "analyze", str(root), "-o", str(tmp_path / "out"), "--progress", "none"]
+    proc = subprocess.Popen(command, stdout=follower, stderr=subprocess.PIPE, text=True)
+    os.close(follower)
+    reader = threading.Thread(target=lambda: [None for _ in iter(lambda: _read_or_empty(leader), b"")])
+    reader.start()
+    _, stderr = proc.communicate(timeout=300)
+    reader.join(timeout=10)
+    os.close(leader)
+    assert proc.returncode == 0, stderr
+    assert "\\x1b]0;pwned\\x07\\x1b[2JMatMulV3" in stderr  # named, as text
+    assert not any(c in stderr for c in ("\x1b", "\x07")), repr(stderr[:500])
+
+
+def _read_or_empty(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""

@@ -16,6 +16,7 @@ from npuprof.api.cli import analyze, deploy, service, sweep, synth
 from npuprof.api.cli.options import EXIT_CODES_HELP, Parser, print_json
 from npuprof.pipeline import __version__
 from npuprof.pipeline.errors import NpuprofError, UsageError, failure_object
+from npuprof.pipeline.terminal_text import printable
 
 COMMAND_GROUPS = (analyze, sweep, service, deploy, synth)
 HANDLERS = {name: run for group in COMMAND_GROUPS for name, run in group.HANDLERS.items()}
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return HANDLERS[args.command](args)
     except NpuprofError as exc:
         failure = failure_object(exc)
-        sys.stderr.write(f"npuprof: error [{failure['phase']}]: {exc.one_line()}\n")
+        sys.stderr.write(f"npuprof: error [{failure['phase']}]: {printable(exc.one_line())}\n")
         print_json(failure)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ import sys
 
 from npuprof.api.cli.options import add_broker, add_command, add_ssh_options, print_json, require_positive, ssh_target
 from npuprof.pipeline.errors import EXIT_REMOTE, NpuprofError, failure_object
+from npuprof.pipeline.terminal_text import printable
 
 
 def add_parsers(commands) -> None:
@@ -76,7 +77,7 @@ def run_deploy(args: argparse.Namespace) -> int:
             results.append(action(target, worker) if action else install.deploy(target, worker, wheel))
         except NpuprofError as exc:
             failed += 1
-            sys.stderr.write(f"npuprof: error: {exc.one_line()}\n")
+            sys.stderr.write(f"npuprof: error: {printable(exc.one_line())}\n")
             results.append({"host": target.label, **failure_object(exc)})
     print_json({"status": "ok" if not failed else "failed", "hosts": results})
     return EXIT_REMOTE if failed else 0

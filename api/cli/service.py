@@ -20,6 +20,7 @@ from npuprof.api.cli.options import (
     ssh_target,
 )
 from npuprof.pipeline.errors import EXIT_PARTIAL
+from npuprof.pipeline.terminal_text import printable
 
 
 def add_parsers(commands) -> None:
@@ -167,11 +168,11 @@ def _status_table(current: dict) -> None:
     totals = ", ".join(f"{k.lower()} {v}" for k, v in sorted(current["totals"].items()))
     sys.stderr.write(f"sweep {current['sweep_id']}: {current['state']} ({totals}); merge {current['merge'].lower()}\n")
     if current.get("error"):
-        sys.stderr.write(f"  {current['error']}\n")
+        sys.stderr.write(f"  {printable(current['error'])}\n")
     for row in current["roots"]:
         extra = f" {row['percent']:5.1f}%" if "percent" in row else ""
         error = f"  {row['error']}" if row.get("error") else ""
-        sys.stderr.write(f"  {row['state']:<9}{extra} {row['root']}{error}\n")
+        sys.stderr.write(f"  {row['state']:<9}{extra} {printable(row['root'])}{printable(error)}\n")
 
 
 def run_celery(args: argparse.Namespace, passthrough: list[str]) -> int:

@@ -58,6 +58,10 @@ def write_datasets(archive: Path, frames: dict[str, pd.DataFrame]) -> list[str]:
     return sorted(frames)
 
 
+# what ``query`` runs: statements that read (DESCRIBE and SUMMARIZE parse as SELECT)
+QUERY_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
 def read_dataset(archive: Path, name: str) -> pd.DataFrame:
     """One dataset of a sweep archive as a DataFrame; a clear error when the archive has none."""
     if name not in DATASETS:
@@ -68,21 +72,42 @@ def read_dataset(archive: Path, name: str) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
+def _literal(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def query(archive: Path, sql: str) -> pd.DataFrame:
-    """Run DuckDB ``sql`` over the archive's datasets, each a view named as its dataset (``roots``,
-    ``operators``, ...). The connection is in memory and reads only these files."""
+    """Run DuckDB ``sql`` — queries only (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN) — over the
+    archive's datasets, each a view named as its dataset (``roots``, ``operators``, ...).
+
+    The SQL is untrusted (an agent's, a pasted one): it runs in an in-memory connection that may open
+    files under the archive's sweep_data/ only (``allowed_directories``, then external access off), loads
+    and installs no extension, and whose configuration is then locked; a statement that is not a query
+    (COPY, ATTACH, INSTALL, SET, CREATE, DROP ...) is refused before anything runs."""
     import duckdb
 
-    folder = Path(archive) / schema.SWEEP_DATA_DIR
+    archive = Path(archive).resolve()  # the views' paths and the one allowed dir, spelled alike
+    folder = archive / schema.SWEEP_DATA_DIR
     if not folder.is_dir():
         raise UsageError(f"{archive} is not a merged sweep archive ({schema.SWEEP_DATA_DIR}/ is missing)")
-    with duckdb.connect(":memory:") as con:
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise UsageError(f"query failed: {str(exc).splitlines()[0]}") from None
+    refused = [s.type.name for s in statements if s.type.name not in QUERY_STATEMENTS]
+    if refused or not statements:
+        what = ", ".join(refused) or "nothing"
+        raise UsageError(f"query refused: only queries run over a sweep archive ({what} is not a query)")
+    no_extensions = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    with duckdb.connect(":memory:", config=no_extensions) as con:
         for name in DATASETS:
             path = dataset_path(archive, name)
-            if path.exists():
-                # the path is ours (archive/sweep_data/<known name>.parquet); quoted as a SQL string literal
-                literal = str(path).replace("'", "''")
-                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{literal}')")
+            if path.exists():  # the path is ours (archive/sweep_data/<known name>.parquet)
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({_literal(str(path))})")
+        con.execute(f"SET allowed_directories = [{_literal(str(folder) + '/')}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
         try:
             return con.execute(sql).df()
         except duckdb.Error as exc:
