@@ -77,12 +77,27 @@ def _sweep(result: dict) -> list[str]:
 RENDERERS = {"analyze": _analysis, "demo": _demo, "compare": _compare, "sweep": _sweep}
 
 
+def print_result(command: str, result: dict, as_json: bool = False) -> None:
+    """The command's result: at a terminal the lines a person reads (the JSON too with ``--json``, or
+    when the command has no summary for this result); to a pipe, the one JSON object alone."""
+    from npuprof.api.cli.options import print_json
+
+    at_terminal = sys.stdout.isatty()
+    if as_json or not at_terminal or not _has_summary(command, result):
+        print_json(result)
+    print_summary(command, result)
+
+
+def _has_summary(command: str, result: dict) -> bool:
+    if command not in RENDERERS or result.get("status") == "failed":
+        return False
+    return command != "compare" or "verdict" in result  # a sweep against its baseline: the JSON says it
+
+
 def print_summary(command: str, result: dict) -> None:
     """The human summary of ``result`` on stderr, when stdout is a terminal and the command has one."""
     render = RENDERERS.get(command)
-    if render is None or not sys.stdout.isatty() or result.get("status") == "failed":
-        return
-    if command == "compare" and "verdict" not in result:  # a sweep against its baseline: the JSON says it
+    if render is None or not sys.stdout.isatty() or not _has_summary(command, result):
         return
     lines = [printable(line) for line in render(result)]  # kernel names, paths: data, not escape codes
     sys.stderr.write("\n".join(f"npuprof {command}: {line}" if i == 0 else line for i, line in enumerate(lines)))

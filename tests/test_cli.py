@@ -411,53 +411,48 @@ def test_two_unrelated_captures_in_one_folder_are_refused_as_not_one_capture(cli
     assert swept.result["root_count"] == 2
 
 
-def test_a_terminal_gets_a_summary_a_person_reads_and_stdout_keeps_its_json(tmp_path):
+def _at_a_terminal(command: list[str]) -> tuple[int, str, str]:
+    """Run ``command`` with its stdout on a pty (a person's terminal): (exit code, what the terminal
+    showed, stderr)."""
     import pty
     import subprocess
     import threading
 
     leader, follower = pty.openpty()
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [shutil.which("npuprof"), "analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none"],
-        stdout=follower,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = subprocess.Popen(command, stdout=follower, stderr=subprocess.PIPE, text=True)
     os.close(follower)
-    drained = []
-
-    def drain() -> None:  # the JSON is bigger than a pty buffer: read while the process writes
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            drained.append(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
+    shown: list[bytes] = []
+    reader = threading.Thread(target=lambda: shown.extend(iter(lambda: _read_or_empty(leader), b"")))
+    reader.start()  # read while the process writes: a pty buffer is small
     _, stderr = proc.communicate(timeout=300)
     reader.join(timeout=10)
     os.close(leader)
-    assert proc.returncode == 0, stderr
-    result = json.loads(b"".join(drained).decode().replace("\r\n", "\n"))
-    assert result["status"] == "ok"  # still the one JSON object
+    return proc.returncode, b"".join(shown).decode().replace("\r\n", "\n"), stderr
+
+
+def test_a_terminal_gets_a_summary_a_person_reads_and_json_only_when_asked(tmp_path):
+    out = tmp_path / "out"
+    command = [shutil.which("npuprof"), "analyze", str(QWEN_TRAINING), "-o", str(out), "--progress", "none"]
+    code, shown, stderr = _at_a_terminal(command)
+    assert code == 0, stderr
+    assert shown == ""  # no screen of JSON before the lines a person reads
     assert stderr.startswith("npuprof analyze: status: ok — 4 ranks")
     assert "rank 0: of a 810.0 ms step, 313.9 ms (39%) exposed PP send_recv" in stderr
     assert "pp_stage_imbalance" not in stderr and "saves ~" in stderr  # findings in words, with their saving
     assert f"report: {out / 'report' / 'report.md'}" in stderr
+    code, shown, stderr = _at_a_terminal([*command, "--overwrite", "--json"])
+    assert code == 0 and json.loads(shown)["status"] == "ok"  # the one JSON object, asked for
+    assert stderr.startswith("npuprof analyze: status: ok")
+    code, shown, stderr = _at_a_terminal(
+        [shutil.which("npuprof"), "analyze", str(tmp_path / "nowhere"), "-o", str(out)]
+    )
+    assert code == 3 and shown == "" and stderr.startswith("npuprof: error [")  # the failure's one line
 
 
 def test_escape_codes_in_kernel_names_reach_a_terminal_as_text(tmp_path):
     """A kernel name carrying terminal escape sequences (set the title, clear the screen) is printed in
     the human summary as escapes, never as control characters the terminal would act on."""
     import csv
-    import pty
-    import subprocess
-    import threading
 
     from npuprof.synth import generate
 
@@ -471,16 +466,9 @@ def test_escape_codes_in_kernel_names_reach_a_terminal_as_text(tmp_path):
             row[name] = row[name].replace("MatMulV3", hostile)
         with open(path, "w", newline="", encoding="utf-8") as handle:
             csv.writer(handle).writerows(rows)
-    leader, follower = pty.openpty()
     command = [shutil.which("npuprof"), "analyze", str(root), "-o", str(tmp_path / "out"), "--progress", "none"]
-    proc = subprocess.Popen(command, stdout=follower, stderr=subprocess.PIPE, text=True)
-    os.close(follower)
-    reader = threading.Thread(target=lambda: [None for _ in iter(lambda: _read_or_empty(leader), b"")])
-    reader.start()
-    _, stderr = proc.communicate(timeout=300)
-    reader.join(timeout=10)
-    os.close(leader)
-    assert proc.returncode == 0, stderr
+    code, _, stderr = _at_a_terminal(command)
+    assert code == 0, stderr
     assert "\\x1b]0;pwned\\x07\\x1b[2JMatMulV3" in stderr  # named, as text
     assert not any(c in stderr for c in ("\x1b", "\x07")), repr(stderr[:500])
 

@@ -276,6 +276,7 @@ def test_sweep_and_submit_accept_every_analyze_option():
         "--to-stage",
         "--only-stage",
         "--progress",
+        "--json",
         "--jobs",
         "--overwrite",
         "--help",
@@ -319,6 +320,7 @@ def test_every_analyze_option_changes_what_is_computed():
         "--no-cann-hardware-scan",
     }
     driven = {"--output", "--from-stage", "--to-stage", "--only-stage", "--progress", "--jobs", "--overwrite", "--help"}
+    driven |= {"--json"}  # how the result is printed
     assert options <= fields | driven, options - fields - driven
 
 

@@ -55,9 +55,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NpuprofError as exc:
         failure = failure_object(exc)
         sys.stderr.write(f"npuprof: error [{failure['phase']}]: {printable(exc.one_line())}\n")
-        print_json(failure)
+        if _wants_json(argv):
+            print_json(failure)
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("npuprof: interrupted\n")
-        print_json({"status": "failed", "phase": "interrupted", "kind": "interrupted", "error": "interrupted by user"})
+        if _wants_json(argv):
+            print_json(
+                {"status": "failed", "phase": "interrupted", "kind": "interrupted", "error": "interrupted by user"}
+            )
         return 130
+
+
+def _wants_json(argv: Sequence[str] | None) -> bool:
+    """A failure's JSON goes to a pipe, or to a terminal asked for it (``--json``): a person at a
+    terminal reads the one line on stderr."""
+    return not sys.stdout.isatty() or "--json" in (sys.argv[1:] if argv is None else argv)

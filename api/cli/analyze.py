@@ -8,6 +8,7 @@ from pathlib import Path
 from npuprof.api.cli.options import (
     add_analyze_options,
     add_command,
+    add_json,
     add_progress,
     analyze_options,
     print_json,
@@ -37,6 +38,7 @@ def add_parsers(commands) -> None:
     run.add_argument("--to-stage", choices=STAGE_NAMES, help="stop after this stage")
     run.add_argument("--only-stage", choices=STAGE_NAMES, help="run just this stage on existing artifacts")
     add_progress(run)
+    add_json(run)
     run.add_argument("--jobs", type=int, default=None, help="processes for rank-local stages (default: CPU cores)")
     add_analyze_options(run)
     run.add_argument(
@@ -67,10 +69,11 @@ def _add_compare(commands) -> None:
     )
     compare.add_argument("--baseline", dest="sweep_baseline", metavar="ROOT", help="with --sweep: path, slug or name")
     add_progress(compare)
+    add_json(compare)
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from npuprof.api.terminal import print_summary
+    from npuprof.api.terminal import print_result
     from npuprof.pipeline.progress import make_progress
     from npuprof.pipeline.runner import StageRange, analyze
 
@@ -91,13 +94,12 @@ def run_analyze(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=make_progress(args.progress),
     )
-    print_json(result)
-    print_summary("analyze", result)
+    print_result("analyze", result, args.json)
     return EXIT_DEGRADED if result["status"] == "degraded" else 0
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from npuprof.api.terminal import print_summary
+    from npuprof.api.terminal import print_result
     from npuprof.api.workflows import analyzed_output
     from npuprof.pipeline.compare.run import compare
     from npuprof.pipeline.compare.series import compare_series
@@ -115,8 +117,7 @@ def run_compare(args: argparse.Namespace) -> int:
     baseline = analyzed_output(args.baseline, out, "baseline", progress)
     new = analyzed_output(args.new, out, "new", progress)
     result = compare(baseline, new, out)
-    print_json(result)
-    print_summary("compare", result)
+    print_result("compare", result, args.json)
     return 0
 
 

@@ -75,6 +75,14 @@ def add_progress(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result's JSON on stdout also at a terminal (a pipe always gets it, and only it)",
+    )
+
+
 def add_broker(parser: argparse.ArgumentParser) -> None:
     """--broker, the same everywhere: which Redis the command talks to."""
     parser.add_argument(

@@ -9,6 +9,7 @@ from pathlib import Path
 from npuprof.api.cli.options import (
     add_analyze_options,
     add_command,
+    add_json,
     add_progress,
     add_series_key,
     analyze_options,
@@ -41,6 +42,7 @@ def add_parsers(commands) -> None:
     add_series_key(sweep)
     add_analyze_options(sweep)
     add_progress(sweep)
+    add_json(sweep)
     query = add_command(
         commands,
         "query",
@@ -58,7 +60,7 @@ def add_parsers(commands) -> None:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from npuprof.api.terminal import print_summary
+    from npuprof.api.terminal import print_result
     from npuprof.pipeline.progress import make_progress
     from npuprof.pipeline.sweep.local import run_sweep as sweep_roots
 
@@ -79,8 +81,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     )
     incomplete = summary["failed_roots"] or summary["missing_roots"]
     result = {"status": "partial" if incomplete else "ok", **summary}
-    print_json(result)
-    print_summary("sweep", result)
+    print_result("sweep", result, args.json)
     return EXIT_PARTIAL if incomplete else 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from npuprof.api.cli.options import add_progress, print_json, require_positive
+from npuprof.api.cli.options import add_json, add_progress, print_json, require_positive
 from npuprof.pipeline.errors import UsageError
 from npuprof.synth.scenarios import SCENARIOS
 
@@ -56,6 +56,7 @@ def add_parsers(commands) -> None:
     )
     demo.add_argument("--dir", default="npuprof-demo", help="working directory (default: ./npuprof-demo)")
     add_progress(demo)
+    add_json(demo)
 
 
 def run_synth(args: argparse.Namespace) -> int:
@@ -84,13 +85,12 @@ def run_synth(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from npuprof.api.terminal import print_summary
+    from npuprof.api.terminal import print_result
     from npuprof.api.workflows import run_demo as demo
     from npuprof.pipeline.progress import make_progress
 
     result = demo(Path(args.dir), make_progress(args.progress))
-    print_json(result)
-    print_summary("demo", result)
+    print_result("demo", result, args.json)
     return 0
 
 
