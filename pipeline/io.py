@@ -167,6 +167,10 @@ def read_json(path: Path, finite: bool = False) -> Any:
         raise BadInput(path, f"broken JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
     except ValueError as exc:  # a hook refused a number
         raise BadInput(path, f"malformed number: {exc}") from None
+    except RecursionError:  # thousands of nested brackets: no profiler writes that, an attacker can
+        raise BadInput(
+            path, "nested too deeply to read (more levels of arrays or objects than a capture has)"
+        ) from None
 
 
 def read_json_or_empty(path: Path) -> dict:

@@ -31,6 +31,8 @@ CORRUPTIONS = {
     "garbage": lambda path: path.write_bytes(bytes(range(256)) * 8),
     "truncated": lambda path: path.write_text(_truncated(path.read_text("utf-8")), "utf-8"),
     "utf16": lambda path: path.write_text(path.read_text("utf-8"), "utf-16"),
+    # 100,000 nested lists in a small file: a RecursionError in the parser, never a crash
+    "deep": lambda path: path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "utf-8"),
 }
 
 
