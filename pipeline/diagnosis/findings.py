@@ -45,7 +45,7 @@ class Finding:
     def to_dict(self) -> dict:
         """The JSON object of diagnosis_findings.json."""
         spec = rule(self.finding_type)
-        summary = " ".join(spec["text"].format(**self.values).split())
+        summary = " ".join(spec["text"].format(**_worded(self.values)).split())
         ranks = sorted({int(r) for r in self.rank_ids})
         evidence = list(dict.fromkeys(self.evidence_ids))[: evidence_cap()]
         key = "|".join([self.finding_type, self.scope, ",".join(map(str, ranks)), summary])
@@ -92,7 +92,7 @@ def link_causes(findings: list[dict]) -> list[dict]:
     rules = knowledge.load("diagnosis_rules")["findings"]
     for cause in findings:
         for explained_type, sentence in rules[cause["finding_type"]].get("explains", {}).items():
-            text = " ".join(sentence.format(**cause["metrics"]).split())
+            text = " ".join(sentence.format(**_worded(cause["metrics"])).split())
             for effect in findings:
                 if effect["finding_type"] == explained_type and set(effect["rank_ids"]) & set(cause["rank_ids"]):
                     effect["likely_causes"].append(
@@ -100,6 +100,11 @@ def link_causes(findings: list[dict]) -> list[dict]:
                     )
                     effect["summary"] = f"{effect['summary']}; likely cause: {text}"
     return findings
+
+
+def _worded(values: dict[str, Any]) -> dict[str, Any]:
+    """The values as a sentence reads them: a list of ranks as '0, 1', not '[0, 1]'."""
+    return {k: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in values.items()}
 
 
 def _plain(values: dict[str, Any]) -> dict[str, Any]:
