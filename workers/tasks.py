@@ -188,8 +188,6 @@ def _reduce_root(task, work_dir: str, final_dir: str, inputs: dict, options: dic
     if work.exists() or not recovery.replaceable_output(final):
         recovery.check_work_dir(work, final)
     with recovery.root_lock(work) as present:
-        if present:
-            recovery.check_work_dir(work, final)
         if not present:  # another copy of this reduce (a resent one, or the chord's) finished the root
             return {
                 "status": root_status(final),

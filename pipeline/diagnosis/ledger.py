@@ -124,12 +124,11 @@ def _matches(line: pd.Series, patterns: list[str]) -> np.ndarray:
     return line.isin(hits).to_numpy()
 
 
-def step_ledger(
-    accounting: pd.DataFrame, idle_causes: pd.DataFrame, findings: list[dict], alignment: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """The ledger of every rank and step: its lines, each explained; with ``alignment``
-    (collective_alignment), a wait no finding explains is blamed on the member its rank waited for."""
-    ledger = explain(ledger_lines(accounting, idle_causes), findings)
+def step_ledger(lines: pd.DataFrame, findings: list[dict], alignment: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The ledger of every rank and step: its lines (``ledger_lines``), each explained; with
+    ``alignment`` (collective_alignment), a wait no finding explains is blamed on the member its rank
+    waited for."""
+    ledger = explain(lines, findings)
     return ledger if alignment is None or not len(alignment) else blame_waits(ledger, last_arrivers(alignment))
 
 

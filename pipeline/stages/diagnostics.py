@@ -19,7 +19,7 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.critical_path import critical_path
 from npuprof.pipeline.diagnosis.evidence import check_evidence
 from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, rank_by_cost
-from npuprof.pipeline.diagnosis.ledger import step_ledger, unexplained_share
+from npuprof.pipeline.diagnosis.ledger import ledger_lines, step_ledger, unexplained_share
 from npuprof.pipeline.diagnosis.registry import detectors
 from npuprof.pipeline.diagnosis.slow_card import peers_of, slow_card_diff
 from npuprof.pipeline.io import int_ranks
@@ -31,9 +31,9 @@ def reduce_root(ctx: RootContext) -> StageResult:
     inputs = DiagnosisContext(ctx)
     found = [finding for item in detectors() if item.phase == "findings" for finding in item.detect(inputs)]
     # what the findings leave unexplained in the step ledger is the ledger-phase detectors' to report
-    accounting, idle_causes = _ledger_sources(ctx)
+    lines = ledger_lines(*_ledger_sources(ctx))  # the same lines, explained once by each set of findings
     first = link_causes([f.to_dict() for f in found if not is_annotation(f.finding_type)])
-    inputs.provide("ledger", step_ledger(accounting, idle_causes, first))
+    inputs.provide("ledger", step_ledger(lines, first))
     found += [finding for item in detectors() if item.phase == "ledger" for finding in item.detect(inputs)]
     rules = knowledge.load("diagnosis_rules")
     order = {name: position for position, name in enumerate([*rules["findings"], *rules["annotations"]])}
@@ -47,8 +47,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
     check_evidence(findings + annotations, evidence_ids, alignment_ids)
     step_tags = inputs.step_tags
-    path = critical_path(inputs.step_model)
-    ledger = conformed(schema.STEP_LEDGER, step_ledger(accounting, idle_causes, findings, _alignment(ctx)))
+    path = conformed(schema.CRITICAL_PATH, critical_path(inputs.step_model))
+    ledger = conformed(schema.STEP_LEDGER, step_ledger(lines, findings, _alignment(ctx)))
     counts = {
         "finding_count": len(findings),
         "by_type": dict(Counter(f["finding_type"] for f in findings)),
@@ -67,13 +67,13 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "counts": counts,
     }
     return StageResult(
-        tables={schema.STEP_LEDGER: ledger, schema.CRITICAL_PATH: conformed(schema.CRITICAL_PATH, path)},
+        tables={schema.STEP_LEDGER: ledger, schema.CRITICAL_PATH: path},
         json_files={schema.DIAGNOSIS_FINDINGS: document},
         csv_views={
             schema.STEP_ANOMALIES_CSV: conformed(schema.STEP_ANOMALIES, step_tags),
             schema.SLOW_RANK_DIFF_CSV: conformed(schema.SLOW_RANK_DIFF, _slow_rank_diff(inputs, findings)),
             schema.STEP_LEDGER_CSV: ledger,
-            schema.CRITICAL_PATH_CSV: conformed(schema.CRITICAL_PATH, path),
+            schema.CRITICAL_PATH_CSV: path,
         },
         manifest=counts,
     )
