@@ -50,11 +50,22 @@ def _coarse(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: f
     """Busy share of each (rank, stream) row in COARSE_BINS bins over the capture."""
     width = max(span_us / COARSE_BINS, 1e-3)
     first = np.clip((start // width).astype(np.int64), 0, COARSE_BINS - 1)
+    last = np.clip((end // width).astype(np.int64), first, COARSE_BINS - 1)
     rows = events[["rank_id", "stream_id"]].fillna(-1).astype(np.int64)
     keys = rows["rank_id"].to_numpy() * 1_000_003 + rows["stream_id"].to_numpy()
     codes, uniques = pd.factorize(keys)
     busy = np.zeros((len(uniques), COARSE_BINS))
-    np.add.at(busy, (codes, first), np.minimum(end - start, width))  # a kernel longer than a bin fills its first
+    # every bin a kernel overlaps gets the time it overlaps: its first and last bins their parts, the
+    # bins between it fills (a difference array: one add at each end, one cumulative sum)
+    same = first == last
+    np.add.at(busy, (codes[same], first[same]), (end - start)[same])
+    many = ~same
+    np.add.at(busy, (codes[many], first[many]), ((first + 1) * width - start)[many])
+    np.add.at(busy, (codes[many], last[many]), np.minimum(end - last * width, width)[many])
+    between = np.zeros((len(uniques), COARSE_BINS + 1))
+    np.add.at(between, (codes[many], first[many] + 1), width)
+    np.add.at(between, (codes[many], last[many]), -width)
+    busy += np.cumsum(between, axis=1)[:, :COARSE_BINS]
     lanes = rows.groupby(codes).first()  # lane k holds row k of busy
     return {
         "bin_us": width,
@@ -248,6 +259,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         ends.append(float(_relative(inputs.steps["end_ns"], inputs.steps["rank_id"], offsets, base_ns).max()))
     span = float(max(ends)) if ends else 1.0
     classes = inputs.operator_classes.head(2000)
+    chunks, rows_of = _chunks(events, start, end, span) if len(events) else ({}, {})
     overview = {
         "title": summary["identity"]["profile_root"],
         "status": summary["status"],
@@ -256,6 +268,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "headline": summary.get("headline", {}).get("text", []),
         "span_us": span,
         "chunk_us": span / CHUNKS,
+        "chunk_ids": sorted(chunks),  # the chunks written: the page asks for no other
         "ranks": sorted({int(r) for f in (events, inputs.steps) if len(f) for r in f["rank_id"].unique()}),
         "glossary": [list(item) for item in GLOSSARY],
         "ranks_without_events": sorted(
@@ -272,11 +285,9 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "op_classes": _op_classes(classes),
     }
     assets = {f"{ASSET_DIR}/overview.json.gz": _gz(overview)}
-    if len(events):
-        chunks, rows_of = _chunks(events, start, end, span)
-        for index, chunk in chunks.items():
-            assets[f"{ASSET_DIR}/kernels_{index}.json.gz"] = _gz(chunk)
-            assets[f"{ASSET_DIR}/kernel_fields_{index}.json.gz"] = _gz(kernel_fields(events.iloc[rows_of[index]]))
+    for index, chunk in chunks.items():
+        assets[f"{ASSET_DIR}/kernels_{index}.json.gz"] = _gz(chunk)
+        assets[f"{ASSET_DIR}/kernel_fields_{index}.json.gz"] = _gz(kernel_fields(events.iloc[rows_of[index]]))
     template = resources.files("npuprof.pipeline.report").joinpath(TEMPLATE).read_text(encoding="utf-8")
     if single_file:
         inline = {name: base64.b64encode(data).decode("ascii") for name, data in assets.items()}
