@@ -21,7 +21,7 @@ from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
 from npuprof.pipeline.segmentation.blocks import split_layers
 from npuprof.pipeline.segmentation.classes import normalized_kernel_name, normalized_kernel_names
 from npuprof.pipeline.segmentation.features import EventFeatures
-from npuprof.pipeline.segmentation.layers import _best_offset, _cuts
+from npuprof.pipeline.segmentation.layers import _best_offset, _cuts, _template_extent
 from npuprof.pipeline.segmentation.windows import window_metrics
 
 ROLES = {
@@ -32,6 +32,7 @@ ROLES = {
     "X": set(),
     "G": {"normalization"},
     "B": {"attention"},
+    "H": set(),  # a communication op
     "E": {"moe", "compute"},
     "C": {"aicpu"},
 }
@@ -52,6 +53,7 @@ def features_of(sequence: str) -> EventFeatures:
         kernel_key=np.unique(letters, return_inverse=True)[1].astype(np.int64),
         fallback=role_flags["compute"],
         pass_marker=np.zeros(len(sequence), dtype=bool),
+        communication=letters == "H",
     )
 
 
@@ -80,6 +82,26 @@ def test_backward_offset_cuts_after_the_closing_norm_grad():
     features = features_of(sequence)
     offset, fits = _best_offset(anchors_of(sequence, "B"), 0, len(sequence) - 1, features.closing, forward=False)
     assert (offset, fits) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("sequence", "template", "expected_start"),
+    [
+        # the first backward layer (rows 1-5) after a head kernel X, matched against the second layer
+        ("X" + "SMMBG" + "SMMBG", (6, 10), 1),
+        # a gradient bucket's all-reduce H started inside the template layer, after its first kernel
+        ("X" + "SMMBG" + "SHMMBG", (6, 11), 1),
+        # ... and in the layer matched: neither side counts it
+        ("X" + "SMHMBG" + "SMMBG", (7, 11), 1),
+    ],
+)
+def test_the_first_backward_layer_matches_its_template_whatever_communication_lands_inside(
+    sequence, template, expected_start
+):
+    features = features_of(sequence)
+    end = template[0] - 1  # the first layer ends where the template begins
+    start = _template_extent(features.kernel_key, *template, end, 0, -1, features.communication)
+    assert start == expected_start
 
 
 @pytest.mark.parametrize(

@@ -407,3 +407,55 @@ def test_a_rank_chain_featurises_its_events_once(analyzed, tmp_path, monkeypatch
     assert len(calls) == 2 * len(discover(root).ranks)  # segment's, then classify's own: no chain between
     chained = table_digests(tmp_path / "chain", ("classify",))
     assert chained and chained.items() <= table_digests(tmp_path / "alone", ("classify",)).items()
+
+
+def exposed_parts(ops: list[tuple[int, int, float, float]], compute_end: int = 100) -> dict[str, float]:
+    """comm_exposed_parts (µs) of one step: a compute kernel over [0, compute_end) µs and DP all-reduces
+    (start, end in µs, transit share, wait share)."""
+    from npuprof.pipeline.summaries.accounting import step_time_accounting
+
+    events = pd.DataFrame(
+        {
+            "step_ordinal": [0.0] * (len(ops) + 1),
+            "start_ns": [0, *(o[0] * 1000 for o in ops)],
+            "end_ns": [compute_end * 1000, *(o[1] * 1000 for o in ops)],
+            "is_comm": [False, *([True] * len(ops))],
+            "bound_family": ["cube", *([None] * len(ops))],
+            "kind": [None, *(["allreduce"] * len(ops))],
+            "parallel_role": [None, *(["DP"] * len(ops))],
+            "op_type": ["aic", *(["communication"] * len(ops))],
+        }
+    )
+    steps = pd.DataFrame(
+        {"step_ordinal": [0], "step_id": [1], "complete": [True], "start_ns": [0], "end_ns": [300_000]}
+    )
+    spans = pd.DataFrame({"step_ordinal": [0], "main_start_ns": [0], "main_end_ns": [300_000]})
+    parts = pd.DataFrame(
+        {
+            "transfer": [0.0, *(o[2] for o in ops)],
+            "wait": [0.0, *(o[3] for o in ops)],
+            "idle": [0.0, *(1 - o[2] - o[3] for o in ops)],
+            "unsplit": [0.0] * (len(ops) + 1),
+        }
+    )
+    table = step_time_accounting(events, steps, spans, parts)
+    rows = table[table["breakdown"] == "comm_exposed_parts"]
+    return {str(c): round(float(ms) * 1e3, 6) for c, ms in zip(rows["component"], rows["ms"])}
+
+
+def test_an_ops_exposed_tail_is_its_transit_and_its_head_the_wait():
+    # the all-reduce runs 50-150 µs, waits its first 60 and moves data its last 40; compute hides 50-100
+    assert exposed_parts([(50, 150, 0.4, 0.6)]) == {"DP allreduce transfer": 40.0, "DP allreduce wait": 10.0}
+
+
+def test_an_op_queued_behind_a_waiting_op_hands_its_late_transfer_to_that_wait():
+    # the rank computes until 170 µs; its first all-reduce (50-150) waits 60 µs for its peers, hidden;
+    # the second, queued behind it on the communication stream while the compute runs, ran 60 µs late:
+    # its 30 exposed µs of transit would have run under the compute had the peers been on time
+    assert exposed_parts([(50, 150, 0.4, 0.6), (150, 200, 1.0, 0.0)], compute_end=170) == {"DP allreduce wait": 30.0}
+    # ... not so one the compute stream issued after the first (no compute runs when it starts): its
+    # transit is its own, as it is for one that starts well after the first ends
+    parts = exposed_parts([(50, 150, 0.4, 0.6), (150, 200, 1.0, 0.0)])
+    assert parts == {"DP allreduce transfer": 90.0, "DP allreduce wait": 10.0}
+    parts = exposed_parts([(50, 150, 0.4, 0.6), (200, 250, 1.0, 0.0)], compute_end=180)
+    assert parts == {"DP allreduce transfer": 50.0}

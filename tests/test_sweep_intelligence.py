@@ -147,3 +147,23 @@ def test_a_rank_dir_not_named_by_the_default_worker_name_says_no_host(tmp_path):
     analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="normalize"))
     ranks = json.loads((tmp_path / "out" / schema.CAPTURE_INFO).read_text())["ranks"]
     assert [r["host_name"] for r in ranks] == [None, None]
+
+
+def test_a_fleet_whose_findings_are_none_of_its_types_has_no_suspect():
+    """Findings that name ranks but are none of the fleet's types (no clock said anywhere) leave every
+    card unflagged; before, the all-null clock column failed the whole merge (a median of text)."""
+    from npuprof.pipeline.sweep.fleet import fleet_suspects
+
+    ranks = pd.DataFrame(
+        {"slug": ["a", "b"], "rank_id": [0, 0], "host_name": ["node1", "node1"], "device_id": [3.0, 3.0]}
+    )
+    findings = pd.DataFrame(
+        {
+            "slug": ["a", "b"],
+            "finding_type": ["capture_incomplete_group"] * 2,
+            "finding_id": ["a1", "b1"],
+            "rank_ids": ["0", "0"],
+            "metrics": [json.dumps({"ms_per_step": 3.0})] * 2,
+        }
+    )
+    assert fleet_suspects(ranks, findings).empty

@@ -31,6 +31,7 @@ class EventFeatures:
     kernel_key: np.ndarray  # int code of the kernel identity (type, else name): for template matching
     fallback: np.ndarray  # bool: candidate fallback anchor (no-attention models)
     pass_marker: np.ndarray  # bool: marks the edge of a pass (p2p send/recv, embedding, sampling, optimizer)
+    communication: np.ndarray  # bool: a communication op (may run on its own stream, between any two kernels)
 
     @cached_property
     def markers_before(self) -> np.ndarray:
@@ -108,4 +109,5 @@ def event_features(events: pa.Table) -> EventFeatures:
         kernel_key=kernel_key.astype(np.int64),
         fallback=fallback.astype(bool),
         pass_marker=pass_marker.astype(bool),
+        communication=per_category(lambda c: any(x.startswith("communication") for x in c)).astype(bool),
     )

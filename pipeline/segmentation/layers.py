@@ -130,22 +130,43 @@ def _best_offset(anchors: np.ndarray, lower: int, upper: int, boundary: np.ndarr
     return chosen, int(scores[chosen])
 
 
-def _template_extent(keys: np.ndarray, template_start: int, template_end: int, at: int, bound: int, step: int) -> int:
-    """How far a layer starting (step=+1) / ending (step=-1) at ``at`` matches the template layer."""
-    length = template_end - template_start + 1
+def _template_extent(
+    keys: np.ndarray,
+    template_start: int,
+    template_end: int,
+    at: int,
+    bound: int,
+    step: int,
+    skip: np.ndarray | None = None,
+) -> int:
+    """How far a layer starting (step=+1) / ending (step=-1) at ``at`` matches the template layer.
+    Rows in ``skip`` (communication another stream runs: a gradient bucket's all-reduce lands wherever
+    its start falls among a layer's kernels) are matched on neither side."""
+    template = np.arange(template_start, template_end + 1)
+    if skip is not None:
+        template = template[~skip[template]]
+    reach = 2 * (template_end - template_start + 1)  # enough rows to hold the template's kernels
     if step > 0:
-        limit = min(length, bound - at + 1)
-        if limit <= 0:
-            return at - 1
-        match = keys[at : at + limit] == keys[template_start : template_start + limit]
-        miss = np.flatnonzero(~match)
-        return at + (int(miss[0]) if miss.size else limit) - 1
-    limit = min(length, at - bound + 1)
+        rows = np.arange(at, min(bound, at + reach) + 1)
+    else:
+        rows = np.arange(at, max(bound, at - reach) - 1, -1)
+        template = template[::-1]
+    if skip is not None:
+        rows = rows[~skip[rows]]
+    limit = min(len(template), len(rows))
     if limit <= 0:
-        return at + 1
-    match = keys[at - limit + 1 : at + 1] == keys[template_end - limit + 1 : template_end + 1]
-    miss = np.flatnonzero(~match[::-1])
-    return at - (int(miss[0]) if miss.size else limit) + 1
+        return at - step
+    miss = np.flatnonzero(keys[rows[:limit]] != keys[template[:limit]])
+    matched = int(miss[0]) if miss.size else limit
+    if not matched:
+        return at - step
+    extent = int(rows[matched - 1])
+    if skip is not None and matched == len(template):
+        # the whole template matched: take the skipped rows it ends with (a MoE layer's combine) too
+        edge = template_end if step > 0 else template_start
+        while skip[edge] and skip[extent + step] and (extent + step - bound) * step <= 0:
+            edge, extent = edge - step, extent + step
+    return extent
 
 
 def _runs_of(anchors: np.ndarray, features: EventFeatures, modal_gap: dict[bool, int]) -> list[np.ndarray]:
@@ -204,6 +225,25 @@ def _cuts(
     return cuts, all_fit, d
 
 
+def _cuts_past(
+    skip: np.ndarray,
+    run: np.ndarray,
+    lower: int,
+    upper: int,
+    boundary: np.ndarray,
+    forward: bool,
+    known: int | None,
+) -> tuple[np.ndarray, bool, int]:
+    """``_cuts`` counting only the events not in ``skip``: a communication op another stream runs (a
+    gradient bucket's all-reduce queued behind a wait) lands among a layer's kernels wherever its start
+    falls, and would move that layer's cut off the offset every other layer keeps. The cuts are
+    positions of the whole sequence; with nothing skipped they are ``_cuts``'."""
+    kept = lower + np.flatnonzero(~skip[lower : upper + 1])
+    local_run = np.searchsorted(kept, run)
+    cuts, all_fit, offset = _cuts(local_run, 0, len(kept) - 1, boundary[kept], forward, known)
+    return kept[cuts], all_fit, offset
+
+
 def _modal_length(lengths: np.ndarray) -> int:
     values, counts = np.unique(lengths, return_counts=True)
     return int(values[np.argmax(counts)])
@@ -238,7 +278,7 @@ def step_layers(
     anchors = np.flatnonzero(anchor_mask[start : end + 1]) + start
     if anchors.size == 0:
         return StepLayers([], family, "none")
-    keys = features.kernel_key
+    keys, comm = features.kernel_key, features.communication
     layers: list[Layer] = []
     lower = start
     runs = _runs_of(anchors, features, gaps)
@@ -247,7 +287,9 @@ def step_layers(
         forward = not bool(features.backward[run[0]])
         upper = (runs[run_index + 1][0] - 1) if run_index + 1 < len(runs) else end
         if forward:
-            starts, fit, offset = _cuts(run, lower, upper, features.opening, True, templates.get("forward_offset"))
+            starts, fit, offset = _cuts_past(
+                comm, run, lower, upper, features.opening, True, templates.get("forward_offset")
+            )
             if len(run) > 1:
                 templates["forward_offset"] = offset
             starts = np.maximum(starts, lower)
@@ -256,12 +298,14 @@ def step_layers(
                 k = int(np.flatnonzero((ends - starts)[:-1] + 1 == _modal_length((ends - starts)[:-1] + 1))[-1])
                 templates[False] = (int(starts[k]), int(ends[k]))
             if templates.get(False):
-                ends[-1] = max(_template_extent(keys, *templates[False], int(starts[-1]), upper, +1), run[-1])
+                ends[-1] = max(_template_extent(keys, *templates[False], int(starts[-1]), upper, +1, comm), run[-1])
             source = "opening_norm" if fit else "template"
             for k in range(len(run)):
                 layers.append(Layer(int(starts[k]), int(ends[k]), int(run[k]), "forward", run_index, source))
         else:
-            stops, fit, offset = _cuts(run, lower, upper, features.closing, False, templates.get("backward_offset"))
+            stops, fit, offset = _cuts_past(
+                comm, run, lower, upper, features.closing, False, templates.get("backward_offset")
+            )
             if len(run) > 1:
                 templates["backward_offset"] = offset
             stops = np.minimum(stops, upper)
@@ -270,7 +314,7 @@ def step_layers(
                 k = 1 + int(np.flatnonzero((stops - starts)[1:] + 1 == _modal_length((stops - starts)[1:] + 1))[0])
                 templates[True] = (int(starts[k]), int(stops[k]))
             if templates.get(True):
-                starts[0] = min(_template_extent(keys, *templates[True], int(stops[0]), lower, -1), run[0])
+                starts[0] = min(_template_extent(keys, *templates[True], int(stops[0]), lower, -1, comm), run[0])
             source = "closing_norm_grad" if fit else "template"
             for k in range(len(run)):
                 layers.append(Layer(int(starts[k]), int(stops[k]), int(run[k]), "backward", run_index, source))

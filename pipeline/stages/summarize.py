@@ -67,7 +67,9 @@ def _labelled_events(ctx: RankContext, rank_info: dict) -> pd.DataFrame:
     events["is_comm"] = events["op_type"].isin(COMMUNICATION_OP_TYPES)
     identity = events["type"].fillna(events["name"])
     events["kind"] = np.where(events["is_comm"], communication_kinds(identity), None)
-    roles = parallel_roles(events["name"], rank_info.get("parallel_group_info"), rank_info.get("distributed_args"))
+    roles = parallel_roles(
+        events["name"], rank_info.get("parallel_group_info"), rank_info.get("distributed_args"), events["kind"]
+    )
     events["parallel_role"] = np.where(events["is_comm"], roles, None)
     return events
 

@@ -114,7 +114,7 @@ def step_time_accounting(
         split("compute_by_block", "compute", _block_codes(inside), ~is_comm, compute_only, compute_active)
     if comm_parts is not None:
         comm_share = np.where(comm_only, length / np.where(comm_active > 0, comm_active, 1), 0.0)
-        rows += _exposed_parts(inside, steps, comm_parts, comm_share, event_of, sign)
+        rows += _exposed_parts(inside, steps, comm_parts, comm_share, event_of, sign, time, compute_active)
     idle = same_step & (comm_active == 0) & (compute_active == 0)
     window, window_labels = _window_codes(step[:-1], time[:-1], layer_spans)
     for name in knowledge.load("summary_rules")["idle_by_window"].values():
@@ -159,13 +159,19 @@ def _exposed_parts(
     comm_share: np.ndarray,
     event_of: np.ndarray,
     sign: np.ndarray,
+    time: np.ndarray,
+    compute_active: np.ndarray,
 ) -> list[tuple[str, str, str, np.ndarray]]:
     """comm_exposed_parts rows: exposed communication by role, kind and part, per step.
 
     Each communication event's exposed ns are the comm-only stretches of its life, shared among the
     events communicating then (as the kind split shares them): the integral of ``comm_share`` (a
-    stretch's length over the events communicating in it) between its start and end boundaries; its
-    op's transit / wait / idle shares split them."""
+    stretch's length over the events communicating in it) between its start and end boundaries. An
+    op waits for its peers before it moves data, so its transit is the end of its life: the exposed
+    ns in that last stretch are its transfer, the rest its wait and idle (in their op's proportion).
+    A collective overlapped by compute until its last member arrives is then exposed in transit, not
+    in a wait its peers caused. Boundaries out of time order (steps overlapping) fall back to the op's
+    proportions."""
     is_comm = inside["is_comm"].to_numpy(bool)
     integral = np.concatenate([[0.0], np.cumsum(comm_share)])
     start_at, end_at = np.empty(len(inside), np.int64), np.empty(len(inside), np.int64)
@@ -173,12 +179,17 @@ def _exposed_parts(
     end_at[event_of[sign < 0]] = np.flatnonzero(sign < 0)
     exposed = np.where(is_comm, integral[end_at] - integral[start_at], 0.0)
     parts = comm_parts.loc[inside.index]
+    shares = {part: parts[part].to_numpy(float) for part in COMM_PARTS}
+    if len(time) > 1 and (np.diff(time) >= 0).all():
+        # compute running in the stretch after the event's start
+        under_compute = compute_active[np.minimum(start_at, len(compute_active) - 1)] > 0
+        shares = _transit_last(inside, shares, exposed, integral, time, start_at, end_at, under_compute)
     ordinals = steps["step_ordinal"].to_numpy(np.int64)
     event_step = np.searchsorted(ordinals, inside["step_ordinal"].to_numpy(np.int64))
     codes, labels = _role_kind_codes(inside)
     rows = []
     for part in COMM_PARTS:
-        share = parts[part].to_numpy(float)
+        share = shares[part]
         for code in np.unique(codes[is_comm]):  # a loop over a rank's few role-kind pairs
             chosen = is_comm & (codes == code) & (share > 0)
             if chosen.any():
@@ -186,6 +197,90 @@ def _exposed_parts(
                 ms = np.bincount(event_step[chosen], weights=(exposed * share)[chosen], minlength=len(steps))
                 rows.append(("comm_exposed_parts", COMMUNICATION, name, ms))
     return rows
+
+
+def _transit_last(
+    inside: pd.DataFrame,
+    shares: dict[str, np.ndarray],
+    exposed: np.ndarray,
+    integral: np.ndarray,
+    time: np.ndarray,
+    start_at: np.ndarray,
+    end_at: np.ndarray,
+    under_compute: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Each event's part shares of its exposed ns, its transit taken as the last ``transfer`` share of
+    its life: the exposed ns after the transit starts (``integral`` read there, pro rata within its
+    stretch) are transfer, the rest wait and idle in their op's proportion; then an op queued behind
+    waiting ops gives its exposed transfer back to their wait (``_queued_behind_waits``)."""
+    ends = inside["end_ns"].to_numpy(np.int64)
+    life = (ends - inside["start_ns"].to_numpy(np.int64)).astype(float)
+    transit_from = ends - np.round(shares["transfer"] * life).astype(np.int64)  # ns since 1970: stay int
+    at = np.clip(np.searchsorted(time, transit_from, side="right") - 1, start_at, end_at)
+    stretch = np.minimum(at, len(time) - 2)
+    span = np.diff(time).astype(float)[stretch]
+    within = np.clip((transit_from - time[at]).astype(float) / np.where(span > 0, span, np.inf), 0.0, 1.0)
+    before = integral[at] + np.where(at < end_at, np.diff(integral)[stretch] * within, 0.0)
+    transfer = np.where(shares["transfer"] > 0, np.clip(integral[end_at] - before, 0.0, exposed), 0.0)
+    rest = shares["wait"] + shares["idle"]
+    transfer = np.where(rest > 0, transfer, shares["transfer"] * exposed)  # no wait, no idle: all transit
+    transfer -= _queued_behind_waits(inside, transfer, rest * life, under_compute)
+    safe_exposed, safe_rest = np.where(exposed > 0, exposed, 1.0), np.where(rest > 0, rest, 1.0)
+    waiting = (exposed - transfer) / safe_exposed
+    return {
+        "transfer": transfer / safe_exposed,
+        # a transit-only op's wait is what it owes the ops queued before it; an unsplit op has none
+        "wait": np.where(
+            rest > 0, waiting * shares["wait"] / safe_rest, np.where(shares["transfer"] > 0, waiting, 0.0)
+        ),
+        "idle": np.where(rest > 0, waiting * shares["idle"] / safe_rest, 0.0),
+        "unsplit": shares["unsplit"],
+    }
+
+
+def _queued_behind_waits(
+    inside: pd.DataFrame, transfer_ns: np.ndarray, waited_ns: np.ndarray, under_compute: np.ndarray
+) -> np.ndarray:
+    """Per event: the exposed transfer ns it owes to the waits of the ops queued before it.
+
+    Ops of one parallel role run one after another; an op that starts as the one before it ends
+    (within ``queued_gap_us``) while its rank still computes (``under_compute``: it was issued on
+    another stream, not by a compute stream waiting for it) was pushed late by that op's wait for its
+    peers, and by the waits before that. Had the peers been on time, its transit would have run that
+    much earlier — under the compute that hid the others — so that much of its exposed transfer is the
+    wait's. Along each run
+    of queued ops, transfer is handed back greedily up to the waits before it:
+    given_k = min(given_(k-1) + T_k, W_k) with W_k the waits before op k, which is
+    cumT_k + min(0, min over j ≤ k of (W_j - cumT_j))."""
+    comm = inside["is_comm"].to_numpy(bool) & (inside["parallel_role"].notna().to_numpy())
+    owed = np.zeros(len(inside))
+    if comm.sum() < 2:
+        return owed
+    gap_ns = float(knowledge.load("summary_rules")["queued_gap_us"]) * 1000.0
+    ops = pd.DataFrame(
+        {
+            "role": inside["parallel_role"].to_numpy()[comm],
+            "start": inside["start_ns"].to_numpy(np.int64)[comm],
+            "end": inside["end_ns"].to_numpy(np.int64)[comm],
+            "transfer": transfer_ns[comm],
+            "waited": waited_ns[comm],
+            "row": np.flatnonzero(comm),
+        }
+    ).sort_values(["role", "start"], kind="stable")
+    role = ops["role"].to_numpy()
+    start, end = ops["start"].to_numpy(), ops["end"].to_numpy()
+    queued = np.zeros(len(ops), dtype=bool)
+    queued[1:] = (role[1:] == role[:-1]) & (start[1:] - end[:-1] <= gap_ns) & (start[1:] >= end[:-1] - gap_ns)
+    queued &= under_compute[ops["row"].to_numpy()]
+    run = np.cumsum(~queued)  # a new run wherever an op is not queued behind the one before
+    grouped = ops.assign(run=run).groupby("run", sort=False)
+    waits_before = grouped["waited"].cumsum().to_numpy() - ops["waited"].to_numpy()
+    cum_transfer = grouped["transfer"].cumsum().to_numpy()
+    slack = pd.Series(waits_before - cum_transfer).groupby(run).cummin().to_numpy()
+    given = cum_transfer + np.minimum(0.0, slack)
+    previous = np.where(queued, np.concatenate([[0.0], given[:-1]]), 0.0)
+    owed[ops["row"].to_numpy()] = np.clip(given - previous, 0.0, None)
+    return owed
 
 
 def communication_parts(events: pd.DataFrame, ops: pd.DataFrame, step_ids: pd.Series) -> pd.DataFrame:

@@ -135,9 +135,14 @@ def call_families(names: pd.Series) -> np.ndarray:
 
 
 def parallel_roles(
-    names: pd.Series, parallel_group_info: dict | None, distributed_args: dict | None = None
+    names: pd.Series,
+    parallel_group_info: dict | None,
+    distributed_args: dict | None = None,
+    kinds: pd.Series | None = None,
 ) -> np.ndarray:
-    """The parallel role of each communication op from the group hash digits in its name."""
+    """The parallel role of each communication op from the group hash digits in its name; an op whose
+    name names no group takes the role its ``kinds`` entry implies (``role_of_kind``: a MoE dispatch
+    communicates in the expert-parallel group by construction)."""
     rules = knowledge.load("summary_rules")
     by_suffix = role_by_group_suffix(parallel_group_info, distributed_args)
     codes, uniques = pd.factorize(names.fillna(""))
@@ -146,7 +151,11 @@ def parallel_roles(
     suffix = _hccl_name_part(uniques, "group_suffix")
     unknown = rules["parallel_role_unknown"]
     roles = np.array([by_suffix.get(x) or unknown if x is not None else unknown for x in suffix], dtype=object)
-    return roles[codes]
+    roles = roles[codes]
+    if kinds is not None:
+        implied = pd.Series(kinds, dtype=object).map(rules["role_of_kind"]).to_numpy(object)
+        roles = np.where((roles == unknown) & pd.notna(implied), implied, roles)
+    return roles
 
 
 def hccl_op_summary(comm: pd.DataFrame) -> pd.DataFrame:

@@ -83,7 +83,9 @@ def fleet_suspects(ranks: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
     table["slow_rank_count"] = by_type.get("slow_rank_suspected", pd.Series(dtype=float)).reindex(table.index)
     table["throttled_count"] = by_type.get("aicore_freq_throttled", pd.Series(dtype=float)).reindex(table.index)
     table[["slow_rank_count", "throttled_count"]] = table[["slow_rank_count", "throttled_count"]].fillna(0).astype(int)
-    table["aicore_freq_mhz_median"] = flags.groupby(card)["freq_mhz"].median().reindex(table.index)
+    # numeric even when no flag carries a clock (an all-null column reads back as text)
+    clocks = pd.to_numeric(flags["freq_mhz"], errors="coerce").astype(float)
+    table["aicore_freq_mhz_median"] = clocks.groupby([flags[c] for c in card]).median().reindex(table.index)
     table["flagged_share"] = table["flagged"] / table["appearances"]
     table["roots"] = flags.groupby(card)["slug"].agg(lambda s: ";".join(sorted(set(s)))).reindex(table.index)
     table["finding_ids"] = (

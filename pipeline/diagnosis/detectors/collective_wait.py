@@ -85,9 +85,9 @@ def collective_wait(inputs: DiagnosisContext) -> list[Finding]:
         ranks = sorted(int(r) for r in chosen["rank_id"])
         mine = events[events["rank_id"].isin(ranks) & (events["kind"] == kind)]
         mine = mine[mine["parallel_role"].fillna("unknown").astype(str) == role]
-        op_rows = ops[ops["rank_id"].isin(ranks) & ops["op_name"].isin(set(mine["name"]))]
+        op_rows = ops[ops["rank_id"].isin(ranks) & ops["op_name"].isin(set(mine["name"])) & ops["group_hash"].notna()]
         if not len(op_rows):
-            continue
+            continue  # no op names its group: nothing says a member is missing
         group = op_rows.groupby("group_hash")["elapse_ms"].sum().idxmax()
         size, captured = int(members.loc[group, "size"]), members.loc[group, "captured"]
         if size <= len(captured):
