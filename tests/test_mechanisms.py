@@ -53,7 +53,7 @@ def features_of(sequence: str) -> EventFeatures:
         kernel_key=np.unique(letters, return_inverse=True)[1].astype(np.int64),
         fallback=role_flags["compute"],
         pass_marker=np.zeros(len(sequence), dtype=bool),
-        communication=letters == "H",
+        floating_communication=letters == "H",
     )
 
 
@@ -100,7 +100,7 @@ def test_the_first_backward_layer_matches_its_template_whatever_communication_la
 ):
     features = features_of(sequence)
     end = template[0] - 1  # the first layer ends where the template begins
-    start = _template_extent(features.kernel_key, *template, end, 0, -1, features.communication)
+    start = _template_extent(features.kernel_key, *template, end, 0, -1, features.floating_communication)
     assert start == expected_start
 
 

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.device_order import in_device_order
+from npuprof.pipeline.summaries.communication import COMMUNICATION_OP_TYPES
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RankContext
@@ -31,7 +32,10 @@ class EventFeatures:
     kernel_key: np.ndarray  # int code of the kernel identity (type, else name): for template matching
     fallback: np.ndarray  # bool: candidate fallback anchor (no-attention models)
     pass_marker: np.ndarray  # bool: marks the edge of a pass (p2p send/recv, embedding, sampling, optimizer)
-    communication: np.ndarray  # bool: a communication op (may run on its own stream, between any two kernels)
+    # bool: a communication op still running when the next event starts — another stream runs it, so
+    # where it lands among a layer's kernels (a gradient bucket queued behind a wait) says nothing about
+    # the layer; a blocking op (a pipeline receive) is not one
+    floating_communication: np.ndarray
 
     @cached_property
     def markers_before(self) -> np.ndarray:
@@ -109,5 +113,14 @@ def event_features(events: pa.Table) -> EventFeatures:
         kernel_key=kernel_key.astype(np.int64),
         fallback=fallback.astype(bool),
         pass_marker=pass_marker.astype(bool),
-        communication=per_category(lambda c: any(x.startswith("communication") for x in c)).astype(bool),
+        floating_communication=_floating_communication(events),
     )
+
+
+def _floating_communication(events: pa.Table) -> np.ndarray:
+    """Communication ops (``COMMUNICATION_OP_TYPES``) still running when the event after them starts."""
+    communication = np.isin(events.column("op_type").to_numpy(zero_copy_only=False), list(COMMUNICATION_OP_TYPES))
+    start, end = events.column("start_ns").to_numpy(), events.column("end_ns").to_numpy()
+    running_on = np.zeros(len(communication), dtype=bool)
+    running_on[:-1] = end[:-1] > start[1:]
+    return communication & running_on

@@ -278,7 +278,7 @@ def step_layers(
     anchors = np.flatnonzero(anchor_mask[start : end + 1]) + start
     if anchors.size == 0:
         return StepLayers([], family, "none")
-    keys, comm = features.kernel_key, features.communication
+    keys, comm = features.kernel_key, features.floating_communication
     layers: list[Layer] = []
     lower = start
     runs = _runs_of(anchors, features, gaps)

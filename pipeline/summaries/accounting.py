@@ -248,8 +248,7 @@ def _queued_behind_waits(
     another stream, not by a compute stream waiting for it) was pushed late by that op's wait for its
     peers, and by the waits before that. Had the peers been on time, its transit would have run that
     much earlier — under the compute that hid the others — so that much of its exposed transfer is the
-    wait's. Along each run
-    of queued ops, transfer is handed back greedily up to the waits before it:
+    wait's. Along each run of queued ops, transfer is handed back greedily up to the waits before it:
     given_k = min(given_(k-1) + T_k, W_k) with W_k the waits before op k, which is
     cumT_k + min(0, min over j ≤ k of (W_j - cumT_j))."""
     comm = inside["is_comm"].to_numpy(bool) & (inside["parallel_role"].notna().to_numpy())

@@ -32,13 +32,16 @@ FLEET_COLUMNS = [
 def _flags(findings: pd.DataFrame, types: list[str]) -> pd.DataFrame:
     """One row per (root, rank, finding) of the fleet's finding types, with its AI Core clock if said."""
     if findings.empty:
-        return pd.DataFrame(columns=["slug", "rank_id", "finding_type", "finding_id", "freq_mhz"])
+        return pd.DataFrame(columns=["slug", "rank_id", "finding_type", "finding_id"]).assign(
+            freq_mhz=pd.Series(dtype=float)
+        )
     chosen = findings[findings["finding_type"].isin(types)].copy()
     chosen["rank_id"] = chosen["rank_ids"].fillna("").astype(str).str.split(";")
     chosen = chosen.explode("rank_id")
     chosen = chosen[chosen["rank_id"].str.fullmatch(r"\d+", na=False)]
     chosen["rank_id"] = chosen["rank_id"].astype(int)
-    chosen["freq_mhz"] = chosen["metrics"].map(_freq_mhz)
+    # float even when no flag says a clock: an empty or all-null mapped column would read back as text
+    chosen["freq_mhz"] = chosen["metrics"].map(_freq_mhz).astype(float)
     return chosen[["slug", "rank_id", "finding_type", "finding_id", "freq_mhz"]]
 
 
@@ -83,9 +86,7 @@ def fleet_suspects(ranks: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
     table["slow_rank_count"] = by_type.get("slow_rank_suspected", pd.Series(dtype=float)).reindex(table.index)
     table["throttled_count"] = by_type.get("aicore_freq_throttled", pd.Series(dtype=float)).reindex(table.index)
     table[["slow_rank_count", "throttled_count"]] = table[["slow_rank_count", "throttled_count"]].fillna(0).astype(int)
-    # numeric even when no flag carries a clock (an all-null column reads back as text)
-    clocks = pd.to_numeric(flags["freq_mhz"], errors="coerce").astype(float)
-    table["aicore_freq_mhz_median"] = clocks.groupby([flags[c] for c in card]).median().reindex(table.index)
+    table["aicore_freq_mhz_median"] = flags.groupby(card)["freq_mhz"].median().reindex(table.index)
     table["flagged_share"] = table["flagged"] / table["appearances"]
     table["roots"] = flags.groupby(card)["slug"].agg(lambda s: ";".join(sorted(set(s)))).reindex(table.index)
     table["finding_ids"] = (
