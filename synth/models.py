@@ -7,6 +7,8 @@ micro-batch, pipeline stages exchanging activations, gradient all-reduce, AdamW 
 
 from __future__ import annotations
 
+import numpy as np
+
 from npuprof.synth.kernels import Kernel, aclnn, hccl
 from npuprof.synth.layers import backward_of, dense_layer, moe_layer
 from npuprof.synth.program import HEAD, LAYER, TAIL, Program, Workload, scale_us
@@ -120,8 +122,11 @@ def _loss_and_lm_head_backward(p: Program, w: Workload, mb: int, lm_head: Kernel
         p.add(kernel, TAIL, micro_batch=mb)
 
 
-def _backward_layers(p: Program, w: Workload, mb: int, forward_events: list[tuple[int, int, str]]) -> None:
-    """The layers in reverse, each layer's kernels reversed and replaced by their grads."""
+def _backward_layers(
+    p: Program, w: Workload, mb: int, forward_events: list[tuple[int, int, str]], bucket_after: frozenset[int]
+) -> None:
+    """The layers in reverse, each layer's kernels reversed and replaced by their grads; a gradient
+    bucket's all-reduce issued after each layer of ``bucket_after``."""
     by_layer: dict[int, list[tuple[int, str]]] = {}
     for kid, layer, block in forward_events:
         by_layer.setdefault(layer, []).append((kid, block))
@@ -129,6 +134,8 @@ def _backward_layers(p: Program, w: Workload, mb: int, forward_events: list[tupl
         for kid, block in reversed(by_layer[layer]):
             for kernel in backward_of(p.kernels[kid]):
                 p.add(kernel, LAYER, layer, "backward", mb, block)
+        if layer in bucket_after:
+            _gradient_bucket(p, w)
 
 
 def _embedding_backward(p: Program, w: Workload, mb: int) -> None:
@@ -174,20 +181,47 @@ def _gradient_parameters(w: Workload) -> tuple[float, float]:
 GRADIENT_BYTES_PER_US = 157e3  # the gradient all-reduce's bus speed beyond its 200 µs start (≈ 157 GB/s)
 
 
+def _bucket_count(w: Workload) -> int:
+    """Gradient buckets: 4, or one per layer of the stage when it holds fewer and they overlap the backward."""
+    return min(4, len(w.stage_layers)) if w.overlap_gradients else 4
+
+
+def _gradient_bucket(p: Program, w: Workload) -> None:
+    """One bucket's all-reduce over the data-parallel group (bf16 gradients): during the backward on the
+    communication stream when gradients overlap, else in line before the optimizer."""
+    bucket_bytes = _gradient_parameters(w)[0] * 2 / _bucket_count(w)
+    p.add(
+        hccl("allReduce", "dp", 200.0 + bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6),
+        TAIL,
+        block="optimizer",
+        overlapped=w.overlap_gradients,
+    )
+
+
+def _bucket_layers(w: Workload) -> frozenset[int]:
+    """The layers after whose backward (in the last micro-batch) a bucket is issued when gradients overlap:
+    the last of each of the first buckets' layer groups; the last bucket follows the whole backward."""
+    if not w.overlap_gradients:
+        return frozenset()
+    groups = np.array_split(np.array(list(reversed(w.stage_layers))), _bucket_count(w))
+    return frozenset(int(g[-1]) for g in groups[:-1])
+
+
 def _optimizer(p: Program, w: Workload) -> None:
-    """Gradient all-reduce over the data-parallel group in 4 buckets, gradient-norm clipping, AdamW: each
-    as long as the parameters the rank holds make it (bf16 gradients)."""
+    """Gradient all-reduce over the data-parallel group in 4 buckets (unless they overlapped the backward),
+    gradient-norm clipping, AdamW: each as long as the parameters the rank holds make it. The norm waits
+    for every bucket."""
     m = w.model
     layers = len(w.stage_layers)
-    synced, parameters = _gradient_parameters(w)
-    bucket_bytes = synced * 2 / 4
-    for _bucket in range(4):
-        p.add(
-            hccl("allReduce", "dp", 200.0 + bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6),
-            TAIL,
-            block="optimizer",
-        )
-    p.add(aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{layers * 9}", "1"), TAIL, block="optimizer")
+    parameters = _gradient_parameters(w)[1]
+    for _bucket in range(0 if w.overlap_gradients else 4):
+        _gradient_bucket(p, w)
+    p.add(
+        aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{layers * 9}", "1"),
+        TAIL,
+        block="optimizer",
+        joins=w.overlap_gradients,
+    )
     # one fused AdamW per ~25 M parameters
     for _param in range(max(round(parameters / 25e6), 1)):
         p.add(
@@ -209,6 +243,7 @@ def _optimizer(p: Program, w: Workload) -> None:
 def build_step(w: Workload) -> Program:
     """The kernel program of one step for one rank (one pipeline stage)."""
     p = Program()
+    last_buckets = _bucket_layers(w)
     if not w.training:
         _head(p, w, 0)
         _forward_layers(p, w, 0)
@@ -221,7 +256,7 @@ def build_step(w: Workload) -> Program:
             forward = _forward_layers(p, w, mb)
             lm_head = _tail_forward(p, w, mb)
             _loss_and_lm_head_backward(p, w, mb, lm_head)
-            _backward_layers(p, w, mb, forward)
+            _backward_layers(p, w, mb, forward, last_buckets if mb == w.micro_batches - 1 else frozenset())
             _embedding_backward(p, w, mb)
     else:
         # Pipeline parallel (GPipe order): every micro-batch forward, then every micro-batch backward;
@@ -243,10 +278,12 @@ def build_step(w: Workload) -> Program:
                 _loss_and_lm_head_backward(p, w, mb, lm_heads[mb])
             else:
                 p.add(_p2p(w), TAIL, micro_batch=mb, block="pipeline")
-            _backward_layers(p, w, mb, forwards[mb])
+            _backward_layers(p, w, mb, forwards[mb], last_buckets if mb == w.micro_batches - 1 else frozenset())
             if w.first_stage:
                 _embedding_backward(p, w, mb)
             else:
                 p.add(_p2p(w), HEAD, micro_batch=mb, block="pipeline")
+    if w.overlap_gradients:
+        _gradient_bucket(p, w)  # the last bucket: the embedding's (or first layers') gradients, once ready
     _optimizer(p, w)
     return p

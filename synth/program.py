@@ -46,10 +46,22 @@ class Program:
     micro_batch: list[int] = field(default_factory=list)
     block: list[str] = field(default_factory=list)  # attention | ffn | moe | head | tail | optimizer
     gap_before_us: list[float] = field(default_factory=list)  # extra host gap planted before the event
+    # a communication op the rank issues on its communication stream and does not wait for (a gradient
+    # bucket's all-reduce during the backward), and the event that waits for every such op issued before it
+    overlapped: list[bool] = field(default_factory=list)
+    joins: list[bool] = field(default_factory=list)
     _index: dict = field(default_factory=dict)
 
     def add(
-        self, kernel: Kernel, region: str, layer: int = -1, role: str = "none", micro_batch: int = 0, block: str = ""
+        self,
+        kernel: Kernel,
+        region: str,
+        layer: int = -1,
+        role: str = "none",
+        micro_batch: int = 0,
+        block: str = "",
+        overlapped: bool = False,
+        joins: bool = False,
     ) -> None:
         if kernel not in self._index:
             self._index[kernel] = len(self.kernels)
@@ -61,6 +73,8 @@ class Program:
         self.micro_batch.append(micro_batch)
         self.block.append(block or region)
         self.gap_before_us.append(0.0)
+        self.overlapped.append(overlapped)
+        self.joins.append(joins)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {
@@ -71,6 +85,8 @@ class Program:
             "micro_batch": np.asarray(self.micro_batch, dtype=np.int32),
             "block": np.asarray(self.block, dtype=object),
             "gap_before_us": np.asarray(self.gap_before_us, dtype=np.float64),
+            "overlapped": np.asarray(self.overlapped, dtype=bool),
+            "joins": np.asarray(self.joins, dtype=bool),
         }
 
 
@@ -92,6 +108,7 @@ class Workload:
     tp: int = 1  # tensor parallel: heads, FFN and vocabulary are split over this many ranks
     wide_ffn_layers: tuple[int, ...] = ()  # planted shape change: these layers' FFN is twice as wide
     last_stage_layers: int | None = None  # decoder layers of the last pipeline stage; None: a balanced split
+    overlap_gradients: bool = False  # gradient buckets all-reduce during the backward (DDP), not after it
 
     @property
     def stage_layers(self) -> range:

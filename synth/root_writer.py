@@ -58,6 +58,7 @@ PLANTABLE_FINDINGS = (
     "allocation_heavy",
     "host_launch_bound",
     "capture_incomplete_group",
+    "gradient_allreduce_exposed",
 )
 
 
@@ -148,20 +149,30 @@ def _hccl_names(collectives: list[Collective]) -> dict[int, str]:
 
 
 def _layer_rows(t: RankTimeline, step: int) -> list[dict]:
-    """Row ranges (kernel_details data rows) of every layer instance in one step, in order."""
-    rows = np.flatnonzero((t.step == step) & (t.region == LAYER))
+    """Row ranges (kernel_details data rows) of every layer instance in one step, in order. An overlapped
+    op (a gradient bucket) that starts between two layers' kernels belongs to the layer after it: the
+    layer's rows run from the first row after the previous layer's last."""
+    in_step = t.step == step
+    layer = in_step & (t.region == LAYER)
+    # each overlapped op takes the layer of the next row that is not one (none after the last layer)
+    next_kept = np.minimum.accumulate(np.where(~t.overlapped, np.arange(len(layer)), len(layer))[::-1])[::-1]
+    source = np.minimum(np.where(t.overlapped, next_kept, np.arange(len(layer))), len(layer) - 1)
+    joins_layer = t.overlapped & in_step & layer[source] & (t.step[source] == step)
+    rows = np.flatnonzero(layer | joins_layer)
     if rows.size == 0:
         return []
+    rows_src = source[rows]
     key = np.stack(
-        [t.micro_batch[rows], t.layer_index[rows], (t.layer_role[rows] == "backward").astype(np.int32)], axis=1
+        [t.micro_batch[rows_src], t.layer_index[rows_src], (t.layer_role[rows_src] == "backward").astype(np.int32)],
+        axis=1,
     )
     breaks = np.flatnonzero(np.any(key[1:] != key[:-1], axis=1) | (np.diff(rows) != 1)) + 1
     layers = []
     for chunk in np.split(rows, breaks):
-        first = chunk[0]
+        first = source[chunk[0]]
         layers.append(
             {
-                "row_start": int(first),
+                "row_start": int(chunk[0]),
                 "row_end": int(chunk[-1]),
                 "layer_index": int(t.layer_index[first]),
                 "role": str(t.layer_role[first]),

@@ -27,7 +27,10 @@ class Fault:
     blocking ``.item()``), host_launch_bound (every compute kernel of ``ranks``, every rank when empty,
     waits ``gap_us`` for the host to launch it), capture_incomplete_group (``ranks`` compute × factor and
     are left out of the capture: the captured members of their groups wait for a rank nobody sees),
-    rank_not_captured (a capture condition: ``ranks`` are left out of the capture, nothing else changes).
+    rank_not_captured (a capture condition: ``ranks`` are left out of the capture, nothing else changes),
+    gradient_allreduce_exposed (training syncs its gradients in 4 all-reduce buckets after the whole
+    backward; without it, one bucket per group of layers starts as their backward ends and runs on the
+    communication stream under the rest of the backward, and the optimizer waits for the last).
     """
 
     kind: str
@@ -59,6 +62,7 @@ class Fault:
             "host_launch_bound": ("ranks", "gap_us"),
             "capture_incomplete_group": ("ranks", "factor"),
             "rank_not_captured": ("ranks",),
+            "gradient_allreduce_exposed": (),
         }[self.kind]
         found = {k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys}
         if "steps" in found:  # ordinals, labelled as such: texts and findings number steps by captured id
@@ -207,6 +211,12 @@ SCENARIOS: dict[str, Scenario] = {
             "uncaptured_peer",
             "the twin of uncaptured_straggler: rank 3 is not in the capture, and computes like the others",
             faults=(Fault("rank_not_captured", ranks=(3,)),),
+        ),
+        Scenario(
+            "exposed_grad_allreduce",
+            "dense training, data parallel; the gradient all-reduce runs after the whole backward in 4 buckets, "
+            "none overlapped (its twin, clean, overlaps all but the last bucket with the backward)",
+            faults=(Fault("gradient_allreduce_exposed"),),
         ),
         Scenario(
             "partial_capture",

@@ -53,6 +53,7 @@ class RankTimeline:
     clock_offset_ns: int = 0
     clock_factor: np.ndarray | None = None  # per event: nominal clock ÷ the clock it ran at (1 = nominal)
     launch_lead_ns: np.ndarray | None = None  # per event: device start - its host launch
+    overlapped: np.ndarray | None = None  # per event: a communication op its rank did not wait for
     aicore_freq: list[tuple[int, float]] = field(default_factory=list)  # (ns, MHz) samples, rank clock
 
 
@@ -99,6 +100,7 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         topology.tp,
         scenario.wide_ffn_layers,
         next((f.layer for f in _faults(scenario, "pp_stage_imbalance")), None),
+        overlap_gradients=scenario.training and not _faults(scenario, "gradient_allreduce_exposed"),
     )
 
 
@@ -129,6 +131,8 @@ def _with_exposed_aicpu(program: Program, scenario: Scenario) -> dict[str, np.nd
             "micro_batch": 0,
             "block": "attention",
             "gap_before_us": 0.0,
+            "overlapped": False,
+            "joins": False,
         }
         # inside the layer, right after its first kernel: unambiguously part of layer `fault.layer`
         arrays = {k: np.insert(v, int(rows[0]) + 1, values[k]) for k, v in arrays.items()}
@@ -148,6 +152,8 @@ class _RankPlan:
     n_step: int
     clock_factor: np.ndarray
     starved: np.ndarray  # per event: the device waits for its launch (host_launch_bound)
+    overlapped: np.ndarray  # per event: a communication op the rank does not wait for
+    join_pos: np.ndarray  # indices of the events that wait for every overlapped op issued before them
 
 
 def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
@@ -180,7 +186,11 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
             gap += np.where(is_comm, 0.0, fault.gap_us)
     comm_pos = np.flatnonzero(is_comm)
     groups = [topology.instance(program.kernels[k].hccl_group, rank) for k in kid[comm_pos]]
-    return _RankPlan(rank, program, arrays, kid, dur, gap, comm_pos, groups, n_step, clock_factor, starved)
+    overlapped = np.tile(arrays["overlapped"], S)
+    join_pos = np.flatnonzero(np.tile(arrays["joins"], S))
+    return _RankPlan(
+        rank, program, arrays, kid, dur, gap, comm_pos, groups, n_step, clock_factor, starved, overlapped, join_pos
+    )
 
 
 def _clock_factor(scenario: Scenario, rank: int, n_step: int, is_comm: np.ndarray) -> np.ndarray:
@@ -215,7 +225,9 @@ def _slow_link_factor(scenario: Scenario, group: GroupInstance) -> float:
 
 class _Simulation:
     """The event-by-event simulation of every rank: compute runs up to the next communication op, which
-    completes when its last member has arrived (plus the transfer)."""
+    completes when its last member has arrived (plus the transfer). An overlapped op (a gradient bucket)
+    does not stop the rank: it runs on the rank's communication stream, one after another, and the
+    rank's next join event waits until every overlapped op it issued has ended."""
 
     def __init__(self, scenario: Scenario, plans: list[_RankPlan], seed: int) -> None:
         self.scenario = scenario
@@ -225,8 +237,13 @@ class _Simulation:
         self.clock = np.zeros(len(plans))  # end of the last event on each rank
         self.cursor = [0] * len(plans)  # next event to place
         self.next_comm = [0] * len(plans)  # index into comm_pos
-        self.waiting: dict[tuple[str, int], dict[int, float]] = {}
+        self.next_join = [0] * len(plans)  # index into join_pos
+        # (communicator key, sequence) -> member -> (arrival µs, index into the member's comm_pos)
+        self.waiting: dict[tuple[str, int], dict[int, tuple[float, int]]] = {}
         self.sequence: dict[tuple[str, int], int] = {}  # (communicator key, rank) -> ops issued so far
+        self.pending = [0] * len(plans)  # overlapped ops issued and not yet ended, per rank
+        self.stream_free = np.zeros(len(plans))  # when each rank's communication stream is free again
+        self.blocked_at_join = [False] * len(plans)
         self.collectives: list[Collective] = []
         self.rng = np.random.default_rng([seed, 10_000])
 
@@ -238,56 +255,85 @@ class _Simulation:
             ready = [key for key, arrived in self.waiting.items() if len(arrived) == len(self._group(arrived).members)]
             if not ready:
                 raise RuntimeError(f"synthetic programs deadlock: {len(self.waiting)} communication ops never complete")
-            for key in sorted(ready, key=lambda k: min(self.waiting[k].values())):
+            for key in sorted(ready, key=lambda k: min(a for a, _ in self.waiting[k].values())):
                 arrived = self.waiting.pop(key)
-                self._complete(key, arrived)
-                for m in arrived:
+                for m in self._complete(key, arrived):
                     self._run_until_comm(m)
 
-    def _group(self, arrived: dict[int, float]) -> GroupInstance:
-        member = next(iter(arrived))
-        return self.plans[member].comm_group[self.next_comm[member]]
+    def _group(self, arrived: dict[int, tuple[float, int]]) -> GroupInstance:
+        member, (_, comm_index) = next(iter(arrived.items()))
+        return self.plans[member].comm_group[comm_index]
 
-    def _run_until_comm(self, r: int) -> None:
-        """Place rank r's compute events up to its next communication op and register its arrival."""
-        plan, clock = self.plans[r], self.clock
-        stop = plan.comm_pos[self.next_comm[r]] if self.next_comm[r] < len(plan.comm_pos) else len(plan.kernel_id)
-        lo = self.cursor[r]
+    def _place_compute(self, r: int, stop: int) -> None:
+        plan, lo = self.plans[r], self.cursor[r]
         if stop > lo:
             inc = plan.gap_us[lo:stop] + plan.dur_us[lo:stop]
-            ends = clock[r] + np.cumsum(inc)
+            ends = self.clock[r] + np.cumsum(inc)
             self.start_us[r][lo:stop] = ends - plan.dur_us[lo:stop]
-            clock[r] = ends[-1]
+            self.clock[r] = ends[-1]
         self.cursor[r] = stop
-        if stop < len(plan.kernel_id):
+
+    def _run_until_comm(self, r: int) -> None:
+        """Place rank r's compute events up to its next blocking communication op (registering its arrival)
+        or a join it must wait at; overlapped ops on the way are issued without stopping."""
+        plan, n = self.plans[r], len(self.plans[r].kernel_id)
+        while True:
+            comm = plan.comm_pos[self.next_comm[r]] if self.next_comm[r] < len(plan.comm_pos) else n
+            join = plan.join_pos[self.next_join[r]] if self.next_join[r] < len(plan.join_pos) else n
+            self._place_compute(r, min(comm, join))
+            if min(comm, join) == n:
+                return
+            if join < comm:
+                if self.pending[r]:
+                    self.blocked_at_join[r] = True
+                    return
+                self.clock[r] = max(self.clock[r], self.stream_free[r])
+                self.next_join[r] += 1
+                continue
             group = plan.comm_group[self.next_comm[r]]
             seq = self.sequence.get((group.key, r), 0)
             self.sequence[(group.key, r)] = seq + 1
-            self.waiting.setdefault((group.key, seq), {})[r] = clock[r] + plan.gap_us[stop]
+            # a blocking op starts after the rank's launch gap; an overlapped one is issued as the last
+            # kernel before it ends, and its stream starts it without the compute stream's gap
+            arrive = self.clock[r] if plan.overlapped[comm] else self.clock[r] + plan.gap_us[comm]
+            self.waiting.setdefault((group.key, seq), {})[r] = (arrive, self.next_comm[r])
+            if not plan.overlapped[comm]:
+                return
+            self.pending[r] += 1
+            self.next_comm[r] += 1
+            self.cursor[r] = comm + 1
 
-    def _complete(self, key: tuple[str, int], arrived: dict[int, float]) -> None:
-        """End one communication op on all its members at the last arrival plus the transfer."""
-        plans, next_comm = self.plans, self.next_comm
+    def _complete(self, key: tuple[str, int], arrived: dict[int, tuple[float, int]]) -> list[int]:
+        """End one communication op on all its members at the last start plus the transfer; returns the
+        ranks that may run on (every member of a blocking op; those it released from a join)."""
+        plans = self.plans
+        pos_of = {m: plans[m].comm_pos[comm_index] for m, (_, comm_index) in arrived.items()}
         any_rank = next(iter(arrived))
-        pos = plans[any_rank].comm_pos[next_comm[any_rank]]
+        overlapped = bool(plans[any_rank].overlapped[pos_of[any_rank]])
         group = self._group(arrived)
-        transfer = float(
-            np.mean([plans[m].dur_us[plans[m].comm_pos[next_comm[m]]] for m in arrived])
-        ) * _slow_link_factor(self.scenario, group)
-        last = max(arrived.values())
+        transfer = float(np.mean([plans[m].dur_us[pos_of[m]] for m in arrived])) * _slow_link_factor(
+            self.scenario, group
+        )
+        # an overlapped op starts when its stream is free; a blocking one when the rank arrives
+        starts = {m: max(a, self.stream_free[m]) if overlapped else a for m, (a, _) in arrived.items()}
+        last = max(starts.values())
         ordinal = len(self.collectives)
         ends = {}
-        for m, arrive in arrived.items():
-            mpos = plans[m].comm_pos[next_comm[m]]
+        for m, start in starts.items():
+            mpos = pos_of[m]
             end = last + transfer + self.rng.uniform(0.0, 2.0)
-            self.start_us[m][mpos] = arrive
-            plans[m].dur_us[mpos] = end - arrive
+            self.start_us[m][mpos] = start
+            plans[m].dur_us[mpos] = end - start
             self.ordinal_at[m][mpos] = ordinal
             ends[m] = end
-            self.clock[m] = end
-            self.cursor[m] = mpos + 1
-            next_comm[m] += 1
-        plan = plans[any_rank]
+            if overlapped:
+                self.stream_free[m] = end
+                self.pending[m] -= 1
+            else:
+                self.clock[m] = end
+                self.cursor[m] = mpos + 1
+                self.next_comm[m] += 1
+        plan, pos = plans[any_rank], pos_of[any_rank]
         self.collectives.append(
             Collective(
                 ordinal,
@@ -295,11 +341,17 @@ class _Simulation:
                 int(pos // plan.n_step),
                 group,
                 key[1],
-                {m: int(round(a * 1000)) + BASE_CLOCK_NS for m, a in arrived.items()},
+                {m: int(round(a * 1000)) + BASE_CLOCK_NS for m, a in starts.items()},
                 {m: int(round(e * 1000)) + BASE_CLOCK_NS for m, e in ends.items()},
                 transfer * 1000,
             )
         )
+        if not overlapped:
+            return list(arrived)
+        released = [m for m in arrived if self.blocked_at_join[m] and not self.pending[m]]
+        for m in released:
+            self.blocked_at_join[m] = False
+        return released
 
 
 def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[RankTimeline], list[Collective]]:
@@ -318,24 +370,23 @@ def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[Ra
 
 
 def _timeline(scenario: Scenario, plan: _RankPlan, simulation: _Simulation, offset: int) -> RankTimeline:
-    """One rank's simulated events in ns on its own clock (``offset`` added), with their ground truth."""
+    """One rank's simulated events in ns on its own clock (``offset`` added), with their ground truth, in
+    the order they start (an overlapped op starts among the compute its stream runs beside)."""
     r, n_step, S = plan.rank, plan.n_step, scenario.steps
     start_ns = np.round(simulation.start_us[r] * 1000).astype(np.int64)
     duration_ns = np.round(plan.dur_us * 1000).astype(np.int64)
     end_ns = start_ns + duration_ns
-    wait_ns = np.zeros(len(start_ns), dtype=np.int64)
-    wait_ns[1:] = np.clip(start_ns[1:] - np.maximum.accumulate(end_ns)[:-1], 0, None)
     firsts = np.arange(S) * n_step
     step_start_ns = start_ns[firsts] - int(STEP_PREP_US * 500) + offset
     step_end_ns = end_ns[firsts + n_step - 1] + offset
     tile = lambda name: np.tile(plan.arrays[name], S)  # noqa: E731
-    return RankTimeline(
+    timeline = RankTimeline(
         rank=r,
         kernels=plan.program.kernels,
         kernel_id=plan.kernel_id,
         start_ns=start_ns + offset,
         duration_ns=duration_ns,
-        wait_ns=wait_ns,
+        wait_ns=np.zeros(len(start_ns), dtype=np.int64),
         step=np.repeat(np.arange(S, dtype=np.int32), n_step),
         region=tile("region"),
         layer_index=tile("layer_index"),
@@ -350,7 +401,37 @@ def _timeline(scenario: Scenario, plan: _RankPlan, simulation: _Simulation, offs
         clock_factor=plan.clock_factor,
         aicore_freq=_freq_samples(scenario, r, step_start_ns, step_end_ns),
         launch_lead_ns=np.where(plan.starved, STARVED_LEAD_NS, HOST_LEAD_NS).astype(np.int64),
+        overlapped=plan.overlapped,
     )
+    _keep(timeline, np.argsort(start_ns, kind="stable"))
+    # the gap before each event since the end of the last one its rank waited for (not an overlapped op)
+    ends = np.where(timeline.overlapped, np.iinfo(np.int64).min, timeline.start_ns + timeline.duration_ns)
+    timeline.wait_ns[1:] = np.clip(timeline.start_ns[1:] - np.maximum.accumulate(ends)[:-1], 0, None)
+    return timeline
+
+
+EVENT_FIELDS = (
+    "kernel_id",
+    "start_ns",
+    "duration_ns",
+    "wait_ns",
+    "step",
+    "region",
+    "layer_index",
+    "layer_role",
+    "micro_batch",
+    "block",
+    "collective",
+    "clock_factor",
+    "launch_lead_ns",
+    "overlapped",
+)
+
+
+def _keep(timeline: RankTimeline, index: np.ndarray) -> None:
+    """Keep (and order) the events ``index`` selects, in every per-event field."""
+    for name in EVENT_FIELDS:
+        setattr(timeline, name, getattr(timeline, name)[index])
 
 
 def _cut_edges(timeline: RankTimeline, n_step: int, share: float = 0.4) -> RankTimeline:
@@ -359,22 +440,6 @@ def _cut_edges(timeline: RankTimeline, n_step: int, share: float = 0.4) -> RankT
     keep = np.ones(n, dtype=bool)
     keep[: int(n_step * share)] = False
     keep[n - int(n_step * share) :] = False
-    fields = (
-        "kernel_id",
-        "start_ns",
-        "duration_ns",
-        "wait_ns",
-        "step",
-        "region",
-        "layer_index",
-        "layer_role",
-        "micro_batch",
-        "block",
-        "collective",
-        "clock_factor",
-        "launch_lead_ns",
-    )
-    for name in fields:
-        setattr(timeline, name, getattr(timeline, name)[keep])
+    _keep(timeline, keep)
     timeline.wait_ns[0] = 0
     return timeline

@@ -112,9 +112,14 @@ def test_a_link_at_half_bandwidth_makes_its_all_reduce_the_top_communication_reg
 
 def test_a_slow_rank_shows_as_wait_on_its_peers_and_compute_on_itself_never_as_transmit(tmp_path):
     # rank 2 computes 1.6x slower: the others wait for it inside every all-reduce, but no byte moves
-    # slower — communication.json's transit is the same on both sides (checked in the raw files)
+    # slower — communication.json's transit is the same on both sides (checked in the raw files). Both
+    # sides sync gradients after the backward, so every all-reduce instance waits for rank 2 in full
+    # (overlapped with the backward, the buckets queued behind the first wait less, and the per-instance
+    # test sees a mixed sample)
+    after_backward = Fault("gradient_allreduce_exposed")
     planted = scenario("slow_rank")
-    out, summary = _pair(tmp_path, replace(planted, faults=()), planted)
+    planted = replace(planted, faults=(*planted.faults, after_backward))
+    out, summary = _pair(tmp_path, replace(planted, faults=(after_backward,)), planted)
 
     def transit_ms(root: Path) -> float:
         total = 0.0

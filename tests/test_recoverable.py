@@ -47,6 +47,8 @@ TWINS = [
     ("launch_bound_rank", "host_launch_bound"),
     # the twin of an uncaptured straggler is the same capture of the same ranks, the straggler not slow
     ("uncaptured_straggler", "capture_incomplete_group"),
+    # the twin of a gradient sync after the backward is the same training with its buckets overlapped
+    ("exposed_grad_allreduce", "gradient_allreduce_exposed"),
 ]
 # a fault whose twin is not its absence: what takes its place
 TWIN_REPLACEMENT = {"capture_incomplete_group": lambda fault: Fault("rank_not_captured", ranks=fault.ranks)}

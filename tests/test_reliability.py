@@ -22,7 +22,8 @@ from npuprof.synth import generate
 
 
 def test_a_second_run_into_the_same_output_dir_is_refused_while_the_first_writes(tmp_path):
-    root = generate(tmp_path / "root", "clean", steps=150, layers=24, seed=2, trace=False)["root"]  # seconds to analyze
+    # a few seconds to analyze: the lock is seen (and the run frozen) long before the run could end
+    root = generate(tmp_path / "root", "clean", steps=40, layers=12, seed=2, trace=False)["root"]
     out = tmp_path / "out"
     first = subprocess.Popen(
         ["npuprof", "analyze", root, "-o", str(out), "--progress", "none", "--jobs", "1"],

@@ -453,9 +453,13 @@ def test_an_op_queued_behind_a_waiting_op_hands_its_late_transfer_to_that_wait()
     # the second, queued behind it on the communication stream while the compute runs, ran 60 µs late:
     # its 30 exposed µs of transit would have run under the compute had the peers been on time
     assert exposed_parts([(50, 150, 0.4, 0.6), (150, 200, 1.0, 0.0)], compute_end=170) == {"DP allreduce wait": 30.0}
-    # ... not so one the compute stream issued after the first (no compute runs when it starts): its
-    # transit is its own, as it is for one that starts well after the first ends
-    parts = exposed_parts([(50, 150, 0.4, 0.6), (150, 200, 1.0, 0.0)])
-    assert parts == {"DP allreduce transfer": 90.0, "DP allreduce wait": 10.0}
+    # ... and so does the rest of that stream's queue once the compute has ended: the second hands back
+    # 50 µs, the third the 10 left of the 60 µs the first waited
+    parts = exposed_parts([(50, 150, 0.4, 0.6), (150, 200, 1.0, 0.0), (200, 250, 1.0, 0.0)])
+    assert parts == {"DP allreduce transfer": 80.0, "DP allreduce wait": 70.0}
+    # ... not so ops the compute stream issued one after another once its compute ended (none runs
+    # beside compute): each one's transit is its own, as it is for one that starts well after the first ends
+    parts = exposed_parts([(50, 150, 0.4, 0.6), (150, 200, 1.0, 0.0)], compute_end=50)
+    assert parts == {"DP allreduce transfer": 90.0, "DP allreduce wait": 60.0}
     parts = exposed_parts([(50, 150, 0.4, 0.6), (200, 250, 1.0, 0.0)], compute_end=180)
     assert parts == {"DP allreduce transfer": 50.0}

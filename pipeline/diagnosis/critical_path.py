@@ -41,7 +41,10 @@ def critical_path(model: StepModel) -> pd.DataFrame:
     row_slot = rows["slot"].to_numpy(int) if len(rows) else np.array([], int)
     arrive = rows["start_us"].to_numpy(float) - offset[row_slot] if len(rows) else np.array([])
     leave = rows["end_us"].to_numpy(float) - offset[row_slot] if len(rows) else np.array([])
-    previous, last_of_slot = _row_order(row_slot, arrive, len(slots))
+    # the path runs through the blocking collectives: an op on a communication stream decides nothing
+    # until its rank waits for it, and the tail after the last blocking op holds that wait
+    blocking = ~rows["floating"].to_numpy(bool) if len(rows) else np.array([], bool)
+    previous, last_of_slot = _row_order(row_slot, np.where(blocking, arrive, np.nan), len(slots))
     instance = rows["instance"].to_numpy(int) if len(rows) else np.array([], int)
     segments: list[tuple] = []
     for key, members in slots.groupby("step_key").groups.items():  # a loop over steps
@@ -60,6 +63,7 @@ def critical_path(model: StepModel) -> pd.DataFrame:
 def _row_order(row_slot: np.ndarray, arrive: np.ndarray, slot_count: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the row of the same slot just before it (-1: the slot's first), and per slot its last row."""
     order = np.lexsort((arrive, row_slot))
+    order = order[~np.isnan(arrive[order])]  # rows without an arrival take no part in the order
     previous = np.full(len(row_slot), -1)
     same = row_slot[order][1:] == row_slot[order][:-1]
     previous[order[1:][same]] = order[:-1][same]

@@ -6,7 +6,8 @@ transit, and every member leaves it then. Replaying the measured step through th
 baseline; replaying it with one cause removed (a rank's work at its peers' median, an idle window
 closed, a transit shortened) gives the what-if, and the difference per step is the finding's
 ``recoverable_ms_per_step``. Because both runs go through the same model, its simplifications
-(collectives overlapping compute are treated as blocking) mostly cancel.
+(collectives overlapping compute are treated as blocking; those running beside another collective of
+their rank are left out) mostly cancel.
 
 The replay loops over collective instances (not events), each step independently: thousands per
 step at most, each a few array reads.
@@ -88,24 +89,79 @@ def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame) -> StepModel:
     if rows.empty:
         slots["tail_us"] = slots["end_us"] - slots["start_us"]
         return _empty_model(slots)
-    rows = rows.sort_values(["slot", "start_us"], kind="stable")
-    previous_end = rows.groupby("slot")["end_us"].shift().to_numpy()
-    since = np.where(np.isnan(previous_end), slots["start_us"].to_numpy()[rows["slot"]], previous_end)
-    rows["gap_us"] = np.clip(rows["start_us"].to_numpy() - since, 0.0, None)
+    rows = _with_streams(rows.sort_values(["slot", "start_us"], kind="stable"), slots)
     last_end = rows.groupby("slot")["end_us"].max().reindex(slots.index)
     slots["tail_us"] = np.clip(slots["end_us"] - last_end.fillna(slots["start_us"]), 0.0, None)
     per_instance = rows.groupby("alignment_id").agg(
         first_end=("corrected_end_us", "min"),
         last_arrival=("corrected_start_us", "max"),
         mean_end=("corrected_end_us", "mean"),
+        floating=("floating", "first"),
     )
-    per_instance = per_instance.sort_values("first_end", kind="stable")
+    # replay order: a blocking op once its first member leaves it; an op on the communication stream
+    # once its last member issues it (every blocking op before it on each member has then ended)
+    per_instance["key"] = per_instance["first_end"].where(~per_instance["floating"], per_instance["last_arrival"])
+    per_instance = per_instance.sort_values("key", kind="stable")
     order = pd.Series(np.arange(len(per_instance)), index=per_instance.index)
     rows["instance"] = order.reindex(rows["alignment_id"]).to_numpy()
-    rows = rows.sort_values(["instance", "rank_id"], kind="stable").reset_index(drop=True)
+    rows = rows.sort_values(["instance", "rank_id"], kind="stable")
+    # the previous blocking row, as an index into the rows in their final order
+    position = pd.Series(np.arange(len(rows)), index=rows.index)
+    previous = rows["previous_row"].to_numpy()
+    rows["previous_row"] = np.where(previous >= 0, position.reindex(previous).fillna(-1).to_numpy(), -1).astype(int)
+    rows = rows.reset_index(drop=True)
     counts = np.bincount(rows["instance"].to_numpy(), minlength=len(per_instance))
     transit = np.clip((per_instance["mean_end"] - per_instance["last_arrival"]).to_numpy(), 0.0, None)
     return StepModel(slots, rows, np.concatenate([[0], np.cumsum(counts)]), transit, per_instance.index.to_numpy())
+
+
+FLOATING_SLACK_US = 1.0  # ns rounding: an op starting this close to the last one's end was queued behind it
+MAX_QUEUED_CHAIN = 64  # ops queued one behind another on a stream that the model follows
+
+
+def _last_floating_end(floating: np.ndarray, ends: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """Per row: the end of the last floating row before it in its slot (NaN: none)."""
+    previous = pd.Series(np.where(floating, ends, np.nan)).groupby(slot).shift()
+    return previous.groupby(slot).ffill().to_numpy()
+
+
+def _with_streams(rows: pd.DataFrame, slots: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (sorted by slot and start) with what the replay needs to run two chains per rank.
+
+    An instance is ``floating`` when on some member another of that rank's collectives starts while it
+    runs: it ran on a communication stream of its own (a gradient bucket's all-reduce under the
+    backward's expert exchanges), and blocking the rank it would hold back the ops beside it. The
+    rank's compute chain runs through the blocking ops; the floating ones follow on its stream, each
+    issued ``gap_us`` after the blocking op before it (``previous_row``, -1: the step's start), or
+    ``queued`` behind the stream's previous op (it started as that one ended)."""
+    rows = rows.reset_index(drop=True)
+    slot = rows["slot"].to_numpy()
+    ends, starts = rows["end_us"].to_numpy(float), rows["start_us"].to_numpy(float)
+    # an op whose life holds another op of its rank, start to end, ran beside it on a stream of its own
+    next_end = pd.Series(ends).groupby(slot).shift(-1).to_numpy()
+    next_start = pd.Series(starts).groupby(slot).shift(-1).to_numpy()
+    holds = (next_start > starts) & (next_end < ends - FLOATING_SLACK_US)
+    floating = rows["alignment_id"].isin(set(rows.loc[holds, "alignment_id"])).to_numpy()
+    for _ in range(MAX_QUEUED_CHAIN):  # an op that starts as a floating one ends was queued behind it
+        stream_end = _last_floating_end(floating, ends, slot)
+        behind = ~floating & (np.abs(starts - stream_end) <= FLOATING_SLACK_US)
+        if not behind.any():
+            break
+        floating = rows["alignment_id"].isin(set(rows.loc[floating | behind, "alignment_id"])).to_numpy()
+    blocking_at = pd.Series(np.where(floating, np.nan, np.arange(len(rows), dtype=float)))
+    # the last blocking row before each row of its slot (the rows are in slot, start order)
+    before = blocking_at.groupby(slot).shift().groupby(slot).ffill()
+    previous = np.where(floating, blocking_at.groupby(slot).ffill(), before)
+    previous = np.where(np.isnan(previous), -1, previous).astype(int)
+    since = np.where(previous < 0, slots["start_us"].to_numpy(float)[slot], ends[np.clip(previous, 0, None)])
+    stream_end = _last_floating_end(floating, ends, slot)
+    queued = floating & (np.abs(starts - stream_end) <= FLOATING_SLACK_US)
+    return rows.assign(
+        floating=floating,
+        queued=queued,
+        previous_row=previous,
+        gap_us=np.clip(rows["start_us"].to_numpy(float) - since, 0.0, None),
+    )
 
 
 def step_walls(model: StepModel, what_if: WhatIf | None = None) -> pd.Series:
@@ -114,38 +170,70 @@ def step_walls(model: StepModel, what_if: WhatIf | None = None) -> pd.Series:
     count the stagger). A rank's next step starts when its previous one ends plus the measured time
     between them: a change that delays or hastens one step moves the rank's later steps with it (a
     pipeline stage's step begins with its wait for the stage before, so fixed starts would misprice it)."""
-    change = what_if or WhatIf.none(model)
-    clock = model.slots["corrected_start_us"].to_numpy(float).tolist()
-    tail = (model.slots["tail_us"].to_numpy(float) - change.tail_cut_us).clip(0.0).tolist()
-    previous, between = _previous_slots(model.slots)
-    started = [p < 0 for p in previous]
-    starts = list(clock)
-    slot = model.rows["slot"].to_numpy().tolist() if len(model.rows) else []
-    gap = (model.rows["gap_us"].to_numpy(float) - change.gap_cut_us).clip(0.0).tolist() if len(model.rows) else []
-    transit, bounds = change.transit_us.tolist(), model.bounds.tolist()
-
-    def start(s: int) -> None:  # a slot's clock from its rank's previous slot, on first use
-        chain = []
-        while not started[s]:
-            chain.append(s)
-            s = previous[s]
-        for current in reversed(chain):
-            before = previous[current]
-            clock[current] = starts[current] = clock[before] + tail[before] + between[current]
-            started[current] = True
-
-    for instance in range(len(transit)):  # a loop over collective instances, in replay order
-        members = range(bounds[instance], bounds[instance + 1])
-        for k in members:
-            start(slot[k])
-        end = max(clock[slot[k]] + gap[k] for k in members) + transit[instance]
-        for k in members:
-            clock[slot[k]] = end
-    for s in range(len(clock)):
-        start(s)
-    ends = np.asarray(clock) + np.asarray(tail)
-    walls = model.slots.assign(wall=ends - np.asarray(starts))
+    replay = _Replay(model, what_if or WhatIf.none(model))
+    for instance in range(len(replay.transit)):  # a loop over collective instances, in replay order
+        replay.run(instance)
+    for s in range(len(replay.clock)):
+        replay.start(s)
+    ends = np.maximum(replay.clock, replay.stream) + np.asarray(replay.tail)
+    walls = model.slots.assign(wall=ends - np.asarray(replay.starts))
     return walls.groupby("step_key")["wall"].mean()
+
+
+class _Replay:
+    """The replay's state: per slot its compute clock and its communication stream (where its floating
+    ops run), per row when it ended; plain lists, read a few times per instance."""
+
+    def __init__(self, model: StepModel, change: WhatIf) -> None:
+        rows = model.rows
+        self.clock = model.slots["corrected_start_us"].to_numpy(float).tolist()
+        self.starts, self.stream = list(self.clock), list(self.clock)
+        self.tail = (model.slots["tail_us"].to_numpy(float) - change.tail_cut_us).clip(0.0).tolist()
+        self.previous, self.between = _previous_slots(model.slots)
+        self.started = [p < 0 for p in self.previous]
+        self.transit, self.bounds = change.transit_us.tolist(), model.bounds.tolist()
+        columns = {"slot": int, "floating": bool, "queued": bool, "previous_row": int}
+        lists = {name: rows[name].to_numpy(kind).tolist() if len(rows) else [] for name, kind in columns.items()}
+        self.slot, self.floating, self.queued, self.previous_row = lists.values()
+        self.gap = (rows["gap_us"].to_numpy(float) - change.gap_cut_us).clip(0.0).tolist() if len(rows) else []
+        self.row_end = [0.0] * len(self.slot)
+
+    def start(self, s: int) -> None:
+        """A slot's clocks from its rank's previous slot, on first use."""
+        chain = []
+        while not self.started[s]:
+            chain.append(s)
+            s = self.previous[s]
+        for current in reversed(chain):
+            before = self.previous[current]
+            at = max(self.clock[before], self.stream[before]) + self.tail[before] + self.between[current]
+            self.clock[current] = self.starts[current] = self.stream[current] = at
+            self.started[current] = True
+
+    def ready(self, k: int) -> float:
+        """When a floating op can start on member row k: issued, and its stream free."""
+        s = self.slot[k]
+        if self.queued[k]:
+            return self.stream[s]
+        previous = self.previous_row[k]
+        issued = (self.row_end[previous] if previous >= 0 else self.starts[s]) + self.gap[k]
+        return max(self.stream[s], issued)
+
+    def run(self, instance: int) -> None:
+        """One instance: it ends at its last member's start plus its transit; a blocking one moves its
+        members' compute clocks there, a floating one their streams."""
+        members = range(self.bounds[instance], self.bounds[instance + 1])
+        for k in members:
+            self.start(self.slot[k])
+        on_stream = self.floating[self.bounds[instance]]
+        if on_stream:
+            end = max(self.ready(k) for k in members) + self.transit[instance]
+        else:
+            end = max(self.clock[self.slot[k]] + self.gap[k] for k in members) + self.transit[instance]
+        moved = self.stream if on_stream else self.clock
+        for k in members:
+            self.row_end[k] = end
+            moved[self.slot[k]] = end
 
 
 def recoverable_ms(model: StepModel, what_if: WhatIf) -> float:
@@ -168,7 +256,8 @@ def close_windows(model: StepModel, windows: pd.DataFrame) -> WhatIf:
     cut = windows["duration_us"].to_numpy(float)[inside]
     # each window's collective: the first of its (rank, step) slot starting at or after it, found with
     # one sorted search over (slot, time since the slot's start) keys; none: the slot's tail
-    by_slot = model.rows.sort_values(["slot", "start_us"])
+    # (blocking rows only: work before an op on the communication stream does not delay the rank)
+    by_slot = model.rows[~model.rows["floating"].astype(bool)].sort_values(["slot", "start_us"])
     slot_start = model.slots["start_us"].to_numpy(float)
     width = float((model.slots["end_us"] - model.slots["start_us"]).max()) + 1.0
     row_slot = by_slot["slot"].to_numpy(np.int64)
@@ -238,7 +327,8 @@ def local_work_ms(model: StepModel, tails: bool = True) -> pd.Series:
     work after its last one."""
     if model.empty:
         return pd.Series(dtype=float)
-    gaps = model.rows.groupby("rank_id")["gap_us"].sum() if len(model.rows) else pd.Series(dtype=float)
+    blocking = model.rows[~model.rows["floating"].astype(bool)]  # a floating op's gap overlaps the next one's
+    gaps = blocking.groupby("rank_id")["gap_us"].sum() if len(blocking) else pd.Series(dtype=float)
     tail = model.slots.groupby("rank_id")["tail_us"].sum() * (1.0 if tails else 0.0)
     steps = model.slots.groupby("rank_id").size()
     return tail.add(gaps, fill_value=0.0) / steps / 1000.0
@@ -288,5 +378,6 @@ def _slot_of(frame: pd.DataFrame, slots: pd.DataFrame) -> np.ndarray:
 
 
 def _empty_model(slots: pd.DataFrame) -> StepModel:
-    rows = pd.DataFrame(columns=["instance", "slot", "rank_id", "alignment_id", "start_us", "end_us", "gap_us"])
+    columns = ["instance", "slot", "rank_id", "alignment_id", "start_us", "end_us", "gap_us", "floating", "queued"]
+    rows = pd.DataFrame(columns=[*columns, "previous_row"])
     return StepModel(slots, rows, np.zeros(1, dtype=np.int64), np.zeros(0), np.array([], dtype=object))

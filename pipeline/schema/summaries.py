@@ -349,7 +349,7 @@ STEP_TIME_ACCOUNTING = Table(
             ("wall_ms", pa.float64()),
             # primary: compute (by bound family), communication (by kind), overlap, idle (by window):
             # these rows add up to wall_ms. comm_by_role, comm_by_role_kind ('PP send_recv') and
-            # compute_by_op_type re-split one category.
+            # compute_by_op_type re-split one category; comm_hidden_by_role_kind splits the overlap.
             ("breakdown", pa.string()),
             ("category", pa.string()),  # compute | communication | overlap | idle
             ("component", pa.string()),

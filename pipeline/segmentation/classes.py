@@ -70,17 +70,32 @@ def event_tokens(names: pd.Series, shapes: pd.Series) -> tuple[np.ndarray, np.nd
 
 
 def class_ids(
-    prefix: str, tokens: np.ndarray, has_shape: np.ndarray, starts: np.ndarray, ends: np.ndarray, scopes: pd.Series
+    prefix: str,
+    tokens: np.ndarray,
+    has_shape: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    scopes: pd.Series,
+    floating: np.ndarray | None = None,
 ) -> tuple[list[str], list[bool]]:
     """Class id of each window [start, end]: a hash of its scope label and token sequence.
 
-    Windows without any shape information get no shared class: ``<prefix>_unknown_shape_<hash>``.
+    Communication ops still running when the next event starts (``floating``: issued on a stream of
+    their own, e.g. gradient buckets under the backward) land among the compute wherever their stream
+    lets them start, so they count as a set after the ordered rest; a window without one hashes as if
+    there were none. Windows without any shape information get no shared class:
+    ``<prefix>_unknown_shape_<hash>``.
     """
     ids, unknown = [], []
     shape_counts = np.concatenate(([0], np.cumsum(has_shape)))
+    floating_counts = np.concatenate(([0], np.cumsum(floating))) if floating is not None else None
     # one hash per segment, not per event
     for start, end, scope in zip(starts.tolist(), ends.tolist(), scopes.tolist()):
-        digest = hashlib.blake2b(scope.encode() + tokens[start : end + 1].tobytes(), digest_size=8).hexdigest()
+        window = tokens[start : end + 1]
+        if floating_counts is not None and floating_counts[end + 1] > floating_counts[start]:
+            on_stream = floating[start : end + 1]
+            window = np.concatenate([window[~on_stream], np.sort(window[on_stream])])
+        digest = hashlib.blake2b(scope.encode() + window.tobytes(), digest_size=8).hexdigest()
         no_shapes = shape_counts[end + 1] - shape_counts[start] == 0
         ids.append(f"{prefix}_unknown_shape_{digest}" if no_shapes else f"{prefix}_{digest}")
         unknown.append(bool(no_shapes))

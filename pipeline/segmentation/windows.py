@@ -96,7 +96,11 @@ def window_metrics(
     gap = np.maximum(s.astype(np.float64) - previous_end, 0.0)
     gap[firsts] = 0.0
     bubble = np.where(gap >= bubble_min_ns, gap, 0.0)
-    wall = np.maximum.reduceat(e, firsts) - np.minimum.reduceat(s, firsts)
+    # a window ends where its events end, but not past the start of the event after it: an op running on
+    # another stream beyond the window (a gradient bucket's all-reduce under the next layers) is theirs
+    following = np.append(start_ns, np.iinfo(np.int64).max)[np.asarray(ends, np.int64) + 1]
+    last_end = np.minimum(np.maximum.reduceat(e, firsts), np.maximum(following, np.maximum.reduceat(s, firsts)))
+    wall = last_end - np.minimum.reduceat(s, firsts)
     gaps = np.add.reduceat(gap, firsts)
     wall_ms = wall / 1e6
     out = pd.DataFrame(

@@ -88,7 +88,9 @@ def _classified_blocks(
     for key, values in window_evidence(starts, ends, **evidence_arrays).items():
         blocks[key] = values
     scopes = blocks["block_kind"].astype(str) + "|" + blocks["layer_role"].astype(str)
-    blocks["block_class_id"], blocks["has_unknown_shape"] = class_ids("block", tokens, has_shape, starts, ends, scopes)
+    blocks["block_class_id"], blocks["has_unknown_shape"] = class_ids(
+        "block", tokens, has_shape, starts, ends, scopes, times["floating"]
+    )
     return _with_metrics(blocks, times, bubble_min_ns)
 
 
@@ -97,7 +99,9 @@ def _layer_classes(layers: pd.DataFrame, blocks: pd.DataFrame, tokens, has_shape
     frame["block_kinds"] = _block_kinds(blocks, layers)
     scopes = frame["layer_role"].astype(str) + "|" + frame["block_kinds"].astype(str)
     starts, ends = frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy()
-    frame["layer_class_id"], frame["has_unknown_shape"] = class_ids("layer", tokens, has_shape, starts, ends, scopes)
+    frame["layer_class_id"], frame["has_unknown_shape"] = class_ids(
+        "layer", tokens, has_shape, starts, ends, scopes, times["floating"]
+    )
     return _with_metrics(frame, times, bubble_min_ns).drop(columns=["pos_start", "pos_end"])
 
 
@@ -106,7 +110,9 @@ def _step_classes(steps: pd.DataFrame, tokens, has_shape, times, bubble_min_ns) 
     frame = steps[keep + ["pos_start", "pos_end"]].copy()
     scopes = "layers=" + frame["layer_count"].astype(str) + "|main=" + frame["main_layer_count"].astype(str)
     starts, ends = frame["pos_start"].to_numpy(), frame["pos_end"].to_numpy()
-    frame["step_class_id"], frame["has_unknown_shape"] = class_ids("step", tokens, has_shape, starts, ends, scopes)
+    frame["step_class_id"], frame["has_unknown_shape"] = class_ids(
+        "step", tokens, has_shape, starts, ends, scopes, times["floating"]
+    )
     frame = _with_metrics(frame, times, bubble_min_ns).drop(columns=["pos_start", "pos_end"])
     return _neighbour_gaps(frame)
 
@@ -121,6 +127,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         "start": events.column("start_ns").to_numpy(),
         "end": events.column("end_ns").to_numpy(),
         "wait": events.column("wait_ns").fill_null(0).to_numpy(),
+        "floating": features.floating_communication,  # hashed as a set in class ids
     }
     evidence_arrays = {
         "row_idx": events.column("row_idx").to_numpy(),

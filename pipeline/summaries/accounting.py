@@ -109,6 +109,8 @@ def step_time_accounting(
     add("primary", "overlap", "compute+communication", np.where(overlap, length, 0.0))
     split("comm_by_role", COMMUNICATION, "parallel_role", is_comm, comm_only, comm_active)
     split("comm_by_role_kind", COMMUNICATION, _role_kind_codes(inside), is_comm, comm_only, comm_active)
+    # the communication compute hid, by role and kind: what already overlaps (gradient_allreduce_exposed)
+    split("comm_hidden_by_role_kind", COMMUNICATION, _role_kind_codes(inside), is_comm, overlap, comm_active)
     split("compute_by_op_type", "compute", "op_type", ~is_comm, compute_only, compute_active)
     if "block_kind" in inside:
         split("compute_by_block", "compute", _block_codes(inside), ~is_comm, compute_only, compute_active)
@@ -116,11 +118,19 @@ def step_time_accounting(
         comm_share = np.where(comm_only, length / np.where(comm_active > 0, comm_active, 1), 0.0)
         rows += _exposed_parts(inside, steps, comm_parts, comm_share, event_of, sign, time, compute_active)
     idle = same_step & (comm_active == 0) & (compute_active == 0)
+    for name, in_window in _idle_windows(step, time, layer_spans):
+        add("primary", "idle", name, np.where(idle & in_window, length, 0.0))
+    return _per_step(rows, steps)
+
+
+def _idle_windows(step: np.ndarray, time: np.ndarray, layer_spans: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
+    """(anatomy window name, which stretches lie in it) for each idle window of ``summary_rules``."""
     window, window_labels = _window_codes(step[:-1], time[:-1], layer_spans)
+    chosen = []
     for name in knowledge.load("summary_rules")["idle_by_window"].values():
         codes = [code for code, label in enumerate(window_labels) if label == name]
-        add("primary", "idle", name, np.where(idle & np.isin(window, codes), length, 0.0))
-    return _per_step(rows, steps)
+        chosen.append((name, np.isin(window, codes)))
+    return chosen
 
 
 def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
@@ -181,8 +191,9 @@ def _exposed_parts(
     parts = comm_parts.loc[inside.index]
     shares = {part: parts[part].to_numpy(float) for part in COMM_PARTS}
     if len(time) > 1 and (np.diff(time) >= 0).all():
-        # compute running in the stretch after the event's start
-        under_compute = compute_active[np.minimum(start_at, len(compute_active) - 1)] > 0
+        # compute running at some point of the event's life: it was issued on another stream
+        computing = np.concatenate([[0], np.cumsum(compute_active > 0)])
+        under_compute = computing[np.minimum(end_at, len(computing) - 1)] > computing[start_at]
         shares = _transit_last(inside, shares, exposed, integral, time, start_at, end_at, under_compute)
     ordinals = steps["step_ordinal"].to_numpy(np.int64)
     event_step = np.searchsorted(ordinals, inside["step_ordinal"].to_numpy(np.int64))
@@ -244,11 +255,12 @@ def _queued_behind_waits(
     """Per event: the exposed transfer ns it owes to the waits of the ops queued before it.
 
     Ops of one parallel role run one after another; an op that starts as the one before it ends
-    (within ``queued_gap_us``) while its rank still computes (``under_compute``: it was issued on
-    another stream, not by a compute stream waiting for it) was pushed late by that op's wait for its
-    peers, and by the waits before that. Had the peers been on time, its transit would have run that
-    much earlier — under the compute that hid the others — so that much of its exposed transfer is the
-    wait's. Along each run of queued ops, transfer is handed back greedily up to the waits before it:
+    (within ``queued_gap_us``), in a chain of such ops where one ran beside its rank's compute
+    (``under_compute``: the chain was issued on another stream, not by a compute stream waiting for
+    each op), was pushed late by that op's wait for its peers, and by the waits before that. Had the
+    peers been on time, its transit would have run that much earlier — under the compute that hid the
+    others — so that much of its exposed transfer is the wait's. Along each run of queued ops, transfer
+    is handed back greedily up to the waits before it:
     given_k = min(given_(k-1) + T_k, W_k) with W_k the waits before op k, which is
     cumT_k + min(0, min over j ≤ k of (W_j - cumT_j))."""
     comm = inside["is_comm"].to_numpy(bool) & (inside["parallel_role"].notna().to_numpy())
@@ -270,7 +282,9 @@ def _queued_behind_waits(
     start, end = ops["start"].to_numpy(), ops["end"].to_numpy()
     queued = np.zeros(len(ops), dtype=bool)
     queued[1:] = (role[1:] == role[:-1]) & (start[1:] - end[:-1] <= gap_ns) & (start[1:] >= end[:-1] - gap_ns)
-    queued &= under_compute[ops["row"].to_numpy()]
+    # from the first op of a back-to-back chain that ran beside compute on, the chain was on its own stream
+    chain = np.cumsum(~queued)
+    queued &= pd.Series(under_compute[ops["row"].to_numpy()]).groupby(chain).cummax().to_numpy()
     run = np.cumsum(~queued)  # a new run wherever an op is not queued behind the one before
     grouped = ops.assign(run=run).groupby("run", sort=False)
     waits_before = grouped["waited"].cumsum().to_numpy() - ops["waited"].to_numpy()

@@ -83,9 +83,10 @@ def block_class_summary(blocks: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame
     table["layer_role"] = blocks.groupby(key, sort=False)["layer_role"].first()
     comm = ops[ops["op_type"].isin(COMMUNICATION_OP_TYPES)].groupby(key)["duration_us"].sum() / 1000.0
     table["comm_ms_mean"] = comm.reindex(table.index).fillna(0.0) / table["member_count"]
-    table["comm_share_mean"] = np.where(
-        table["wall_ms_sum"] > 0, table["comm_ms_mean"] * table["member_count"] / table["wall_ms_sum"], 0.0
-    )
+    # an op on another stream can run on past its block's end (its wall stops at the next event): the
+    # share counts at most the block's wall
+    comm_total = np.minimum(table["comm_ms_mean"] * table["member_count"], table["wall_ms_sum"])
+    table["comm_share_mean"] = np.where(table["wall_ms_sum"] > 0, comm_total / table["wall_ms_sum"], 0.0)
     compute = ops[~ops["op_type"].isin(COMMUNICATION_OP_TYPES)]
     stages = compute.groupby(key)[[f"{f}_sum" for f in PIPELINE_FIELDS]].sum(min_count=1)
     stages = stages.rename(columns=lambda c: c[: -len("_sum")]).reindex(table.index)

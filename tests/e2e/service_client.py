@@ -22,8 +22,9 @@ def build_search_root(base: Path, scenarios: list[str], extra_samples: bool = Tr
     return base
 
 
-def submit(broker: str, search: Path, archive: Path) -> str:
-    run = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", broker)
+def submit(broker: str, search: Path, archive: Path, *options: str) -> str:
+    """Submit a sweep of ``search`` into ``archive`` (``options``: more submit options); its id."""
+    run = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", broker, *options)
     assert run.returncode == 0, run.stderr
     return run.result["sweep_id"]
 
