@@ -38,6 +38,14 @@ def unexplained_waits(ledger: pd.DataFrame) -> pd.DataFrame:
     return waits.drop(columns="ms")
 
 
+def events_of(events: pd.DataFrame, ranks: list[int], role: str, kind: str) -> pd.DataFrame:
+    """The communication events (``comm_events``) of ``ranks`` in one role and kind, longest first: the
+    rows a finding about that collective cites."""
+    mine = events[events["rank_id"].isin(ranks) & (events["kind"] == kind)]
+    mine = mine[mine["parallel_role"].fillna("unknown").astype(str) == role]
+    return mine.sort_values("duration_us", ascending=False)
+
+
 def group_members(ops: pd.DataFrame, links: pd.DataFrame, group_ranks: dict) -> pd.DataFrame:
     """Per group hash: its size (profiler_metadata's global ranks, else the local ranks
     communication_matrix names) and the captured ranks that ran its ops (group_hash, size, captured)."""
@@ -83,8 +91,7 @@ def collective_wait(inputs: DiagnosisContext) -> list[Finding]:
     findings = []
     for (role, kind), chosen in hits.groupby(["role", "kind"]):
         ranks = sorted(int(r) for r in chosen["rank_id"])
-        mine = events[events["rank_id"].isin(ranks) & (events["kind"] == kind)]
-        mine = mine[mine["parallel_role"].fillna("unknown").astype(str) == role]
+        mine = events_of(events, ranks, role, kind)
         op_rows = ops[ops["rank_id"].isin(ranks) & ops["op_name"].isin(set(mine["name"])) & ops["group_hash"].notna()]
         if not len(op_rows):
             continue  # no op names its group: nothing says a member is missing
@@ -96,7 +103,7 @@ def collective_wait(inputs: DiagnosisContext) -> list[Finding]:
         steps = in_group.groupby("rank_id")["step_id"].nunique().sum()
         totals = in_group[["elapse_ms", "transit_ms", "wait_ms", "idle_ms"]].sum() / max(int(steps), 1)
         ms_per_step, share = float(chosen["ms_per_step"].mean()), float(chosen["share"].mean())
-        longest = mine.sort_values("duration_us", ascending=False)["evidence_id"].head(evidence_cap())
+        longest = mine["evidence_id"].head(evidence_cap())
         findings.append(
             Finding(
                 finding_type="capture_incomplete_group",

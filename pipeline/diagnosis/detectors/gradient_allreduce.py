@@ -16,6 +16,7 @@ from __future__ import annotations
 import pandas as pd
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
+from npuprof.pipeline.diagnosis.detectors.collective_wait import events_of
 from npuprof.pipeline.diagnosis.findings import Finding, evidence_cap, rule
 from npuprof.pipeline.diagnosis.ledger import EXPECTED, UNEXPLAINED, line_parts
 from npuprof.pipeline.diagnosis.registry import detector
@@ -102,10 +103,7 @@ def gradient_allreduce(inputs: DiagnosisContext) -> list[Finding]:
     findings = []
     for role, chosen in per_rank[per_rank["share"] >= spec["share_min"]].groupby("role"):
         ranks = sorted(int(r) for r in chosen["rank_id"])
-        events = inputs.comm_events
-        mine = events[events["rank_id"].isin(ranks) & (events["kind"] == KIND)]
-        mine = mine[mine["parallel_role"].fillna("unknown").astype(str) == role]
-        longest = mine.sort_values("duration_us", ascending=False)["evidence_id"].head(evidence_cap())
+        longest = events_of(inputs.comm_events, ranks, role, KIND)["evidence_id"].head(evidence_cap())
         hideable, share = float(chosen["hideable_ms"].mean()), float(chosen["share"].mean())
         findings.append(
             Finding(
