@@ -6,8 +6,8 @@ transit, and every member leaves it then. Replaying the measured step through th
 baseline; replaying it with one cause removed (a rank's work at its peers' median, an idle window
 closed, a transit shortened) gives the what-if, and the difference per step is the finding's
 ``recoverable_ms_per_step``. Because both runs go through the same model, its simplifications
-(collectives overlapping compute are treated as blocking; those running beside another collective of
-their rank are left out) mostly cancel.
+(collectives overlapping compute are treated as blocking, unless they run on a communication stream
+beside their rank's other collectives) mostly cancel.
 
 The replay loops over collective instances (not events), each step independently: thousands per
 step at most, each a few array reads.
@@ -128,8 +128,9 @@ def _last_floating_end(floating: np.ndarray, ends: np.ndarray, slot: np.ndarray)
 def _with_streams(rows: pd.DataFrame, slots: pd.DataFrame) -> pd.DataFrame:
     """``rows`` (sorted by slot and start) with what the replay needs to run two chains per rank.
 
-    An instance is ``floating`` when on some member another of that rank's collectives starts while it
-    runs: it ran on a communication stream of its own (a gradient bucket's all-reduce under the
+    An instance is ``floating`` when on some member its life holds another of that rank's collectives,
+    start to end, or it starts as a floating op of that rank ends (queued behind it): it ran on a
+    communication stream of its own (a gradient bucket's all-reduce under the
     backward's expert exchanges), and blocking the rank it would hold back the ops beside it. The
     rank's compute chain runs through the blocking ops; the floating ones follow on its stream, each
     issued ``gap_us`` after the blocking op before it (``previous_row``, -1: the step's start), or
@@ -160,7 +161,7 @@ def _with_streams(rows: pd.DataFrame, slots: pd.DataFrame) -> pd.DataFrame:
         floating=floating,
         queued=queued,
         previous_row=previous,
-        gap_us=np.clip(rows["start_us"].to_numpy(float) - since, 0.0, None),
+        gap_us=np.clip(starts - since, 0.0, None),
     )
 
 
