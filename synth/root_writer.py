@@ -25,7 +25,7 @@ from npuprof.synth.text_export import (
     write_kernel_details,
     write_step_trace_time,
 )
-from npuprof.synth.timeline import HOST_STALLS, Collective, RankTimeline, simulate
+from npuprof.synth.timeline import HOST_LEAD_NS, HOST_STALLS, STEP_TOP, Collective, RankTimeline, simulate
 from npuprof.synth.trace_export import write_trace_view
 
 FIRST_STEP_ID = 10
@@ -39,7 +39,10 @@ ALSO_REPORTED = {
 }
 # ... and these plant a second one when they hit some ranks only: those ranks come last to every
 # collective (when every rank is hit, none is later than the others)
-ALSO_REPORTED_ON_SOME_RANKS = {"host_launch_bound": ("slow_rank_suspected",)}
+ALSO_REPORTED_ON_SOME_RANKS = {
+    "host_launch_bound": ("slow_rank_suspected",),
+    "dataloader_stall": ("slow_rank_suspected",),  # (planted in every step: slow_dataloader_rank)
+}
 CAPTURE_CONDITIONS = ("partial_capture", "clock_offset", "rank_not_captured")
 UNCAPTURED = ("capture_incomplete_group", "rank_not_captured")  # faults whose ranks are not written
 PLANTABLE_FINDINGS = (
@@ -268,14 +271,18 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
 
 
 def _host_stalls(sc: Scenario, t: RankTimeline) -> list[tuple[int, int, str]]:
-    """(start_ns, end_ns, fault kind) of each planted host stall on this rank: the idle gap before the layer."""
+    """(start_ns, end_ns, fault kind) of each planted host stall on this rank: the idle gap before the
+    layer, or at the step's top (``STEP_TOP``) the stall's own length, ending before the first launch."""
     stalls = []
     for fault in sc.faults:
         if fault.kind not in HOST_STALLS or (fault.ranks and t.rank not in fault.ranks):
             continue
         for step in fault.steps or range(sc.steps):
             rows = np.flatnonzero((t.step == step) & (t.region == LAYER) & (t.layer_index == fault.layer))
-            if rows.size:
+            if fault.layer == STEP_TOP and (t.step == step).any():
+                first = int(t.start_ns[np.flatnonzero(t.step == step)[0]]) - 2 * HOST_LEAD_NS
+                stalls.append((first - int(fault.gap_us * 1000), first, fault.kind))
+            elif rows.size:
                 first = rows[0]
                 stalls.append((int(t.start_ns[first] - t.wait_ns[first]), int(t.start_ns[first]), fault.kind))
     return stalls

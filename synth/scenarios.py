@@ -23,7 +23,8 @@ class Fault:
     (the scenario's micro-batch count leaves the pipeline's own fill / drain bubble above a fifth of it),
     dataloader_stall, gc_pause and allocation_heavy (``gap_us`` of the host in the dataloader / a garbage
     collection / a device memory allocation before
-    ``layer`` on ``steps`` of ``ranks``, every rank when empty; a device_idle_bubble's host stall is a
+    ``layer`` on ``steps`` of ``ranks``, every rank when empty; layer -1: at the top of the step, inside
+    ProfilerStep#N before its first kernel, as ``for batch in loader:`` stalls; a device_idle_bubble's host stall is a
     blocking ``.item()``), host_launch_bound (every compute kernel of ``ranks``, every rank when empty,
     waits ``gap_us`` for the host to launch it), capture_incomplete_group (``ranks`` compute × factor and
     are left out of the capture: the captured members of their groups wait for a rank nobody sees),
@@ -162,6 +163,13 @@ SCENARIOS: dict[str, Scenario] = {
             tokens=64,
             micro_batches=1,
             faults=(Fault("host_launch_bound", gap_us=25.0),),
+        ),
+        Scenario(
+            "slow_dataloader_rank",
+            "dense training, data parallel; rank 1's data loader hands over each batch 1.5 ms late, at the top "
+            "of every step before its first kernel (the profiler's step has started, the device has nothing to "
+            "run), and the other ranks wait for it in their gradient all-reduce",
+            faults=(Fault("dataloader_stall", ranks=(1,), layer=-1, gap_us=1500.0),),
         ),
         Scenario(
             "launch_bound_rank",

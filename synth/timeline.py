@@ -26,6 +26,7 @@ STARVED_LEAD_NS = 2_000  # ... and only just before it where the device waits fo
 DEVICE_GAP_US = (1.5, 6.0)  # the device's own gap before a kernel: uniform between these
 # faults that idle the device in a host stall before a layer (the host spans say which stall)
 HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation_heavy")
+STEP_TOP = -1  # a host stall's layer: at the top of the step, inside ProfilerStep#N before its first kernel
 NOMINAL_AICORE_MHZ = 1800.0  # the AI Core clock every synthetic card runs at unless throttled
 BASE_CLOCK_NS = 1_764_246_877_000_000_000  # a 2025-11 wall clock, like the real samples
 
@@ -154,6 +155,7 @@ class _RankPlan:
     starved: np.ndarray  # per event: the device waits for its launch (host_launch_bound)
     overlapped: np.ndarray  # per event: a communication op the rank does not wait for
     join_pos: np.ndarray  # indices of the events that wait for every overlapped op issued before them
+    head_us: np.ndarray  # per step: the host stall between the step's start and its first kernel
 
 
 def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
@@ -174,11 +176,15 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     first_of_step = np.zeros(n, dtype=bool)
     first_of_step[::n_step] = True
     gap = rng.uniform(*DEVICE_GAP_US, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
+    head_us = np.zeros(S)  # per step: the host stall at its top, before its first kernel
     for fault in [f for f in scenario.faults if f.kind in HOST_STALLS]:
         rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
+        if fault.layer == STEP_TOP:
+            rows = np.zeros(1, dtype=np.int64)
         if (rank in fault.ranks or not fault.ranks) and rows.size:
             for s in fault.steps or range(S):
                 gap[s * n_step + rows[0]] += fault.gap_us
+                head_us[s] += fault.gap_us if fault.layer == STEP_TOP else 0.0
     starved = np.zeros(n, dtype=bool)
     for fault in _faults(scenario, "host_launch_bound"):
         if rank in fault.ranks or not fault.ranks:  # every compute kernel waits for its launch
@@ -189,7 +195,20 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     overlapped = np.tile(arrays["overlapped"], S)
     join_pos = np.flatnonzero(np.tile(arrays["joins"], S))
     return _RankPlan(
-        rank, program, arrays, kid, dur, gap, comm_pos, groups, n_step, clock_factor, starved, overlapped, join_pos
+        rank,
+        program,
+        arrays,
+        kid,
+        dur,
+        gap,
+        comm_pos,
+        groups,
+        n_step,
+        clock_factor,
+        starved,
+        overlapped,
+        join_pos,
+        head_us,
     )
 
 
@@ -377,7 +396,8 @@ def _timeline(scenario: Scenario, plan: _RankPlan, simulation: _Simulation, offs
     duration_ns = np.round(plan.dur_us * 1000).astype(np.int64)
     end_ns = start_ns + duration_ns
     firsts = np.arange(S) * n_step
-    step_start_ns = start_ns[firsts] - int(STEP_PREP_US * 500) + offset
+    # the step starts halfway through the host's work between steps, before any stall at its top
+    step_start_ns = start_ns[firsts] - int(STEP_PREP_US * 500) - np.round(plan.head_us * 1000).astype(np.int64) + offset
     step_end_ns = end_ns[firsts + n_step - 1] + offset
     tile = lambda name: np.tile(plan.arrays[name], S)  # noqa: E731
     timeline = RankTimeline(

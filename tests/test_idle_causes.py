@@ -15,7 +15,7 @@ from conftest import SAMPLE_ROOTS
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.synth.timeline import DEVICE_GAP_US, HOST_LEAD_NS, STARVED_LEAD_NS
+from npuprof.synth.timeline import DEVICE_GAP_US, HOST_LEAD_NS, STARVED_LEAD_NS, STEP_PREP_US
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 
@@ -87,9 +87,12 @@ def test_a_launch_bound_step_waits_for_every_compute_kernel_launch(planted_outpu
         own = events[(events["rank_id"].astype(int) == rank) & (events["op_type"] != "communication")]
         first = mine["step_ordinal"].min()
         count = int(len(own) / len(mine))  # compute kernels per step
-        # each waits the planted gap plus the device's own gap (uniform, its mean) for its launch
+        # each waits the planted gap plus the device's own gap (uniform, its mean) for its launch; and
+        # the step waits for its first launch from its start (synth starts it halfway through the host's
+        # work between steps)
         launch = per_step.loc[(rank, first), "launch"]
-        assert launch == pytest.approx(count * (fault["gap_us"] + np.mean(DEVICE_GAP_US)) / 1000.0, rel=0.08)
+        expected_us = count * (fault["gap_us"] + np.mean(DEVICE_GAP_US)) + STEP_PREP_US / 2
+        assert launch == pytest.approx(expected_us / 1000.0, rel=0.08)
         late = gaps[(gaps["rank_id"].astype(int) == rank) & (gaps["cause"] == "launch")]
         assert (late["launch_lead_us"] < 0).all() and len(late) >= count * len(mine) - len(mine)
     # every kernel's launch-to-start delay: the starved lead for compute kernels (most of them), the

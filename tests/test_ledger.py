@@ -6,11 +6,11 @@ that makes its peers wait, on the peers' wait lines."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import SAMPLE_ROOTS
+from helpers.ledger_checks import assert_ledger_adds_up
 
 from npuprof.api import Analysis
 from npuprof.pipeline import schema
@@ -19,24 +19,6 @@ from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import SCENARIOS
 
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares planted_outputs
-
-
-def assert_ledger_adds_up(out: Path) -> pd.DataFrame:
-    """The ledger of ``out``: every step of every rank in it, its lines summing to the wall (±0.1 %),
-    every line explained by a finding of this root, an expected reason or unexplained."""
-    ledger = Analysis(out).ledger()
-    steps = pd.read_csv(out / schema.STEP_SUMMARY.file)
-    keys = ["rank_id", "step_ordinal"]
-    assert sorted(map(tuple, ledger[keys].drop_duplicates().to_numpy())) == sorted(map(tuple, steps[keys].to_numpy()))
-    total = ledger.groupby(keys)["ms"].sum()
-    wall = steps.set_index(keys)["wall_ms"].reindex(total.index)
-    assert ((total - wall).abs() <= 0.001 * wall + 1e-6).all(), (total - wall).abs().max()
-    assert (ledger["ms"] > 0).all() or (ledger.loc[ledger["ms"] <= 0, "line"] == "not accounted").all()
-    claims = {f["claim_id"] for f in json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]}
-    reasons = ledger["explained_by"]
-    assert (reasons.isin(claims) | reasons.str.startswith("expected:") | (reasons == UNEXPLAINED)).all()
-    assert ledger.loc[reasons.isin(claims), "finding_type"].notna().all()
-    return ledger
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

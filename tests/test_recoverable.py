@@ -45,6 +45,9 @@ TWINS = [
     ("pipeline_parallel", "pp_stage_imbalance"),
     # a rank launch-bound a tenth of its step: its peers wait for it in every all-reduce
     ("launch_bound_rank", "host_launch_bound"),
+    # a rank whose data loader delays its step's first kernel: the stall is inside its step (the profiler's
+    # step has started), and its peers wait for it in their gradient all-reduce
+    ("slow_dataloader_rank", "dataloader_stall"),
     # the twin of an uncaptured straggler is the same capture of the same ranks, the straggler not slow
     ("uncaptured_straggler", "capture_incomplete_group"),
     # the twin of a gradient sync after the backward is the same training with its buckets overlapped

@@ -83,14 +83,14 @@ def explain(lines: pd.DataFrame, findings: list[dict]) -> pd.DataFrame:
     ranks = lines["rank_id"].to_numpy()
     for finding in by_saving:
         spec = rules["explains"].get(finding["finding_type"])
-        if not spec:
-            continue
+        cause = root_cause[finding["claim_id"]]  # one cause, one explanation: the finding's likely cause
+        if not spec or (cause is not finding and set(finding["rank_ids"]) <= set(cause["rank_ids"])):
+            continue  # a symptom of a cause on the same ranks (a rank late for its dataloader): the cause's lines
         own = np.isin(ranks, finding["rank_ids"])
         patterns = {
             side: [p.format_map(finding.get("metrics", {})) for p in spec.get(side, [])] for side in ("own", "peers")
         }
         chosen = (own & _matches(lines["line"], patterns["own"])) | (~own & _matches(lines["line"], patterns["peers"]))
-        cause = root_cause[finding["claim_id"]]  # one cause, one explanation: the finding's likely cause
         explained[chosen] = cause["claim_id"]
         finding_type[chosen] = cause["finding_type"]
         blamed[chosen] = ";".join(map(str, finding["rank_ids"]))

@@ -47,6 +47,10 @@ STEP_SEGMENTS = Table(
             ("interlude_events", pa.int64()),
             ("attention_family", pa.string()),
             ("layer_confidence", pa.string()),
+            # the step starts where the profiler started it (start_ns / start_us): head_ms before its
+            # first event, from start_source (null: at the first event, the export records no start)
+            ("head_ms", pa.float64()),
+            ("start_source", pa.string()),
             *WINDOW_EVIDENCE,
         ]
     ),

@@ -1,7 +1,9 @@
 """Steps of one rank: from Step Id / STEP_TIME when the capture has them, else from structure.
 
 A step is a contiguous window of the rank's events in device order. Edge steps with clearly
-fewer events than the rank's typical step are partial captures (PARTIAL_CAPTURE_BOUNDARY).
+fewer events than the rank's typical step are partial captures (PARTIAL_CAPTURE_BOUNDARY). A step
+starts where the profiler started it, before its first event when the export says when
+(``profiler_heads``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline.segmentation.features import EventFeatures
@@ -98,3 +101,27 @@ def _mark_partial(windows: list[StepWindow]) -> None:
         if counts[edge] < rules["max_event_share"] * float(np.median(others)):
             windows[edge].complete = False
             windows[edge].tags.append("PARTIAL_CAPTURE_BOUNDARY")
+
+
+def profiler_heads(steps: pd.DataFrame, starts: pd.DataFrame) -> np.ndarray:
+    """Per step of ``steps`` (step_segments rows by ordinal: step_id, start_ns and end_ns of its events):
+    the ns from where the profiler started it to its first event (``starts``: step_id with start_ns or
+    preparing_ns, ``profiler_step_starts``). Never negative and never back into the rank's previous
+    step (a host that runs ahead starts step N+1 while the device still runs step N: the device's step
+    starts when it is free); 0 where the profiler's start is unknown."""
+    first = steps["start_ns"].to_numpy(np.int64)
+    head = np.zeros(len(steps), dtype=np.int64)
+    if not len(starts) or not len(steps):
+        return head
+    by_id = starts.drop_duplicates("step_id").set_index("step_id")
+    ids = steps["step_id"]
+    if "preparing_ns" in by_id:
+        found = ids.map(by_id["preparing_ns"])
+        known = found.notna().to_numpy()
+        head[known] = found[known].to_numpy(np.int64)
+    else:
+        found = ids.map(by_id["start_ns"])
+        known = found.notna().to_numpy()
+        head[known] = first[known] - found[known].to_numpy(np.int64)
+    previous_end = np.concatenate([[np.iinfo(np.int64).min // 2], steps["end_ns"].to_numpy(np.int64)[:-1]])
+    return np.clip(np.minimum(head, first - previous_end), 0, None)

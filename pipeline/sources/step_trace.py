@@ -3,13 +3,15 @@ kernels the capture does not hold, so every rank still has a step breakdown (lab
 
 Columns as the vendor publishes them: ``Stage`` is the step's wall, made of ``Computing`` (which
 includes ``Overlapped``, compute beside communication), ``Communication(Not Overlapped)`` and
-``Free`` (the device idle).
+``Free`` (the device idle). ``Preparing`` (newer exports) is the time from the profiler's step start
+to the step's first device task: where each step starts (segment).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.errors import BadInput
@@ -26,7 +28,8 @@ COLUMNS = {
 
 def read_step_trace_time(path: str | Path) -> pd.DataFrame:
     """One row per step: step_id, wall_ms and its parts in ms (compute without overlap, overlap,
-    exposed communication, idle). BadInput naming the file and line for anything unreadable."""
+    exposed communication, idle), and preparing_ms (before the first task; NaN where not exported).
+    BadInput naming the file and line for anything unreadable."""
     path = Path(path)
     try:
         raw = pd.read_csv(path, encoding="utf-8", dtype=str, keep_default_na=False)
@@ -46,6 +49,7 @@ def read_step_trace_time(path: str | Path) -> pd.DataFrame:
             raise BadInput(path, f"{column}: not a number: {raw[column].iloc[line - 2]!r}", line=line)
         values[name] = parsed
     frame = pd.DataFrame(values)
+    preparing = pd.to_numeric(raw["Preparing"].str.strip(), errors="coerce") if "Preparing" in raw else np.nan
     return pd.DataFrame(
         {
             "step_id": frame["step_id"].astype("int64"),
@@ -54,5 +58,6 @@ def read_step_trace_time(path: str | Path) -> pd.DataFrame:
             "overlap_ms": frame["overlapped_us"] / 1000.0,
             "exposed_comm_ms": frame["comm_not_overlapped_us"] / 1000.0,
             "idle_ms": frame["free_us"] / 1000.0,
+            "preparing_ms": preparing / 1000.0,  # NaN: the export has no Preparing column (or no number)
         }
     )

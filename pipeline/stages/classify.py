@@ -114,6 +114,9 @@ def _step_classes(steps: pd.DataFrame, tokens, has_shape, times, bubble_min_ns) 
         "step", tokens, has_shape, starts, ends, scopes, times["floating"]
     )
     frame = _with_metrics(frame, times, bubble_min_ns).drop(columns=["pos_start", "pos_end"])
+    # the step starts where the profiler started it: the time before its first event is its wall's;
+    # busy and underfeed stay the device span's (a head is the host's: its causes are evidence's)
+    frame["wall_ms"] += steps["head_ms"].fillna(0.0).to_numpy(float)
     return _neighbour_gaps(frame)
 
 

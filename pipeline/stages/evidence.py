@@ -44,7 +44,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     events = ordered_events(ctx, EVIDENCE_INPUT_COLUMNS).to_pandas()
     steps = rank_steps(ctx)
     events["step_ordinal"] = step_of_events(len(events), steps)
-    gaps = idle_gaps(events, layer_spans(ctx)) if len(steps) else pd.DataFrame()
+    gaps = idle_gaps(events, layer_spans(ctx), steps) if len(steps) else pd.DataFrame()
     span = (float(steps["start_ns"].min()) / 1000.0, float(steps["end_ns"].max()) / 1000.0) if len(steps) else None
     host, host_trace = read_rank_host_trace(ctx.rank, span, ctx.options.host_trace)
     bubbles, host_gaps, by_cause = pd.DataFrame(), pd.DataFrame(), pd.DataFrame()

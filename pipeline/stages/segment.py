@@ -25,8 +25,10 @@ from npuprof.pipeline.segmentation.layers import (
     modal_gaps,
 )
 from npuprof.pipeline.segmentation.step_memo import StepLayerMemo
-from npuprof.pipeline.segmentation.steps import StepWindow, step_windows
+from npuprof.pipeline.segmentation.steps import StepWindow, profiler_heads, step_windows
 from npuprof.pipeline.segmentation.windows import window_evidence
+from npuprof.pipeline.sources.auxiliary import note_text
+from npuprof.pipeline.sources.profiler_steps import profiler_step_starts
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
 from npuprof.pipeline.summaries.pp_schedule import pp_stages
 
@@ -140,6 +142,26 @@ def _with_evidence(frame: pd.DataFrame, evidence_arrays: dict[str, np.ndarray]) 
     return frame
 
 
+def _started_by_profiler(ctx: RankContext, steps: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``steps`` starting where the profiler started them (start_ns / start_us moved back by head_ms),
+    and the notes: an unreadable source, or captured steps the profiler's record does not hold."""
+    starts, source, unreadable = profiler_step_starts(ctx.rank)
+    head = profiler_heads(steps, starts)
+    known = steps["step_id"].isin(starts["step_id"]).to_numpy() if source else np.zeros(len(steps), dtype=bool)
+    steps = steps.assign(
+        start_ns=steps["start_ns"].to_numpy(np.int64) - head,
+        start_us=(steps["start_ns"].to_numpy(np.int64) - head) / 1000.0,
+        head_ms=head / 1e6,
+        start_source=np.where(known, source, None),
+    )
+    notes = [note_text(unreadable)] if unreadable else []
+    if source and not known.all():
+        notes.append(
+            f"{int((~known).sum())} of {len(steps)} steps are not in the {source}: they start at their first kernel"
+        )
+    return steps, notes
+
+
 def map_rank(ctx: RankContext) -> StageResult:
     """Steps and layers of one rank."""
     events = ordered_events(ctx, SEGMENT_INPUT_COLUMNS)
@@ -177,6 +199,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         hard_errors += _step_hard_errors(rank, step, found.layers, row)
         layer_rows += _layer_rows(step, found.layers, names, layer_family)
     steps_frame = _with_evidence(pd.DataFrame(step_rows, columns=_own_columns(schema.STEP_SEGMENTS)), evidence_arrays)
+    steps_frame, start_notes = _started_by_profiler(ctx, steps_frame)
     layers_frame = _with_evidence(
         pd.DataFrame(layer_rows, columns=_own_columns(schema.LAYER_SEGMENTS)), evidence_arrays
     )
@@ -191,14 +214,16 @@ def map_rank(ctx: RankContext) -> StageResult:
         for s, e in islands
     ]
     manifest = _rank_manifest(rank, events.num_rows, training, family, steps, step_rows, islands, hard_errors, note)
+    manifest["notes"] += start_notes
+    manifest["step_start_source"] = next((s for s in steps_frame["start_source"] if s), None)
     return StageResult(
         tables={schema.STEP_SEGMENTS: steps_frame, schema.LAYER_SEGMENTS: layers_frame}, manifest=manifest
     )
 
 
 def _own_columns(table: schema.Table) -> list[str]:
-    """The columns a segment table holds before its evidence columns are added."""
-    evidence = {name for name, _ in schema.WINDOW_EVIDENCE}
+    """The columns a segment table holds before its evidence columns and profiler start are added."""
+    evidence = {name for name, _ in schema.WINDOW_EVIDENCE} | {"head_ms", "start_source"}
     return [c for c in table.columns if c not in evidence]
 
 

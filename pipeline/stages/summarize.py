@@ -250,7 +250,11 @@ def _step_trace_accounting(ctx: RootContext) -> tuple[pd.DataFrame, list[dict]]:
         path = rank.supplemental.get("step_trace_time_csv")
         if rank.rank_id in without_events and path:
             frame, note = read_auxiliary(read_step_trace_time, path, rank.rank_id, fallback)
-            frames += [frame.assign(rank_id=rank.rank_id, source_path=path)] if frame is not None else []
+            frames += (
+                [frame.drop(columns="preparing_ms").assign(rank_id=rank.rank_id, source_path=path)]
+                if frame is not None
+                else []
+            )
             unreadable += [note] if note else []
     table = conformed(schema.STEP_TRACE_ACCOUNTING, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
     return table, unreadable

@@ -120,7 +120,20 @@ def step_time_accounting(
     idle = same_step & (comm_active == 0) & (compute_active == 0)
     for name, in_window in _idle_windows(step, time, layer_spans):
         add("primary", "idle", name, np.where(idle & in_window, length, 0.0))
-    return _per_step(rows, steps)
+    return _per_step([*rows, ("primary", "idle", head_idle_name(), _head_ns(step, time, steps))], steps)
+
+
+def _head_ns(step: np.ndarray, time: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """Per step (``steps`` order): ns from its start to its first event (the boundaries ``step`` and
+    ``time``: its first is its first event's start)."""
+    first_start = pd.Series(time).groupby(step).min()
+    heads = first_start.reindex(steps["step_ordinal"]).to_numpy(np.int64) - steps["start_ns"].to_numpy(np.int64)
+    return np.clip(heads, 0, None).astype(float)
+
+
+def head_idle_name() -> str:
+    """The idle window before a step's first event (from where the profiler started the step)."""
+    return knowledge.load("summary_rules")["idle_before_first_event"]
 
 
 def _idle_windows(step: np.ndarray, time: np.ndarray, layer_spans: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
@@ -133,13 +146,15 @@ def _idle_windows(step: np.ndarray, time: np.ndarray, layer_spans: pd.DataFrame)
     return chosen
 
 
-def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
+def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Every stretch of a step in which no event runs (the idle time of ``step_time_accounting``,
-    found by the same sweep): step_ordinal, window (prelaunch / internal / tail), start_ns, end_ns
-    and the events on both sides (``before_pos`` ended at the gap's start, ``after_pos`` starts at
-    its end; positions in ``events``).
+    found by the same sweep), in time order: step_ordinal, window (before the first event / prelaunch
+    / internal / tail), start_ns, end_ns and the events on both sides (``before_pos`` ended at the
+    gap's start — for the gap before a step's first event, the event before that —, ``after_pos``
+    starts at its end; positions in ``events``).
 
-    ``events``: step_ordinal (null outside steps), start_ns, end_ns, in device order.
+    ``events``: step_ordinal (null outside steps), start_ns, end_ns, in device order; ``steps``:
+    step_ordinal, start_ns (where the step starts: before its first event when the profiler says so).
     """
     inside = _in_steps(events, ["step_ordinal", "start_ns", "end_ns"])
     step, time, sign, event_of = _boundaries(inside)
@@ -147,16 +162,24 @@ def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame) -> pd.DataFrame:
     length = np.where(same_step, np.diff(time), 0)
     gaps = np.flatnonzero(same_step & (np.cumsum(sign)[:-1] == 0) & (length > 0))
     positions = np.flatnonzero(events["step_ordinal"].notna().to_numpy())[event_of]
-    return pd.DataFrame(
+    # a step's first boundary is its first event's start: the gap before it runs from the step's start
+    firsts = np.flatnonzero(np.concatenate([[True], ~same_step]))
+    first_pos = positions[firsts]
+    step_start = steps.set_index("step_ordinal")["start_ns"].reindex(step[firsts]).to_numpy(np.int64)
+    headed = step_start < time[firsts]
+    head_window = [head_idle_name()] * int(headed.sum())
+    frame = pd.DataFrame(
         {
-            "step_ordinal": step[gaps],
-            "window": _idle_window(step[gaps], time[gaps], layer_spans),
-            "start_ns": time[gaps],
-            "end_ns": time[gaps + 1],
-            "before_pos": positions[gaps],
-            "after_pos": positions[gaps + 1],
+            "step_ordinal": np.concatenate([step[gaps], step[firsts][headed]]),
+            "window": np.concatenate([_idle_window(step[gaps], time[gaps], layer_spans), head_window]),
+            "start_ns": np.concatenate([time[gaps], step_start[headed]]),
+            "end_ns": np.concatenate([time[gaps + 1], time[firsts][headed]]),
+            # the event before a step's first: the rank's previous step's last (none: the first itself)
+            "before_pos": np.concatenate([positions[gaps], np.clip(first_pos[headed] - 1, 0, None)]),
+            "after_pos": np.concatenate([positions[gaps + 1], first_pos[headed]]),
         }
     )
+    return frame.sort_values(["step_ordinal", "start_ns"], kind="stable").reset_index(drop=True)
 
 
 COMM_PARTS = ("transfer", "wait", "idle", "unsplit")

@@ -9,6 +9,7 @@ from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import detector
 from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
 from npuprof.pipeline.diagnosis.step_tags import has_tag
+from npuprof.pipeline.summaries.accounting import head_idle_name
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
@@ -30,9 +31,9 @@ def _bubbles_of(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> pd.Dat
     return bubbles[(bubbles["rank_id"] == rank) & bubbles["step_ordinal"].isin(ordinals)]
 
 
-def _closed(inputs: DiagnosisContext, rank: int, ordinals: pd.Series) -> float:
-    """ms per step the rank's steps would save with their idle windows in ``ordinals`` closed (replayed)."""
-    mine = _bubbles_of(inputs.bubbles, rank, ordinals)
+def _closed(inputs: DiagnosisContext, windows: pd.DataFrame, rank: int, ordinals: pd.Series) -> float:
+    """ms per step the rank's steps would save with its idle ``windows`` in ``ordinals`` closed (replayed)."""
+    mine = _bubbles_of(windows, rank, ordinals)
     windows = mine.assign(start_us=mine["start_ns"] / 1000.0)[["rank_id", "start_us", "duration_us"]]
     return recoverable_ms(inputs.step_model, close_windows(inputs.step_model, windows))
 
@@ -47,7 +48,7 @@ def _largest_bubbles(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> l
     reads={
         "steps": ("rank_id", "step_ordinal", "step_id", "complete", "largest_internal_bubble_ms"),
         "step_tags": ("rank_id", "step_ordinal", "anomaly_tags"),
-        "bubbles": ("rank_id", "step_ordinal", "start_ns", "duration_us", "evidence_id"),
+        "bubbles": ("rank_id", "step_ordinal", "kind", "start_ns", "duration_us", "evidence_id"),
         "step_model": (),
     },
     notes=("idle_bubble",),
@@ -58,13 +59,15 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
     steps = inputs.steps
     if steps.empty:
         return []
-    heavy = steps[_heavy_steps(steps, inputs.step_tags, spec["tags"], inputs.bubbles)]
+    # the idle before a step's first kernel is the host's (its causes: host_causes), not a bubble inside
+    windows = inputs.bubbles[inputs.bubbles["kind"] != head_idle_name()]
+    heavy = steps[_heavy_steps(steps, inputs.step_tags, spec["tags"], windows)]
     findings = []
     for rank, own in heavy.groupby("rank_id"):  # a loop over ranks
         rank = int(rank)
         total = int((steps["rank_id"] == rank).sum())
         worst = own.sort_values("largest_internal_bubble_ms", ascending=False).iloc[0]
-        bubbles = _largest_bubbles(inputs.bubbles, rank, own["step_ordinal"])
+        bubbles = _largest_bubbles(windows, rank, own["step_ordinal"])
         evidence = bubbles + [step_evidence_id(rank, o) for o in own["step_ordinal"]]
         findings.append(
             Finding(
@@ -86,7 +89,7 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
                     "step_id": None if pd.isna(worst["step_id"]) else int(worst["step_id"]),
                     "in_step": "" if pd.isna(worst["step_id"]) else f", step {int(worst['step_id'])}",
                 },
-                recoverable_ms_per_step=_closed(inputs, rank, own["step_ordinal"]),
+                recoverable_ms_per_step=_closed(inputs, windows, rank, own["step_ordinal"]),
             )
         )
         complete = steps[(steps["rank_id"] == rank) & steps["complete"].astype(bool)]
@@ -101,7 +104,7 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
                     [step_evidence_id(rank, o) for o in heavy_complete["step_ordinal"]],
                     {"name": "bubble_recurrence_ratio", "value": share, "threshold": recurring["recurrence_min"]},
                     {"rank": rank, "count": len(heavy_complete), "total": len(complete), "share": share},
-                    recoverable_ms_per_step=_closed(inputs, rank, heavy_complete["step_ordinal"]),
+                    recoverable_ms_per_step=_closed(inputs, windows, rank, heavy_complete["step_ordinal"]),
                 )
             )
     return findings
