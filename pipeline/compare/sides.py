@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import UsageError
+from npuprof.pipeline.summaries.communication import SPLIT_SOURCES
 
 STEP_COLUMNS = [
     "rank_id",
@@ -107,7 +108,7 @@ def _transit_and_wait(out: Path, comm: pd.DataFrame, steps: pd.DataFrame) -> pd.
     ops = io.read_dataset(
         out, schema.COMMUNICATION_OPS, columns=["step_id", "op_name", "source", "transit_ms", "wait_ms"]
     ).to_pandas()
-    ops = ops[(ops["source"] == "communication_json") & ops["transit_ms"].notna()]
+    ops = ops[ops["source"].isin(SPLIT_SOURCES) & ops["transit_ms"].notna()]
     if ops.empty:
         return comm
     keys = ["rank_id", "step_id", "name"]
@@ -117,7 +118,7 @@ def _transit_and_wait(out: Path, comm: pd.DataFrame, steps: pd.DataFrame) -> pd.
     found = timed["transit_ms"].notna().to_numpy()
     comm.loc[found, "transmit_us"] = timed.loc[found, "transit_ms"].to_numpy() * 1000.0
     comm.loc[found, "member_wait_us"] = timed.loc[found, "wait_ms"].fillna(0).to_numpy() * 1000.0
-    comm.loc[found, "split_source"] = "communication_json"
+    comm.loc[found, "split_source"] = timed.loc[found, "source"].to_numpy()
     return comm
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.joined_text import joined_per_key
+from npuprof.pipeline.summaries.communication import SPLIT_SOURCES
 
 HIGH_SKEW_US = 5_000.0  # step alignment confidence: high below this start skew (with ≥ 4 members)
 MEDIUM_SKEW_US = 20_000.0
@@ -72,10 +73,11 @@ def corrected(instances: pd.DataFrame, offsets_ns: pd.Series) -> pd.DataFrame:
 
 
 def with_communication_split(frame: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
-    """Add communication.json's transit / wait (µs) of the same op on the same rank, where present."""
+    """Add the analyzer's transit / wait (µs: communication.json or analysis.db) of the same op on the
+    same rank, where present."""
     if ops.empty or "op_name" not in ops:
         return frame.assign(transit_us=np.nan, wait_us=np.nan)
-    from_json = ops[ops["source"] == "communication_json"]
+    from_json = ops[ops["source"].isin(SPLIT_SOURCES)]
     split = pd.DataFrame(
         {
             "rank_id": from_json["rank_id"].astype(np.int64),

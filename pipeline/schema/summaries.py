@@ -80,7 +80,7 @@ COMMUNICATION_OPS = Table(
             ("op_name", pa.string()),  # hcom_<op>__<hash3>_<seq>_1: the same on every rank of the group
             ("group_hash", pa.string()),  # double_hash of the group key (communication.json "@" suffix)
             ("parallel_role", pa.string()),
-            ("source", pa.string()),  # communication_json | events (no communication.json for the rank)
+            ("source", pa.string()),  # communication_json | analysis_db (db export) | events (neither readable)
             ("start_us", pa.float64()),
             ("elapse_ms", pa.float64()),  # = transit + wait + idle
             ("transit_ms", pa.float64()),

@@ -218,6 +218,14 @@ def _step_id(match: re.Match) -> int | None:
     return int(match.group(1)) if match.group(1) else None
 
 
+def step_id_of(label: str) -> int | None:
+    """The id of a ``step<id>`` label (None: "step" without a number); ValueError for another label."""
+    match = _STEP.match(label)
+    if match is None:
+        raise ValueError(f"{label!r} is not step<id>")
+    return _step_id(match)
+
+
 def _number(path: Path, key: str, field: str, value: object) -> float:
     """``value`` as a float; BadInput naming the op and field otherwise (the message is only
     formatted on error: a decode capture has millions of these fields)."""

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
+from npuprof.pipeline.sources.analysis_db import read_analysis_links, read_analysis_ops
 from npuprof.pipeline.sources.auxiliary import note_text, read_auxiliary
 from npuprof.pipeline.sources.capture_info import rank_capture_info
 from npuprof.pipeline.sources.communication_files import read_communication_json, read_communication_matrix
@@ -29,6 +30,8 @@ from npuprof.pipeline.summaries.classes import (
     block_class_summary,
 )
 from npuprof.pipeline.summaries.communication import (
+    ANALYSIS_DB,
+    COMMUNICATION_JSON,
     COMMUNICATION_OP_TYPES,
     communication_kinds,
     communication_ops,
@@ -134,25 +137,37 @@ def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, 
         evidence_id=communication_evidence_ids(ctx.rank.rank_id, comm["row_idx"].to_numpy()),
     )[list(schema.COMMUNICATION_EVENTS.columns)]
     step_ids = steps.set_index("step_ordinal")["step_id"]
-    files, unreadable = _communication_files(ctx)
-    ops, links, source = communication_ops(*files, comm, step_ids, rank_info)
+    files, file_source, unreadable = _communication_files(ctx)
+    ops, links, source = communication_ops(*files, comm, step_ids, rank_info, file_source)
     return comm, comm_rows, ops, links, source, unreadable
 
 
-def _communication_files(ctx: RankContext) -> tuple[tuple, list[dict]]:
-    """((ops of communication.json, links of communication_matrix.json), notes): None for a file the
-    rank lacks or that cannot be read (its note says so and what is used instead)."""
-    readers = (
-        ("communication_json", read_communication_json, "its communication ops come from the device events"),
-        ("communication_matrix_json", read_communication_matrix, "its links (bandwidth per link) are unknown"),
-    )
+def _communication_files(ctx: RankContext) -> tuple[tuple, str, list[dict]]:
+    """((its ops, its links), where they came from, notes): from communication.json and
+    communication_matrix.json, else from a db export's analysis.db (the same records as tables); None
+    for what the rank lacks or cannot be read (its note says so and what is used instead)."""
+    ops_fallback = "its communication ops come from the device events"
+    links_fallback = "its links (bandwidth per link) are unknown"
+    supplemental = ctx.rank.supplemental
+    if "communication_json" not in supplemental and "analysis_db" in supplemental:
+        readers = (
+            ("analysis_db", read_analysis_ops, ops_fallback),
+            ("analysis_db", read_analysis_links, links_fallback),
+        )
+        source = ANALYSIS_DB
+    else:
+        readers = (
+            ("communication_json", read_communication_json, ops_fallback),
+            ("communication_matrix_json", read_communication_matrix, links_fallback),
+        )
+        source = COMMUNICATION_JSON
     found, unreadable = [], []
     for key, reader, fallback in readers:
-        path = ctx.rank.supplemental.get(key)
+        path = supplemental.get(key)
         value, note = read_auxiliary(reader, path, ctx.rank.rank_id, fallback) if path else (None, None)
         found.append(value)
-        unreadable += [note] if note else []
-    return tuple(found), unreadable
+        unreadable += [note] if note and note not in unreadable else []
+    return tuple(found), source, unreadable
 
 
 def reduce_root(ctx: RootContext) -> StageResult:

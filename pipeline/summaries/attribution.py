@@ -9,6 +9,8 @@ windows it overlaps (sorted searches), and unions are taken per window with a ru
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -18,6 +20,7 @@ from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.auxiliary import unreadable_note
 from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
+from npuprof.pipeline.sources.host_db import has_host_tables, read_db_host_events
 from npuprof.pipeline.sources.host_trace import HostTrace, read_host_events
 
 TOP_HOST_EVENTS = 5
@@ -34,7 +37,9 @@ ATTRIBUTION_COLUMNS = [
 def read_rank_host_trace(rank: RankInput, span_us: tuple[float, float] | None, enabled: bool):
     """The rank's host events and launch flows over ``span_us`` (its steps), or None; and a status
     for the manifest (ok | no_steps | missing | unreadable | skipped)."""
-    trace = rank.supplemental.get(TRACE_VIEW)
+    trace, reader = rank.supplemental.get(TRACE_VIEW), read_host_events
+    if not trace and len(rank.profiler_dbs) == 1 and has_host_tables(rank.profiler_dbs[0]):
+        trace, reader = rank.profiler_dbs[0], read_db_host_events  # a db export: the same, as tables
     if not enabled:
         return None, {"status": "skipped"}
     if span_us is None:
@@ -43,12 +48,13 @@ def read_rank_host_trace(rank: RankInput, span_us: tuple[float, float] | None, e
         return None, {"status": "missing"}
     cap = int(knowledge.load("evidence_rules")["host_trace"]["max_events_per_rank"])
     try:
-        host = read_host_events(trace, span_us[0], span_us[1], cap)
+        host = reader(trace, span_us[0], span_us[1], cap)
     except BadInput as error:
         note = unreadable_note(rank.rank_id, trace, error, "its idle time carries no host causes")
         return None, {"status": "unreadable", "error": error.one_line(), "note": note}
     status = {
         "status": "ok",
+        "source": Path(trace).name,
         "host_events": int(len(host.events)),
         "launch_flows": int(len(host.launches)),
         "dropped_at_cap": host.dropped,

@@ -15,6 +15,10 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.kernel_categories import fold
 
 COMMUNICATION_OP_TYPES = ("communication", "mix_comm_aiv")
+# where a rank's per-op split (transit / wait / idle) came from: the analyzer's records, as JSON files
+# (text export) or as analysis.db tables (db export); "events" where neither could be read
+COMMUNICATION_JSON, ANALYSIS_DB = "communication_json", "analysis_db"
+SPLIT_SOURCES = (COMMUNICATION_JSON, ANALYSIS_DB)
 
 
 def communication_kinds(identity: pd.Series) -> np.ndarray:
@@ -212,11 +216,12 @@ def communication_ops(
     comm_events: pd.DataFrame,
     step_ids: pd.Series,
     rank_info: dict,
+    file_source: str = COMMUNICATION_JSON,
 ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """(ops, links, source) of one rank: ``file_ops`` / ``file_links`` as its communication.json /
-    communication_matrix.json read them, or, without the ops (no file, or an unreadable one), the ops
-    from its communication events (transit / wait unknown). ``rank_info``: the rank's capture facts
-    (its parallel_group_info and distributed_args name the roles)."""
+    communication_matrix.json (or analysis.db: ``file_source``) give them, or, without the ops (no
+    file, or an unreadable one), the ops from its communication events (transit / wait unknown).
+    ``rank_info``: the rank's capture facts (its parallel_group_info and distributed_args name the roles)."""
     rules = knowledge.load("summary_rules")
     roles = role_by_group_hash(rank_info.get("parallel_group_info"), rank_info.get("distributed_args"))
     unknown = rules["parallel_role_unknown"]
@@ -226,8 +231,8 @@ def communication_ops(
     if file_ops is not None:
         ops = file_ops
         ops["parallel_role"] = ops["group_hash"].map(lambda h: roles.get(h, unknown))
-        ops["source"] = "communication_json"
-        return ops, links, "communication_json"
+        ops["source"] = file_source
+        return ops, links, file_source
     ops = pd.DataFrame(
         {
             "step_id": step_ids.reindex(comm_events["step_ordinal"]).to_numpy(),
