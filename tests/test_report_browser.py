@@ -228,7 +228,8 @@ def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_ca
     parts = browser.execute_script(
         "return [...document.querySelectorAll('#inspector .bar div')].map(e => parseFloat(e.style.width))"
     )
-    assert len(parts) == 3 and sum(parts) == pytest.approx(100.0, abs=0.5)  # head + main + tail = the step
+    # before the first kernel (the profiler's 0.2 ms Preparing) + head + main + tail = the step
+    assert len(parts) == 4 and sum(parts) == pytest.approx(100.0, abs=0.5)
     assert browser.find_element(By.CSS_SELECTOR, "#kpis").text.count("%") == 3  # shares as percent
     from npuprof.pipeline.report.glossary import GLOSSARY
 
@@ -262,4 +263,33 @@ def test_a_real_capture_report_paints_its_long_collective_and_asks_for_no_missin
     assert len(covered) > 100 and not low, (first, last, low[:5])  # every bin inside the collective drawn busy
     span = browser.execute_script("return npuprof.state.data.span_us")
     browser.execute_script("npuprof.setView(arguments[0], arguments[1])", span * 0.49, span * 0.51)
+    assert console_errors(browser) == []
+
+
+def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser, tmp_path):
+    """The real CNN capture: one bar per rank, its segments covering the step (every line of
+    step_ledger.csv, the small ones merged), each named with what explains it; the widest is the
+    all-reduce idle the incomplete capture of its group explains, painted as a finding's."""
+    out = tmp_path / "cnn"
+    analyze(PYTORCH_DATA / "text" / "level2", out, jobs=1, options=AnalyzeOptions(mode="full"))
+    console_errors(browser)
+    open_report(browser, (out / "report" / "report.html").as_uri())
+    bars = browser.execute_script(
+        "return [...document.querySelectorAll('#ledger .ledger-bar')].map(b => ({rank: b.dataset.rank, "
+        "width: b.getBoundingClientRect().width, segments: [...b.children].map(s => ({title: s.title, "
+        "kind: s.classList[1], width: s.getBoundingClientRect().width}))}))"
+    )
+    ledger = pd.read_csv(out / schema.STEP_LEDGER_CSV.file)
+    assert sorted(int(b["rank"]) for b in bars) == sorted(ledger["rank_id"].unique())
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    (group,) = [f for f in findings if f["finding_type"] == "capture_incomplete_group"]
+    for bar in bars:
+        assert sum(s["width"] for s in bar["segments"]) == pytest.approx(bar["width"], rel=0.01)
+        mine = ledger[ledger["rank_id"] == int(bar["rank"])]
+        top = mine.sort_values("ms").iloc[-1]
+        widest = max(bar["segments"], key=lambda s: s["width"])
+        assert widest["title"].startswith(top["line"] + ":") and widest["kind"] == "finding"
+        assert top["explained_by"] == group["claim_id"] and "capture_incomplete_group" in widest["title"]
+        named = {s["title"].split(":")[0] for s in bar["segments"]}
+        assert set(mine.loc[mine["ms"] >= 0.005 * mine["wall_ms"], "line"]) <= named
     assert console_errors(browser) == []

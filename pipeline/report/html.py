@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from npuprof.pipeline import schema
 from npuprof.pipeline.io import json_text
 from npuprof.pipeline.report.glossary import GLOSSARY
+from npuprof.pipeline.report.ledger_view import ledger_bars
 from npuprof.pipeline.report.perfetto import rebased_us
 from npuprof.pipeline.report.pp_chart import pp_chart
 from npuprof.pipeline.summaries.communication import call_families
@@ -168,6 +169,8 @@ def _steps(steps: pd.DataFrame, anatomy: pd.DataFrame, offsets, base_ns: int) ->
             part["tail"],
             frame["underfeed_ms"].fillna(0.0).round(3),
             frame["wall_ms"].round(3),
+            # from where the profiler started the step to its first kernel (0: unknown or none)
+            (frame["head_ms"] if "head_ms" in frame else pd.Series(0.0, index=frame.index)).fillna(0.0).round(3),
         ]
     ).tolist()
 
@@ -277,6 +280,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
             if not m.get("event_count")
         ),
         "findings": _findings(inputs.findings, inputs.evidence, offsets, base_ns),
+        "ledger": ledger_bars(inputs.ledger, inputs.findings),
         "steps": _steps(inputs.steps, inputs.anatomy, offsets, base_ns),
         "layers": _layers(inputs.layers, offsets, base_ns),
         "bubbles": _bubbles(bubbles, offsets, base_ns),

@@ -1,5 +1,6 @@
 """The step ledger in words: per rank, the lines that cost the most per step, each with what explains
-it and what fixing it gives (report.md's first section, the terminal summary)."""
+it and what fixing it gives (report.md's first section, the terminal summary); and as a bar per rank
+(report.html), every line a segment."""
 
 from __future__ import annotations
 
@@ -60,3 +61,65 @@ def _explanation(explained_by: str, findings: dict[str, dict]) -> str:
     saved = finding.get("recoverable_ms_per_step")
     gain = f", recovers {saved:.3g} ms/step" if saved is not None else ""
     return f"{finding['finding_type']} on {where}{gain}"
+
+
+MIN_SEGMENT_SHARE = 0.005  # lines below this share of the step are one "other lines" segment of the bar
+
+
+def ledger_bars(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
+    """Per rank (as ``rank_ledgers`` orders and caps them): every line of its mean complete step as a
+    segment of a bar (line, ms per step, share, what explains it and whether that is a finding, an
+    expected reason or nothing), largest first; lines under MIN_SEGMENT_SHARE of the step merged."""
+    complete = ledger[ledger["complete"].astype(bool)] if len(ledger) else ledger
+    if not len(complete):
+        return []
+    saved = {f["claim_id"]: f for f in findings}
+    steps = complete.groupby("rank_id")["step_ordinal"].nunique()
+    walls = complete.drop_duplicates(["rank_id", "step_ordinal"]).groupby("rank_id")["wall_ms"].mean()
+    lines = complete.groupby(["rank_id", "line", "explained_by"], as_index=False, dropna=False)["ms"].sum()
+    lines["ms"] = lines["ms"] / lines["rank_id"].map(steps)
+    shares = unexplained_share(ledger)
+    return [
+        {
+            "rank_id": int(rank),
+            "wall_ms": float(walls[rank]),
+            "unexplained_share": float(shares.get(rank, 0.0)),
+            "segments": _segments(lines[lines["rank_id"] == rank], float(walls[rank]) or 1.0, saved),
+        }
+        for rank in [r["rank_id"] for r in rank_ledgers(ledger, findings)]  # at most MAX_RANKS
+    ]
+
+
+def _segments(lines: pd.DataFrame, wall: float, findings: dict[str, dict]) -> list[dict]:
+    """One rank's lines (ms per step) as bar segments, largest first, the small ones merged."""
+    lines = lines.sort_values("ms", ascending=False)
+    small = lines["ms"] < MIN_SEGMENT_SHARE * wall
+    segments = [
+        {
+            "line": row.line,
+            "ms_per_step": float(row.ms),
+            "share": float(row.ms) / wall,
+            "explained_by": _explanation(str(row.explained_by), findings),
+            "kind": _kind(str(row.explained_by)),
+        }
+        for row in lines[~small].itertuples()  # a loop over the rank's lines (tens)
+    ]
+    if small.any():
+        rest = float(lines.loc[small, "ms"].sum())
+        segments.append(
+            {
+                "line": f"{int(small.sum())} other lines",
+                "ms_per_step": rest,
+                "share": rest / wall,
+                "explained_by": "each below half a percent of the step: step_ledger.csv",
+                "kind": "other",
+            }
+        )
+    return segments
+
+
+def _kind(explained_by: str) -> str:
+    """finding | expected | unexplained: how a line is explained, for its colour."""
+    if explained_by == UNEXPLAINED:
+        return "unexplained"
+    return "expected" if explained_by.startswith(EXPECTED) else "finding"
