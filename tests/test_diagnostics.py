@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import SAMPLE_ROOTS
+from helpers.reported import reported_findings
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
@@ -48,7 +49,7 @@ def planted_ranks(expected: dict, captured: list[int]) -> list[int]:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_every_planted_fault_is_found_on_its_ranks(planted_outputs, name):
     root, out = planted_outputs[name]
-    truth, findings = truth_of(root), findings_of(out)
+    truth, findings = truth_of(root), reported_findings(out)  # a symptom merged into its cause counts
     for expected in truth["expected_findings"]:  # clock offsets and partial captures are checked elsewhere
         wanted = expected["type"]
         found = [f for f in findings if f["finding_type"] == wanted]
@@ -194,7 +195,7 @@ def test_a_changed_diagnosis_threshold_needs_only_the_diagnostics_stage(tmp_path
     root = generate(tmp_path / "root", "host_bubble", seed=5, ranks=2)["root"]
     out = tmp_path / "out"
     analyze(root, out, jobs=1)
-    assert "device_idle_bubble" in {f["finding_type"] for f in findings_of(out)}
+    assert "device_idle_bubble" in {f["finding_type"] for f in reported_findings(out)}
     assert tagged_steps(out)["anomaly_tags"].fillna("").str.contains("INTERNAL_BUBBLE_HEAVY").any()
     before_diagnostics = STAGE_NAMES[: STAGE_NAMES.index("diagnostics")]
     earlier = {p: p.stat().st_mtime_ns for p in (out / schema.stage_manifest_name(s) for s in before_diagnostics)}
@@ -204,7 +205,7 @@ def test_a_changed_diagnosis_threshold_needs_only_the_diagnostics_stage(tmp_path
     monkeypatch.setitem(rules["DEVICE_IDLE_GAP_HEAVY"], "underfeed_ratio_min", 2.0)  # no step idles twice its wall
     result = analyze(None, out, jobs=1, stage_range=StageRange(from_stage="diagnostics"))
     assert result["stages_executed"] == ["diagnostics", "report"]
-    assert "device_idle_bubble" not in {f["finding_type"] for f in findings_of(out)}
+    assert "device_idle_bubble" not in {f["finding_type"] for f in reported_findings(out)}
     assert not tagged_steps(out)["anomaly_tags"].fillna("").str.contains("HEAVY").any()
     assert {p: p.stat().st_mtime_ns for p in earlier} == earlier
 
@@ -300,7 +301,11 @@ def test_steps_are_numbered_by_their_captured_id_everywhere(planted_outputs):
     root, out = planted_outputs["demo"]
     (fault,) = [f for f in truth_of(root)["faults"] if f["kind"] == "device_idle_bubble"]
     assert fault["step_ids"] == [11] and fault["step_ordinals"] == [1] and "step 11" in truth_of(root)["description"]
-    (bubble,) = [f for f in findings_of(out) if f["finding_type"] == "device_idle_bubble"]
+    # the bubble is a blocking .item(): one finding, blocking_sync_in_step, with the bubble's merged in
+    (bubble,) = [f for f in reported_findings(out) if f["finding_type"] == "device_idle_bubble"]
+    (cause,) = [f for f in findings_of(out) if f["claim_id"] == bubble["merged_into"]]
+    assert cause["finding_type"] == "blocking_sync_in_step" and cause["rank_ids"] == fault["ranks"]
+    assert not [f for f in findings_of(out) if f["finding_type"] == "device_idle_bubble"]
     assert "step 11" in bubble["summary"]
     index = pd.read_csv(out / schema.EVIDENCE_INDEX_CSV.file).set_index("evidence_id")
     steps = [e for e in bubble["evidence_ids"] if index.loc[e, "kind"] == "step_window"]

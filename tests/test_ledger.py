@@ -40,6 +40,8 @@ def test_each_planted_fault_explains_lines_on_its_ranks(planted_outputs, name):
         # its own lines, or those its likely cause (a throttled clock for a slow rank) explains for it
         planted = [f for f in findings if f["finding_type"] == expected["type"]]
         claims = {f["claim_id"] for f in planted} | {c["claim_id"] for f in planted for c in f["likely_causes"]}
+        # ... or those of the cause it was merged into (one cause, one finding)
+        claims |= {f["claim_id"] for f in findings if expected["type"] in {m["finding_type"] for m in f["merged"]}}
         mine = ledger[ledger["explained_by"].isin(claims)]
         assert len(mine) and mine["ms"].sum() > 0, f"{name}: {expected['type']} explains no ledger line"
 

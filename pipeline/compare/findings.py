@@ -17,6 +17,10 @@ def _brief(finding: dict) -> dict:
         "severity": finding.get("severity"),
         "summary": finding.get("summary"),
         "evidence_ids": (finding.get("evidence_ids") or [])[:4],
+        # the same cost told as another type, merged into this one (one cause, one finding)
+        "merged": [
+            {"finding_type": m.get("finding_type"), "summary": m.get("summary")} for m in finding.get("merged", [])
+        ],
     }
 
 

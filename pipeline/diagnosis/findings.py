@@ -102,6 +102,49 @@ def link_causes(findings: list[dict]) -> list[dict]:
     return findings
 
 
+MERGED_KEYS = (
+    "finding_type",
+    "claim_id",
+    "summary",
+    "rank_ids",
+    "evidence_ids",
+    "statistic",
+    "recoverable_ms_per_step",
+)
+
+
+def merge_symptoms(findings: list[dict]) -> list[dict]:
+    """One cause, one finding: a finding of a ``merged_into_cause`` type whose likely cause names all
+    its ranks and cites one of its idle windows leaves the list, recorded under the cause's
+    ``merged`` (type, claim id, summary, evidence and estimate kept); every other finding is kept."""
+    merged_types = set(knowledge.load("diagnosis_rules").get("merged_into_cause", []))
+    by_claim = {f["claim_id"]: f for f in findings}
+    kept = []
+    for finding in findings:
+        cause = _merging_cause(finding, by_claim) if finding["finding_type"] in merged_types else None
+        if cause is None:
+            kept.append(finding)
+            continue
+        cause.setdefault("merged", []).append({key: finding[key] for key in MERGED_KEYS})
+    for finding in kept:
+        finding.setdefault("merged", [])
+    return kept
+
+
+def _merging_cause(finding: dict, by_claim: dict[str, dict]) -> dict | None:
+    """The likely cause a symptom merges into: on all its ranks, citing one of its idle windows."""
+    windows = {e for e in finding["evidence_ids"] if ".bubble" in e}
+    for link in finding.get("likely_causes", []):
+        cause = by_claim.get(link["claim_id"])
+        if (
+            cause is not None
+            and set(finding["rank_ids"]) <= set(cause["rank_ids"])
+            and windows & set(cause["evidence_ids"])
+        ):
+            return cause
+    return None
+
+
 def _worded(values: dict[str, Any]) -> dict[str, Any]:
     """The values as a sentence reads them: a list of ranks as '0, 1', not '[0, 1]'."""
     return {k: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in values.items()}

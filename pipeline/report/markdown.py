@@ -413,6 +413,10 @@ def _findings(summary: dict) -> str:
             f"- evidence: {evidence}\n"
             + (f"- limitations: {'; '.join(cell(x) for x in group['limitations'])}\n" if group["limitations"] else "")
             + (f"- read: {notes}\n" if notes else "")
+            + "".join(
+                f"- the same cost, also seen as {cell(m['finding_type'])}: {cell(m['summary'])}\n"
+                for m in group.get("merged", [])
+            )
         )
     return "\n".join(parts)
 

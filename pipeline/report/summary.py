@@ -229,6 +229,12 @@ def finding_groups(inputs: ReportInputs) -> tuple[list[dict], int]:
                 "evidence_sample": _evidence_sample(evidence, inputs.evidence),
                 "limitations": list(dict.fromkeys(lim for f in members for lim in f["limitations"]))[:3],
                 "knowledge_refs": knowledge_refs(finding_type, summary),
+                # the same cost as another type told it, merged into this finding (one cause, one finding)
+                "merged": [
+                    {"finding_type": m["finding_type"], "summary": m["summary"]}
+                    for f in members
+                    for m in f.get("merged", [])
+                ][:4],
             }
         )
     return rolled, max(len(ordered) - MAX_FINDING_GROUPS, 0)

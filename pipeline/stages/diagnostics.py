@@ -18,7 +18,7 @@ from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.critical_path import critical_path
 from npuprof.pipeline.diagnosis.evidence import check_evidence
-from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, rank_by_cost
+from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, merge_symptoms, rank_by_cost
 from npuprof.pipeline.diagnosis.ledger import ledger_lines, step_ledger, unexplained_share
 from npuprof.pipeline.diagnosis.registry import detectors
 from npuprof.pipeline.diagnosis.slow_card import peers_of, slow_card_diff
@@ -41,7 +41,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
     steps = inputs.steps
     step_wall_ms = float(steps["wall_ms"].mean()) if len(steps) and "wall_ms" in steps else None
     claims = [finding.to_dict() for finding in found if not is_annotation(finding.finding_type)]
-    findings = link_causes(rank_by_cost(claims, step_wall_ms))
+    findings = merge_symptoms(link_causes(rank_by_cost(claims, step_wall_ms)))
     annotations = [finding.to_dict() for finding in found if is_annotation(finding.finding_type)]
     evidence_ids = set(ctx.read_table(schema.EVIDENCE_INDEX, columns=["evidence_id"]).column(0).to_pylist())
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
