@@ -25,7 +25,7 @@ from npuprof.synth.text_export import (
     write_kernel_details,
     write_step_trace_time,
 )
-from npuprof.synth.timeline import HOST_LEAD_NS, HOST_STALLS, STEP_TOP, Collective, RankTimeline, simulate
+from npuprof.synth.timeline import HOST_STALLS, STEP_TOP, Collective, RankTimeline, simulate
 from npuprof.synth.trace_export import write_trace_view
 
 FIRST_STEP_ID = 10
@@ -43,6 +43,7 @@ ALSO_REPORTED_ON_SOME_RANKS = {
     "host_launch_bound": ("slow_rank_suspected",),
     "dataloader_stall": ("slow_rank_suspected",),  # (planted in every step: slow_dataloader_rank)
 }
+STALL_AFTER_START_NS = 2_000  # a stall at the step's top begins this soon after ProfilerStep#N
 CAPTURE_CONDITIONS = ("partial_capture", "clock_offset", "rank_not_captured")
 UNCAPTURED = ("capture_incomplete_group", "rank_not_captured")  # faults whose ranks are not written
 PLANTABLE_FINDINGS = (
@@ -279,9 +280,9 @@ def _host_stalls(sc: Scenario, t: RankTimeline) -> list[tuple[int, int, str]]:
             continue
         for step in fault.steps or range(sc.steps):
             rows = np.flatnonzero((t.step == step) & (t.region == LAYER) & (t.layer_index == fault.layer))
-            if fault.layer == STEP_TOP and (t.step == step).any():
-                first = int(t.start_ns[np.flatnonzero(t.step == step)[0]]) - 2 * HOST_LEAD_NS
-                stalls.append((first - int(fault.gap_us * 1000), first, fault.kind))
+            if fault.layer == STEP_TOP and (t.step == step).any():  # from the step's start, before the launch
+                start = int(t.step_start_ns[step]) + STALL_AFTER_START_NS
+                stalls.append((start, start + int(fault.gap_us * 1000), fault.kind))
             elif rows.size:
                 first = rows[0]
                 stalls.append((int(t.start_ns[first] - t.wait_ns[first]), int(t.start_ns[first]), fault.kind))

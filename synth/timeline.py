@@ -20,7 +20,10 @@ from npuprof.synth.models import build_step
 from npuprof.synth.program import DENSE, LAYER, MOE, Program, Workload
 from npuprof.synth.scenarios import Fault, Scenario
 
-STEP_PREP_US = 350.0  # host work between steps (dataloader, step bookkeeping)
+STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
+# ... of which this much falls inside the next step: the host enters ProfilerStep#N and launches its
+# first kernel at once, which starts a launch lead later (the rest ends the previous iteration)
+STEP_HEAD_US = 40.0
 HOST_LEAD_NS = 35_000  # the host launches a kernel ~35 µs before the device starts it
 STARVED_LEAD_NS = 2_000  # ... and only just before it where the device waits for the launch
 DEVICE_GAP_US = (1.5, 6.0)  # the device's own gap before a kernel: uniform between these
@@ -396,8 +399,9 @@ def _timeline(scenario: Scenario, plan: _RankPlan, simulation: _Simulation, offs
     duration_ns = np.round(plan.dur_us * 1000).astype(np.int64)
     end_ns = start_ns + duration_ns
     firsts = np.arange(S) * n_step
-    # the step starts halfway through the host's work between steps, before any stall at its top
-    step_start_ns = start_ns[firsts] - int(STEP_PREP_US * 500) - np.round(plan.head_us * 1000).astype(np.int64) + offset
+    # the step starts STEP_HEAD_US before its first kernel, and before any stall at its top
+    head_ns = int(STEP_HEAD_US * 1000) + np.round(plan.head_us * 1000).astype(np.int64)
+    step_start_ns = start_ns[firsts] - head_ns + offset
     step_end_ns = end_ns[firsts + n_step - 1] + offset
     tile = lambda name: np.tile(plan.arrays[name], S)  # noqa: E731
     timeline = RankTimeline(

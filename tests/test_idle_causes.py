@@ -15,7 +15,7 @@ from conftest import SAMPLE_ROOTS
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.synth.timeline import DEVICE_GAP_US, HOST_LEAD_NS, STARVED_LEAD_NS, STEP_PREP_US
+from npuprof.synth.timeline import DEVICE_GAP_US, HOST_LEAD_NS, STARVED_LEAD_NS, STEP_HEAD_US
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 
@@ -88,10 +88,10 @@ def test_a_launch_bound_step_waits_for_every_compute_kernel_launch(planted_outpu
         first = mine["step_ordinal"].min()
         count = int(len(own) / len(mine))  # compute kernels per step
         # each waits the planted gap plus the device's own gap (uniform, its mean) for its launch; and
-        # the step waits for its first launch from its start (synth starts it halfway through the host's
-        # work between steps)
+        # the step waits for its first launch from its start (synth starts it STEP_HEAD_US before its
+        # first kernel)
         launch = per_step.loc[(rank, first), "launch"]
-        expected_us = count * (fault["gap_us"] + np.mean(DEVICE_GAP_US)) + STEP_PREP_US / 2
+        expected_us = count * (fault["gap_us"] + np.mean(DEVICE_GAP_US)) + STEP_HEAD_US
         assert launch == pytest.approx(expected_us / 1000.0, rel=0.08)
         late = gaps[(gaps["rank_id"].astype(int) == rank) & (gaps["cause"] == "launch")]
         assert (late["launch_lead_us"] < 0).all() and len(late) >= count * len(mine) - len(mine)

@@ -16,7 +16,7 @@ from npuprof.api import Analysis
 from npuprof.pipeline import schema
 from npuprof.pipeline.runner import analyze
 from npuprof.synth import generate
-from npuprof.synth.timeline import STEP_PREP_US
+from npuprof.synth.timeline import STEP_HEAD_US
 
 CNN_TEXT = PYTORCH_DATA / "text" / "level2"
 CNN_DB = PYTORCH_DATA / "db" / "level2"
@@ -102,7 +102,7 @@ def test_a_data_loader_late_at_the_top_of_the_step_is_inside_the_step(tmp_path, 
     (stall,) = json.loads((root / "ground_truth.json").read_text())["faults"]
     (late,) = stall["ranks"]
     complete = steps[steps["complete"].astype(bool)]
-    own_gap_ms = STEP_PREP_US / 2 / 1000  # synth starts every step halfway through the gap before it
+    own_gap_ms = STEP_HEAD_US / 1000  # synth starts every step this long before its first kernel
     heads = complete.groupby(level=0)["head_ms"].mean()
     assert heads[late] == pytest.approx(own_gap_ms + stall["gap_us"] / 1000, abs=0.01)
     assert heads.drop(late).to_numpy() == pytest.approx(own_gap_ms, abs=0.01)

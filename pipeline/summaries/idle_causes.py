@@ -1,7 +1,8 @@
 """Why the device idled: every idle gap of a step split among its host causes.
 
 A gap whose next kernel the host had launched before the gap began is the device's own (``queued``:
-its work was there, it waited on something else). In every other gap the host is the cause: the
+its work was there, it waited on something else); so is, before a step's first kernel, the stretch
+after the host launched it (the launch in flight). In every other gap the host is the cause: the
 time its spans of a cause class cover (a blocking sync, the dataloader, garbage collection, memory
 allocation; the first class in ``evidence_rules.yaml`` takes time two cover), and the rest is
 ``launch`` — the host had not launched the next kernel yet — or ``unattributed`` where the trace
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.summaries.accounting import head_idle_name
 from npuprof.pipeline.summaries.attribution import covered_per_window, name_matches, overlap_pairs
 
 LAUNCH, QUEUED, UNATTRIBUTED = "launch", "queued", "unattributed"
@@ -83,9 +85,14 @@ def gap_causes(gaps: pd.DataFrame, after_launch_us: np.ndarray, host: pd.DataFra
         covered = covered_per_window(overlap_pairs(windows, events), len(windows))
         shares[name] = np.where(host_side, np.minimum(covered, duration) - covered_before, 0.0)
         covered_before = np.minimum(covered, duration)
-    rest = np.where(host_side, duration - covered_before, 0.0)
+    # before a step's first kernel, the stretch after its launch is the launch in flight (the device's
+    # own latency, as in a queued gap): the host's part of that gap ends where it launched
+    head = (gaps["window"] == head_idle_name()).to_numpy() if "window" in gaps else np.zeros(len(gaps), bool)
+    in_flight = np.where(head & host_side & ~np.isnan(lead), np.clip(windows["end_us"] - launch, 0.0, duration), 0.0)
+    in_flight = np.minimum(in_flight, duration - covered_before)
+    rest = np.where(host_side, duration - covered_before - in_flight, 0.0)
     shares[LAUNCH] = np.where(np.isnan(lead), 0.0, rest)
-    shares[QUEUED] = np.where(queued, duration, 0.0)
+    shares[QUEUED] = np.where(queued, duration, in_flight)
     shares[UNATTRIBUTED] = np.where(np.isnan(lead), rest, 0.0)
     frame = pd.DataFrame({cause_column(k): np.clip(v, 0.0, None) for k, v in shares.items()}, index=gaps.index)
     names, microseconds = np.array(list(shares)), frame.to_numpy()
