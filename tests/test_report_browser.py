@@ -261,6 +261,11 @@ def test_a_real_capture_report_paints_its_long_collective_and_asks_for_no_missin
     covered = [max(coarse["busy"][i][b] for i in lanes) for b in range(first, last + 1)]
     low = [(b, v) for b, v in zip(range(first, last + 1), covered) if v < 0.99]
     assert len(covered) > 100 and not low, (first, last, low[:5])  # every bin inside the collective drawn busy
+    # ... in communication's colour, as the zoomed view paints its kernels: its lane's main kind
+    held = [i for i in lanes if min(coarse["busy"][i][first : last + 1]) > 0.99]  # busy the whole collective
+    assert held and all(coarse["kinds"][i] == "communication" for i in held)
+    paint = "return COLORS[npuprof.state.data.coarse.kinds[arguments[0]]] === COLORS.communication"
+    assert browser.execute_script(paint, held[0])
     span = browser.execute_script("return npuprof.state.data.span_us")
     browser.execute_script("npuprof.setView(arguments[0], arguments[1])", span * 0.49, span * 0.51)
     assert console_errors(browser) == []

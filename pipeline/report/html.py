@@ -68,9 +68,15 @@ def _coarse(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, span_us: f
     np.add.at(between, (codes[many], last[many]), -width)
     busy += np.cumsum(between, axis=1)[:, :COARSE_BINS]
     lanes = rows.groupby(codes).first()  # lane k holds row k of busy
+    # each lane is painted in the colour of the kernels that hold most of its time (a communication
+    # stream in communication's, as the zoomed view paints its kernels)
+    held = pd.DataFrame({"lane": codes, "kind": events["op_type"].fillna("").to_numpy(str), "us": end - start})
+    held = held.groupby(["lane", "kind"], sort=False)["us"].sum().reset_index().sort_values("us", kind="stable")
+    kinds = held.drop_duplicates("lane", keep="last").set_index("lane")["kind"].reindex(range(len(uniques)))
     return {
         "bin_us": width,
         "lanes": lanes.to_numpy().tolist(),
+        "kinds": kinds.fillna("").tolist(),
         "busy": np.round(np.minimum(busy / width, 1.0), 3).tolist(),
     }
 
