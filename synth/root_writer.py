@@ -16,7 +16,7 @@ import numpy as np
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
 from npuprof.synth.program import DENSE, LAYER, MOE
-from npuprof.synth.scenarios import Fault, Scenario
+from npuprof.synth.scenarios import STEP_TOP, Fault, Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
 from npuprof.synth.text_export import (
     communication_records,
@@ -25,7 +25,7 @@ from npuprof.synth.text_export import (
     write_kernel_details,
     write_step_trace_time,
 )
-from npuprof.synth.timeline import HOST_STALLS, STEP_TOP, Collective, RankTimeline, simulate
+from npuprof.synth.timeline import HOST_STALLS, Collective, RankTimeline, simulate
 from npuprof.synth.trace_export import write_trace_view
 
 FIRST_STEP_ID = 10

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+STEP_TOP = -1  # a host stall's layer: at the top of the step, inside ProfilerStep#N before its first kernel
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -169,7 +171,7 @@ SCENARIOS: dict[str, Scenario] = {
             "dense training, data parallel; rank 1's data loader hands over each batch 1.5 ms late, at the top "
             "of every step before its first kernel (the profiler's step has started, the device has nothing to "
             "run), and the other ranks wait for it in their gradient all-reduce",
-            faults=(Fault("dataloader_stall", ranks=(1,), layer=-1, gap_us=1500.0),),
+            faults=(Fault("dataloader_stall", ranks=(1,), layer=STEP_TOP, gap_us=1500.0),),
         ),
         Scenario(
             "launch_bound_rank",

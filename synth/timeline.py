@@ -18,7 +18,7 @@ from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.kernels import Kernel
 from npuprof.synth.models import build_step
 from npuprof.synth.program import DENSE, LAYER, MOE, Program, Workload
-from npuprof.synth.scenarios import Fault, Scenario
+from npuprof.synth.scenarios import STEP_TOP, Fault, Scenario
 
 STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
 # ... of which this much falls inside the next step: the host enters ProfilerStep#N and launches its
@@ -29,7 +29,6 @@ STARVED_LEAD_NS = 2_000  # ... and only just before it where the device waits fo
 DEVICE_GAP_US = (1.5, 6.0)  # the device's own gap before a kernel: uniform between these
 # faults that idle the device in a host stall before a layer (the host spans say which stall)
 HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation_heavy")
-STEP_TOP = -1  # a host stall's layer: at the top of the step, inside ProfilerStep#N before its first kernel
 NOMINAL_AICORE_MHZ = 1800.0  # the AI Core clock every synthetic card runs at unless throttled
 BASE_CLOCK_NS = 1_764_246_877_000_000_000  # a 2025-11 wall clock, like the real samples
 

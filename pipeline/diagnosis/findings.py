@@ -66,6 +66,7 @@ class Finding:
             if self.recoverable_ms_per_step is None
             else round(float(self.recoverable_ms_per_step), 3),
             "likely_causes": [],
+            "merged": [],  # findings that told the same cost as another type (merge_symptoms)
         }
 
 
@@ -125,9 +126,7 @@ def merge_symptoms(findings: list[dict]) -> list[dict]:
         if cause is None:
             kept.append(finding)
             continue
-        cause.setdefault("merged", []).append({key: finding[key] for key in MERGED_KEYS})
-    for finding in kept:
-        finding.setdefault("merged", [])
+        cause["merged"].append({key: finding[key] for key in MERGED_KEYS})
     return kept
 
 

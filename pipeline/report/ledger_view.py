@@ -12,19 +12,30 @@ TOP_LINES = 5
 MAX_RANKS = 8  # ranks spelled out (the most unexplained first); ledger.csv holds every one
 
 
-def rank_ledgers(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
-    """Per rank (the most unexplained first, at most MAX_RANKS): its mean step wall over complete
-    steps, its unexplained share and its TOP_LINES costliest lines (ms per step, share, explanation)."""
+def _per_rank(ledger: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series, pd.Series, list] | None:
+    """Over complete steps: each rank's lines (rank_id, line, explained_by, ms per step), mean wall and
+    unexplained share, and the ranks to show (the most unexplained first, at most MAX_RANKS); None
+    without a complete step."""
     complete = ledger[ledger["complete"].astype(bool)] if len(ledger) else ledger
     if not len(complete):
-        return []
-    saved = {f["claim_id"]: f for f in findings}
+        return None
     steps = complete.groupby("rank_id")["step_ordinal"].nunique()
     walls = complete.drop_duplicates(["rank_id", "step_ordinal"]).groupby("rank_id")["wall_ms"].mean()
     lines = complete.groupby(["rank_id", "line", "explained_by"], as_index=False, dropna=False)["ms"].sum()
     lines["ms"] = lines["ms"] / lines["rank_id"].map(steps)
     shares = unexplained_share(ledger)
     ranks = sorted(walls.index, key=lambda r: (-float(shares.get(r, 0.0)), int(r)))[:MAX_RANKS]
+    return lines, walls, shares, ranks
+
+
+def rank_ledgers(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
+    """Per rank (the most unexplained first, at most MAX_RANKS): its mean step wall over complete
+    steps, its unexplained share and its TOP_LINES costliest lines (ms per step, share, explanation)."""
+    per_rank = _per_rank(ledger)
+    if per_rank is None:
+        return []
+    lines, walls, shares, ranks = per_rank
+    saved = {f["claim_id"]: f for f in findings}
     out = []
     for rank in ranks:
         mine = lines[lines["rank_id"] == rank].sort_values("ms", ascending=False).head(TOP_LINES)
@@ -70,15 +81,11 @@ def ledger_bars(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
     """Per rank (as ``rank_ledgers`` orders and caps them): every line of its mean complete step as a
     segment of a bar (line, ms per step, share, what explains it and whether that is a finding, an
     expected reason or nothing), largest first; lines under MIN_SEGMENT_SHARE of the step merged."""
-    complete = ledger[ledger["complete"].astype(bool)] if len(ledger) else ledger
-    if not len(complete):
+    per_rank = _per_rank(ledger)
+    if per_rank is None:
         return []
+    lines, walls, shares, ranks = per_rank
     saved = {f["claim_id"]: f for f in findings}
-    steps = complete.groupby("rank_id")["step_ordinal"].nunique()
-    walls = complete.drop_duplicates(["rank_id", "step_ordinal"]).groupby("rank_id")["wall_ms"].mean()
-    lines = complete.groupby(["rank_id", "line", "explained_by"], as_index=False, dropna=False)["ms"].sum()
-    lines["ms"] = lines["ms"] / lines["rank_id"].map(steps)
-    shares = unexplained_share(ledger)
     return [
         {
             "rank_id": int(rank),
@@ -86,7 +93,7 @@ def ledger_bars(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
             "unexplained_share": float(shares.get(rank, 0.0)),
             "segments": _segments(lines[lines["rank_id"] == rank], float(walls[rank]) or 1.0, saved),
         }
-        for rank in [r["rank_id"] for r in rank_ledgers(ledger, findings)]  # at most MAX_RANKS
+        for rank in ranks  # at most MAX_RANKS
     ]
 
 

@@ -114,14 +114,10 @@ def profiler_heads(steps: pd.DataFrame, starts: pd.DataFrame) -> np.ndarray:
     if not len(starts) or not len(steps):
         return head
     by_id = starts.drop_duplicates("step_id").set_index("step_id")
-    ids = steps["step_id"]
-    if "preparing_ns" in by_id:
-        found = ids.map(by_id["preparing_ns"])
-        known = found.notna().to_numpy()
-        head[known] = found[known].to_numpy(np.int64)
-    else:
-        found = ids.map(by_id["start_ns"])
-        known = found.notna().to_numpy()
-        head[known] = first[known] - found[known].to_numpy(np.int64)
+    preparing = "preparing_ns" in by_id  # else start_ns: when the profiler started the step
+    found = steps["step_id"].map(by_id["preparing_ns" if preparing else "start_ns"])
+    known = found.notna().to_numpy()
+    recorded = found[known].to_numpy(np.int64)
+    head[known] = recorded if preparing else first[known] - recorded
     previous_end = np.concatenate([[np.iinfo(np.int64).min // 2], steps["end_ns"].to_numpy(np.int64)[:-1]])
     return np.clip(np.minimum(head, first - previous_end), 0, None)

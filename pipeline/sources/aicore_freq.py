@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from npuprof.pipeline.sources.profiler_db import connect_readonly
+from npuprof.pipeline.sources.profiler_db import connect_readonly, table_names
 
 COUNTER_NAME = b'"AI Core Freq"'
 OBJECT_REACH = 4096  # bytes searched either side of a hit for the enclosing event object
@@ -96,8 +96,7 @@ def read_trace_freq(path: Path) -> tuple[pd.DataFrame, int]:
 def read_db_freq(path: Path) -> pd.DataFrame | None:
     """``AICORE_FREQ`` rows of a profiler db (rowid as the source row), or None without the table."""
     with connect_readonly(path) as con:
-        tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "AICORE_FREQ" not in tables:
+        if "AICORE_FREQ" not in table_names(con):
             return None
         rows = con.execute("SELECT rowid, timestampNs, freq FROM AICORE_FREQ").fetchall()
     frame = pd.DataFrame(rows, columns=["source_row", "timestamp_ns", "freq_mhz"])

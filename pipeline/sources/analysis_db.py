@@ -19,7 +19,7 @@ import pandas as pd
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.communication_files import LINK_COLUMNS, OP_COLUMNS, step_id_of
-from npuprof.pipeline.sources.profiler_db import connect_readonly
+from npuprof.pipeline.sources.profiler_db import connect_readonly, table_names
 
 TIME_TABLE, BANDWIDTH_TABLE, MATRIX_TABLE = "CommAnalyzerTime", "CommAnalyzerBandwidth", "CommAnalyzerMatrix"
 KEYS = ["step", "type", "hccl_op_name", "group_name"]
@@ -29,7 +29,7 @@ def _tables(path: Path, wanted: list[str]) -> dict[str, pd.DataFrame] | None:
     """The ``wanted`` tables of the file (None when its first is not there: no communication analysed)."""
     con = connect_readonly(path)
     try:
-        present = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        present = table_names(con)
         if wanted[0] not in present:
             return None
         return {t: pd.read_sql_query(f"SELECT * FROM {t}", con) for t in wanted if t in present}  # noqa: S608

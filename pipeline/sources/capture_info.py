@@ -13,7 +13,7 @@ from pathlib import Path
 
 from npuprof.pipeline.sources.auxiliary import read_auxiliary, read_json_object
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
-from npuprof.pipeline.sources.profiler_db import connect_readonly
+from npuprof.pipeline.sources.profiler_db import connect_readonly, table_names
 
 
 def _object(value: object) -> dict:
@@ -42,7 +42,7 @@ def _from_db(path: Path) -> dict:
     facts: dict = {}
     try:
         with connect_readonly(path) as con:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = table_names(con)
             if "META_DATA" in tables:
                 meta = dict(con.execute("SELECT name, value FROM META_DATA").fetchall())
                 facts["db_schema_version"] = meta.get("SCHEMA_VERSION")

@@ -18,7 +18,7 @@ import pandas as pd
 
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.host_trace import COLUMNS, LAUNCH_COLUMNS, HostTrace
-from npuprof.pipeline.sources.profiler_db import connect_readonly
+from npuprof.pipeline.sources.profiler_db import connect_readonly, table_names
 
 PYTHON_PROCESS, CANN_PROCESS = "Python", "CANN"
 # ENUM_API_TYPE ids of CANN_API rows, and the prefix trace_view gives their names
@@ -42,15 +42,11 @@ GROUP BY t.globalTaskId ORDER BY device_start_ns
 """
 
 
-def _present(con: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-
 def has_host_tables(path: str | Path) -> bool:
     """Whether the db records the host side at all (a db without it has nothing to give)."""
     con = connect_readonly(Path(path))
     try:
-        present = _present(con)
+        present = table_names(con)
     except sqlite3.DatabaseError:
         return False
     finally:
@@ -69,7 +65,7 @@ def read_db_host_events(path: str | Path, span_start_us: float, span_end_us: flo
     bounds = (int(span_start_us * 1000), int(span_end_us * 1000))
     con = connect_readonly(path)
     try:
-        framework = "PYTORCH_API" in _present(con)  # a CANN-only (msprof) db has none
+        framework = "PYTORCH_API" in table_names(con)  # a CANN-only (msprof) db has none
         python = _spans(con, "PYTORCH_API", "-1", bounds, cap) if framework else pd.DataFrame(columns=SPAN_COLUMNS)
         cann = _spans(con, "CANN_API", "h.type", bounds, cap)
         launches = pd.read_sql_query(_LAUNCHES, con, params=bounds)

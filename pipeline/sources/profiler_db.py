@@ -99,8 +99,13 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True)
 
 
+def table_names(con: sqlite3.Connection) -> set[str]:
+    """The tables of an open db (its sqlite_master)."""
+    return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
 def _table_columns(con: sqlite3.Connection) -> dict[str, list[str]]:
-    names = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    names = sorted(table_names(con))
     # a bound parameter, never a name pasted into SQL: table names are data (one may hold a quote)
     return {name: [col[0] for col in con.execute("SELECT name FROM pragma_table_info(?)", (name,))] for name in names}
 

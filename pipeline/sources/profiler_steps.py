@@ -17,7 +17,7 @@ import pandas as pd
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.auxiliary import read_auxiliary
 from npuprof.pipeline.sources.discovery import RankInput
-from npuprof.pipeline.sources.profiler_db import connect_readonly
+from npuprof.pipeline.sources.profiler_db import connect_readonly, table_names
 from npuprof.pipeline.sources.step_trace import read_step_trace_time
 
 STEP_TRACE = "step_trace_time.csv Preparing"
@@ -29,8 +29,7 @@ def _from_db(path: Path) -> pd.DataFrame:
     """step_id and start_ns (int64) of every STEP_TIME row (empty without the table)."""
     con = connect_readonly(path)
     try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "STEP_TIME" not in tables:
+        if "STEP_TIME" not in table_names(con):
             return pd.DataFrame({"step_id": [], "start_ns": []}, dtype="int64")
         found = pd.read_sql_query("SELECT id AS step_id, startNs AS start_ns FROM STEP_TIME", con)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:

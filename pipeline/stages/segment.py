@@ -147,10 +147,11 @@ def _started_by_profiler(ctx: RankContext, steps: pd.DataFrame) -> tuple[pd.Data
     and the notes: an unreadable source, or captured steps the profiler's record does not hold."""
     starts, source, unreadable = profiler_step_starts(ctx.rank)
     head = profiler_heads(steps, starts)
+    start_ns = steps["start_ns"].to_numpy(np.int64) - head
     known = steps["step_id"].isin(starts["step_id"]).to_numpy() if source else np.zeros(len(steps), dtype=bool)
     steps = steps.assign(
-        start_ns=steps["start_ns"].to_numpy(np.int64) - head,
-        start_us=(steps["start_ns"].to_numpy(np.int64) - head) / 1000.0,
+        start_ns=start_ns,
+        start_us=start_ns / 1000.0,
         head_ms=head / 1e6,
         start_source=np.where(known, source, None),
     )

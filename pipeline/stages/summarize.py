@@ -166,7 +166,7 @@ def _communication_files(ctx: RankContext) -> tuple[tuple, str, list[dict]]:
         path = supplemental.get(key)
         value, note = read_auxiliary(reader, path, ctx.rank.rank_id, fallback) if path else (None, None)
         found.append(value)
-        unreadable += [note] if note and note not in unreadable else []
+        unreadable += [note] if note else []
     return tuple(found), source, unreadable
 
 

@@ -123,10 +123,15 @@ def step_time_accounting(
     return _per_step([*rows, ("primary", "idle", head_idle_name(), _head_ns(step, time, steps))], steps)
 
 
+def _first_boundaries(step: np.ndarray) -> np.ndarray:
+    """Index of each step's first boundary (``_boundaries`` order): its first event's start."""
+    return np.flatnonzero(np.concatenate([[True], step[1:] != step[:-1]]))
+
+
 def _head_ns(step: np.ndarray, time: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """Per step (``steps`` order): ns from its start to its first event (the boundaries ``step`` and
-    ``time``: its first is its first event's start)."""
-    first_start = pd.Series(time).groupby(step).min()
+    """Per step (``steps`` order): ns from its start to its first event."""
+    firsts = _first_boundaries(step)
+    first_start = pd.Series(time[firsts], index=step[firsts])
     heads = first_start.reindex(steps["step_ordinal"]).to_numpy(np.int64) - steps["start_ns"].to_numpy(np.int64)
     return np.clip(heads, 0, None).astype(float)
 
@@ -163,7 +168,7 @@ def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame, steps: pd.DataFra
     gaps = np.flatnonzero(same_step & (np.cumsum(sign)[:-1] == 0) & (length > 0))
     positions = np.flatnonzero(events["step_ordinal"].notna().to_numpy())[event_of]
     # a step's first boundary is its first event's start: the gap before it runs from the step's start
-    firsts = np.flatnonzero(np.concatenate([[True], ~same_step]))
+    firsts = _first_boundaries(step)
     first_pos = positions[firsts]
     step_start = steps.set_index("step_ordinal")["start_ns"].reindex(step[firsts]).to_numpy(np.int64)
     headed = step_start < time[firsts]

@@ -37,13 +37,13 @@ ATTRIBUTION_COLUMNS = [
 def read_rank_host_trace(rank: RankInput, span_us: tuple[float, float] | None, enabled: bool):
     """The rank's host events and launch flows over ``span_us`` (its steps), or None; and a status
     for the manifest (ok | no_steps | missing | unreadable | skipped)."""
-    trace, reader = rank.supplemental.get(TRACE_VIEW), read_host_events
-    if not trace and len(rank.profiler_dbs) == 1 and has_host_tables(rank.profiler_dbs[0]):
-        trace, reader = rank.profiler_dbs[0], read_db_host_events  # a db export: the same, as tables
     if not enabled:
         return None, {"status": "skipped"}
     if span_us is None:
         return None, {"status": "no_steps"}
+    trace, reader = rank.supplemental.get(TRACE_VIEW), read_host_events
+    if not trace and len(rank.profiler_dbs) == 1 and has_host_tables(rank.profiler_dbs[0]):
+        trace, reader = rank.profiler_dbs[0], read_db_host_events  # a db export: the same, as tables
     if not trace:
         return None, {"status": "missing"}
     cap = int(knowledge.load("evidence_rules")["host_trace"]["max_events_per_rank"])
