@@ -37,6 +37,8 @@ class WorkerSettings:
     python: str = "python3"
     concurrency: int | None = None
     storage_map: str | None = None  # NPUPROF_STORAGE_MAP of the worker: which storages this host mounts
+    storage_roots: tuple[str, ...] = ()  # NPUPROF_STORAGE_ROOTS: more dirs it serves (an archive)
+    signing_dir: str | None = None  # a local dir of npuprof signing-keys: copied to the host, signing on
     system_site_packages: bool = False
     init: str = "auto"  # auto | systemd | supervisor
     ping_timeout: float = 90.0
@@ -126,6 +128,8 @@ def _desired(settings: WorkerSettings, wheel: Wheel, layout: Layout, systemd: bo
         "broker_sha256": hashlib.sha256(settings.broker.encode()).hexdigest(),
         "queues": list(settings.queues),
         "storage_map": settings.storage_map,
+        "storage_roots": list(settings.storage_roots),
+        "signing_sha256": _signing_digest(settings.signing_dir),
         "concurrency": settings.concurrency,
         "python": settings.python,
         "system_site_packages": settings.system_site_packages,
@@ -135,13 +139,41 @@ def _desired(settings: WorkerSettings, wheel: Wheel, layout: Layout, systemd: bo
     }
 
 
-def _env_file(settings: WorkerSettings, worker: str) -> str:
+def _signing_files(signing_dir: str) -> dict[str, bytes]:
+    """Each signing file to copy, by its path relative to the install dir's ``signing/``."""
+    from npuprof.workers import signing
+
+    key, cert, store = signing.files_in(signing_dir).values()
+    files = {signing.KEY_FILE: key.read_bytes(), signing.CERT_FILE: cert.read_bytes()}
+    files.update({f"{signing.STORE_DIR}/{p.name}": p.read_bytes() for p in sorted(store.iterdir()) if p.is_file()})
+    return files
+
+
+def _signing_digest(signing_dir: str | None) -> str | None:
+    """A hash of the signing files (a new key or a new trusted certificate redeploys; no key is stored)."""
+    if signing_dir is None:
+        return None
+    digest = hashlib.sha256()
+    for name, data in _signing_files(signing_dir).items():
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+def _env_file(settings: WorkerSettings, worker: str, layout: Layout) -> str:
+    from npuprof.workers import signing
+
+    signing_env = dict.fromkeys(signing.SIGNING_ENV, "")
+    if settings.signing_dir:
+        remote = (signing.KEY_FILE, signing.CERT_FILE, signing.STORE_DIR)
+        signing_env = {name: layout.path(f"signing/{file}") for name, file in zip(signing.SIGNING_ENV, remote)}
     values = {
         "NPUPROF_BROKER_URL": settings.broker,
         "NPUPROF_QUEUES": ",".join(settings.queues),
         "NPUPROF_WORKER_NAME": worker,
         "NPUPROF_CONCURRENCY": str(settings.concurrency or ""),
         "NPUPROF_STORAGE_MAP": settings.storage_map or "",
+        "NPUPROF_STORAGE_ROOTS": ":".join(settings.storage_roots),  # the host's os.pathsep: hosts are POSIX
+        **signing_env,
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
 
@@ -164,7 +196,14 @@ def _install(session: Session, layout: Layout, settings: WorkerSettings, wheel: 
         uri = PurePosixPath(remote_wheel).as_uri()
         session.run([*pip, f"npuprof[service] @ {uri}"], timeout=1800)  # dependencies, when missing
         session.run([*pip, "--no-deps", "--force-reinstall", f"npuprof @ {uri}"], timeout=600)  # this exact content
-    session.write(layout.path("worker.env"), _env_file(settings, f"{layout.worker_name}@%h"), mode=0o600)
+    if settings.signing_dir:
+        from npuprof.workers.signing import KEY_FILE, STORE_DIR
+
+        session.makedirs(layout.path(f"signing/{STORE_DIR}"))
+        for name, data in _signing_files(settings.signing_dir).items():
+            session.write(layout.path(f"signing/{name}"), data, mode=0o600 if name == KEY_FILE else 0o644)
+    env = _env_file(settings, f"{layout.worker_name}@%h", layout)
+    session.write(layout.path("worker.env"), env, mode=0o600)
     session.write(layout.path("worker.sh"), _template("worker.sh"), mode=0o755)
     session.write(layout.path("supervise.sh"), _template("supervise.sh"), mode=0o755)
 

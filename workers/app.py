@@ -2,14 +2,15 @@
 
 ``make_app(broker)`` builds an app for one broker URL: workers use the module's ``app`` (the URL of
 ``NPUPROF_BROKER_URL``), and a client that talks to another broker builds its own and sends tasks
-by name, so nothing global is mutated.
+by name, so nothing global is mutated (but message signing, when configured, registers Celery's
+``auth`` serializer process-wide: ``workers.signing``).
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from npuprof.workers import settings
+from npuprof.workers import settings, signing
 
 
 def make_app(broker: str | None = None) -> Celery:
@@ -53,6 +54,7 @@ def make_app(broker: str | None = None) -> Celery:
         result_serializer="json",
         accept_content=["json"],
     )
+    signing.configure(celery_app)  # signed task and control messages when NPUPROF_SIGNING_* say so
     return celery_app
 
 

@@ -32,6 +32,24 @@ def worker_command(queues: str | None, concurrency: int | None, passthrough: lis
     return command + [a for a in passthrough if a != "--"]
 
 
+def storage_env(dirs: list[str]) -> dict:
+    """NPUPROF_STORAGE_ROOTS with ``dirs`` (``--storage``) added; refused when the worker would serve no
+    storage at all (its tasks would all be refused) or a dir does not exist."""
+    from npuprof.workers import settings
+
+    for directory in dirs:
+        if not Path(directory).is_dir():
+            raise UsageError(f"--storage {directory}: no such directory")
+    known = [item for item in os.environ.get("NPUPROF_STORAGE_ROOTS", "").split(os.pathsep) if item]
+    roots = os.pathsep.join(dict.fromkeys(known + [str(Path(d).resolve()) for d in dirs]))
+    if not roots and not settings.storage_map():
+        raise UsageError(
+            "a worker serves only the storage it is given, and this one was given none: "
+            "npuprof worker --storage DIR (repeatable) or NPUPROF_STORAGE_MAP=name=/mount"
+        )
+    return {"NPUPROF_STORAGE_ROOTS": roots}
+
+
 def flower_command(port: int, address: str) -> list[str]:
     """``celery flower`` with npuprof's app on ``address:port``."""
     return _celery() + ["flower", f"--port={port}", f"--address={address}"]

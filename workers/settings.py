@@ -40,7 +40,31 @@ def checked_broker_url(url: str) -> str:
 
 
 def broker_url() -> str:
-    return os.environ.get("NPUPROF_BROKER_URL", DEFAULT_BROKER)
+    """The broker's URL: NPUPROF_BROKER_URL, else the first line of the file NPUPROF_BROKER_URL_FILE names
+    (a password kept in a 0600 file, out of the environment of every child), else the local default."""
+    if os.environ.get("NPUPROF_BROKER_URL"):
+        return os.environ["NPUPROF_BROKER_URL"]
+    if os.environ.get("NPUPROF_BROKER_URL_FILE"):
+        return broker_url_from_file(os.environ["NPUPROF_BROKER_URL_FILE"])
+    return DEFAULT_BROKER
+
+
+def broker_url_from_file(path: str) -> str:
+    """The first non-empty line of ``path``: a broker URL kept off the command line (and out of ``ps``)."""
+    from npuprof.pipeline.errors import UsageError
+
+    try:
+        lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"broker URL file {path}: cannot read it ({exc.__class__.__name__})") from None
+    if not lines:
+        raise UsageError(f"broker URL file {path} is empty: write redis://:password@host:port/db in it")
+    return lines[0]
+
+
+def has_password(url: str) -> bool:
+    """Whether ``url`` carries a password (``redis://:pw@host``): shown in ``ps`` when given as an argument."""
+    return redacted(url) != url
 
 
 def _seconds(name: str, default: int) -> int:
@@ -107,6 +131,15 @@ def storage_map() -> list[tuple[str, str]]:
         if name and prefix:
             pairs.append((str(Path(prefix)), name.strip()))
     return sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)
+
+
+def served_storage() -> list[Path]:
+    """The directories a worker serves, resolved: the prefixes of NPUPROF_STORAGE_MAP and the dirs of
+    NPUPROF_STORAGE_ROOTS (``npuprof worker --storage DIR``, an archive say). A task naming any path
+    outside them is refused (``workers.storage``); a worker that serves none runs no task on a path."""
+    extra = [item for item in os.environ.get("NPUPROF_STORAGE_ROOTS", "").split(os.pathsep) if item]
+    prefixes = [prefix for prefix, _ in storage_map()] + extra
+    return [Path(os.path.realpath(prefix)) for prefix in dict.fromkeys(prefixes)]
 
 
 def queue_for(path: str | Path) -> str:

@@ -43,7 +43,7 @@ from npuprof.pipeline.sweep import service_mark
 from npuprof.pipeline.sweep.local import is_reusable
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
-from npuprof.workers import merge_watch, records, recovery, settings
+from npuprof.workers import merge_watch, records, recovery, settings, storage
 from npuprof.workers.app import app
 from npuprof.workers.attempts import RankAttempts
 
@@ -92,6 +92,7 @@ def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[st
 
 
 def _analyze_rank(task, work_dir: str, rank: dict, options: dict, stages: list[str]) -> dict:
+    storage.require_served([work_dir, *storage.rank_paths(rank)], "a rank task")
     recovery.check_work_dir(Path(work_dir))  # a message names no dir the plan did not make
     marker = recovery.marker_path(Path(work_dir), rank["rank_id"])
     attempts = RankAttempts(marker.with_name(f"rank_{rank['rank_id']}.attempts.json"), rank)
@@ -148,6 +149,7 @@ def _write_root_failure(work: Path, failure: dict, traceback: str | None = None)
 def _finalize(work: Path, final: Path, options: dict) -> str:
     """Move the finished work dir into place; a duplicate run keeps the bytes already there. Only a work
     dir the plan marked for ``final`` is moved, and only over an npuprof output."""
+    storage.require_served([work, final], "a root's finalize")
     recovery.check_work_dir(work, final)
     shutil.rmtree(work / MARKERS, ignore_errors=True)
     if final.exists() and is_reusable(final, AnalyzeOptions.from_dict(options)):
@@ -182,6 +184,7 @@ def watch_merge(sweep_id: str) -> dict:
 
 
 def _reduce_root(task, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str]) -> dict:
+    storage.require_served([work_dir, final_dir, *storage.inputs_paths(inputs)], "a reduce task")
     work, final = Path(work_dir), Path(final_dir)
     # before any lock file, write, removal or move: the dirs must be what a plan made (a crafted message
     # naming any two dirs is refused here), or the root already finished by another copy of this reduce
@@ -247,7 +250,13 @@ def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
 @app.task(bind=True, name="npuprof.plan_sweep", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
 def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, options: dict) -> dict:
     """On a worker that mounts the storage: find the roots and their ranks, launch one chord per root
-    and the merge that supervises them. A local sweep writing the archive refuses the sweep."""
+    and the merge that supervises them. A local sweep writing the archive refuses the sweep; so does a
+    search root or archive outside the storage this worker serves (nothing is created then)."""
+    try:
+        storage.require_served([*search_roots, archive], "the sweep")
+    except storage.OutsideStorage as exc:
+        records.update(sweep_id, state="failed", error=exc.one_line(), exit_code=exc.exit_code, finished_at=time.time())
+        return {"sweep_id": sweep_id, "state": "failed", "error": exc.one_line()}
     archive_dir = Path(archive)
     archive_dir.mkdir(parents=True, exist_ok=True)
     service_mark.write_mark(archive_dir, sweep_id, settings.redacted(settings.broker_url()))
@@ -330,6 +339,7 @@ def merge_sweep_task(self, sweep_id: str, generation: int = 0) -> dict:
     record = records.load(sweep_id)
     if record is None or record.get("state") in records.FINISHED:  # a duplicate, or a cancelled sweep
         return {"status": record.get("state") if record else "forgotten"}
+    storage.require_served([record["archive"]], "the sweep's merge")
     archive = Path(record["archive"])
     not_written = {lost["root"]: lost for lost in record.get("roots_not_written", [])}
     if self.request.retries % settings.supervise_seconds() == 0:
@@ -389,6 +399,7 @@ def _supervise_root(entry: dict, record: dict, not_written: dict) -> None:
     archive turns out too full to hold is added to ``not_written``."""
     if "work_dir" not in entry:
         return
+    storage.require_served([entry["work_dir"], entry["final_dir"]], "the supervision of a root")
     work = Path(entry["work_dir"])
     reduce = app.AsyncResult(entry["reduce_id"])
     reduce_state, reduce_result = reduce.state, reduce.result
@@ -420,6 +431,7 @@ def _supervise_root(entry: dict, record: dict, not_written: dict) -> None:
 @app.task(bind=True, name="npuprof.run_stages", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
 def run_stages(self, out_dir: str, from_stage: str | None, to_stage: str | None, options: dict) -> dict:
     """Re-run a range of stages on an existing output dir (e.g. after a new npuprof adds a stage)."""
+    storage.require_served([out_dir], "a run_stages task")
     try:
         return analyze(
             None,

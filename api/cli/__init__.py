@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from npuprof.api.cli import analyze, deploy, service, sweep, synth
-from npuprof.api.cli.options import EXIT_CODES_HELP, Parser, print_json
+from npuprof.api.cli.options import EXIT_CODES_HELP, Parser, print_json, resolve_broker
 from npuprof.pipeline import __version__
 from npuprof.pipeline.errors import NpuprofError, UsageError, failure_object
 from npuprof.pipeline.terminal_text import printable
@@ -45,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             raise UsageError("npuprof: a COMMAND is required (see npuprof --help)")
+        resolve_broker(args)
         if args.command == "worker":  # Celery's own worker options pass through
             return service.run_celery(args, passthrough)
         if passthrough:

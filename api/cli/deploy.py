@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from npuprof.api.cli.options import add_broker, add_command, add_ssh_options, print_json, require_positive, ssh_target
-from npuprof.pipeline.errors import EXIT_REMOTE, NpuprofError, failure_object
+from npuprof.pipeline.errors import EXIT_REMOTE, NpuprofError, UsageError, failure_object
 from npuprof.pipeline.terminal_text import printable
 
 
@@ -37,6 +38,20 @@ def add_parsers(commands) -> None:
         "--storage-map",
         help="the worker's NPUPROF_STORAGE_MAP (name=/mount,...): roots it plans go to storage.<name> queues",
     )
+    deploy.add_argument(
+        "--storage",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory on the host the worker serves besides the --storage-map mounts (an archive, say; "
+        "repeatable): its tasks may name no path outside them. Deploying needs one of the two",
+    )
+    deploy.add_argument(
+        "--signing-dir",
+        metavar="DIR",
+        help="a dir made by npuprof signing-keys: its key, certificate and trusted store are copied to each host "
+        "and the worker refuses unsigned messages (this command signs its own ping with them too)",
+    )
     deploy.add_argument("--python", default="python3", help="Python (>= 3.11) on the host for the venv")
     deploy.add_argument("--install-dir", default=None, help="on the host (default: ~/.local/share/npuprof-worker)")
     deploy.add_argument("-c", "--concurrency", type=int, default=None, help="worker processes (default: cores)")
@@ -64,10 +79,21 @@ def run_deploy(args: argparse.Namespace) -> int:
         python=args.python,
         concurrency=args.concurrency,
         storage_map=args.storage_map,
+        storage_roots=tuple(args.storage),
+        signing_dir=args.signing_dir,
         system_site_packages=args.system_site_packages,
         init=args.init,
         ping_timeout=args.ping_timeout,
     )
+    if not (args.status or args.stop or args.storage_map or args.storage):
+        raise UsageError(
+            "a worker serves only the storage it is given: pass --storage-map name=/mount or --storage DIR"
+        )
+    if args.signing_dir:  # the ping this command sends must be signed as the worker will expect
+        from npuprof.workers import signing
+
+        for name, path in signing.files_in(args.signing_dir).items():
+            os.environ.setdefault(name, str(path.resolve()))
     wheel = None if args.status or args.stop else current_wheel(args.wheel)
     action = install.status if args.status else install.stop if args.stop else None
     results, failed = [], 0

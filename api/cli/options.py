@@ -87,8 +87,33 @@ def add_broker(parser: argparse.ArgumentParser) -> None:
     """--broker, the same everywhere: which Redis the command talks to."""
     parser.add_argument(
         "--broker",
-        help="Redis URL of the service (default: NPUPROF_BROKER_URL, else redis://127.0.0.1:6379/0)",
+        help="Redis URL of the service (default: NPUPROF_BROKER_URL, else the file NPUPROF_BROKER_URL_FILE names, "
+        "else redis://127.0.0.1:6379/0); a password here is shown by ps: prefer --broker-file",
     )
+    parser.add_argument(
+        "--broker-file",
+        metavar="FILE",
+        help="a file (mode 0600) whose first line is the Redis URL: its password stays off the command line",
+    )
+
+
+def resolve_broker(args: argparse.Namespace) -> None:
+    """``args.broker`` from --broker-file when given; a warning on stderr when --broker carries a password
+    (every user of the machine can read a command line)."""
+    if getattr(args, "broker_file", None):
+        if args.broker:
+            raise UsageError("give --broker or --broker-file, not both")
+        from npuprof.workers.settings import broker_url_from_file
+
+        args.broker = broker_url_from_file(args.broker_file)
+    elif getattr(args, "broker", None):
+        from npuprof.workers.settings import has_password
+
+        if has_password(args.broker):
+            sys.stderr.write(
+                "npuprof: warning: --broker carries a password, readable by every user in ps: "
+                "use --broker-file or NPUPROF_BROKER_URL\n"
+            )
 
 
 def add_analyze_options(parser: argparse.ArgumentParser) -> None:

@@ -83,6 +83,16 @@ def add_parsers(commands) -> None:
     add_broker(forget_cmd)
     _add_worker_and_flower(commands)
 
+    keys = commands.add_parser(
+        "signing-keys",
+        help="make the cluster's message-signing key, certificate and trusted store in DIR",
+        description="Write an RSA key (mode 0600), its self-signed certificate and a store trusting it into DIR, "
+        "and print the three NPUPROF_SIGNING_* settings. Give them to every client, worker and Flower (npuprof "
+        "deploy --signing-dir DIR copies them to workers): workers then refuse any task or control message that "
+        "is unsigned or signed by a key the store does not hold. Existing files are never replaced.",
+    )
+    keys.add_argument("directory", metavar="DIR", help="where to write the files (created when missing)")
+
 
 def _add_worker_and_flower(commands) -> None:
     worker = commands.add_parser(
@@ -96,6 +106,14 @@ def _add_worker_and_flower(commands) -> None:
         "-Q", "--queues", default=None, help="comma-separated queues (e.g. storage.lustre); default: npuprof"
     )
     worker.add_argument("-c", "--concurrency", type=int, default=None, help="worker processes (default: CPU cores)")
+    worker.add_argument(
+        "--storage",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory this worker serves (repeatable; added to NPUPROF_STORAGE_ROOTS and the prefixes of "
+        "NPUPROF_STORAGE_MAP): a task naming a search root, archive or file outside them is refused",
+    )
     add_broker(worker)
 
     flower = commands.add_parser(
@@ -178,18 +196,20 @@ def _status_table(current: dict) -> None:
 def run_celery(args: argparse.Namespace, passthrough: list[str]) -> int:
     """Hand over to Celery with npuprof's app (exec: signals and exit codes are Celery's)."""
     from npuprof.api.service import require_service_extra
-    from npuprof.workers import launch
+    from npuprof.workers import launch, signing
     from npuprof.workers.settings import broker_url, checked_broker_url, redacted
 
     require_service_extra("celery", "redis", *(["flower"] if args.command == "flower" else []))
     require_positive(args, *(["concurrency"] if args.command == "worker" else []))
     env = dict(os.environ)
+    signing.signing_files()  # a half-configured signing setup is named here, not in Celery's traceback
     url = checked_broker_url(args.broker or broker_url())
     env["NPUPROF_BROKER_URL"] = url
     if args.command == "flower":
         env.update(launch.flower_auth_env(args.address, args.basic_auth_file))
         command = launch.flower_command(args.port, args.address)
     else:
+        env.update(launch.storage_env(args.storage))
         command = launch.worker_command(args.queues, args.concurrency, passthrough)
     # the one line that says which cluster this process joins, before Celery's own banner
     sys.stderr.write(f"npuprof {args.command}: broker {redacted(url)}\n")
@@ -199,4 +219,17 @@ def run_celery(args: argparse.Namespace, passthrough: list[str]) -> int:
     return 0  # not reached
 
 
+def run_signing_keys(args: argparse.Namespace) -> int:
+    """Write a signing key, certificate and store; print the settings that turn signing on."""
+    from pathlib import Path
+
+    from npuprof.api.service import require_service_extra
+    from npuprof.workers.signing import write_signing_files
+
+    require_service_extra("cryptography")
+    print_json({"status": "ok", **write_signing_files(Path(args.directory))})
+    return 0
+
+
 HANDLERS = {name: run_service for name in ("submit", "status", "fetch", "cancel", "forget")}
+HANDLERS["signing-keys"] = run_signing_keys

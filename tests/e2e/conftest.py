@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from service_harness import RedisServer, Worker
@@ -30,10 +31,18 @@ def redis_server(tmp_path):
 def workers(redis_server, tmp_path):
     started: list[Worker] = []
 
-    def start(count: int = 2, queues: str = "npuprof", env: dict | None = None) -> list[Worker]:
+    def start(
+        count: int = 2, queues: str = "npuprof", env: dict | None = None, storage: tuple[Path, ...] | None = None
+    ) -> list[Worker]:
+        """``count`` workers on ``queues``, serving ``storage`` (default: the test's tmp dir)."""
         launched = [
             Worker(
-                f"w{len(started) + index + 1}", redis_server.url, tmp_path / "logs", {**E2E_ENV, **(env or {})}, queues
+                f"w{len(started) + index + 1}",
+                redis_server.url,
+                tmp_path / "logs",
+                {**E2E_ENV, **(env or {})},
+                queues,
+                (tmp_path,) if storage is None else storage,
             ).launch()
             for index in range(count)
         ]

@@ -88,7 +88,15 @@ class RedisServer:
 class Worker:
     """One ``npuprof worker`` process (Celery prefork, one child)."""
 
-    def __init__(self, name: str, broker: str, logdir: Path, env: dict | None = None, queues: str = "npuprof") -> None:
+    def __init__(
+        self,
+        name: str,
+        broker: str,
+        logdir: Path,
+        env: dict | None = None,
+        queues: str = "npuprof",
+        storage: tuple[Path, ...] = (),
+    ) -> None:
         self.name = name
         self.log = logdir / f"{name}.log"
         self.env = {**os.environ, "NPUPROF_BROKER_URL": broker, **(env or {})}
@@ -109,6 +117,7 @@ class Worker:
             "INFO",
             "--without-gossip",
             "--without-mingle",
+            *(arg for directory in storage for arg in ("--storage", str(directory))),
         ]
         self.proc: subprocess.Popen | None = None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -39,6 +40,9 @@ def sshd(tmp_path_factory):
 def broker(tmp_path_factory):
     server = RedisServer(tmp_path_factory.mktemp("redis"), password=PASSWORD)
     server.start()
+    server.url_file = server.workdir / "broker_url"  # how the README passes a password: never on argv
+    server.url_file.write_text(server.url + "\n")
+    server.url_file.chmod(0o600)
     yield server
     server.stop()
 
@@ -49,9 +53,22 @@ def deployed(sshd, broker, tmp_path_factory):
     base = tmp_path_factory.mktemp("remote")
     canary = base / "canary"
     install_dir = f"{base}/worker dir; touch {canary}1 $(touch {canary}2) `touch {canary}3` 'q\""
-    common = [f"{sshd.user}@127.0.0.1", *sshd.ssh_args(), "--broker", broker.url, "--install-dir", install_dir]
-    first = run_cli("deploy", *common, *WORKER, "--ping-timeout", "90", timeout=600)
-    yield {"run": first, "common": common, "install_dir": install_dir, "canary": canary, "base": base}
+    common = [f"{sshd.user}@127.0.0.1", *sshd.ssh_args(), "--broker-file", str(broker.url_file)]
+    common += ["--install-dir", install_dir]
+    keys = run_cli("signing-keys", str(base / "keys"))  # the deployed worker takes signed messages only
+    assert keys.returncode == 0, keys.stderr
+    worker = [*WORKER, "--signing-dir", str(base / "keys")]
+    first = run_cli("deploy", *common, *worker, "--ping-timeout", "90", timeout=600)
+    signing = {k: v for k, v in keys.result.items() if k.startswith("NPUPROF_SIGNING_")}
+    yield {
+        "run": first,
+        "common": common,
+        "worker": worker,
+        "signing": signing,
+        "install_dir": install_dir,
+        "canary": canary,
+        "base": base,
+    }
     run_cli("deploy", *common, "--stop", timeout=180)
 
 
@@ -61,15 +78,20 @@ def test_deploy_installs_a_worker_that_answers_and_running_it_again_changes_noth
     host = first.result["hosts"][0]
     assert host["changed"] is True and host["state"] == "running" and host["init"] == "supervisor"
     assert host["install_dir"] == deployed["install_dir"]  # one directory, however odd its name
-    again = run_cli("deploy", *deployed["common"], *WORKER, timeout=600)
+    again = run_cli("deploy", *deployed["common"], *deployed["worker"], timeout=600)
     assert again.returncode == 0, again.stderr
     assert again.result["hosts"][0]["changed"] is False, again.result["hosts"][0].get("changed_because")
-    status = run_cli("deploy", *deployed["common"], "--status")
+    status = run_cli("deploy", *deployed["common"], "--status", env=deployed["signing"])
     assert status.result["hosts"][0]["state"] == "running" and status.result["hosts"][0]["queues"] == ["storage.remote"]
     # the injection attempts in the dir name ran nothing
     assert not any(Path(f"{deployed['canary']}{n}").exists() for n in (1, 2, 3))
     env_file = Path(deployed["install_dir"]) / "worker.env"
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600  # the one place the broker password is kept
+    key = Path(deployed["install_dir"]) / "signing" / "signing_key.pem"
+    assert (
+        stat.S_IMODE(key.stat().st_mode) == 0o600
+        and f"NPUPROF_SIGNING_KEY={shlex.quote(str(key))}\n" in env_file.read_text()
+    )
 
 
 def test_a_sweep_runs_on_the_deployed_worker_and_is_fetched_over_sftp(deployed, sshd, broker, tmp_path):
@@ -77,7 +99,16 @@ def test_a_sweep_runs_on_the_deployed_worker_and_is_fetched_over_sftp(deployed, 
     search = build_search_root(tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False)
     archive = tmp_path / "archive"
     run = run_cli(
-        "submit", "--search-root", str(search), "-o", str(archive), "--broker", broker.url, "--queue", "storage.remote"
+        "submit",
+        "--search-root",
+        str(search),
+        "-o",
+        str(archive),
+        "--broker",
+        broker.url,
+        "--queue",
+        "storage.remote",
+        env=deployed["signing"],  # the client signs what it sends, as the worker expects
     )
     assert run.returncode == 0, run.stderr
     sweep_id = run.result["sweep_id"]
@@ -168,7 +199,14 @@ def test_an_unknown_host_key_is_refused_unless_accepted(sshd, broker, tmp_path):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     common = [f"{sshd.user}@127.0.0.1", "--port", str(sshd.port), "--key", str(sshd.client_key)]
-    common += ["--known-hosts", str(empty), "--broker", broker.url, "--install-dir", str(tmp_path / "none")]
+    common += [
+        "--known-hosts",
+        str(empty),
+        "--broker-file",
+        str(broker.url_file),
+        "--install-dir",
+        str(tmp_path / "none"),
+    ]
     refused = run_cli("deploy", *common, "--status")
     assert refused.returncode == 9 and "host key is not in" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
@@ -180,7 +218,9 @@ def test_an_unknown_host_key_is_refused_unless_accepted(sshd, broker, tmp_path):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True)
     other_public = " ".join(other_key.with_suffix(".pub").read_text().split()[:2])
     wrong.write_text(f"[127.0.0.1]:{sshd.port} {other_public}\n")
-    changed = run_cli("deploy", *common[:-6], "--known-hosts", str(wrong), "--broker", broker.url, "--status")
+    changed = run_cli(
+        "deploy", *common[:-6], "--known-hosts", str(wrong), "--broker-file", str(broker.url_file), "--status"
+    )
     assert changed.returncode == 9 and "does not match" in changed.stderr  # a changed key is never accepted
 
 
@@ -232,7 +272,7 @@ def test_stop_ends_the_worker_and_status_says_so(deployed):
     assert deployed["run"].returncode == 0, deployed["run"].stderr
     stopped = run_cli("deploy", *deployed["common"], "--stop", timeout=180)
     assert stopped.returncode == 0 and stopped.result["hosts"][0]["was_running"] is True
-    status = run_cli("deploy", *deployed["common"], "--status")
+    status = run_cli("deploy", *deployed["common"], "--status", env=deployed["signing"])
     assert status.result["hosts"][0]["state"] == "stopped"
     assert not (Path(deployed["install_dir"]) / "run" / "worker.pid").exists()
 

@@ -598,12 +598,14 @@ def test_a_crafted_message_naming_any_two_dirs_touches_neither(redis_server, wor
     before = sorted(str(p.relative_to(storage)) for p in storage.rglob("*"))
     workers(1)
     app = make_app(redis_server.url)
-    inputs = {"requested_path": "r", "root": "r", "ranks": []}  # a root of no rank: nothing to wait for
+    root = str(storage / "r")  # inside the served storage: the work-dir marker is what refuses them
+    inputs = {"requested_path": root, "root": root, "ranks": []}  # a root of no rank: nothing to wait for
+    rank = {"rank_id": 0, "rank_dir": root}
     sent = [
         app.send_task("npuprof.reduce_root", args=(str(source), str(victim), inputs, {}, [])),
         app.send_task("npuprof.reduce_root", args=(str(marked), str(victim), inputs, {}, [])),
         app.send_task("npuprof.reduce_root", args=(str(storage / "nowhere"), str(victim), inputs, {}, [])),
-        app.send_task("npuprof.analyze_rank", args=(str(victim), {"rank_id": 0}, {}, ["normalize"])),
+        app.send_task("npuprof.analyze_rank", args=(str(victim), rank, {}, ["normalize"])),
     ]
     for result in sent:
         with pytest.raises(Exception, match="refused"):

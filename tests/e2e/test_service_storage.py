@@ -1,0 +1,87 @@
+"""A worker serves its storage only: task messages naming paths outside it are refused, nothing touched.
+
+Each message is published straight to the queue, as anyone who reaches the broker can; the worker
+serves ``served/`` only, and every other dir of the test must come through unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from service_client import build_search_root, wait_state
+
+from npuprof.workers import records
+from npuprof.workers.app import make_app
+from npuprof.workers.recovery import mark_work_dir
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
+
+
+def _listing(base: Path) -> list[str]:
+    return sorted(str(p.relative_to(base)) for p in base.rglob("*"))
+
+
+def test_messages_naming_paths_outside_the_served_storage_are_refused(redis_server, workers, tmp_path):
+    served, outside = tmp_path / "served", tmp_path / "outside"
+    victim = outside / "victim"
+    victim.mkdir(parents=True)
+    (victim / "precious.txt").write_text("keep me")
+    escape = outside / ".escape.work-x"  # a marked work dir, but outside: the marker alone must not suffice
+    mark_work_dir(escape, outside / "escape", "x")
+    served.mkdir()
+    (served / "link").symlink_to(outside)  # inside by its name, outside once resolved
+    before = _listing(outside)
+    workers(1, storage=(served,))
+    app = make_app(redis_server.url)
+    root = str(served / "root")
+    inside_inputs = {"requested_path": root, "root": root, "ranks": []}
+    records.save({"sweep_id": "crafted", "archive": str(outside), "roots": [], "state": "running"}, redis_server.url)
+    sent = [
+        app.send_task("npuprof.analyze_rank", args=(str(escape), {"rank_id": 0, "rank_dir": root}, {}, ["normalize"])),
+        app.send_task("npuprof.analyze_rank", args=(str(served), {"rank_id": 0, "rank_dir": "/etc"}, {}, [])),
+        app.send_task("npuprof.reduce_root", args=(str(escape), str(victim), inside_inputs, {}, [])),
+        app.send_task(
+            "npuprof.reduce_root", args=(str(served / "link" / ".escape.work-x"), str(victim), inside_inputs, {}, [])
+        ),
+        app.send_task(
+            "npuprof.reduce_root", args=(str(served / ".w"), str(served / "o"), {"root": "/", "ranks": []}, {}, [])
+        ),
+        app.send_task("npuprof.run_stages", args=(str(victim), "report", "report", {})),
+        app.send_task("npuprof.merge_sweep", args=("crafted", 0)),
+    ]
+    for result in sent:
+        with pytest.raises(Exception, match="outside the storage this worker serves|not an absolute path|refused"):
+            result.get(timeout=60)
+    assert _listing(outside) == before
+    assert (victim / "precious.txt").read_text() == "keep me"
+    assert _listing(served) == ["link"]
+
+    records.save({"sweep_id": "planned", "state": "planning", "roots": []}, redis_server.url)  # as submit does
+    plan = app.send_task("npuprof.plan_sweep", args=("planned", [str(served)], str(outside / "archive"), {}))
+    assert plan.get(timeout=60)["state"] == "failed"
+    assert "outside the storage this worker serves" in records.load("planned", redis_server.url)["error"]
+    assert not (outside / "archive").exists()
+
+
+def test_a_sweep_submitted_into_an_archive_outside_the_storage_fails_named_and_writes_nothing(
+    redis_server, workers, tmp_path
+):
+    search = build_search_root(tmp_path / "captures", ["clean"], extra_samples=False, steps=6, trace=False)
+    archive = tmp_path / "elsewhere" / "archive"
+    workers(1, storage=(search,))
+    run = run_cli("submit", "--search-root", str(search), "-o", str(archive), "--broker", redis_server.url)
+    assert run.returncode == 0, run.stderr
+    final = wait_state(redis_server.url, run.result["sweep_id"], ("failed",), timeout=60)
+    assert f"{archive} is outside the storage this worker serves ({search})" in final["error"]
+    assert not archive.parent.exists()
+
+
+def test_a_worker_given_no_storage_does_not_start(tmp_path):
+    env = {"NPUPROF_STORAGE_MAP": "", "NPUPROF_STORAGE_ROOTS": ""}
+    run = run_cli("worker", "--broker", "redis://127.0.0.1:1/0", env=env)
+    assert run.returncode == 2, run.stderr
+    assert "was given none: npuprof worker --storage DIR" in run.stderr and "Traceback" not in run.stderr
+    missing = run_cli("worker", "--storage", str(tmp_path / "nope"), "--broker", "redis://127.0.0.1:1/0", env=env)
+    assert missing.returncode == 2 and f"--storage {tmp_path / 'nope'}: no such directory" in missing.stderr

@@ -1,0 +1,62 @@
+"""The storage a worker serves: every path a task message names must lie under it.
+
+A task message is untrusted: anyone who can write to the broker can publish one by hand. So before a
+task reads, writes, moves or removes anything, each path it names (search roots, the archive, a root's
+work and output dirs, a rank's files) is resolved — links and ``..`` followed — and must lie under one
+of the worker's storage dirs (``settings.served_storage``); else the task fails with ``OutsideStorage``
+and has touched nothing. The work-dir marker (``recovery.check_work_dir``) then narrows what a reduce
+may move or replace to what a plan made.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from npuprof.pipeline.errors import UsageError
+from npuprof.workers import settings
+
+NO_STORAGE_HINT = "start it with npuprof worker --storage DIR (repeatable) or NPUPROF_STORAGE_MAP=name=/mount"
+
+
+class OutsideStorage(UsageError):
+    """A task names a path outside the storage this worker serves: it is refused, nothing touched."""
+
+
+def require_served(paths: Iterable[str | Path | None], what: str) -> None:
+    """Raise OutsideStorage unless every path (None skipped) is absolute and, resolved, under a served dir."""
+    served = settings.served_storage()
+    if not served:
+        raise OutsideStorage(f"refused {what}: this worker serves no storage ({NO_STORAGE_HINT})")
+    for path in paths:
+        if path is None:
+            continue
+        text = str(path)
+        if not os.path.isabs(text) or "\x00" in text:
+            raise OutsideStorage(f"refused {what}: {text!r} is not an absolute path")
+        resolved = Path(os.path.realpath(text))
+        if not any(resolved == base or base in resolved.parents for base in served):
+            dirs = ", ".join(str(base) for base in served)
+            raise OutsideStorage(f"refused {what}: {text} is outside the storage this worker serves ({dirs})")
+
+
+def rank_paths(rank: dict) -> list[str | None]:
+    """Every path a rank task's message names: the rank dir and each file (``RankInput`` fields)."""
+    if not isinstance(rank, dict):
+        raise OutsideStorage("refused a rank task: its rank is not an object")
+    files = [rank.get(key) for key in ("rank_dir", "kernel_csv", "profiler_info", "profiler_metadata")]
+    for key in ("op_summary_csvs", "profiler_dbs"):
+        files += list(rank.get(key) or [])
+    files += list((rank.get("supplemental") or {}).values())
+    if rank.get("rank_dir") is None:
+        raise OutsideStorage("refused a rank task: its rank names no rank_dir")
+    return files
+
+
+def inputs_paths(inputs: dict) -> list[str | None]:
+    """Every path a root's discovered inputs name: the root, its manifest and each rank's files."""
+    if not isinstance(inputs, dict) or not isinstance(inputs.get("ranks"), list):
+        raise OutsideStorage("refused a reduce task: its inputs name no ranks")
+    paths = [inputs.get("root"), inputs.get("requested_path"), inputs.get("collection_manifest")]
+    return paths + [path for rank in inputs["ranks"] for path in rank_paths(rank)]
