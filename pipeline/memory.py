@@ -2,7 +2,8 @@
 
 A rank's stages hold its events in memory (Arrow, then pandas frames); a rank too big for the machine
 would end in an out-of-memory kill — in the service, a worker process dying under the task again and
-again. Estimated up front from the bytes of the rank's kernel sources × a working-set factor that
+again. Estimated up front from the bytes of the rank's kernel sources (and, for a profiler db, the text its
+rows will each copy out of STRING_IDS) × a working-set factor that
 ``bench/pipeline.py`` measures (peak RSS of a rank's chain of stages over its kernel bytes), a rank
 that cannot fit is refused with a named error instead.
 """
@@ -16,6 +17,7 @@ import numpy as np
 
 from npuprof.pipeline.errors import NotEnoughMemory
 from npuprof.pipeline.sources.discovery import RankInput
+from npuprof.pipeline.sources.profiler_db import repeated_text_bytes
 
 # peak RSS of one rank's chain of stages over its kernel source bytes, less the interpreter and imports:
 # 2.5–2.6 on a 106 MB rank of the bench root, 2.2–2.4 on a 425 MB one (bench/pipeline.py,
@@ -78,10 +80,13 @@ def check_rank_fits(rank: RankInput, available: int | None = None) -> None:
         return
     factor, available = budget
     size = rank_input_bytes(rank)
-    need = int(size * factor)
+    repeated = sum(repeated_text_bytes(db) for db in rank.profiler_dbs)  # a db's strings, copied per row
+    need = int((size + repeated) * factor)
     if need > available:
+        what = f"{_gb(size)} of kernel sources"
+        what += f" and {_gb(repeated)} of db strings they repeat" if repeated else ""
         raise NotEnoughMemory(
-            f"rank {rank.rank_id} needs about {_gb(need)} of memory ({_gb(size)} of kernel sources × {factor:g}) "
+            f"rank {rank.rank_id} needs about {_gb(need)} of memory ({what} × {factor:g}) "
             f"and this machine has {_gb(available)} available: run it where there is more memory or with fewer "
             f"--jobs ({FACTOR_ENV}=0 turns this check off)"
         )

@@ -82,7 +82,10 @@ def add_parsers(commands) -> None:
     forget_cmd.add_argument("sweep_id", help=SWEEP_ID_HELP)
     add_broker(forget_cmd)
     _add_worker_and_flower(commands)
+    _add_signing_keys(commands)
 
+
+def _add_signing_keys(commands) -> None:
     keys = commands.add_parser(
         "signing-keys",
         help="make the cluster's message-signing key, certificate and trusted store in DIR",

@@ -18,7 +18,7 @@ import pandas as pd
 
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.host_trace import COLUMNS, LAUNCH_COLUMNS, HostTrace
-from npuprof.pipeline.sources.profiler_db import connect_readonly, table_names
+from npuprof.pipeline.sources.profiler_db import connect_readonly, resolve_strings, string_values, table_names
 
 PYTHON_PROCESS, CANN_PROCESS = "Python", "CANN"
 # ENUM_API_TYPE ids of CANN_API rows, and the prefix trace_view gives their names
@@ -29,8 +29,8 @@ SPAN_COLUMNS = ["start_ns", "end_ns", "tid", "level", "name"]
 # times are stored as text in some exports: compared and ordered as integers
 _SPANS = """
 SELECT CAST(h.startNs AS INTEGER) AS start_ns, CAST(h.endNs AS INTEGER) AS end_ns, h.globalTid AS tid,
-       {level} AS level, s.value AS name
-FROM {table} h JOIN STRING_IDS s ON s.id = h.name
+       {level} AS level, h.name AS name
+FROM {table} h
 WHERE CAST(h.endNs AS INTEGER) >= ? AND CAST(h.startNs AS INTEGER) <= ?
 ORDER BY CAST(h.startNs AS INTEGER) LIMIT ?
 """
@@ -54,8 +54,14 @@ def has_host_tables(path: str | Path) -> bool:
     return set(HOST_TABLES) <= present
 
 
-def _spans(con: sqlite3.Connection, table: str, level: str, bounds: tuple[int, int], cap: int) -> pd.DataFrame:
-    return pd.read_sql_query(_SPANS.format(table=table, level=level), con, params=(*bounds, cap + 1))
+def _spans(
+    con: sqlite3.Connection, table: str, level: str, bounds: tuple[int, int], cap: int, strings: pd.Series
+) -> pd.DataFrame:
+    """The table's spans over ``bounds`` (at most ``cap`` + 1), named through STRING_IDS (a span whose
+    name id is unknown is left out, as a join would)."""
+    spans = pd.read_sql_query(_SPANS.format(table=table, level=level), con, params=(*bounds, cap + 1))
+    resolve_strings(spans, ["name"], strings)
+    return spans[spans["name"].notna()].reset_index(drop=True)
 
 
 def read_db_host_events(path: str | Path, span_start_us: float, span_end_us: float, cap: int) -> HostTrace:
@@ -66,8 +72,11 @@ def read_db_host_events(path: str | Path, span_start_us: float, span_end_us: flo
     con = connect_readonly(path)
     try:
         framework = "PYTORCH_API" in table_names(con)  # a CANN-only (msprof) db has none
-        python = _spans(con, "PYTORCH_API", "-1", bounds, cap) if framework else pd.DataFrame(columns=SPAN_COLUMNS)
-        cann = _spans(con, "CANN_API", "h.type", bounds, cap)
+        strings = string_values(con)
+        python = (
+            _spans(con, "PYTORCH_API", "-1", bounds, cap, strings) if framework else pd.DataFrame(columns=SPAN_COLUMNS)
+        )
+        cann = _spans(con, "CANN_API", "h.type", bounds, cap, strings)
         launches = pd.read_sql_query(_LAUNCHES, con, params=bounds)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         raise BadInput(path, f"cannot read its host tables: {exc}") from None

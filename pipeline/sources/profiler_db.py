@@ -138,53 +138,114 @@ def probe(path: Path) -> DbProbe:
     return DbProbe(path, True, "", version, tables)
 
 
+# characters of one STRING_IDS value that are read: real exports' longest are ~300 (a fused op's shapes);
+# a db stores a string once but every row naming it gets its own copy, so one huge value would be
+# multiplied by the rows (a 2 MiB value in a 2.3 MB db: 5.8 GB)
+DB_TEXT_CAP = 8192
+
+
+def capped_text(expression: str) -> str:
+    """SQL for ``expression`` (a STRING_IDS value) cut to DB_TEXT_CAP characters."""
+    return f"substr({expression}, 1, {DB_TEXT_CAP})"
+
+
+def long_strings_note(con: sqlite3.Connection) -> str | None:
+    """A note when STRING_IDS holds values longer than DB_TEXT_CAP (they are read cut)."""
+    count = con.execute(f"SELECT count(*) FROM STRING_IDS WHERE length(value) > {DB_TEXT_CAP}").fetchone()[0]
+    if not count:
+        return None
+    return (
+        f"{count} STRING_IDS values longer than {DB_TEXT_CAP} characters read cut to their first {DB_TEXT_CAP} "
+        "(no profiler writes one that long)"
+    )
+
+
+def repeated_text_bytes(path: str | Path) -> int:
+    """Bytes of STRING_IDS text the reader will materialise for COMPUTE_TASK_INFO (each row its own copy
+    of each string it names, cut at DB_TEXT_CAP): what a db holds once but memory holds per row. 0 when
+    the db has no such tables (the reader says what is wrong)."""
+    try:
+        with connect_readonly(Path(path)) as con:
+            tables = _table_columns(con)
+            wanted = knowledge.load("db_source_mapping")["string_id_columns"]
+            columns = [c for c in wanted if c in tables.get("COMPUTE_TASK_INFO", []) and c.isidentifier()]
+            if "STRING_IDS" not in tables or not columns:
+                return 0
+            lengths = dict(con.execute(f"SELECT id, min(length(value), {DB_TEXT_CAP}) FROM STRING_IDS").fetchall())
+            total = 0
+            for column in columns:  # rows per id, then each id's length once: no long value is read per row
+                counts = con.execute(f"SELECT {column}, count(*) FROM COMPUTE_TASK_INFO GROUP BY {column}").fetchall()
+                total += sum((lengths.get(value) or 0) * count for value, count in counts)
+            return int(total)
+    except sqlite3.Error:
+        return 0
+
+
 def _first_present(candidates: list[str], columns: list[str]) -> str | None:
     return next((c for c in candidates if c in columns), None)
 
 
-def _select_list(
-    alias: str, wanted: dict[str, list[str]], columns: list[str], string_ids: set[str], joins: list[str]
-) -> list[str]:
-    """SELECT items for the wanted normalized fields; STRING_IDS columns resolved with a LEFT JOIN."""
+def _select_list(alias: str, wanted: dict[str, list[str]], columns: list[str], string_ids: set[str]) -> list[str]:
+    """SELECT items for the wanted normalized fields; a STRING_IDS column is selected as its id (resolved
+    by ``resolve_strings`` after the read)."""
     items = []
     for out_name, candidates in wanted.items():
         src = _first_present(candidates, columns)
-        if src is None:
-            continue
-        if src in string_ids:
-            join_alias = f"s_{alias}_{out_name}"
-            joins.append(f"LEFT JOIN STRING_IDS {join_alias} ON {join_alias}.id = {alias}.{src}")
-            items.append(f"{join_alias}.value AS {out_name}")
-        else:
+        if src is not None:
             items.append(f"{alias}.{src} AS {out_name}")
     return items
 
 
-def _read_compute(con: sqlite3.Connection, tables: dict[str, list[str]], mapping: dict) -> pd.DataFrame:
+def string_values(con: sqlite3.Connection) -> pd.Series:
+    """Every STRING_IDS value (cut at DB_TEXT_CAP) by id, each read once: rows that name one string share
+    it instead of each getting a copy (the first of an id stored twice)."""
+    frame = pd.read_sql_query(f"SELECT id, {capped_text('value')} AS value FROM STRING_IDS", con)
+    frame = frame.drop_duplicates("id")
+    return pd.Series(frame["value"].to_numpy(object), index=frame["id"].to_numpy())
+
+
+def resolve_strings(frame: pd.DataFrame, columns: list[str], strings: pd.Series) -> None:
+    """Replace the STRING_IDS ids in ``columns`` of ``frame`` by their values (null for an unknown id)."""
+    for column in columns:
+        if column in frame:
+            values = frame[column].map(strings)
+            # as the rows of a LEFT JOIN read: text, or None throughout where no row names a string
+            frame[column] = values.astype("str") if values.notna().any() else pd.Series(None, frame.index, object)
+
+
+def _string_outputs(wanted: dict[str, list[str]], columns: list[str], string_ids: set[str]) -> list[str]:
+    """The normalized fields of ``wanted`` whose db column holds STRING_IDS ids."""
+    return [out for out, candidates in wanted.items() if _first_present(candidates, columns) in string_ids]
+
+
+def _read_compute(
+    con: sqlite3.Connection, tables: dict[str, list[str]], mapping: dict, strings: pd.Series
+) -> pd.DataFrame:
     string_ids = set(mapping["string_id_columns"])
-    joins: list[str] = []
     compute = {"name": ["name"], "accelerator_core": ["taskType"], **mapping["compute_columns"]}
     items = ["c.rowid AS pmu_key", "c.globalTaskId AS source_row_key", "t.startNs AS start_ns", "t.endNs AS end_ns"]
-    items += _select_list("c", compute, tables["COMPUTE_TASK_INFO"], string_ids, joins)
-    items += _select_list("t", mapping["task_columns"], tables["TASK"], set(), joins)
-    sql = (
-        f"SELECT {', '.join(items)} FROM COMPUTE_TASK_INFO c "
-        f"JOIN TASK t ON t.globalTaskId = c.globalTaskId {' '.join(joins)}"
-    )
-    return pd.read_sql_query(sql, con)
+    items += _select_list("c", compute, tables["COMPUTE_TASK_INFO"], string_ids)
+    items += _select_list("t", mapping["task_columns"], tables["TASK"], set())
+    sql = f"SELECT {', '.join(items)} FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId"
+    frame = pd.read_sql_query(sql, con)
+    resolve_strings(frame, _string_outputs(compute, tables["COMPUTE_TASK_INFO"], string_ids), strings)
+    return frame
 
 
-def _read_communication(con: sqlite3.Connection, tables: dict[str, list[str]], mapping: dict) -> pd.DataFrame:
+def _read_communication(
+    con: sqlite3.Connection, tables: dict[str, list[str]], mapping: dict, strings: pd.Series
+) -> pd.DataFrame:
     columns = tables.get("COMMUNICATION_OP", [])
     if not {"opName", "startNs", "endNs"} <= set(columns):
         return pd.DataFrame()
-    joins: list[str] = []
+    string_ids = set(mapping["string_id_columns"])
     wanted = {"name": ["opName"], **mapping["communication_columns"]}
     items = ["o.startNs AS start_ns", "o.endNs AS end_ns"]
     if "opId" in columns:
         items.append("o.opId AS source_row_key")
-    items += _select_list("o", wanted, columns, set(mapping["string_id_columns"]), joins)
-    frame = pd.read_sql_query(f"SELECT {', '.join(items)} FROM COMMUNICATION_OP o {' '.join(joins)}", con)
+    items += _select_list("o", wanted, columns, string_ids)
+    frame = pd.read_sql_query(f"SELECT {', '.join(items)} FROM COMMUNICATION_OP o", con)
+    resolve_strings(frame, _string_outputs(wanted, columns, string_ids), strings)
     frame["accelerator_core"] = mapping["communication_core"]
     return frame
 
@@ -309,9 +370,11 @@ def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
     try:
         with connect_readonly(path) as con:
             _check_time_types(con, path, checked.tables)
-            compute = _read_compute(con, checked.tables, mapping)
+            notes += [note for note in (long_strings_note(con),) if note]
+            strings = string_values(con)
+            compute = _read_compute(con, checked.tables, mapping, strings)
             pmu = _read_pmu(con, checked.tables, mapping)
-            communication = _read_communication(con, checked.tables, mapping)
+            communication = _read_communication(con, checked.tables, mapping, strings)
             if not pmu.empty:
                 compute = compute.merge(pmu, on="pmu_key", how="left")
             else:
