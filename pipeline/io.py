@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -107,11 +108,31 @@ def rendered_in_chunks(row_count: int, render: Callable[[int, int], bytes]) -> I
         yield from pool.map(lambda bound: render(*bound), bounds)
 
 
+FORMULA_LEADS = "=+-@\t\r"  # a cell starting so is a formula to a spreadsheet (OWASP: CSV injection)
+
+
+def formula_safe(frame):
+    """``frame`` with each text cell that a spreadsheet would run as a formula (``=HYPERLINK(…)``,
+    ``+cmd|…``, ``@SUM…``) led by an apostrophe, which shows it as text. For CSV views only: Parquet and
+    JSON keep the raw values."""
+    kinds = pd.api.types
+    texts = [c for c in frame.columns if kinds.is_object_dtype(frame[c]) or kinds.is_string_dtype(frame[c])]
+    risky = {c: frame[c].astype("str").str.match(f"[{re.escape(FORMULA_LEADS)}]", na=False) for c in texts}
+    risky = {c: mask for c, mask in risky.items() if mask.any()}
+    if not risky:
+        return frame
+    safe = frame.copy()
+    for column, mask in risky.items():
+        safe[column] = safe[column].where(~mask, "'" + safe[column].astype("str"))
+    return safe
+
+
 def csv_chunks(frame, header: bool = True) -> Iterator[bytes]:
-    """A DataFrame as CSV bytes, in chunks of rows, in order; ``header``: start with the column names."""
+    """A DataFrame as CSV bytes, in chunks of rows, in order; ``header``: start with the column names.
+    Formula-leading text cells are neutralised (``formula_safe``)."""
     import pyarrow.csv as pacsv
 
-    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = pa.Table.from_pandas(formula_safe(frame), preserve_index=False)
 
     def render(lo: int, hi: int) -> bytes:
         sink = pa.BufferOutputStream()

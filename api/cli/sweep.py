@@ -93,7 +93,7 @@ def run_query(args: argparse.Namespace) -> int:
 
     result = query(Path(args.archive), args.sql)
     if args.csv:
-        io.write_with(Path(args.csv), lambda tmp: result.to_csv(tmp, index=False))
+        io.write_with(Path(args.csv), lambda tmp: io.formula_safe(result).to_csv(tmp, index=False))
     sys.stderr.write(result.head(30).to_string(index=False, max_colwidth=60) + "\n")
     rows = json.loads(result.to_json(orient="records", date_format="iso"))
     print_json({"status": "ok", "row_count": len(result), "columns": list(result.columns), "rows": rows})

@@ -241,7 +241,8 @@ def _cuts_past(
     kept = lower + np.flatnonzero(~skip[lower : upper + 1])
     local_run = np.searchsorted(kept, run)
     cuts, all_fit, offset = _cuts(local_run, 0, len(kept) - 1, boundary[kept], forward, known)
-    return kept[cuts], all_fit, offset
+    # an offset can put a cut before the first kept event: clipped, never wrapped to the last by numpy
+    return kept[np.clip(cuts, 0, len(kept) - 1)], all_fit, offset
 
 
 def _modal_length(lengths: np.ndarray) -> int:

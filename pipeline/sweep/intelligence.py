@@ -63,7 +63,7 @@ def _order_column(values: pd.Series) -> pd.Series:
 
 
 def _write_csv(archive: Path, name: str, frame: pd.DataFrame) -> None:
-    io.write_with(archive / name, lambda tmp: frame.to_csv(tmp, index=False))
+    io.write_with(archive / name, lambda tmp: io.formula_safe(frame).to_csv(tmp, index=False))
 
 
 @dataclass

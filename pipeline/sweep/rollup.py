@@ -372,7 +372,7 @@ def merge_sweep(archive: Path, roots: list[tuple[str, str]], meta: dict) -> dict
     for column in frame.select_dtypes("float").columns:
         frame[column] = frame[column].round(6)
     # small; pandas keeps NA cells empty
-    io.write_with(archive / schema.SWEEP_ROLLUP, lambda tmp: frame.to_csv(tmp, index=False))
+    io.write_with(archive / schema.SWEEP_ROLLUP, lambda tmp: io.formula_safe(frame).to_csv(tmp, index=False))
     if found:
         summary.update(found.summary(archive))
         try:

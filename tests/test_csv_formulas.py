@@ -1,0 +1,50 @@
+"""CSV views neutralise spreadsheet formulas that come from profiling data (CSV injection); Parquet keeps
+the raw value."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+from conftest import run_cli
+
+from npuprof.pipeline import io
+from npuprof.synth import generate
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0"]
+
+
+def _cells(out: Path) -> list[tuple[str, str]]:
+    found = []
+    for path in out.rglob("*.csv"):
+        with open(path, newline="", encoding="utf-8") as handle:
+            found += [(path.name, cell) for row in csv.reader(handle) for cell in row]
+    return found
+
+
+def test_formula_cells_from_kernel_names_are_led_by_an_apostrophe_in_every_csv_view(tmp_path):
+    root = tmp_path / "root"
+    generate(root, "clean", ranks=2, steps=4, layers=4, seed=0, trace=False)
+    for kernels in root.rglob("kernel_details.csv"):
+        frame = pd.read_csv(kernels, dtype=str, keep_default_na=False)
+        for index, formula in enumerate(FORMULAS):  # names and op types of whole kernel kinds
+            frame.loc[frame["Type"] == frame["Type"].unique()[index], ["Name", "Type"]] = formula
+        frame.to_csv(kernels, index=False)
+    out = tmp_path / "out"
+    run = run_cli("analyze", str(root), "-o", str(out), "--mode", "full", "--progress", "none")
+    assert run.returncode == 0, run.stderr
+    cells = _cells(out)
+    assert any(cell.startswith("'=HYPERLINK") for _, cell in cells), "the planted names reach a CSV view"
+    risky = [(name, cell) for name, cell in cells if cell and cell[0] in "=+@\t\r"]
+    assert not risky, risky[:5]
+    events = pd.read_parquet(next(out.glob("normalized_events/*/*.parquet")), columns=["name"])
+    assert FORMULAS[0] in set(events["name"])  # the data itself is not changed
+
+
+def test_formula_safe_leaves_numbers_and_plain_text_alone():
+    frame = pd.DataFrame({"name": ["=1+1", "MatMul", "-x", None], "value": [-1.5, 2.0, -3.0, 4.0]})
+    safe = io.formula_safe(frame)
+    assert safe["name"].tolist()[:3] == ["'=1+1", "MatMul", "'-x"] and pd.isna(safe["name"][3])
+    assert safe["value"].tolist() == [-1.5, 2.0, -3.0, 4.0]
+    assert io.formula_safe(frame[["value"]]) is not None and frame["name"][0] == "=1+1"  # the input is not changed
