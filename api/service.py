@@ -288,6 +288,10 @@ def _fetch_paths(record: dict, sweep_id: str, root: str | None) -> list[str]:
 
 
 def _fetch_local(archive: Path, paths: list[str], target: Path) -> list[str]:
+    """Copy ``paths`` of ``archive`` into ``target`` (each through a temp file and a rename: a link
+    already in ``target`` is replaced, never written through)."""
+    from npuprof.pipeline import io
+
     copied = []
     for relative in paths:
         source = archive / relative
@@ -295,9 +299,8 @@ def _fetch_local(archive: Path, paths: list[str], target: Path) -> list[str]:
         if archive not in resolved.parents:
             raise BadInput(source, "refusing to read outside the sweep's archive dir")
         if resolved.is_file():
-            destination = target / resolved.relative_to(archive)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(resolved, destination)
+            destination = io.unlinked_destination(target, resolved.relative_to(archive))
+            io.write_with(destination, lambda tmp, source=resolved: shutil.copy2(source, tmp))
             copied.append(str(destination))
     return copied
 

@@ -6,6 +6,7 @@ import stat
 from pathlib import Path
 
 from npuprof.deploy.ssh import Session, Target
+from npuprof.pipeline import io
 from npuprof.pipeline.errors import BadInput, RemoteError
 
 
@@ -39,8 +40,7 @@ def fetch_over_sftp(target: Target, archive: str, paths: list[str], dest: Path) 
                     continue
             except OSError:
                 continue
-            destination = dest / relative
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            session.sftp.get(real, str(destination))
+            destination = io.unlinked_destination(dest, relative)  # a link already in dest: replaced
+            io.write_with(destination, lambda tmp, source=real: session.sftp.get(source, str(tmp)))
             copied.append(str(destination))
     return copied

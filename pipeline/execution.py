@@ -32,7 +32,11 @@ from npuprof.pipeline.stages.base import RankContext, RootContext, Stage, StageR
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir():
+    """Remove an artifact; a link where one should be is removed itself, never followed (an --overwrite
+    must not delete or write into whatever the link names)."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.is_dir():
         shutil.rmtree(path)
     elif path.exists():
         path.unlink()

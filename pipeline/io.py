@@ -45,6 +45,19 @@ def write_with(target: Path, writer: Callable[[Path], None]) -> Path:
     return target
 
 
+def unlinked_destination(base: Path, relative: str | Path) -> Path:
+    """``base / relative`` for a write that must land there: BadInput when a dir on the way below
+    ``base`` is a link (writing through it would put the file wherever the link points). The file
+    itself may be a link: ``write_with`` renames over it, replacing the link, never its target."""
+    destination = Path(base) / relative
+    current = Path(base)
+    for part in Path(relative).parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise BadInput(current, "is a link in the destination: refusing to write through it")
+    return destination
+
+
 def text_of_path(path: str | Path | None) -> str | None:
     """A path as UTF-8 text for tables: bytes that are not UTF-8 shown as ``\\xff`` escapes (the
     exact path stays resolvable through source_index.json, which keeps it)."""
