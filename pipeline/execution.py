@@ -7,7 +7,6 @@ and returns a small manifest dict. A stage's manifest is written last: it marks 
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import sys
@@ -25,6 +24,7 @@ from npuprof.pipeline import __version__, io
 from npuprof.pipeline.errors import NoSpace, NpuprofError, StageFailed, no_space
 from npuprof.pipeline.memory import check_rank_fits, rank_input_bytes, ranks_at_once
 from npuprof.pipeline.options import AnalyzeOptions
+from npuprof.pipeline.pools import stop_now, stopping_pool
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 from npuprof.pipeline.stages import stage
@@ -171,12 +171,6 @@ def _uses_process_pool(inputs: RootInputs, jobs: int) -> bool:
     return sum(rank_input_bytes(r) for r in inputs.ranks) >= POOL_MIN_BYTES
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["npuprof.pipeline.runner"])
-    return context
-
-
 def map_rank_chains(
     out_dir: Path,
     inputs: RootInputs,
@@ -258,7 +252,7 @@ def _chains_in_pool(
                 return
             finished(rank, result)
 
-    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=_pool_context()) as pool:
+    with stopping_pool(workers - 1, preload=["npuprof.pipeline.runner"]) as pool:
         feeders = [threading.Thread(target=feed, args=(pool,), daemon=True) for _ in range(workers - 1)]
         for feeder in feeders:
             feeder.start()
@@ -267,6 +261,8 @@ def _chains_in_pool(
                 finished(rank, run_rank_chain(str(out_dir), vars(rank), options, stage_names, progress))
         except BaseException as exc:
             fail(exc)
+            if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: the pool's chains stop now, not at their end
+                stop_now(pool)
         for feeder in feeders:
             feeder.join()
     if failures:

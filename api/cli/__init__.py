@@ -9,6 +9,7 @@ everything meant for people (progress, one-line errors, the terminal summary) go
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Sequence
 
@@ -37,8 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a run as Ctrl-C does: pools stopped, temp dirs removed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``npuprof`` console script; returns the exit code."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args, passthrough = parser.parse_known_args(argv)

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from npuprof.pipeline.errors import BadInput
-from npuprof.pipeline.sources.json_depth import MAX_NESTING, too_deep_at
+from npuprof.pipeline.sources.json_depth import refuse_too_deep
 
 HOST_CATEGORIES = frozenset({"cpu_op", "python_function", "ascendcl"})
 HOST_PROCESS_NAMES = frozenset({"Python", "CANN", "Python GC"})
@@ -186,11 +186,7 @@ class _Kept:
 def _streamed(path: Path, handle: BinaryIO, kept: _Kept) -> None:
     """Any layout, one event at a time (ijson, C backend): the reference reader. A file nested deeper
     than any trace is refused first: ijson's memory grows with the square of the depth."""
-    deep = too_deep_at(handle)
-    if deep is not None:
-        raise BadInput(
-            path, f"JSON nested deeper than {MAX_NESTING} levels at byte {deep}: not a trace a profiler wrote"
-        )
+    refuse_too_deep(path, handle)
     try:
         for event in ijson.items(handle, _prefix(path), use_float=True):  # a streaming parse
             kept.add(event)

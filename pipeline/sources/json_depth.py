@@ -10,9 +10,12 @@ outside strings count the depth.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from npuprof.pipeline.errors import BadInput
 
 SCAN_BLOCK_BYTES = 8 << 20
 MAX_NESTING = 128  # levels; torch_npu's trace events nest 3 or 4 (array, event, args, a list)
@@ -65,3 +68,10 @@ def too_deep_at(handle: BinaryIO, limit: int = MAX_NESTING) -> int | None:
         return None
     finally:
         handle.seek(start)
+
+
+def refuse_too_deep(path: Path, handle: BinaryIO, limit: int = MAX_NESTING) -> None:
+    """BadInput naming ``path`` and the byte where it nests deeper than ``limit`` levels."""
+    deep = too_deep_at(handle, limit)
+    if deep is not None:
+        raise BadInput(path, f"JSON nested deeper than {limit} levels at byte {deep}: not a trace a profiler wrote")

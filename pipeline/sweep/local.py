@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import NoSpace, NpuprofError, no_space
 from npuprof.pipeline.options import AnalyzeOptions
+from npuprof.pipeline.pools import stop_now, stopping_pool
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.runner import analyze, run_lock, write_failure_if_room
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
@@ -55,6 +55,21 @@ def analyze_into(root: str, final_dir: str, options: dict) -> dict:
     return result
 
 
+def _remove_work_dirs(archive: Path, pids: list[int]) -> None:
+    """Remove the work dirs the pool processes ``pids`` left in ``archive`` (``analyze_into``'s)."""
+    for pid in pids:
+        for work in archive.glob(f".*.work-{pid}"):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _stale_work_pids(archive: Path) -> list[int]:
+    """Pids of local work dirs in ``archive`` whose process is gone (a sweep killed with -9 left them;
+    the run lock, held by the caller, says no other local sweep writes here, and service work dirs end
+    in a key, not a pid)."""
+    pids = {work.name.rsplit("-", 1)[1] for work in archive.glob(".*.work-*")}
+    return [int(pid) for pid in pids if pid.isdigit() and not Path(f"/proc/{pid}").exists()]
+
+
 def run_sweep(
     search_roots: list[str],
     out: str | Path,
@@ -86,6 +101,7 @@ def _sweep(
     progress: Progress,
 ) -> dict:
     started = time.perf_counter()
+    _remove_work_dirs(archive, _stale_work_pids(archive))
     roots = find_roots(search_roots, limit)
     plan = [(str(root), root_slug(root, search_roots)) for root in roots]
     todo = [(root, slug) for root, slug in plan if not (reuse_existing and is_reusable(archive / slug, options))]
@@ -94,17 +110,20 @@ def _sweep(
     not_written: list[dict] = []  # roots a full disk kept out of the archive, with why
     if todo:
         workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
-        context = multiprocessing.get_context("forkserver")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        with stopping_pool(workers) as pool:
             futures = {
                 pool.submit(analyze_into, root, str(archive / slug), options.to_dict()): root for root, slug in todo
             }
-            for future in as_completed(futures):
-                result = future.result()
-                if not result.get("landed", True):
-                    not_written.append({"root": result["root"], "error": result["error"]})
-                done += 1
-                progress("sweep", done, len(plan), f"{result['status']}: {Path(futures[future]).name}")
+            try:
+                for future in as_completed(futures):
+                    result = future.result()
+                    if not result.get("landed", True):
+                        not_written.append({"root": result["root"], "error": result["error"]})
+                    done += 1
+                    progress("sweep", done, len(plan), f"{result['status']}: {Path(futures[future]).name}")
+            except BaseException:  # Ctrl-C, SIGTERM: no root starts, the running ones stop, nothing half-made stays
+                _remove_work_dirs(archive, stop_now(pool))
+                raise
     meta = {
         "search_roots": [str(s) for s in search_roots],
         "options": options.to_dict(),
