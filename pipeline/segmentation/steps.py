@@ -44,6 +44,66 @@ def _runs(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist()))
 
 
+def _rows_text(rows: np.ndarray) -> str:
+    return f"row {rows[0]}" if len(rows) == 1 else f"rows {rows.min()}–{rows.max()}"
+
+
+def _relabelled(step_ids: np.ndarray, row_idx: np.ndarray, most: int) -> tuple[np.ndarray, list[str]]:
+    """Short runs of one step id between two runs of another (a row relabelled: it ran inside that step)
+    given their neighbours' id."""
+    fixed, notes = step_ids.copy(), []
+    runs = [(s, e) for s, e in _runs(np.where(np.isnan(step_ids), -1.0, step_ids))]
+    for (_, before), (start, end), (after, _) in zip(runs, runs[1:], runs[2:]):
+        around, inside = step_ids[before], step_ids[start]
+        if end - start + 1 <= most and around == step_ids[after] and not np.isnan(around) and around != inside:
+            fixed[start : end + 1] = around
+            notes.append(
+                f"{_rows_text(row_idx[start : end + 1])} labelled step {inside:g} ran inside step {around:g}: "
+                f"counted in step {around:g}"
+            )
+    return fixed, notes
+
+
+def _strays(step_ids: np.ndarray, start_ns: np.ndarray, rules: dict) -> np.ndarray:
+    """Rows separated from the rest of the rank by a gap far longer than its steps (a clock jump, a
+    corrupt timestamp): a few rows on the small side of such a gap."""
+    order = np.argsort(start_ns, kind="stable")
+    times = start_ns[order]
+    runs = [(s, e) for s, e in _runs(np.where(np.isnan(step_ids), -1.0, step_ids)) if not np.isnan(step_ids[s])]
+    if len(times) < 2 or not runs:
+        return np.zeros(len(step_ids), dtype=bool)
+    spans = [float(start_ns[s : e + 1].max() - start_ns[s : e + 1].min()) for s, e in runs]
+    rows_per_step = float(np.median([e - s + 1 for s, e in runs]))
+    threshold = max(rules["min_gap_s"] * 1e9, rules["gap_steps"] * float(np.median(spans)))
+    cluster = np.concatenate(([0], np.cumsum(np.diff(times) > threshold)))
+    sizes = np.bincount(cluster)
+    small = (sizes < rules["max_stray_share"] * len(times)) & (sizes < rows_per_step / 2)
+    stray = np.zeros(len(step_ids), dtype=bool)
+    stray[order] = small[cluster]
+    return stray
+
+
+def quarantine_step_ids(
+    step_ids: np.ndarray, start_ns: np.ndarray, row_idx: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """Step ids with the rows that contradict the capture fixed or left out (NaN), and a note for each:
+    a row relabelled with another step's id inside a step is counted in that step; rows a huge gap
+    separates from the rest belong to no step (they would stretch one to hours of idle)."""
+    if len(step_ids) == 0 or np.isnan(step_ids).all():
+        return step_ids, []
+    rules = knowledge.load("segmentation_rules")["quarantine"]
+    fixed, notes = _relabelled(step_ids, row_idx, int(rules["max_relabelled_rows"]))
+    stray = _strays(fixed, start_ns, rules)
+    if stray.any():
+        fixed = np.where(stray, np.nan, fixed)
+        notes.append(
+            f"{int(stray.sum())} rows ({_rows_text(row_idx[stray])}) start more than "
+            f"{rules['min_gap_s']} s away from the rest of the rank: left out of every step (a clock jump or a "
+            "corrupt timestamp)"
+        )
+    return fixed, notes
+
+
 def step_windows(
     step_ids: np.ndarray, features: EventFeatures, training: bool
 ) -> tuple[list[StepWindow], list[tuple[int, int]]]:

@@ -25,7 +25,7 @@ from npuprof.pipeline.segmentation.layers import (
     modal_gaps,
 )
 from npuprof.pipeline.segmentation.step_memo import StepLayerMemo
-from npuprof.pipeline.segmentation.steps import StepWindow, profiler_heads, step_windows
+from npuprof.pipeline.segmentation.steps import StepWindow, profiler_heads, quarantine_step_ids, step_windows
 from npuprof.pipeline.segmentation.windows import window_evidence
 from npuprof.pipeline.sources.auxiliary import note_text
 from npuprof.pipeline.sources.profiler_steps import profiler_step_starts
@@ -174,9 +174,12 @@ def map_rank(ctx: RankContext) -> StageResult:
     layer_family = np.where(anchors, features.anchor_family, "")
     if family == fallback_family:
         layer_family = np.where(anchors, fallback_family, "")
-    steps, islands = step_windows(
-        events.column("step_id").to_numpy(zero_copy_only=False).astype(float), features, training
+    step_ids, quarantine_notes = quarantine_step_ids(
+        events.column("step_id").to_numpy(zero_copy_only=False).astype(float),
+        events.column("start_ns").to_numpy(),
+        events.column("row_idx").to_numpy(),
     )
+    steps, islands = step_windows(step_ids, features, training)
     gaps = modal_gaps(anchors, features.backward)
     templates: dict = {}
     memo = StepLayerMemo(anchors, features, family, gaps)  # repeating steps are worked out once
@@ -215,7 +218,8 @@ def map_rank(ctx: RankContext) -> StageResult:
         for s, e in islands
     ]
     manifest = _rank_manifest(rank, events.num_rows, training, family, steps, step_rows, islands, hard_errors, note)
-    manifest["notes"] += start_notes
+    manifest["notes"] += quarantine_notes + start_notes
+    manifest["quarantine_notes"] = quarantine_notes  # rows the capture contradicts: a warning in the result
     manifest["step_start_source"] = next((s for s in steps_frame["start_source"] if s), None)
     return StageResult(
         tables={schema.STEP_SEGMENTS: steps_frame, schema.LAYER_SEGMENTS: layers_frame}, manifest=manifest
@@ -331,6 +335,8 @@ def headline(manifest: dict) -> tuple[dict, list[str]]:
             f"segment: {manifest['hard_error_count']} hard errors, {manifest['interior_island_total']} rows in "
             f"interior islands (see {schema.stage_manifest_name('segment')})"
         )
+    ranks = manifest["rank_summaries"]
+    warnings += [f"segment: rank {r['rank_id']}: {note}" for r in ranks for note in r.get("quarantine_notes", [])]
     if validation["status"] == "mismatch":
         warnings.append(
             f"segment: observed {validation['observed_total_layers']} decoder layers, "
