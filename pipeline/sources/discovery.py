@@ -191,15 +191,18 @@ def skip_dir(name: str) -> bool:
 
 def find_rank_dirs(root: Path) -> tuple[list[Path], list[Path], list[Path]]:
     """(rank dirs under ``root`` at any depth, sorted by path; dirs passed over as backups or
-    internals; symlinked dirs not followed). Never descends into a rank dir; a symlinked dir is a rank
-    dir when it is one itself, and is never searched below (no loops): the caller names it."""
+    internals; symlinked dirs not followed, and links that lead nowhere). Never descends into a rank
+    dir; a symlinked dir is a rank dir when it is one itself, and is never searched below (no loops):
+    the caller names it."""
     if is_rank_dir(root):
         return [root], [], []
     found: list[Path] = []
     passed_over: list[Path] = []
     not_followed: list[Path] = []
-    for current, dirnames, _files in os.walk(root, followlinks=False):
+    for current, dirnames, files in os.walk(root, followlinks=False):
         here = Path(current)
+        # a link that loops or names nothing is listed among files: named too, never silently passed by
+        not_followed += [here / f for f in files if os.path.islink(here / f) and not os.path.exists(here / f)]
         passed_over += [here / d for d in dirnames if skip_dir(d) and not d.startswith((".", "__"))]
         keep = []
         for name in sorted(d for d in dirnames if not skip_dir(d)):

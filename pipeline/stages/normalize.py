@@ -7,6 +7,7 @@ Reduce (per root): ``source_index.json`` and ``normalize_manifest.json``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -257,7 +258,11 @@ def reduce_root(ctx: RootContext) -> StageResult:
     manifest["unreadable_inputs"] = unreadable
     manifest["notes"] += [note_text(note) for note in unreadable]
     manifest["notes"] += [
-        f"{link}: a symlinked directory, not searched for ranks (analyze its target as a root of its own)"
+        (
+            f"{link}: a symlinked directory, not searched for ranks (analyze its target as a root of its own)"
+            if os.path.exists(link)
+            else f"{link}: a link that leads nowhere (a loop, or its target is gone): ignored"
+        )
         for link in ctx.inputs.symlinks_not_followed
     ]
     source_index = {"profile_root": ctx.inputs.root, "inputs": ctx.inputs.to_dict(), "sources": sources}

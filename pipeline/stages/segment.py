@@ -142,9 +142,10 @@ def _with_evidence(frame: pd.DataFrame, evidence_arrays: dict[str, np.ndarray]) 
     return frame
 
 
-def _started_by_profiler(ctx: RankContext, steps: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+def _started_by_profiler(ctx: RankContext, steps: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[dict]]:
     """``steps`` starting where the profiler started them (start_ns / start_us moved back by head_ms),
-    and the notes: an unreadable source, or captured steps the profiler's record does not hold."""
+    the notes (an unreadable source, or captured steps the profiler's record does not hold) and the
+    unreadable source's note object (the root ends degraded, naming it)."""
     starts, source, unreadable = profiler_step_starts(ctx.rank)
     head = profiler_heads(steps, starts)
     start_ns = steps["start_ns"].to_numpy(np.int64) - head
@@ -160,7 +161,7 @@ def _started_by_profiler(ctx: RankContext, steps: pd.DataFrame) -> tuple[pd.Data
         notes.append(
             f"{int((~known).sum())} of {len(steps)} steps are not in the {source}: they start at their first kernel"
         )
-    return steps, notes
+    return steps, notes, [unreadable] if unreadable else []
 
 
 def map_rank(ctx: RankContext) -> StageResult:
@@ -203,7 +204,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         hard_errors += _step_hard_errors(rank, step, found.layers, row)
         layer_rows += _layer_rows(step, found.layers, names, layer_family)
     steps_frame = _with_evidence(pd.DataFrame(step_rows, columns=_own_columns(schema.STEP_SEGMENTS)), evidence_arrays)
-    steps_frame, start_notes = _started_by_profiler(ctx, steps_frame)
+    steps_frame, start_notes, unreadable = _started_by_profiler(ctx, steps_frame)
     layers_frame = _with_evidence(
         pd.DataFrame(layer_rows, columns=_own_columns(schema.LAYER_SEGMENTS)), evidence_arrays
     )
@@ -220,6 +221,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     manifest = _rank_manifest(rank, events.num_rows, training, family, steps, step_rows, islands, hard_errors, note)
     manifest["notes"] += quarantine_notes + start_notes
     manifest["quarantine_notes"] = quarantine_notes  # rows the capture contradicts: a warning in the result
+    manifest["unreadable_inputs"] = unreadable
     manifest["step_start_source"] = next((s for s in steps_frame["start_source"] if s), None)
     return StageResult(
         tables={schema.STEP_SEGMENTS: steps_frame, schema.LAYER_SEGMENTS: layers_frame}, manifest=manifest
@@ -303,6 +305,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "expected_layers": expected["expected_layers"],
         "expected_layers_source": expected["source"],
         "rank_summaries": ranks,
+        "unreadable_inputs": [note for m in ranks for note in m.get("unreadable_inputs", [])],
     }
     return StageResult(manifest=manifest)
 

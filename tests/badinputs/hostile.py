@@ -77,6 +77,21 @@ def long_db_string(mebibytes: int) -> Callable[[Path], Path]:
     return build
 
 
+def garbage_step_trace(tmp: Path) -> Path:
+    """Rank 0's step_trace_time.csv: 300 random bytes."""
+    root = _synth(tmp)
+    (_output_dir(root) / "step_trace_time.csv").write_bytes(bytes(range(256)) + bytes(range(44)))
+    return root
+
+
+def link_loop(tmp: Path) -> Path:
+    """Two links beside the rank dirs that point at each other."""
+    root = _synth(tmp)
+    (root / "loop_a").symlink_to("loop_b")
+    (root / "loop_b").symlink_to("loop_a")
+    return root
+
+
 HOSTILE: list[Hostile] = [
     Hostile("trace_view_nested_40k", deep_trace(40_000), 8, "nested deeper than 128 levels"),
     Hostile("trace_view_nested_100k", deep_trace(100_000), 8, "nested deeper than 128 levels"),
@@ -84,4 +99,6 @@ HOSTILE: list[Hostile] = [
     Hostile("db_string_20mib_in_every_row", long_db_string(20), 0, "STRING_IDS values longer than 8192 characters"),
     Hostile("communication_json_nested_100k", deep_auxiliary("communication.json"), 8, "communication.json"),
     Hostile("matrix_json_nested_100k", deep_auxiliary("communication_matrix.json"), 8, "communication_matrix.json"),
+    Hostile("step_trace_time_garbage", garbage_step_trace, 8, "step_trace_time.csv is unreadable"),
+    Hostile("link_loop_beside_the_ranks", link_loop, 0, "loop_a: a link that leads nowhere"),
 ]
