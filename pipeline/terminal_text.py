@@ -12,3 +12,11 @@ _CONTROLS = {code: f"\\x{code:02x}" for code in [*range(0x00, 0x20), *range(0x7F
 def printable(text: object) -> str:
     """``text`` with every control character (newline and tab included) replaced by its escape."""
     return str(text).translate(_CONTROLS)
+
+
+_LOG_CONTROLS = {code: escape for code, escape in _CONTROLS.items() if code != 0x0A}
+
+
+def loggable(text: object) -> str:
+    """``text`` for a log: every control character escaped but the newline (a traceback keeps its lines)."""
+    return str(text).translate(_LOG_CONTROLS)

@@ -8,8 +8,11 @@ by name, so nothing global is mutated (but message signing, when configured, reg
 
 from __future__ import annotations
 
-from celery import Celery
+import logging
 
+from celery import Celery, signals
+
+from npuprof.pipeline.terminal_text import loggable
 from npuprof.workers import settings, signing
 
 
@@ -56,6 +59,31 @@ def make_app(broker: str | None = None) -> Celery:
     )
     signing.configure(celery_app)  # signed task and control messages when NPUPROF_SIGNING_* say so
     return celery_app
+
+
+class _EscapingFormatter(logging.Formatter):
+    """The worker's log formatter, with control characters from data (a kernel name, a path in a task
+    message) shown as escapes: a log read in a terminal cannot be rewritten by what it records."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        # the message and the traceback are escaped, not the formatted line: Celery's colours stay colours
+        escaped = logging.makeLogRecord(record.__dict__)
+        escaped.msg, escaped.args = loggable(record.getMessage()), None
+        if record.exc_info:
+            escaped.exc_text = loggable(record.exc_text or self.inner.formatException(record.exc_info))
+        return self.inner.format(escaped)
+
+
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def _escape_log_output(logger: logging.Logger, **_: object) -> None:
+    for handler in logger.handlers:
+        if not isinstance(handler.formatter, _EscapingFormatter):
+            handler.setFormatter(_EscapingFormatter(handler.formatter or logging.Formatter()))
 
 
 app = make_app()

@@ -33,7 +33,7 @@ def test_messages_naming_paths_outside_the_served_storage_are_refused(redis_serv
     served.mkdir()
     (served / "link").symlink_to(outside)  # inside by its name, outside once resolved
     before = _listing(outside)
-    workers(1, storage=(served,))
+    started = workers(1, storage=(served,))
     app = make_app(redis_server.url)
     root = str(served / "root")
     inside_inputs = {"requested_path": root, "root": root, "ranks": []}
@@ -50,11 +50,16 @@ def test_messages_naming_paths_outside_the_served_storage_are_refused(redis_serv
         ),
         app.send_task("npuprof.run_stages", args=(str(victim), "report", "report", {})),
         app.send_task("npuprof.merge_sweep", args=("crafted", 0)),
+        app.send_task("npuprof.run_stages", args=(f"{outside}/\x1b]0;owned\x07\x1b[2J", None, None, {})),
     ]
     for result in sent:
         with pytest.raises(Exception, match="outside the storage this worker serves|not an absolute path|refused"):
             result.get(timeout=60)
     assert _listing(outside) == before
+    (worker,) = started
+    log = worker.log_text()
+    assert "\x1b" not in log and "\x07" not in log  # a title and clear-screen sequence named in a task
+    assert "\\x1b]0;owned\\x07" in log  # shown as escapes
     assert (victim / "precious.txt").read_text() == "keep me"
     assert _listing(served) == ["link"]
 
