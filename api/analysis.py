@@ -40,7 +40,7 @@ class Analysis:
             raise FileNotFoundError(
                 f"{path} is missing: run the {stage} stage (npuprof analyze ... --from-stage {stage})"
             )
-        return pd.read_csv(path, dtype={column: str for column in text})
+        return io.read_csv_view(path, dtype={column: str for column in text})
 
     def steps(self) -> pd.DataFrame:
         """One row per step and rank: step_id, complete, layer counts (forward / backward / recompute /
@@ -165,7 +165,7 @@ class Analysis:
         found = {name: self._view(view, "summarize") for name, view in tables.items()}
         found.update(
             {
-                name: pd.read_csv(self.out_dir / v.file)
+                name: io.read_csv_view(self.out_dir / v.file)
                 for name, v in optional.items()
                 if (self.out_dir / v.file).exists()
             }

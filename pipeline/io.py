@@ -122,15 +122,20 @@ def rendered_in_chunks(row_count: int, render: Callable[[int, int], bytes]) -> I
 
 
 FORMULA_LEADS = "=+-@\t\r"  # a cell starting so is a formula to a spreadsheet (OWASP: CSV injection)
+_LEADS = f"[{re.escape(FORMULA_LEADS)}]"
+
+
+def _text_columns(frame) -> list:
+    kinds = pd.api.types
+    return [c for c in frame.columns if kinds.is_object_dtype(frame[c]) or kinds.is_string_dtype(frame[c])]
 
 
 def formula_safe(frame):
     """``frame`` with each text cell that a spreadsheet would run as a formula (``=HYPERLINK(…)``,
-    ``+cmd|…``, ``@SUM…``) led by an apostrophe, which shows it as text. For CSV views only: Parquet and
-    JSON keep the raw values."""
-    kinds = pd.api.types
-    texts = [c for c in frame.columns if kinds.is_object_dtype(frame[c]) or kinds.is_string_dtype(frame[c])]
-    risky = {c: frame[c].astype("str").str.match(f"[{re.escape(FORMULA_LEADS)}]", na=False) for c in texts}
+    ``+cmd|…``, ``@SUM…``) led by an apostrophe, which shows it as text (a cell already led by
+    apostrophes before such a character gets one more, so ``read_csv_view`` gives back the exact value).
+    For CSV views only: Parquet and JSON keep the raw values."""
+    risky = {c: frame[c].astype("str").str.match(f"'*{_LEADS}", na=False) for c in _text_columns(frame)}
     risky = {c: mask for c, mask in risky.items() if mask.any()}
     if not risky:
         return frame
@@ -138,6 +143,16 @@ def formula_safe(frame):
     for column, mask in risky.items():
         safe[column] = safe[column].where(~mask, "'" + safe[column].astype("str"))
     return safe
+
+
+def read_csv_view(path: str | Path, **options):
+    """A CSV npuprof wrote, with each text cell as it was before ``formula_safe`` led it by an apostrophe."""
+    frame = pd.read_csv(path, **options)
+    for column in _text_columns(frame):
+        led = frame[column].astype("str").str.match(f"'+{_LEADS}", na=False)
+        if led.any():
+            frame[column] = frame[column].where(~led, frame[column].astype("str").str.slice(1))
+    return frame
 
 
 def csv_chunks(frame, header: bool = True) -> Iterator[bytes]:

@@ -103,7 +103,7 @@ def compare_series(archive: str | Path, baseline: str, out_dir: str | Path) -> d
     rollup_path = archive / schema.SWEEP_ROLLUP
     if not rollup_path.exists():
         raise UsageError(f"{archive} is not a sweep archive ({schema.SWEEP_ROLLUP} is missing)")
-    rollup = pd.read_csv(rollup_path)
+    rollup = io.read_csv_view(rollup_path)
     base_row = _baseline_row(rollup, baseline)
     base_side = load_side(archive / base_row["slug"])
     series, extra = [], []

@@ -89,6 +89,7 @@ def quarantine_step_ids(
     """Step ids with the rows that contradict the capture fixed or left out (NaN), and a note for each:
     a row relabelled with another step's id inside a step is counted in that step; rows a huge gap
     separates from the rest belong to no step (they would stretch one to hours of idle)."""
+    step_ids = np.asarray(step_ids, dtype=float)
     if len(step_ids) == 0 or np.isnan(step_ids).all():
         return step_ids, []
     rules = knowledge.load("segmentation_rules")["quarantine"]

@@ -102,7 +102,7 @@ class RootContext:
         path = self.out_dir / view.file
         if not path.exists():
             return pd.DataFrame(columns=list(view.columns))
-        return pd.read_csv(path)
+        return io.read_csv_view(path)
 
     def read_frame(self, table: schema.Table) -> pd.DataFrame:
         """``table`` over all ranks (or the per-root table) as a DataFrame; empty when nothing wrote it."""

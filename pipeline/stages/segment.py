@@ -176,9 +176,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     if family == fallback_family:
         layer_family = np.where(anchors, fallback_family, "")
     step_ids, quarantine_notes = quarantine_step_ids(
-        events.column("step_id").to_numpy(zero_copy_only=False).astype(float),
-        events.column("start_ns").to_numpy(),
-        events.column("row_idx").to_numpy(),
+        *(events.column(c).to_numpy(zero_copy_only=False) for c in ("step_id", "start_ns", "row_idx"))
     )
     steps, islands = step_windows(step_ids, features, training)
     gaps = modal_gaps(anchors, features.backward)

@@ -127,7 +127,7 @@ def communication_figures(out_dir: Path) -> dict:
     )
     if not per_rank_path.exists() or not classes_path.exists():
         return {}
-    per_rank = pd.read_csv(per_rank_path)
+    per_rank = io.read_csv_view(per_rank_path)
     spans = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize")).get("rank_summaries", [])
     wall_ns = float(sum((r["end_ns"] - r["start_ns"]) for r in spans if r.get("start_ns") is not None))
     if per_rank.empty:
@@ -141,7 +141,7 @@ def communication_figures(out_dir: Path) -> dict:
         if len(rank_mean) > 1 and rank_mean.mean()
         else 0.0
     )
-    classes = pd.read_csv(classes_path)
+    classes = io.read_csv_view(classes_path)
     total_us = float(per_rank["duration_sum_us"].sum())
     return {
         "hccl_total_ms": total_us / 1e3,
@@ -158,7 +158,7 @@ def _time_split(out_dir: Path) -> dict:
     path = out_dir / schema.STEP_TIME_ACCOUNTING_CSV.file
     if not path.exists():
         return {}
-    accounting = pd.read_csv(path)
+    accounting = io.read_csv_view(path)
     primary = accounting[(accounting["breakdown"] == "primary") & accounting["complete"].astype(bool)]
     walls = primary.drop_duplicates(["rank_id", "step_ordinal"])["wall_ms"].sum()
     if not walls:
@@ -214,7 +214,7 @@ def _steps(out_dir: Path) -> dict:
     path = out_dir / schema.STEP_SUMMARY.file
     if not path.exists():
         return {}
-    steps = pd.read_csv(path)
+    steps = io.read_csv_view(path)
     complete = steps[steps["complete"]] if "complete" in steps else steps
     row = {
         "step_count": int(len(steps)),
@@ -242,7 +242,7 @@ def _blocks(out_dir: Path) -> dict:
     path = out_dir / schema.BLOCK_SUMMARY.file
     if not path.exists():
         return {}
-    blocks = pd.read_csv(path)
+    blocks = io.read_csv_view(path)
     if blocks.empty:
         return {}
     wall = blocks.groupby("block_kind")["wall_ms"].sum()

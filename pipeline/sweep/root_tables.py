@@ -65,7 +65,7 @@ TABLE_COLUMNS = {
 
 def _csv(out_dir: Path, view) -> pd.DataFrame | None:
     path = out_dir / view.file
-    return pd.read_csv(path) if path.exists() else None
+    return io.read_csv_view(path) if path.exists() else None
 
 
 def _step_count(out_dir: Path) -> int:

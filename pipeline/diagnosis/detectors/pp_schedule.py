@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline import schema
+from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def pp_schedule(ctx: RootContext) -> pd.DataFrame:
     """pp_schedule.csv (summarize): per rank and step of a PP group, its stage, passes and time split."""
     path = ctx.out_dir / schema.PP_SCHEDULE_CSV.file
-    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=COLUMNS)
+    return io.read_csv_view(path) if path.exists() else pd.DataFrame(columns=COLUMNS)
 
 
 @derived_input("model_fields")
@@ -38,7 +38,7 @@ def model_fields(ctx: RootContext) -> dict[str, float]:
     path = ctx.out_dir / schema.MODEL_INFERRED_CONFIG_CSV.file
     if not path.exists():
         return {}
-    table = pd.read_csv(path, usecols=["field", "value"])
+    table = io.read_csv_view(path, usecols=["field", "value"])
     values = pd.to_numeric(table["value"], errors="coerce")
     return {str(f): float(v) for f, v in zip(table["field"], values) if not math.isnan(v)}
 
