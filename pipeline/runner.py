@@ -226,7 +226,7 @@ def check_before_writing(root: str | Path | None, options: AnalyzeOptions, stage
     not exist, an unknown --model-id or --hardware-model, a --model-config that is not a readable config
     (a typo must not leave an output dir behind that the corrected run then refuses)."""
     if root is not None and stages[0].name == "normalize" and not Path(root).exists():
-        raise BadInput(root, "no such file or directory")
+        raise UsageError(f"{root}: no such file or directory (the profiling root to analyze)")
     check_hardware_model(options.hardware_model)
     if options.model_id or options.model_config:
         expected_model(options.model_config, options.model_id, str(root) if root is not None else ".")

@@ -177,9 +177,9 @@ def test_a_bad_rank_removes_the_partitions_of_the_good_ranks(cli, tmp_path):
     assert_clean_failure(run, out, 3, "rank1_ascend_pt", "'Start Time(us)'")
 
 
-def test_nonexistent_root_is_bad_input(cli, tmp_path):
+def test_a_nonexistent_root_is_a_usage_error(cli, tmp_path):
     run = cli("analyze", str(tmp_path / "nope"), "-o", str(tmp_path / "out"), "--progress", "none")
-    assert run.returncode == 3 and "no such file" in run.result["error"]
+    assert run.returncode == 2 and "no such file" in run.result["error"]  # a typo, as a user sees it
     assert not (tmp_path / "out").exists()  # nothing written for a typo
 
 
@@ -447,7 +447,7 @@ def test_a_terminal_gets_a_summary_a_person_reads_and_json_only_when_asked(tmp_p
     code, shown, stderr = _at_a_terminal(
         [shutil.which("npuprof"), "analyze", str(tmp_path / "nowhere"), "-o", str(out)]
     )
-    assert code == 3 and shown == "" and stderr.startswith("npuprof: error [")  # the failure's one line
+    assert code == 2 and shown == "" and stderr.startswith("npuprof: error [")  # the failure's one line
 
 
 def test_escape_codes_in_kernel_names_reach_a_terminal_as_text(tmp_path):

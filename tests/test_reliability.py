@@ -56,7 +56,7 @@ def test_a_run_that_failed_at_once_leaves_a_dir_the_corrected_rerun_reuses(tmp_p
     root = generate(tmp_path / "root", "clean", steps=3, seed=2, trace=False)["root"]
     out = tmp_path / "out"
     typo = run_cli("analyze", str(tmp_path / "roto"), "-o", str(out), "--progress", "none")
-    assert typo.returncode == 3 and not out.exists()  # refused before the dir was made
+    assert typo.returncode == 2 and not out.exists()  # a usage error, refused before the dir was made
     (tmp_path / "empty").mkdir()  # a root that exists but holds no capture fails at discovery
     wrong = run_cli("analyze", str(tmp_path / "empty"), "-o", str(out), "--progress", "none")
     assert wrong.returncode == 3 and sorted(p.name for p in out.iterdir()) == [schema.FAILURE_JSON]

@@ -17,6 +17,7 @@ from npuprof.pipeline.errors import (
     EXIT_INTERNAL,
     EXIT_MANIFEST_NOT_OK,
     EXIT_MISSING_PREREQUISITES,
+    EXIT_NO_MEMORY,
     EXIT_NO_SPACE,
     EXIT_PARTIAL,
     EXIT_REMOTE,
@@ -42,6 +43,8 @@ EXIT_CODES_HELP = f"""exit codes:
       report.md and analysis_summary.json open with the reasons)
   {EXIT_REMOTE}   a remote host (deploy, fetch --via): cannot connect, unknown host key, or a command there failed
   {EXIT_NO_SPACE}  no space left on the output's filesystem (nothing half-written is left; free space, run again)
+  {EXIT_NO_MEMORY}  a rank needs more memory than the machine has available (run it where there is more, or
+      with fewer --jobs; NPUPROF_MEMORY_FACTOR=0 turns the check off)
 """
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
 SWEEP_ID_HELP = "the sweep's id, as `npuprof submit` printed it"

@@ -337,6 +337,14 @@ def _rank_number(
     return ordinal, "ordinal", rank_dir
 
 
+def _rank_twice(root: Path, rank_id: int, first: Path, second: Path) -> BadInput:
+    return BadInput(
+        root,
+        f"rank {rank_id} appears twice: {first} and {second} (several captures in one folder? "
+        f"npuprof sweep --search-root {root} analyzes each as a root of its own)",
+    )
+
+
 def discover(path: str | Path) -> RootInputs:
     """Discover the ranks and files of the profiling root at ``path``."""
     requested = Path(path)
@@ -369,7 +377,7 @@ def discover(path: str | Path) -> RootInputs:
         files = _files_of_rank(rank_dir)
         rank_id, rank_from, info_path, metadata_path = _rank_identity(rank_dir, ordinal, files)
         if rank_id in seen:
-            raise BadInput(root, f"rank {rank_id} appears twice: {seen[rank_id]} and {rank_dir}")
+            raise _rank_twice(root, rank_id, seen[rank_id], rank_dir)
         seen[rank_id] = rank_dir
         ranks.append(
             RankInput(

@@ -562,10 +562,10 @@ def _layout_cases() -> list[Case]:
             "profile_root",
             names="manifest.json",
         ),
-        Case("duplicate_rank_ids", lambda tmp: _duplicate_ranks(tmp), EXIT_BAD_INPUT, "appears twice"),
+        Case("duplicate_rank_ids", _duplicate_ranks, EXIT_BAD_INPUT, "several captures in one folder?"),
         Case("only_backup_dirs", lambda tmp: _only_backups(tmp), EXIT_BAD_INPUT, ".bak"),
         Case("empty_root", lambda tmp: _mkdir(tmp / "root"), EXIT_BAD_INPUT, "no profiling data"),
-        Case("root_does_not_exist", lambda tmp: tmp / "nowhere", EXIT_BAD_INPUT, "no such file"),
+        Case("root_does_not_exist", lambda tmp: tmp / "nowhere", EXIT_USAGE, "no such file"),
         Case("root_is_a_plain_file", lambda tmp: _plain_file(tmp), EXIT_BAD_INPUT, "expected a profiling directory"),
         Case(
             "one_rank_empty_csv",
