@@ -53,8 +53,17 @@ class Sweep:
         """DuckDB SQL over the datasets, each a view of its name (``SELECT * FROM roots``)."""
         return query(self.archive, sql)
 
-    def analysis(self, slug: str) -> Analysis:
-        """The outputs of one root of the sweep, by its slug (the ``slug`` column of every table)."""
-        if Path(slug).name != slug or slug.startswith("."):
-            raise ValueError(f"{slug!r} is not a root slug of this sweep")
-        return Analysis(self.archive / slug)
+    def analysis(self, root: str) -> Analysis:
+        """The outputs of one root of the sweep: by its slug (the ``slug`` column of every table), its
+        path, or its directory's name when no other root of the sweep shares it (as ``fetch --root``)."""
+        if Path(root).name == root and not root.startswith(".") and (self.archive / root).is_dir():
+            return Analysis(self.archive / root)
+        roots = self.roots()[["root", "slug"]]
+        matches = roots[(roots["root"] == root) | (roots["root"].map(lambda p: Path(p).name) == root)]
+        if len(matches) == 1:
+            return Analysis(self.archive / matches["slug"].iloc[0])
+        if len(matches) > 1:  # a dir name several roots share: opening one of them would be a guess
+            slugs = ", ".join(matches["slug"])
+            raise ValueError(f"{root!r} names {len(matches)} roots of this sweep ({slugs}): pass a slug")
+        some = ", ".join(roots["slug"].head(10)) + (", …" if len(roots) > 10 else "")
+        raise ValueError(f"{root!r} is not a root of this sweep; its roots: {some or 'none'}")

@@ -64,8 +64,12 @@ def test_the_sweep_is_a_dataset_for_sql_and_the_python_api(planted):
     )
     slow_planted = [r for r in truth["roots"] if r["planted"] in ("slow_rank_suspected", "aicore_freq_throttled")]
     assert len(slow) == len(slow_planted)  # the suspect card's captures and the decoy
-    steps = sweep.analysis(sweep.roots()["slug"].iloc[0]).steps()
+    first = sweep.roots().iloc[0]
+    steps = sweep.analysis(first["slug"]).steps()
     assert len(steps) and "step_class_id" in steps
+    # as fetch --root takes it: the root's path, or its directory's name
+    assert sweep.analysis(first["root"]).out_dir == sweep.analysis(Path(first["root"]).name).out_dir
+    assert sweep.analysis(first["root"]).out_dir == archive / first["slug"]
     bad = run_cli("query", str(archive), "SELECT no_such_column FROM roots")
     assert bad.returncode == 2 and bad.result["error"].startswith("query failed:") and "Traceback" not in bad.stderr
     with pytest.raises(ValueError):
