@@ -262,7 +262,7 @@ def forget(sweep_id: str, *, broker: str | None = None) -> dict:
         raise UsageError(f"sweep {sweep_id} is {record['state']}: cancel it first (npuprof cancel {sweep_id})")
     ids = _task_ids(record)
     records.forget_results(conn.app, ids)
-    records.delete(sweep_id, conn.url)
+    records.delete(sweep_id, conn.url, claims=[e["reduce_id"] for e in record.get("roots", []) if "reduce_id" in e])
     return {"sweep_id": sweep_id, "state": "forgotten", "results_dropped": len(ids), "archive": record["archive"]}
 
 

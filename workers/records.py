@@ -29,8 +29,11 @@ def save(record: dict, url: str | None = None) -> None:
     _client(url).set(_PREFIX + record["sweep_id"], json.dumps(record), ex=settings.record_days() * 86400)
 
 
-def delete(sweep_id: str, url: str | None = None) -> None:
-    _client(url).delete(_PREFIX + sweep_id)
+def delete(sweep_id: str, url: str | None = None, claims: list[str] = ()) -> None:
+    """Drop the sweep's record and every key kept beside it: its supervisor's last look, its merge
+    generation, and the resend ``claims`` of its roots' reduces."""
+    keys = [_PREFIX + sweep_id] + [f"{settings.KEY_PREFIX}{kind}:{sweep_id}" for kind in ("looked", "merge-generation")]
+    _client(url).delete(*keys, *(f"{settings.KEY_PREFIX}claim:{name}" for name in claims))
 
 
 def load(sweep_id: str, url: str | None = None) -> dict | None:

@@ -10,17 +10,20 @@ import subprocess
 import sys
 
 import pytest
+import redis
 from conftest import run_cli
 from service_client import build_search_root, wait_done
 from service_harness import wait_until
 
 from npuprof.pipeline.sweep.rollup import root_status
+from npuprof.workers import records
 from npuprof.workers.app import make_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
 
 SEND_PLAN = """
 import sys
+from npuprof.workers import records
 from npuprof.workers.app import make_app
 app = make_app(sys.argv[1])
 app.send_task("npuprof.plan_sweep", args=("forged", [sys.argv[2]], sys.argv[3], {}))
@@ -51,6 +54,13 @@ def test_a_signing_cluster_sweeps_and_refuses_unsigned_and_foreign_messages(redi
     final = wait_done(redis_server.url, run.result["sweep_id"])  # status reads records: no signing needed
     assert final["totals"] == {"SUCCESS": 1}
     assert [root_status(p) for p in (tmp_path / "archive").iterdir() if p.is_dir() and p.name != "sweep_data"] == ["ok"]
+    sweep_id = run.result["sweep_id"]
+    record = records.load(sweep_id, redis_server.url)
+    task_ids = [record["plan_id"], record["merge_id"]]
+    task_ids += [task for entry in record["roots"] for task in (*entry["rank_ids"], entry["reduce_id"])]
+    assert run_cli("forget", sweep_id, "--broker", redis_server.url).returncode == 0
+    left = [key.decode() for key in redis.Redis.from_url(redis_server.url).scan_iter("npuprof:*")]
+    assert not [k for k in left if sweep_id in k or any(t in k for t in task_ids)], left  # nothing of it stays
 
     forged_archives = [tmp_path / f"forged-{name}" for name in ("unsigned", "foreign", "impostor")]
     unsigned = make_app(redis_server.url)  # this process has no signing settings: plain JSON
