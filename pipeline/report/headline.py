@@ -26,7 +26,11 @@ def cost_items(accounting: pd.DataFrame) -> pd.DataFrame:
     compute = primary[primary["category"] == "compute"].groupby(keys, as_index=False)["ms"].sum()
     compute = compute.assign(cost="compute", label="compute")
     comm = accounting[accounting["breakdown"] == "comm_by_role_kind"]
-    comm = comm.assign(cost="exposed " + comm["component"], label="exposed " + comm["component"] + " communication")
+    # a collective whose group the capture does not say reads "allreduce (group unknown)", not "unknown allreduce"
+    unnamed = comm["component"].str.startswith("unknown ")
+    words = comm["component"].where(~unnamed, comm["component"].str.removeprefix("unknown "))
+    label = "exposed " + words + " communication" + unnamed.map({True: " (group unknown)", False: ""})
+    comm = comm.assign(cost="exposed " + comm["component"], label=label)
     overlap = primary[primary["category"] == "overlap"]
     overlap = overlap.assign(cost="overlap", label="compute overlapping communication")
     idle = primary[primary["category"] == "idle"]

@@ -119,6 +119,7 @@ def collective_wait(inputs: DiagnosisContext) -> list[Finding]:
                     "ranks": ", ".join(map(str, ranks)),
                     "role": role,
                     "kind": kind,
+                    "collective": f"{kind} (group unknown)" if role == "unknown" else f"{role} {kind}",
                     "ms_per_step": ms_per_step,
                     "share": share,
                     "elapse_ms": float(totals["elapse_ms"]),
