@@ -143,7 +143,7 @@ def _saving(group: dict) -> str:
 def _capture(inputs: ReportInputs, summary: dict) -> str:
     validation = summary["layer_validation"]
     low, high = validation["detected_layers"]["min"], validation["detected_layers"]["max"]
-    detected = "none" if low is None else f"{low}" if low == high else f"{low} to {high}"
+    detected = "none" if low is None else f"{low:g}" if low == high else f"{low:g} to {high:g}"
     expected = (
         f"{validation['expected_layers']} from {validation['expected_source']}"
         if validation["expected_layers"] is not None
@@ -176,7 +176,10 @@ def _timeline(inputs: ReportInputs, summary: dict) -> str:
         return _missing("classify")
     anatomy = summary["kpis"]["step_anatomy_ms_mean"]
     heavy = inputs.steps.sort_values("wall_ms", ascending=False)
-    text = "Anatomy means (ms): " + ", ".join(f"{cell(k)} {cell(v)}" for k, v in anatomy.items()) + "\n\n"
+    if set(anatomy) <= {"head"}:  # no layers found: the whole step is its "head", which says nothing
+        text = "No layers were found on any rank, so steps are not split into head, layers and tail.\n\n"
+    else:
+        text = "Anatomy means (ms): " + ", ".join(f"{cell(k)} {cell(v)}" for k, v in anatomy.items()) + "\n\n"
     text += "Heaviest steps:\n\n"
     text += table(
         heavy, ["rank_id", "step_id", "wall_ms", "busy_ms", "underfeed_ratio", "anomaly_tags"], TOP_HEAVY_STEPS
@@ -207,7 +210,8 @@ def _bound(inputs: ReportInputs, summary: dict) -> str:
     families = summary["kpis"]["bound_family_wall_ms"]
     if not families:
         return _missing("summarize")
-    text = f"Events with PMU pipeline data: {cell(coverage.get('event_share'))}.\n\n"
+    share = coverage.get("event_share")
+    text = f"{share:.1%} of the events carry PMU pipeline data.\n\n" if share is not None else ""
     frame = pd.DataFrame({"bound_family": list(families), "compute_ms": list(families.values())})
     return text + table(frame, ["bound_family", "compute_ms"])
 

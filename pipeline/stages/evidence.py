@@ -142,7 +142,9 @@ def reduce_root(ctx: RootContext) -> StageResult:
     limitations = [note_text(note) for note in unreadable]
     if untraced:
         limitations.append(
-            f"ranks {untraced} have no readable trace_view.json: their idle windows carry no host labels"
+            f"{'rank' if len(untraced) == 1 else 'ranks'} {', '.join(map(str, untraced))} "
+            f"{'has' if len(untraced) == 1 else 'have'} no readable trace_view.json: "
+            "their idle windows carry no host labels"
         )
     capped = [
         m["host_trace"] | {"rank_id": m["rank_id"]} for m in rank_manifests if m["host_trace"].get("dropped_at_cap")
