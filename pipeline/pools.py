@@ -44,6 +44,11 @@ def _start_time(pid: int) -> str | None:
     return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
 
 
+def is_running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie — killed, not reaped — does not)."""
+    return _start_time(pid) is not None
+
+
 def _exit_when_gone(pid: int, started: str | None, interval: float = 0.5) -> None:
     while _start_time(pid) == started:
         time.sleep(interval)

@@ -11,7 +11,7 @@ from pathlib import Path
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.errors import NoSpace, NpuprofError, no_space
 from npuprof.pipeline.options import AnalyzeOptions
-from npuprof.pipeline.pools import stop_now, stopping_pool
+from npuprof.pipeline.pools import is_running, stop_now, stopping_pool
 from npuprof.pipeline.progress import Progress, no_progress
 from npuprof.pipeline.runner import analyze, run_lock, write_failure_if_room
 from npuprof.pipeline.sweep.rollup import merge_sweep, root_rollup, root_status
@@ -67,7 +67,7 @@ def _stale_work_pids(archive: Path) -> list[int]:
     the run lock, held by the caller, says no other local sweep writes here, and service work dirs end
     in a key, not a pid)."""
     pids = {work.name.rsplit("-", 1)[1] for work in archive.glob(".*.work-*")}
-    return [int(pid) for pid in pids if pid.isdigit() and not Path(f"/proc/{pid}").exists()]
+    return [int(pid) for pid in pids if pid.isdigit() and not is_running(int(pid))]
 
 
 def run_sweep(
