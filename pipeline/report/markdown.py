@@ -271,7 +271,8 @@ def _hardware(inputs: ReportInputs) -> str:
     text += table(inputs.peaks, ["unit", "dtype", "theoretical", "measure", "sustained_factor", "sustained", "source"])
     text += (
         f"\nMFU per step (cube FLOPs from kernel shapes over step wall, against the {cell(mfu.get('dtype'))} "
-        f"theoretical peak): mean {cell(mfu.get('mean'))}, p50 {cell(mfu.get('p50'))}, max {cell(mfu.get('max'))} "
+        f"theoretical peak): mean {_share(mfu.get('mean'))}, p50 {_share(mfu.get('p50'))}, "
+        f"max {_share(mfu.get('max'))} "
         f"over {mfu.get('step_count', 0)} rank-steps (step_efficiency_summary.csv).\n"
     )
     return text
