@@ -77,3 +77,9 @@ def test_the_python_api_is_sandboxed_alike(archive):
     with pytest.raises(Exception, match="query refused"):
         Sweep(archive).query(f"COPY (SELECT 1) TO '{archive.parent / 'x.csv'}'")
     assert not (archive.parent / "x.csv").exists()
+
+
+def test_query_help_lists_its_own_exit_codes_not_the_analysis_ones():
+    run = run_cli("query", "--help")
+    assert run.returncode == 0 and "is not a query (COPY, ATTACH" in run.stdout
+    assert "output dir" not in run.stdout and "degraded" not in run.stdout

@@ -57,13 +57,15 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def add_command(commands, name: str, help: str, description: str, **kwargs) -> argparse.ArgumentParser:
-    """A subcommand whose --help ends with the exit-code table."""
+def add_command(
+    commands, name: str, help: str, description: str, epilog: str = EXIT_CODES_HELP, **kwargs
+) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with its exit-code table (npuprof's whole table by default)."""
     return commands.add_parser(
         name,
         help=help,
         description=description,
-        epilog=EXIT_CODES_HELP,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         **kwargs,
     )

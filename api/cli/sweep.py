@@ -17,7 +17,14 @@ from npuprof.api.cli.options import (
     print_json,
     require_positive,
 )
-from npuprof.pipeline.errors import EXIT_PARTIAL, UsageError
+from npuprof.pipeline.errors import EXIT_INTERNAL, EXIT_PARTIAL, EXIT_USAGE, UsageError
+
+QUERY_EXIT_CODES = f"""exit codes:
+  0   success
+  {EXIT_INTERNAL}   internal error (a bug)
+  {EXIT_USAGE}   usage error: ARCHIVE is not a merged sweep archive, the SQL fails (a column or view that does not
+      exist), or it is not a query (COPY, ATTACH, INSTALL, SET, CREATE, DROP … are refused before anything runs)
+"""
 
 
 def add_parsers(commands) -> None:
@@ -53,6 +60,7 @@ def add_parsers(commands) -> None:
         "cohorts, cohort_baselines, outliers, fleet_suspects, trends; every row carries its root's slug. Stdout: "
         "one JSON object with the columns and rows; stderr: the first rows as a table. Example: npuprof query ARCHIVE "
         '"SELECT slug, cohort_id, outlier_score FROM roots ORDER BY outlier_score DESC NULLS LAST LIMIT 5"',
+        epilog=QUERY_EXIT_CODES,
     )
     query.add_argument("archive", help="a sweep archive (the -o of npuprof sweep, or a service sweep's archive)")
     query.add_argument("sql", help="the query; quote it for the shell")
