@@ -61,13 +61,16 @@ def test_the_storage_map_prefixes_are_served(tmp_path, monkeypatch):
 
 
 def test_every_path_of_a_rank_and_a_root_is_checked():
-    rank = {"rank_id": 0, "rank_dir": "/r", "kernel_csv": "/r/k.csv", "profiler_dbs": ["/r/a.db"]}
+    rank = {"rank_id": 0, "rank_dir": "/r", "rank_id_from": "dir", "kernel_csv": "/r/k.csv"}
+    rank["profiler_dbs"] = ["/r/a.db"]
     rank["supplemental"] = {"trace_view_json": "/r/t.json"}
     assert set(storage.rank_paths(rank)) >= {"/r", "/r/k.csv", "/r/a.db", "/r/t.json"}
     inputs = {"root": "/root", "requested_path": "/root", "ranks": [rank]}
     assert {"/root", "/r/t.json"} <= set(storage.inputs_paths(inputs))
     with pytest.raises(storage.OutsideStorage, match="no rank_dir"):
         storage.rank_paths({"rank_id": 0})
+    with pytest.raises(storage.OutsideStorage, match="unknown or missing fields"):
+        storage.rank_paths({**rank, "kernel_csv_elsewhere": "/etc/passwd"})  # a field no RankInput has
     with pytest.raises(storage.OutsideStorage, match="name no ranks"):
         storage.inputs_paths({"root": "/root"})
 

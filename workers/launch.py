@@ -40,8 +40,7 @@ def storage_env(dirs: list[str]) -> dict:
     for directory in dirs:
         if not Path(directory).is_dir():
             raise UsageError(f"--storage {directory}: no such directory")
-    known = [item for item in os.environ.get("NPUPROF_STORAGE_ROOTS", "").split(os.pathsep) if item]
-    roots = os.pathsep.join(dict.fromkeys(known + [str(Path(d).resolve()) for d in dirs]))
+    roots = os.pathsep.join(dict.fromkeys(settings.storage_roots() + [str(Path(d).resolve()) for d in dirs]))
     if not roots and not settings.storage_map():
         raise UsageError(
             "a worker serves only the storage it is given, and this one was given none: "

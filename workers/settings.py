@@ -133,12 +133,16 @@ def storage_map() -> list[tuple[str, str]]:
     return sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)
 
 
+def storage_roots() -> list[str]:
+    """The dirs of NPUPROF_STORAGE_ROOTS (``npuprof worker --storage DIR``): served beside the map's."""
+    return [item for item in os.environ.get("NPUPROF_STORAGE_ROOTS", "").split(os.pathsep) if item]
+
+
 def served_storage() -> list[Path]:
     """The directories a worker serves, resolved: the prefixes of NPUPROF_STORAGE_MAP and the dirs of
     NPUPROF_STORAGE_ROOTS (``npuprof worker --storage DIR``, an archive say). A task naming any path
     outside them is refused (``workers.storage``); a worker that serves none runs no task on a path."""
-    extra = [item for item in os.environ.get("NPUPROF_STORAGE_ROOTS", "").split(os.pathsep) if item]
-    prefixes = [prefix for prefix, _ in storage_map()] + extra
+    prefixes = [prefix for prefix, _ in storage_map()] + storage_roots()
     return [Path(os.path.realpath(prefix)) for prefix in dict.fromkeys(prefixes)]
 
 

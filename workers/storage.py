@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from npuprof.pipeline.errors import UsageError
+from npuprof.pipeline.sources.discovery import RankInput
 from npuprof.workers import settings
 
 NO_STORAGE_HINT = "start it with npuprof worker --storage DIR (repeatable) or NPUPROF_STORAGE_MAP=name=/mount"
@@ -41,17 +42,17 @@ def require_served(paths: Iterable[str | Path | None], what: str) -> None:
             raise OutsideStorage(f"refused {what}: {text} is outside the storage this worker serves ({dirs})")
 
 
-def rank_paths(rank: dict) -> list[str | None]:
-    """Every path a rank task's message names: the rank dir and each file (``RankInput`` fields)."""
+def rank_paths(rank: dict) -> list[str]:
+    """Every path a rank task's message names: the rank dir and each file (``RankInput.input_files``)."""
     if not isinstance(rank, dict):
         raise OutsideStorage("refused a rank task: its rank is not an object")
-    files = [rank.get(key) for key in ("rank_dir", "kernel_csv", "profiler_info", "profiler_metadata")]
-    for key in ("op_summary_csvs", "profiler_dbs"):
-        files += list(rank.get(key) or [])
-    files += list((rank.get("supplemental") or {}).values())
     if rank.get("rank_dir") is None:
         raise OutsideStorage("refused a rank task: its rank names no rank_dir")
-    return files
+    try:
+        parsed = RankInput(**rank)
+    except TypeError:
+        raise OutsideStorage("refused a rank task: its rank has unknown or missing fields") from None
+    return [parsed.rank_dir, *parsed.input_files()]
 
 
 def inputs_paths(inputs: dict) -> list[str | None]:

@@ -148,8 +148,8 @@ def _write_root_failure(work: Path, failure: dict, traceback: str | None = None)
 
 def _finalize(work: Path, final: Path, options: dict) -> str:
     """Move the finished work dir into place; a duplicate run keeps the bytes already there. Only a work
-    dir the plan marked for ``final`` is moved, and only over an npuprof output."""
-    storage.require_served([work, final], "a root's finalize")
+    dir the plan marked for ``final`` is moved, and only over an npuprof output (both callers have checked
+    the two dirs lie in the served storage)."""
     recovery.check_work_dir(work, final)
     shutil.rmtree(work / MARKERS, ignore_errors=True)
     if final.exists() and is_reusable(final, AnalyzeOptions.from_dict(options)):

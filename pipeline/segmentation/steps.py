@@ -52,7 +52,7 @@ def _relabelled(step_ids: np.ndarray, row_idx: np.ndarray, most: int) -> tuple[n
     """Short runs of one step id between two runs of another (a row relabelled: it ran inside that step)
     given their neighbours' id."""
     fixed, notes = step_ids.copy(), []
-    runs = [(s, e) for s, e in _runs(np.where(np.isnan(step_ids), -1.0, step_ids))]
+    runs = _runs(np.where(np.isnan(step_ids), -1.0, step_ids))
     for (_, before), (start, end), (after, _) in zip(runs, runs[1:], runs[2:]):
         around, inside = step_ids[before], step_ids[start]
         if end - start + 1 <= most and around == step_ids[after] and not np.isnan(around) and around != inside:

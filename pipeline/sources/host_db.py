@@ -72,7 +72,7 @@ def read_db_host_events(path: str | Path, span_start_us: float, span_end_us: flo
     con = connect_readonly(path)
     try:
         framework = "PYTORCH_API" in table_names(con)  # a CANN-only (msprof) db has none
-        strings = string_values(con)
+        strings, _ = string_values(con)
         python = (
             _spans(con, "PYTORCH_API", "-1", bounds, cap, strings) if framework else pd.DataFrame(columns=SPAN_COLUMNS)
         )

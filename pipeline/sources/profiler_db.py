@@ -144,18 +144,12 @@ def probe(path: Path) -> DbProbe:
 DB_TEXT_CAP = 8192
 
 
-def capped_text(expression: str) -> str:
-    """SQL for ``expression`` (a STRING_IDS value) cut to DB_TEXT_CAP characters."""
-    return f"substr({expression}, 1, {DB_TEXT_CAP})"
-
-
-def long_strings_note(con: sqlite3.Connection) -> str | None:
-    """A note when STRING_IDS holds values longer than DB_TEXT_CAP (they are read cut)."""
-    count = con.execute(f"SELECT count(*) FROM STRING_IDS WHERE length(value) > {DB_TEXT_CAP}").fetchone()[0]
-    if not count:
+def _long_strings_note(cut: int) -> str | None:
+    """A note when ``cut`` STRING_IDS values were longer than DB_TEXT_CAP (they are read cut)."""
+    if not cut:
         return None
     return (
-        f"{count} STRING_IDS values longer than {DB_TEXT_CAP} characters read cut to their first {DB_TEXT_CAP} "
+        f"{cut} STRING_IDS values longer than {DB_TEXT_CAP} characters read cut to their first {DB_TEXT_CAP} "
         "(no profiler writes one that long)"
     )
 
@@ -185,7 +179,7 @@ def _first_present(candidates: list[str], columns: list[str]) -> str | None:
     return next((c for c in candidates if c in columns), None)
 
 
-def _select_list(alias: str, wanted: dict[str, list[str]], columns: list[str], string_ids: set[str]) -> list[str]:
+def _select_list(alias: str, wanted: dict[str, list[str]], columns: list[str]) -> list[str]:
     """SELECT items for the wanted normalized fields; a STRING_IDS column is selected as its id (resolved
     by ``resolve_strings`` after the read)."""
     items = []
@@ -196,12 +190,16 @@ def _select_list(alias: str, wanted: dict[str, list[str]], columns: list[str], s
     return items
 
 
-def string_values(con: sqlite3.Connection) -> pd.Series:
+def string_values(con: sqlite3.Connection) -> tuple[pd.Series, int]:
     """Every STRING_IDS value (cut at DB_TEXT_CAP) by id, each read once: rows that name one string share
-    it instead of each getting a copy (the first of an id stored twice)."""
-    frame = pd.read_sql_query(f"SELECT id, {capped_text('value')} AS value FROM STRING_IDS", con)
+    it instead of each getting a copy (the first of an id stored twice); and how many were cut."""
+    frame = pd.read_sql_query(
+        f"SELECT id, substr(value, 1, {DB_TEXT_CAP}) AS value, length(value) > {DB_TEXT_CAP} AS cut FROM STRING_IDS",
+        con,
+    )
+    cut = int(frame["cut"].fillna(0).sum())
     frame = frame.drop_duplicates("id")
-    return pd.Series(frame["value"].to_numpy(object), index=frame["id"].to_numpy())
+    return pd.Series(frame["value"].to_numpy(object), index=frame["id"].to_numpy()), cut
 
 
 def resolve_strings(frame: pd.DataFrame, columns: list[str], strings: pd.Series) -> None:
@@ -224,8 +222,8 @@ def _read_compute(
     string_ids = set(mapping["string_id_columns"])
     compute = {"name": ["name"], "accelerator_core": ["taskType"], **mapping["compute_columns"]}
     items = ["c.rowid AS pmu_key", "c.globalTaskId AS source_row_key", "t.startNs AS start_ns", "t.endNs AS end_ns"]
-    items += _select_list("c", compute, tables["COMPUTE_TASK_INFO"], string_ids)
-    items += _select_list("t", mapping["task_columns"], tables["TASK"], set())
+    items += _select_list("c", compute, tables["COMPUTE_TASK_INFO"])
+    items += _select_list("t", mapping["task_columns"], tables["TASK"])
     sql = f"SELECT {', '.join(items)} FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId"
     frame = pd.read_sql_query(sql, con)
     resolve_strings(frame, _string_outputs(compute, tables["COMPUTE_TASK_INFO"], string_ids), strings)
@@ -243,7 +241,7 @@ def _read_communication(
     items = ["o.startNs AS start_ns", "o.endNs AS end_ns"]
     if "opId" in columns:
         items.append("o.opId AS source_row_key")
-    items += _select_list("o", wanted, columns, string_ids)
+    items += _select_list("o", wanted, columns)
     frame = pd.read_sql_query(f"SELECT {', '.join(items)} FROM COMMUNICATION_OP o", con)
     resolve_strings(frame, _string_outputs(wanted, columns, string_ids), strings)
     frame["accelerator_core"] = mapping["communication_core"]
@@ -370,8 +368,8 @@ def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
     try:
         with connect_readonly(path) as con:
             _check_time_types(con, path, checked.tables)
-            notes += [note for note in (long_strings_note(con),) if note]
-            strings = string_values(con)
+            strings, cut = string_values(con)
+            notes += [note for note in (_long_strings_note(cut),) if note]
             compute = _read_compute(con, checked.tables, mapping, strings)
             pmu = _read_pmu(con, checked.tables, mapping)
             communication = _read_communication(con, checked.tables, mapping, strings)

@@ -600,7 +600,7 @@ def test_a_crafted_message_naming_any_two_dirs_touches_neither(redis_server, wor
     app = make_app(redis_server.url)
     root = str(storage / "r")  # inside the served storage: the work-dir marker is what refuses them
     inputs = {"requested_path": root, "root": root, "ranks": []}  # a root of no rank: nothing to wait for
-    rank = {"rank_id": 0, "rank_dir": root}
+    rank = {"rank_id": 0, "rank_dir": root, "rank_id_from": "dir"}
     sent = [
         app.send_task("npuprof.reduce_root", args=(str(source), str(victim), inputs, {}, [])),
         app.send_task("npuprof.reduce_root", args=(str(marked), str(victim), inputs, {}, [])),

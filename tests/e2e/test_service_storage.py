@@ -19,6 +19,11 @@ from npuprof.workers.recovery import mark_work_dir
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
 
 
+def _rank(rank_dir: str) -> dict:
+    """A rank as discovery writes it into a task message."""
+    return {"rank_id": 0, "rank_dir": rank_dir, "rank_id_from": "dir"}
+
+
 def _listing(base: Path) -> list[str]:
     return sorted(str(p.relative_to(base)) for p in base.rglob("*"))
 
@@ -39,8 +44,8 @@ def test_messages_naming_paths_outside_the_served_storage_are_refused(redis_serv
     inside_inputs = {"requested_path": root, "root": root, "ranks": []}
     records.save({"sweep_id": "crafted", "archive": str(outside), "roots": [], "state": "running"}, redis_server.url)
     sent = [
-        app.send_task("npuprof.analyze_rank", args=(str(escape), {"rank_id": 0, "rank_dir": root}, {}, ["normalize"])),
-        app.send_task("npuprof.analyze_rank", args=(str(served), {"rank_id": 0, "rank_dir": "/etc"}, {}, [])),
+        app.send_task("npuprof.analyze_rank", args=(str(escape), _rank(root), {}, ["normalize"])),
+        app.send_task("npuprof.analyze_rank", args=(str(served), _rank("/etc"), {}, [])),
         app.send_task("npuprof.reduce_root", args=(str(escape), str(victim), inside_inputs, {}, [])),
         app.send_task(
             "npuprof.reduce_root", args=(str(served / "link" / ".escape.work-x"), str(victim), inside_inputs, {}, [])
