@@ -81,16 +81,17 @@ def dense_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
             p.add(kernel, LAYER, layer, "forward", mb, block)
 
 
-def _expert_exchange(w: Workload, step: str, shapes_in: str, shapes_out: str) -> Kernel:
-    """Tokens to / from their experts: an all-to-all in training, the fused MC2 kernel in inference."""
-    m, t = w.model, w.tokens
-    transfer_mb = t * m.top_k * m.hidden * 2 / 1e6
+def _expert_exchange(w: Workload, step: str, shapes_in: str, shapes_out: str, routed: int) -> Kernel:
+    """Tokens to / from their experts: an all-to-all in training, the fused MC2 kernel in inference. Its
+    time on a rank follows the ``routed`` tokens that rank receives (dispatch) or sends back (combine)."""
+    m = w.model
+    transfer_mb = routed * m.hidden * 2 / 1e6
     if w.training:
-        return hccl("alltoallv", "exp", scale_us(t * m.top_k, 40), transfer_mb)
+        return hccl("alltoallv", "exp", scale_us(routed, 40), transfer_mb)
     return _fused(
         f"MoeDistribute{step}",
         "COMMUNICATION",
-        scale_us(t * m.top_k, 45),
+        scale_us(routed, 45),
         "comm_aiv",
         shapes_in,
         shapes_out,
@@ -164,9 +165,9 @@ def _moe_block(w: Workload) -> list[Kernel]:
         _vector("AddRmsNorm", scale_us(t, 16), f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"),
         _matmul(scale_us(t, 12), f"{t},{m.hidden};{m.experts},{m.hidden}", gating, op="MatMulV2", block_dim=8),
         _fused("MoeGatingTopK", "AI_VECTOR_CORE", scale_us(t, 10), "vector", gating, f"{t},{m.top_k};{t},{m.top_k}"),
-        _expert_exchange(w, "Dispatch", f"{t},{m.hidden};{t},{m.top_k}", f"{routed},{m.hidden}"),
+        _expert_exchange(w, "Dispatch", f"{t},{m.hidden};{t},{m.top_k}", f"{routed},{m.hidden}", routed),
         *_experts(w, routed),
-        _expert_exchange(w, "Combine", f"{routed},{m.hidden};{t},{m.top_k}", f"{t},{m.hidden}"),
+        _expert_exchange(w, "Combine", f"{routed},{m.hidden};{t},{m.top_k}", f"{t},{m.hidden}", routed),
     ]
 
 

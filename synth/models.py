@@ -187,15 +187,29 @@ def _bucket_count(w: Workload) -> int:
 
 
 def _gradient_bucket(p: Program, w: Workload) -> None:
-    """One bucket's all-reduce over the data-parallel group (bf16 gradients): during the backward on the
-    communication stream when gradients overlap, else in line before the optimizer."""
+    """One bucket's all-reduce over the data-parallel group (bf16 gradients), or its reduce-scatter under a
+    distributed optimizer (half the bus traffic): during the backward on the communication stream when
+    gradients overlap, else in line before the optimizer."""
     bucket_bytes = _gradient_parameters(w)[0] * 2 / _bucket_count(w)
+    op, traffic = ("reduceScatter", 0.5) if w.distributed_optimizer else ("allReduce", 1.0)
     p.add(
-        hccl("allReduce", "dp", 200.0 + bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6),
+        hccl(op, "dp", 200.0 + traffic * bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6),
         TAIL,
         block="optimizer",
         overlapped=w.overlap_gradients,
     )
+
+
+def _parameter_gather(p: Program, w: Workload) -> None:
+    """A distributed optimizer's all-gather of the updated parameter shards, in line after the update, one
+    per gradient bucket (hiding it under the next step's forward, overlap_param_gather, is not modelled)."""
+    bucket_bytes = _gradient_parameters(w)[0] * 2 / 4
+    for _bucket in range(4):
+        p.add(
+            hccl("allGather", "dp", 200.0 + 0.5 * bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6),
+            TAIL,
+            block="optimizer",
+        )
 
 
 def _bucket_layers(w: Workload) -> frozenset[int]:
@@ -208,12 +222,13 @@ def _bucket_layers(w: Workload) -> frozenset[int]:
 
 
 def _optimizer(p: Program, w: Workload) -> None:
-    """Gradient all-reduce over the data-parallel group in 4 buckets (unless they overlapped the backward),
-    gradient-norm clipping, AdamW: each as long as the parameters the rank holds make it. The norm waits
-    for every bucket."""
+    """Gradient all-reduce (reduce-scatter) over the data-parallel group in 4 buckets (unless they
+    overlapped the backward), gradient-norm clipping, AdamW: each as long as the parameters the rank
+    updates make it; a distributed optimizer's parameter all-gather last. The norm waits for every bucket."""
     m = w.model
     layers = len(w.stage_layers)
-    parameters = _gradient_parameters(w)[1]
+    # a distributed optimizer updates the rank's own shard of the parameters
+    parameters = _gradient_parameters(w)[1] / (w.world // w.tp if w.distributed_optimizer else 1)
     for _bucket in range(0 if w.overlap_gradients else 4):
         _gradient_bucket(p, w)
     p.add(
@@ -238,6 +253,8 @@ def _optimizer(p: Program, w: Workload) -> None:
             TAIL,
             block="optimizer",
         )
+    if w.distributed_optimizer:
+        _parameter_gather(p, w)
 
 
 def build_step(w: Workload) -> Program:

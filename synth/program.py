@@ -109,6 +109,9 @@ class Workload:
     wide_ffn_layers: tuple[int, ...] = ()  # planted shape change: these layers' FFN is twice as wide
     last_stage_layers: int | None = None  # decoder layers of the last pipeline stage; None: a balanced split
     overlap_gradients: bool = False  # gradient buckets all-reduce during the backward (DDP), not after it
+    # a distributed optimizer (ZeRO-1, Megatron's): buckets reduce-scatter the gradients, each rank updates
+    # its shard of the parameters, and the updated shards are all-gathered after the update
+    distributed_optimizer: bool = False
 
     @property
     def stage_layers(self) -> range:

@@ -13,8 +13,9 @@ class Fault:
     (one vocabulary for synth, ground truth, tests and the detectors), or a capture condition that
     no finding reports (partial_capture, clock_offset; segment and cross_rank measure them).
 
-    kinds: slow_rank_suspected (compute × factor on ``ranks``), ep_load_imbalance_suspected (routed
-    tokens × factor on ``ranks``), device_idle_bubble (``gap_us`` of host idle before ``layer`` on
+    kinds: slow_rank_suspected (compute × factor on ``ranks``), ep_load_imbalance_suspected (``ranks``
+    receive factor × the routed tokens of each other member of their expert group, the group's total
+    unchanged), device_idle_bubble (``gap_us`` of host idle before ``layer`` on
     ``steps`` of ``ranks``), slow_link_suspected (bandwidth of ``link`` ÷ factor), aicpu_exposed (an AI
     CPU op of ``gap_us`` before ``layer`` on every step), reduced_work_or_dummy_rank (``ranks`` receive
     no routed tokens), partial_capture (first and last step cut), clock_offset (``offset_us`` added to
@@ -92,6 +93,8 @@ class Scenario:
     # planted changes for comparisons: (kernel Type, duration factor) on every rank, e.g. faster attention
     kernel_factors: tuple[tuple[str, float], ...] = ()
     wide_ffn_layers: tuple[int, ...] = ()  # a planted shape change: these dense layers' FFN is twice as wide
+    # ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered, parameters all-gathered
+    distributed_optimizer: bool = False
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -136,6 +139,41 @@ SCENARIOS: dict[str, Scenario] = {
             tokens=256,
             micro_batches=1,
             faults=(Fault("ep_load_imbalance_suspected", ranks=(1,), factor=4.0),),
+        ),
+        Scenario(
+            "ep_hot_prefill",
+            "MoE prefill with expert parallel dispatch/combine; the router sends rank 1 six times the tokens of "
+            "each other rank (two thirds of all): every MoE layer's combine waits for its experts, and its "
+            "dispatch and combine move most of the data",
+            model="moe",
+            training=False,
+            phase="prefill",
+            tokens=2048,
+            micro_batches=1,
+            faults=(Fault("ep_load_imbalance_suspected", ranks=(1,), factor=6.0),),
+        ),
+        Scenario(
+            "ep_hot_training",
+            "MoE training, data and expert parallel; rank 1's experts receive four times the tokens of each "
+            "other rank's, in the forward's and the backward's all-to-alls alike",
+            model="moe",
+            tokens=2048,
+            faults=(Fault("ep_load_imbalance_suspected", ranks=(1,), factor=4.0),),
+        ),
+        Scenario(
+            "moe_balanced",
+            "the clean control of ep_hot_training: MoE training whose router spreads the tokens evenly",
+            model="moe",
+            tokens=2048,
+        ),
+        Scenario(
+            "moe_prefill_balanced",
+            "the clean control of ep_hot_prefill: MoE prefill whose router spreads the tokens evenly",
+            model="moe",
+            training=False,
+            phase="prefill",
+            tokens=2048,
+            micro_batches=1,
         ),
         Scenario(
             "host_bubble",
@@ -227,6 +265,21 @@ SCENARIOS: dict[str, Scenario] = {
             "dense training, data parallel; the gradient all-reduce runs after the whole backward in 4 buckets, "
             "none overlapped (its twin, clean, overlaps all but the last bucket with the backward)",
             faults=(Fault("gradient_allreduce_exposed"),),
+        ),
+        Scenario(
+            "exposed_zero_sync",
+            "dense training, data parallel, with a distributed optimizer (ZeRO-1) like the real Qwen3 sample: "
+            "gradients reduce-scatter in 4 buckets after the whole backward, none overlapped, and the updated "
+            "parameters all-gather after the optimizer (its twin, zero_overlapped, overlaps all but the last "
+            "reduce-scatter with the backward)",
+            distributed_optimizer=True,
+            faults=(Fault("gradient_allreduce_exposed"),),
+        ),
+        Scenario(
+            "zero_overlapped",
+            "the clean control of exposed_zero_sync: a distributed optimizer whose gradient reduce-scatters run "
+            "under the backward, all but the last bucket",
+            distributed_optimizer=True,
         ),
         Scenario(
             "partial_capture",

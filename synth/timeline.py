@@ -82,11 +82,20 @@ def _faults(scenario: Scenario, kind: str) -> list[Fault]:
     return [f for f in scenario.faults if f.kind == kind]
 
 
+def _tokens_factor(scenario: Scenario, rank: int, topology: Topology) -> float:
+    """The share of its expert group's routed tokens ``rank`` receives, over an even share: a hot rank
+    gets ``factor`` × what each other member gets, the group's total unchanged (the router sends the same
+    tokens, unevenly), so its balanced twin does the same work evenly spread."""
+    hot = _faults(scenario, "ep_load_imbalance_suspected")
+    if not hot or scenario.model != "moe":
+        return 1.0
+    members = topology.instance("exp", rank).members
+    weight = {m: float(np.prod([f.factor for f in hot if m in f.ranks] or [1.0])) for m in members}
+    return weight[rank] * len(members) / sum(weight.values())
+
+
 def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
-    tokens_factor = 1.0
-    for fault in _faults(scenario, "ep_load_imbalance_suspected"):
-        if rank in fault.ranks:
-            tokens_factor *= fault.factor
+    tokens_factor = _tokens_factor(scenario, rank, topology)
     reduced = any(rank in f.ranks for f in _faults(scenario, "reduced_work_or_dummy_rank"))
     return Workload(
         DENSE if scenario.model == "dense" else MOE,
@@ -104,6 +113,7 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         scenario.wide_ffn_layers,
         next((f.layer for f in _faults(scenario, "pp_stage_imbalance")), None),
         overlap_gradients=scenario.training and not _faults(scenario, "gradient_allreduce_exposed"),
+        distributed_optimizer=scenario.distributed_optimizer,
     )
 
 
@@ -332,9 +342,11 @@ class _Simulation:
         any_rank = next(iter(arrived))
         overlapped = bool(plans[any_rank].overlapped[pos_of[any_rank]])
         group = self._group(arrived)
-        transfer = float(np.mean([plans[m].dur_us[pos_of[m]] for m in arrived])) * _slow_link_factor(
-            self.scenario, group
-        )
+        # an expert exchange (all-to-all) ends when its busiest member has received (or sent back) its
+        # tokens; any other collective moves the same volume on every member
+        member_us = [plans[m].dur_us[pos_of[m]] for m in arrived]
+        busiest = group.name == "exp"
+        transfer = float(np.max(member_us) if busiest else np.mean(member_us)) * _slow_link_factor(self.scenario, group)
         # an overlapped op starts when its stream is free; a blocking one when the rank arrives
         starts = {m: max(a, self.stream_free[m]) if overlapped else a for m, (a, _) in arrived.items()}
         last = max(starts.values())

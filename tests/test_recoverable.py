@@ -18,44 +18,11 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis import retiming
 from npuprof.pipeline.runner import analyze
 from npuprof.synth import SCENARIOS, generate
-from npuprof.synth.scenarios import Fault
+from npuprof.synth.twins import TWINS, twin_of
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 
 TOLERANCE = 0.15  # the bound: predicted within ±15 % of the twin's measured difference
-
-# (scenario, the finding whose fault the twin leaves out: a fault is named by the finding it plants)
-TWINS = [
-    ("slow_rank", "slow_rank_suspected"),
-    ("host_bubble", "device_idle_bubble"),
-    ("slow_link", "slow_link_suspected"),
-    ("ep_imbalance", "ep_load_imbalance_suspected"),
-    ("exposed_aicpu", "aicpu_exposed"),
-    ("throttled_card", "aicore_freq_throttled"),
-    ("launch_bound", "host_launch_bound"),  # the twin's launches are ahead of the device
-    ("host_stalls", "dataloader_stall"),  # every rank stalls: closed on all of them at once
-    ("host_stalls", "gc_pause"),
-    ("host_stalls", "allocation_heavy"),
-    # two faults at once: each finding is priced with the other fault still in place
-    ("demo", "slow_rank_suspected"),
-    ("demo", "device_idle_bubble"),
-    ("mixed", "slow_rank_suspected"),
-    ("mixed", "ep_load_imbalance_suspected"),
-    # the twin of a stage imbalance is the balanced split (the last stage one layer fewer); the moved
-    # layer takes its gradient sync and optimizer share along, the embedding and LM head stay
-    ("pipeline_parallel", "pp_stage_imbalance"),
-    # a rank launch-bound a tenth of its step: its peers wait for it in every all-reduce
-    ("launch_bound_rank", "host_launch_bound"),
-    # a rank whose data loader delays its step's first kernel: the stall is inside its step (the profiler's
-    # step has started), and its peers wait for it in their gradient all-reduce
-    ("slow_dataloader_rank", "dataloader_stall"),
-    # the twin of an uncaptured straggler is the same capture of the same ranks, the straggler not slow
-    ("uncaptured_straggler", "capture_incomplete_group"),
-    # the twin of a gradient sync after the backward is the same training with its buckets overlapped
-    ("exposed_grad_allreduce", "gradient_allreduce_exposed"),
-]
-# a fault whose twin is not its absence: what takes its place
-TWIN_REPLACEMENT = {"capture_incomplete_group": lambda fault: Fault("rank_not_captured", ranks=fault.ranks)}
 
 
 def findings_of(out: Path) -> list[dict]:
@@ -152,12 +119,7 @@ def test_the_replay_reproduces_every_measured_step(planted_outputs, name):
 @pytest.mark.parametrize(("name", "finding_type"), TWINS)
 def test_each_finding_recovers_what_its_twin_measures(planted_outputs, tmp_path, name, finding_type):
     root, out = planted_outputs[name]
-    planted = SCENARIOS[name]
-    kept = tuple(f for f in planted.faults if f.kind != finding_type)
-    removed = [f for f in planted.faults if f.kind == finding_type]
-    replaced = tuple(TWIN_REPLACEMENT[f.kind](f) for f in removed if f.kind in TWIN_REPLACEMENT)
-    twin = replace(planted, name=f"{name}_twin", faults=kept + replaced)
-    assert len(kept) == len(planted.faults) - 1
+    twin = twin_of(name, finding_type)
     seed = json.loads((root / "ground_truth.json").read_text())["seed"]
     twin_root = Path(generate(tmp_path / "twin", twin, seed=seed)["root"])
     analyze(twin_root, tmp_path / "twin_out", jobs=2)

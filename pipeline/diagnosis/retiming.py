@@ -251,24 +251,38 @@ def close_windows(model: StepModel, windows: pd.DataFrame) -> WhatIf:
     change = WhatIf.none(model)
     if model.empty or windows.empty:
         return change
-    slot = _slot_of(windows, model.slots)
+    slot, row = work_rows(model, windows)
+    cut = windows["duration_us"].to_numpy(float)
+    before_row, in_tail = row >= 0, (slot >= 0) & (row < 0)
+    np.add.at(change.gap_cut_us, row[before_row], cut[before_row])
+    np.add.at(change.tail_cut_us, slot[in_tail], cut[in_tail])
+    return change
+
+
+def work_rows(model: StepModel, events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Where each event (rank_id, start_us on the rank's own clock) is local work: its (rank, step) slot
+    and the row of the first blocking collective of that slot starting at or after it (whose ``gap_us``
+    holds it); slot -1 outside every step, row -1 in the slot's tail (after its last collective). Work
+    before an op on the communication stream does not delay the rank, so floating rows hold none."""
+    slot = _slot_of(events, model.slots)
+    row = np.full(len(events), -1, dtype=np.int64)
     inside = slot >= 0
-    slot, start = slot[inside], windows["start_us"].to_numpy(float)[inside]
-    cut = windows["duration_us"].to_numpy(float)[inside]
-    # each window's collective: the first of its (rank, step) slot starting at or after it, found with
-    # one sorted search over (slot, time since the slot's start) keys; none: the slot's tail
-    # (blocking rows only: work before an op on the communication stream does not delay the rank)
+    if model.empty or not inside.any() or model.rows.empty:
+        return slot, row
+    # one sorted search over (slot, time since the slot's start) keys
     by_slot = model.rows[~model.rows["floating"].astype(bool)].sort_values(["slot", "start_us"])
     slot_start = model.slots["start_us"].to_numpy(float)
     width = float((model.slots["end_us"] - model.slots["start_us"]).max()) + 1.0
     row_slot = by_slot["slot"].to_numpy(np.int64)
     row_keys = row_slot * width + (by_slot["start_us"].to_numpy(float) - slot_start[row_slot])
-    at = np.searchsorted(row_keys, slot * width + (start - slot_start[slot]))
+    own = slot[inside]
+    at = np.searchsorted(row_keys, own * width + (events["start_us"].to_numpy(float)[inside] - slot_start[own]))
     hit = at < len(row_keys)
-    hit[hit] = row_slot[at[hit]] == slot[hit]
-    np.add.at(change.gap_cut_us, by_slot.index.to_numpy()[at[hit]], cut[hit])
-    np.add.at(change.tail_cut_us, slot[~hit], cut[~hit])
-    return change
+    hit[hit] = row_slot[at[hit]] == own[hit]
+    found = np.full(len(own), -1, dtype=np.int64)
+    found[hit] = by_slot.index.to_numpy()[at[hit]]
+    row[inside] = found
+    return slot, row
 
 
 def at_peer_median(model: StepModel, rank: int, instances: np.ndarray | None = None) -> WhatIf:

@@ -324,10 +324,29 @@ def _queued_behind_waits(
     return owed
 
 
+LINK_TIME_COLUMNS = ("rdma_time_ms", "hccs_time_ms", "pcie_time_ms", "sdma_time_ms", "sio_time_ms")
+
+
+def op_transfer_ms(ops: pd.DataFrame) -> pd.Series:
+    """Per op of ``communication_ops``, its time in transit: communication.json's Transit Time, or where
+    that is 0 while its transports moved data (a reduce-scatter over SDMA / HCCS is recorded so) the
+    longest time one transport spent moving it (SDMA and HCCS count one transfer twice), at most the op's
+    idle time. A recorded transit stands: the bandwidth table sums transfers that run side by side on
+    several channels (an all-reduce of 2.5 ms shows 15 ms of HCCS time)."""
+    transit = ops["transit_ms"].fillna(0).clip(lower=0)
+    present = [c for c in LINK_TIME_COLUMNS if c in ops]
+    if not present:
+        return transit
+    moved = ops[present].apply(pd.to_numeric, errors="coerce").max(axis=1).fillna(0.0).clip(lower=0.0)
+    idle = ops["idle_ms"].fillna(0).clip(lower=0) if "idle_ms" in ops else pd.Series(0.0, index=ops.index)
+    return transit + moved.where(transit == 0, 0.0).clip(upper=idle)
+
+
 def communication_parts(events: pd.DataFrame, ops: pd.DataFrame, step_ids: pd.Series) -> pd.DataFrame:
     """Per event of ``events`` (its index), the shares of its elapsed time its op spent in transit
-    ("transfer"), waiting for its peers ("wait": wait and synchronization) and neither ("idle"), from
-    communication.json; "unsplit" 1.0 for a communication event without such numbers, 0 for the rest.
+    ("transfer": its Transit Time, or its transports' time moving data where that is 0), waiting for
+    its peers ("wait": wait and synchronization) and neither ("idle"), from communication.json; "unsplit"
+    1.0 for a communication event without such numbers, 0 for the rest.
 
     ``ops``: step_id, op_name, elapse_ms, transit_ms, wait_ms, idle_ms (``communication_ops``);
     ``step_ids``: step_id by step_ordinal."""
@@ -344,13 +363,12 @@ def communication_parts(events: pd.DataFrame, ops: pd.DataFrame, step_ids: pd.Se
     )
     known = ops.dropna(subset=["transit_ms"]) if len(ops) and "transit_ms" in ops else pd.DataFrame()
     if len(known):
+        transfer = op_transfer_ms(known)
+        idle = known["idle_ms"].fillna(0).clip(lower=0)
+        moved = transfer - known["transit_ms"].clip(lower=0)  # taken from its idle
         parts = (
             known[["step_id", "op_name"]]
-            .assign(
-                transfer=known["transit_ms"].clip(lower=0),
-                wait=known["wait_ms"].fillna(0).clip(lower=0),
-                idle=known["idle_ms"].fillna(0).clip(lower=0),
-            )
+            .assign(transfer=transfer, wait=known["wait_ms"].fillna(0).clip(lower=0), idle=idle - moved)
             .drop_duplicates(["step_id", "op_name"])
         )
         joined = key.reset_index().merge(parts, on=["step_id", "op_name"], how="left").set_index("index")

@@ -18,13 +18,17 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, rule
 from npuprof.pipeline.diagnosis.groups import is_ep_collective, members
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
-from npuprof.pipeline.diagnosis.retiming import at_peer_median, recoverable_ms
+from npuprof.pipeline.diagnosis.retiming import WhatIf, recoverable_ms, scaled_transit, work_rows
 from npuprof.pipeline.io import int_ranks
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
 
 EXPERT_OP_TYPE = "GroupedMatmul"
+PROPORTIONAL = (
+    "recoverable time: each expert block on the line of its time over the members' tokens, the exchanges' "
+    "transit in proportion to the busiest member's tokens (its fixed latency too), the total tokens unchanged"
+)
 
 
 def _tokens_of_shapes(shapes: str | None) -> float:
@@ -41,8 +45,8 @@ def _tokens_of_shapes(shapes: str | None) -> float:
 
 @derived_input("expert_calls")
 def expert_calls(ctx: RootContext) -> pd.DataFrame:
-    """The grouped expert matmul events of every rank: rank_id, row_idx, input_shapes, duration_ns."""
-    columns = ["rank_id", "row_idx", "input_shapes", "duration_ns"]
+    """The grouped expert matmul events of every rank: rank_id, row_idx, input_shapes, start_ns, duration_ns."""
+    columns = ["rank_id", "row_idx", "input_shapes", "start_ns", "duration_ns"]
     if not (ctx.out_dir / schema.NORMALIZED_EVENTS).exists():
         return pd.DataFrame(columns=columns)
     table = ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns[1:], filter=pc.field("type") == EXPERT_OP_TYPE)
@@ -87,11 +91,58 @@ def _ep_wait_ms(inputs: DiagnosisContext, rank: int, group: list[int]) -> tuple[
     return float(waited["late_by_us"].sum()) / 1000.0, top
 
 
-def _balanced_ms(inputs: DiagnosisContext, rank: int, group: list[int]) -> float:
-    """ms per step saved with the hot rank's work before each EP collective at its peers' median (the
-    tokens routed evenly), replayed."""
-    ep = inputs.alignment[is_ep_collective(inputs.alignment) & inputs.alignment["rank_id"].isin(group)]
-    return recoverable_ms(inputs.step_model, at_peer_median(inputs.step_model, rank, ep["alignment_id"].unique()))
+def balanced_routing(inputs: DiagnosisContext, work: pd.Series) -> WhatIf:
+    """The step with the group's routed tokens spread evenly, the total unchanged: on each member the
+    expert block (its local work before each EP exchange that holds its grouped matmuls — the expert
+    compute between a dispatch and its combine, forward and backward) moved along its instance's line of
+    time over tokens (a Theil–Sen fit over the members) to the group's mean, and every EP exchange's
+    transit scaled by the mean over the busiest member's (an all-to-all ends when the member moving the
+    most tokens has moved them)."""
+    model = inputs.step_model
+    change = WhatIf.none(model)
+    group = work.index.tolist()
+    calls = inputs.expert_calls[inputs.expert_calls["rank_id"].isin(group)]
+    if model.empty or model.rows.empty or calls.empty or work.max() <= 0:
+        return change
+    _, holder = work_rows(model, pd.DataFrame({"rank_id": calls["rank_id"], "start_us": calls["start_ns"] / 1000.0}))
+    ep_ids = inputs.alignment.loc[
+        is_ep_collective(inputs.alignment) & inputs.alignment["rank_id"].isin(group), "alignment_id"
+    ].unique()
+    held = model.rows.loc[np.unique(holder[holder >= 0]), "instance"]
+    rows = model.rows[model.rows["instance"].isin(held) & model.rows["alignment_id"].isin(ep_ids)]
+    gaps = rows.pivot_table(index="instance", columns="rank_id", values="gap_us", aggfunc="first")
+    gaps = gaps.reindex(columns=group)
+    x = work.reindex(group).to_numpy(float)
+    slope = _theil_sen(gaps.to_numpy(float), x)
+    intercept = np.nanmedian(gaps.to_numpy(float) - slope[:, None] * x[None, :], axis=1)
+    line = pd.DataFrame({"slope": slope, "intercept": intercept}, index=gaps.index).reindex(rows["instance"])
+    own = line["intercept"].to_numpy() + line["slope"].to_numpy() * rows["rank_id"].map(work).to_numpy(float)
+    even = line["intercept"].to_numpy() + line["slope"].to_numpy() * work.mean()
+    # a member off the line (slow for another reason) keeps its proportion to it
+    with np.errstate(all="ignore"):
+        ratio = np.where(own > 0, even / own, 1.0)
+    change.gap_cut_us[rows.index.to_numpy()] = np.nan_to_num(rows["gap_us"].to_numpy(float) * (1.0 - ratio))
+    change.transit_us = scaled_transit(model, pd.Series(work.mean() / work.max(), index=ep_ids)).transit_us
+    return change
+
+
+PAIR_BUDGET = 4_000_000  # member pairs × instances held in memory at once
+
+
+def _theil_sen(values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per row of ``values`` (one column per member, at ``x``), the median slope over member pairs with
+    different x: robust to a member slow for another reason (a slow rank keeps its own excess)."""
+    j, k = np.nonzero(np.triu(x[:, None] != x[None, :], 1))
+    slopes = np.full(len(values), np.nan)
+    if not len(j):
+        return slopes
+    dx = x[j] - x[k]
+    chunk = max(1, PAIR_BUDGET // len(j))
+    for lo in range(0, len(values), chunk):  # chunks bound memory on wide EP groups
+        part = values[lo : lo + chunk]
+        with np.errstate(all="ignore"):
+            slopes[lo : lo + chunk] = np.nanmedian((part[:, j] - part[:, k]) / dx, axis=1)
+    return slopes
 
 
 def _expert_rows(inputs: DiagnosisContext, rank: int) -> list[str]:
@@ -138,7 +189,10 @@ def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
             )
         working = values[values > idle_spec["work_ratio_max"] * median]
         base = float(working.median()) if len(working) else median
-        for rank, value in working[working >= hot_spec["token_ratio_min"] * base].items():
+        hot = working[working >= hot_spec["token_ratio_min"] * base]
+        # one what-if for the group: its hot ranks' findings each carry it (the router spreads them together)
+        balanced_ms = recoverable_ms(inputs.step_model, balanced_routing(inputs, values)) if len(hot) else 0.0
+        for rank, value in hot.items():
             wait_ms, waited = _ep_wait_ms(inputs, int(rank), group)
             findings.append(
                 Finding(
@@ -152,10 +206,9 @@ def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
                         "threshold": hot_spec["token_ratio_min"],
                     },
                     {"rank": int(rank), "tokens": value, "ratio": value / base, "median": base, "wait_ms": wait_ms},
-                    limitations=[]
-                    if measure == "routed_tokens"
-                    else ["no token counts in the shapes: expert time compared"],
-                    recoverable_ms_per_step=_balanced_ms(inputs, int(rank), group),
+                    limitations=[PROPORTIONAL]
+                    + ([] if measure == "routed_tokens" else ["no token counts in the shapes: expert time compared"]),
+                    recoverable_ms_per_step=balanced_ms,
                 )
             )
     return findings
