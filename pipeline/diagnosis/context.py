@@ -14,9 +14,10 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.registry import declared_columns, derived_inputs, detectors
-from npuprof.pipeline.diagnosis.retiming import ALIGNMENT_COLUMNS, STEP_COLUMNS, build_step_model
+from npuprof.pipeline.diagnosis.retiming import ALIGNMENT_COLUMNS, HEAD, STEP_COLUMNS, build_step_model
 from npuprof.pipeline.diagnosis.slow_card import CARD_PROFILE_READS, card_profile
 from npuprof.pipeline.diagnosis.step_tags import STEP_TAG_COLUMNS, step_anomaly_tags
+from npuprof.pipeline.diagnosis.streams import BESIDE
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.summaries.communication import global_ranks_by_group_hash
 
@@ -73,7 +74,7 @@ BASE_INPUTS: dict[str, Callable[[RootContext, tuple[str, ...] | None], Any]] = {
 # columns they read, builder).
 COMPOSED_INPUTS: dict[str, tuple[dict[str, tuple[str, ...]], Callable[["DiagnosisContext"], Any]]] = {
     "step_model": (
-        {"alignment": ALIGNMENT_COLUMNS, "steps": STEP_COLUMNS},
+        {"alignment": (*ALIGNMENT_COLUMNS, BESIDE), "steps": (*STEP_COLUMNS, HEAD)},
         lambda ctx: build_step_model(ctx.alignment, ctx.steps),
     ),  # the replay of the steps that prices each finding (retiming.py)
     "step_tags": (

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npuprof import knowledge
+from npuprof.pipeline.diagnosis.retiming import StepModel, WhatIf, recoverable_ms, summed
 
 
 def rule(finding_type: str) -> dict:
@@ -14,6 +15,12 @@ def rule(finding_type: str) -> dict:
     (diagnosis_rules.yaml)."""
     rules = knowledge.load("diagnosis_rules")
     return rules["findings"].get(finding_type) or rules["annotations"][finding_type]
+
+
+def priced(model: StepModel, change: WhatIf) -> dict[str, Any]:
+    """A finding's ``recoverable_ms_per_step`` and ``what_if`` from one replayed change (keywords for
+    ``Finding``)."""
+    return {"recoverable_ms_per_step": recoverable_ms(model, change), "what_if": change}
 
 
 def is_annotation(finding_type: str) -> bool:
@@ -41,6 +48,9 @@ class Finding:
     confidence: str | None = None  # the rule's unless the detector knows better
     # how much shorter the mean step would be without the cause; None where not yet estimated
     recoverable_ms_per_step: float | None = None
+    # the replayed change the estimate comes from (retiming.WhatIf; None: priced another way), kept so
+    # every finding's change can be replayed together (recoverable_together); not written out
+    what_if: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """The JSON object of diagnosis_findings.json."""
@@ -157,3 +167,25 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
             value = value.item()
         out[key] = round(value, 6) if isinstance(value, float) else value
     return out
+
+
+def recoverable_together(model: StepModel, findings: list[dict], changes: dict[str, WhatIf]) -> dict[str, Any]:
+    """What fixing every finding at once would save per step: the replayed changes (``changes``, by claim
+    id) replayed together — different causes of different work add up — plus the estimates priced
+    another way (analytic), added; the plain sum beside it. A finding whose likely cause is among the
+    findings is that cause's symptom (a rank slow because its loader stalls): fixing the cause is its fix,
+    so its own change (the whole rank at its peers' median) is left out; merged symptoms likewise."""
+    claims = [f for f in findings if f.get("recoverable_ms_per_step") is not None]
+    present = {f["claim_id"] for f in claims}
+    causes = [f for f in claims if not {c["claim_id"] for c in f.get("likely_causes", [])} & present]
+    replayed = [f for f in causes if f["claim_id"] in changes]
+    added = [f for f in causes if f["claim_id"] not in changes]
+    together = recoverable_ms(model, summed(model, [changes[f["claim_id"]] for f in replayed])) if replayed else 0.0
+    together += sum(f["recoverable_ms_per_step"] for f in added)
+    return {
+        "ms_per_step": round(together, 3),
+        "sum_ms_per_step": round(sum(f["recoverable_ms_per_step"] for f in claims), 3),
+        "replayed_claim_ids": [f["claim_id"] for f in replayed],
+        "added_claim_ids": [f["claim_id"] for f in added],
+        "symptom_claim_ids": [f["claim_id"] for f in claims if f not in causes],
+    }

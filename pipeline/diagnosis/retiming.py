@@ -21,6 +21,8 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from npuprof.pipeline.diagnosis.streams import BESIDE, with_streams
+
 ALIGNMENT_COLUMNS = (
     "alignment_id",
     "rank_id",
@@ -30,6 +32,7 @@ ALIGNMENT_COLUMNS = (
     "corrected_end_us",
 )
 STEP_COLUMNS = ("rank_id", "step_ordinal", "step_id", "start_us", "end_us")
+HEAD = "head_ms"  # optional step column: the step's start to its first kernel
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame) -> StepModel:
         return _empty_model(slots)
     if not set(ALIGNMENT_COLUMNS) <= set(alignment.columns):  # no collectives (one rank, no cross_rank)
         alignment = pd.DataFrame(columns=list(ALIGNMENT_COLUMNS))
-    rows = alignment[list(ALIGNMENT_COLUMNS)].dropna(subset=["start_us", "end_us", "corrected_start_us"])
+    beside = [BESIDE] if BESIDE in alignment.columns else []
+    rows = alignment[[*ALIGNMENT_COLUMNS, *beside]].dropna(subset=["start_us", "end_us", "corrected_start_us"])
     rows = rows[rows["rank_id"].isin(slots["rank_id"])]
     offsets = (rows["start_us"] - rows["corrected_start_us"]).groupby(rows["rank_id"]).median()
     slots["corrected_start_us"] = slots["start_us"] - slots["rank_id"].map(offsets).fillna(0.0)
@@ -89,7 +93,7 @@ def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame) -> StepModel:
     if rows.empty:
         slots["tail_us"] = slots["end_us"] - slots["start_us"]
         return _empty_model(slots)
-    rows = _with_streams(rows.sort_values(["slot", "start_us"], kind="stable"), slots)
+    rows = with_streams(rows.sort_values(["slot", "start_us"], kind="stable"), slots)
     last_end = rows.groupby("slot")["end_us"].max().reindex(slots.index)
     slots["tail_us"] = np.clip(slots["end_us"] - last_end.fillna(slots["start_us"]), 0.0, None)
     per_instance = rows.groupby("alignment_id").agg(
@@ -113,56 +117,6 @@ def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame) -> StepModel:
     counts = np.bincount(rows["instance"].to_numpy(), minlength=len(per_instance))
     transit = np.clip((per_instance["mean_end"] - per_instance["last_arrival"]).to_numpy(), 0.0, None)
     return StepModel(slots, rows, np.concatenate([[0], np.cumsum(counts)]), transit, per_instance.index.to_numpy())
-
-
-FLOATING_SLACK_US = 1.0  # ns rounding: an op starting this close to the last one's end was queued behind it
-MAX_QUEUED_CHAIN = 64  # ops queued one behind another on a stream that the model follows
-
-
-def _last_floating_end(floating: np.ndarray, ends: np.ndarray, slot: np.ndarray) -> np.ndarray:
-    """Per row: the end of the last floating row before it in its slot (NaN: none)."""
-    previous = pd.Series(np.where(floating, ends, np.nan)).groupby(slot).shift()
-    return previous.groupby(slot).ffill().to_numpy()
-
-
-def _with_streams(rows: pd.DataFrame, slots: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` (sorted by slot and start) with what the replay needs to run two chains per rank.
-
-    An instance is ``floating`` when on some member its life holds another of that rank's collectives,
-    start to end, or it starts as a floating op of that rank ends (queued behind it): it ran on a
-    communication stream of its own (a gradient bucket's all-reduce under the
-    backward's expert exchanges), and blocking the rank it would hold back the ops beside it. The
-    rank's compute chain runs through the blocking ops; the floating ones follow on its stream, each
-    issued ``gap_us`` after the blocking op before it (``previous_row``, -1: the step's start), or
-    ``queued`` behind the stream's previous op (it started as that one ended)."""
-    rows = rows.reset_index(drop=True)
-    slot = rows["slot"].to_numpy()
-    ends, starts = rows["end_us"].to_numpy(float), rows["start_us"].to_numpy(float)
-    # an op whose life holds another op of its rank, start to end, ran beside it on a stream of its own
-    next_end = pd.Series(ends).groupby(slot).shift(-1).to_numpy()
-    next_start = pd.Series(starts).groupby(slot).shift(-1).to_numpy()
-    holds = (next_start > starts) & (next_end < ends - FLOATING_SLACK_US)
-    floating = rows["alignment_id"].isin(set(rows.loc[holds, "alignment_id"])).to_numpy()
-    for _ in range(MAX_QUEUED_CHAIN):  # an op that starts as a floating one ends was queued behind it
-        stream_end = _last_floating_end(floating, ends, slot)
-        behind = ~floating & (np.abs(starts - stream_end) <= FLOATING_SLACK_US)
-        if not behind.any():
-            break
-        floating = rows["alignment_id"].isin(set(rows.loc[floating | behind, "alignment_id"])).to_numpy()
-    blocking_at = pd.Series(np.where(floating, np.nan, np.arange(len(rows), dtype=float)))
-    # the last blocking row before each row of its slot (the rows are in slot, start order)
-    before = blocking_at.groupby(slot).shift().groupby(slot).ffill()
-    previous = np.where(floating, blocking_at.groupby(slot).ffill(), before)
-    previous = np.where(np.isnan(previous), -1, previous).astype(int)
-    since = np.where(previous < 0, slots["start_us"].to_numpy(float)[slot], ends[np.clip(previous, 0, None)])
-    stream_end = _last_floating_end(floating, ends, slot)
-    queued = floating & (np.abs(starts - stream_end) <= FLOATING_SLACK_US)
-    return rows.assign(
-        floating=floating,
-        queued=queued,
-        previous_row=previous,
-        gap_us=np.clip(starts - since, 0.0, None),
-    )
 
 
 def step_walls(model: StepModel, what_if: WhatIf | None = None) -> pd.Series:
@@ -196,7 +150,12 @@ class _Replay:
         columns = {"slot": int, "floating": bool, "queued": bool, "previous_row": int}
         lists = {name: rows[name].to_numpy(kind).tolist() if len(rows) else [] for name, kind in columns.items()}
         self.slot, self.floating, self.queued, self.previous_row = lists.values()
-        self.gap = (rows["gap_us"].to_numpy(float) - change.gap_cut_us).clip(0.0).tolist() if len(rows) else []
+        # a queued op waits for its issue where it is estimated (``issue_us``), else for its stream only
+        issue = rows["issue_us"].to_numpy(float) if len(rows) else np.zeros(0)
+        unknown = np.isnan(issue) & np.asarray(self.queued, dtype=bool)
+        base = np.where(np.asarray(self.queued, dtype=bool) & ~unknown, issue, rows["gap_us"].to_numpy(float))
+        self.gap = (base - change.gap_cut_us).clip(0.0).tolist() if len(rows) else []
+        self.issue_unknown = unknown.tolist()
         self.row_end = [0.0] * len(self.slot)
 
     def start(self, s: int) -> None:
@@ -214,7 +173,7 @@ class _Replay:
     def ready(self, k: int) -> float:
         """When a floating op can start on member row k: issued, and its stream free."""
         s = self.slot[k]
-        if self.queued[k]:
+        if self.queued[k] and self.issue_unknown[k]:
             return self.stream[s]
         previous = self.previous_row[k]
         issued = (self.row_end[previous] if previous >= 0 else self.starts[s]) + self.gap[k]
@@ -247,16 +206,60 @@ def recoverable_ms(model: StepModel, what_if: WhatIf) -> float:
 
 def close_windows(model: StepModel, windows: pd.DataFrame) -> WhatIf:
     """Remove idle or exposed windows (rank_id, start_us on the rank's own clock, duration_us): each
-    shortens the local work it falls in — before the rank's next collective, or its step's tail."""
+    shortens the local work it falls in — before the rank's next blocking collective, and the issue of
+    every op on the communication stream between (a gradient bucket is issued that much sooner) — or its
+    step's tail (after its last collective ended)."""
     change = WhatIf.none(model)
     if model.empty or windows.empty:
         return change
-    slot, row = work_rows(model, windows)
+    slot = _slot_of(windows, model.slots)
     cut = windows["duration_us"].to_numpy(float)
-    before_row, in_tail = row >= 0, (slot >= 0) & (row < 0)
-    np.add.at(change.gap_cut_us, row[before_row], cut[before_row])
+    hit = np.zeros(len(windows), dtype=bool)
+    if len(model.rows):
+        hit = _cut_rows(model, change, slot, windows["start_us"].to_numpy(float), cut)
+    last_end = model.rows.groupby("slot")["end_us"].max() if len(model.rows) else pd.Series(dtype=float)
+    ends = last_end.reindex(slot).to_numpy(float)
+    in_tail = (slot >= 0) & ~hit & ~(windows["start_us"].to_numpy(float) < ends)  # after its last op ended
     np.add.at(change.tail_cut_us, slot[in_tail], cut[in_tail])
     return change
+
+
+def _cut_rows(model: StepModel, change: WhatIf, slot: np.ndarray, start: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    """Each window's cut on the rows from the first one after it up to the blocking row that ends its
+    stretch of local work (a difference array over the rows in slot, start order, summed); which
+    windows fell before some row of their slot."""
+    ordered = model.rows.sort_values(["slot", "start_us"])
+    first = _first_row_at_or_after(model, ordered, slot, start)
+    row_slot = ordered["slot"].to_numpy(np.int64)
+    position = np.arange(len(ordered))
+    stop = pd.Series(np.where(~ordered["floating"].to_numpy(bool), position, np.nan)).groupby(row_slot).bfill()
+    slot_last = pd.Series(position).groupby(row_slot).transform("max").to_numpy()
+    stop = np.where(np.isnan(stop.to_numpy()), slot_last, stop.to_numpy()).astype(np.int64)
+    hit = first >= 0
+    diff = np.zeros(len(ordered) + 1)
+    np.add.at(diff, first[hit], cut[hit])
+    np.add.at(diff, stop[first[hit]] + 1, -cut[hit])
+    change.gap_cut_us[ordered.index.to_numpy()] = np.cumsum(diff)[:-1]
+    return hit
+
+
+def _first_row_at_or_after(model: StepModel, ordered: pd.DataFrame, slot: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per event (its slot, start_us), the position in ``ordered`` (rows by slot, start) of the first row
+    of its slot starting at or after it; -1 for none (or outside every step)."""
+    found = np.full(len(slot), -1, dtype=np.int64)
+    inside = slot >= 0
+    if not len(ordered) or not inside.any():
+        return found
+    slot_start = model.slots["start_us"].to_numpy(float)
+    width = float((model.slots["end_us"] - model.slots["start_us"]).max()) + 1.0
+    row_slot = ordered["slot"].to_numpy(np.int64)
+    row_keys = row_slot * width + (ordered["start_us"].to_numpy(float) - slot_start[row_slot])
+    own = slot[inside]
+    at = np.searchsorted(row_keys, own * width + (start[inside] - slot_start[own]))
+    hit = at < len(row_keys)
+    hit[hit] = row_slot[at[hit]] == own[hit]
+    found[np.flatnonzero(inside)[hit]] = at[hit]
+    return found
 
 
 def work_rows(model: StepModel, events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -293,14 +296,22 @@ def at_peer_median(model: StepModel, rank: int, instances: np.ndarray | None = N
     rows = model.rows
     if rows.empty:
         return change
-    peers = rows[rows["rank_id"] != rank].groupby("instance")["gap_us"].median()
-    mine = rows[(rows["rank_id"] == rank) & rows["instance"].isin(peers.index)]
+    others = rows[rows["rank_id"] != rank]
+    # a queued op's gap is not when its rank issued it (it waited for its stream): not a peer's measure
+    peers = others[~others["queued"].astype(bool)].groupby("instance")["gap_us"].median()
+    mine = rows[(rows["rank_id"] == rank) & rows["instance"].isin(others["instance"]) & ~rows["queued"].astype(bool)]
     if instances is not None:
         mine = mine[mine["alignment_id"].isin(instances)]
     else:
         change.tail_cut_us = _tail_excess(model, rank)
-    excess = (mine["gap_us"] - peers.reindex(mine["instance"]).to_numpy()).clip(lower=0.0)
-    change.gap_cut_us[mine.index.to_numpy()] = excess.to_numpy()
+    target = peers.reindex(mine["instance"]).to_numpy()
+    gap = mine["gap_us"].to_numpy(float)
+    known = ~np.isnan(target)
+    if (~known).any() and (known & (gap > 0)).any():
+        # where every peer's op was queued, the rank's own issue scaled as its known ones compare
+        target = np.where(known, target, gap * np.median(target[known & (gap > 0)] / gap[known & (gap > 0)]))
+    excess = np.clip(gap - np.nan_to_num(target, nan=np.inf), 0.0, None)
+    change.gap_cut_us[mine.index.to_numpy()] = excess
     return change
 
 
@@ -350,19 +361,41 @@ def local_work_ms(model: StepModel, tails: bool = True) -> pd.Series:
 
 
 def combined(model: StepModel, changes: list[WhatIf]) -> WhatIf:
-    """Several changes at once: per row and slot the largest cut, per instance the shortest transit."""
+    """Several changes at once: per row and slot the largest cut (two causes of the same work do not
+    remove it twice) plus the largest addition (work a change moves onto a rank, as balancing experts
+    does), per instance the shortest transit."""
     change = WhatIf.none(model)
+    added_gap, added_tail = np.zeros_like(change.gap_cut_us), np.zeros_like(change.tail_cut_us)
     for other in changes:
         change.gap_cut_us = np.maximum(change.gap_cut_us, other.gap_cut_us)
         change.tail_cut_us = np.maximum(change.tail_cut_us, other.tail_cut_us)
+        added_gap, added_tail = np.minimum(added_gap, other.gap_cut_us), np.minimum(added_tail, other.tail_cut_us)
         change.transit_us = np.minimum(change.transit_us, other.transit_us)
+    change.gap_cut_us += added_gap
+    change.tail_cut_us += added_tail
+    return change
+
+
+def summed(model: StepModel, changes: list[WhatIf]) -> WhatIf:
+    """Independent changes at once (different causes of different work): their cuts and additions add
+    up, and each instance's transit takes every change's factor (a slow link sped up and the buckets it
+    carries made smaller both count; a move that adds parameters lengthens it)."""
+    change = WhatIf.none(model)
+    base = np.where(model.transit_us > 0, model.transit_us, 1.0)
+    for other in changes:
+        change.gap_cut_us = change.gap_cut_us + other.gap_cut_us
+        change.tail_cut_us = change.tail_cut_us + other.tail_cut_us
+        change.transit_us = np.where(model.transit_us > 0, change.transit_us * other.transit_us / base, 0.0)
     return change
 
 
 def _slots(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty or not set(STEP_COLUMNS) <= set(steps.columns):
-        return pd.DataFrame(columns=[*STEP_COLUMNS, "step_key"])
+        return pd.DataFrame(columns=[*STEP_COLUMNS, "head_us", "step_key"])
     slots = steps[list(STEP_COLUMNS)].dropna(subset=["start_us", "end_us"])
+    # the time before the step's first kernel (a host stall at its top): not the pace of its compute
+    head = steps.loc[slots.index, HEAD] * 1000.0 if HEAD in steps.columns else pd.Series(0.0, index=slots.index)
+    slots = slots.assign(head_us=head.fillna(0.0).clip(lower=0.0))
     # ranks agree on the capture's step ids; ordinals are only a fallback (steps found by structure)
     key = slots["step_id"] if slots["step_id"].notna().all() else slots["step_ordinal"]
     return slots.assign(step_key=key.astype("int64")).sort_values(["rank_id", "start_us"]).reset_index(drop=True)
@@ -393,6 +426,9 @@ def _slot_of(frame: pd.DataFrame, slots: pd.DataFrame) -> np.ndarray:
 
 
 def _empty_model(slots: pd.DataFrame) -> StepModel:
-    columns = ["instance", "slot", "rank_id", "alignment_id", "start_us", "end_us", "gap_us", "floating", "queued"]
+    columns = [
+        *("instance", "slot", "rank_id", "alignment_id", "start_us", "end_us", "gap_us", "issue_us"),
+        *("floating", "queued"),
+    ]
     rows = pd.DataFrame(columns=[*columns, "previous_row"])
     return StepModel(slots, rows, np.zeros(1, dtype=np.int64), np.zeros(0), np.array([], dtype=object))

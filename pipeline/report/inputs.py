@@ -34,6 +34,7 @@ class ReportInputs:
     peaks: pd.DataFrame = field(default_factory=pd.DataFrame)  # hardware_theoretical_peaks
     efficiency: pd.DataFrame = field(default_factory=pd.DataFrame)  # operator_efficiency_summary
     annotations: list[dict] = field(default_factory=list)  # diagnostics' evidence_annotations
+    together: dict = field(default_factory=dict)  # diagnostics' recoverable_together (every finding at once)
     step_trace: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_trace_accounting (no-kernel ranks)
     pp_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)  # pp_schedule (pipeline parallel only)
     pp_passes: pd.DataFrame = field(default_factory=pd.DataFrame)  # each PP stage's F / B passes (pp_chart)

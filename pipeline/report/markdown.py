@@ -123,7 +123,27 @@ def _executive(inputs: ReportInputs, summary: dict) -> str:
     for group in summary["findings"][:5]:
         label = f"**{cell(group['finding_type'])}** ({cell(group['severity'])}, {_saving(group)})"
         lines.append(f"- {label}: {cell(group['summary'])}")
-    return "\n\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n"
+    together = _together(summary.get("recoverable_together"), counts["total"])
+    return "\n\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n" + (f"\n{together}\n" if together else "")
+
+
+def _together(together: dict | None, total: int) -> str:
+    """What fixing every finding at once gives, replayed together, against the plain sum."""
+    if not together or total < 2 or together.get("ms_per_step") is None:
+        return ""
+    saved, summed = together["ms_per_step"], together["sum_ms_per_step"]
+    share = f" ({_share(together['share_of_step'])} of the step)" if together.get("share_of_step") is not None else ""
+    relation = (
+        "the findings overlap"
+        if saved < summed - 0.005
+        else "fixing one lets another save more"
+        if saved > summed + 0.005
+        else "they do not overlap"
+    )
+    return (
+        f"All {total} findings fixed together: {saved:.2f} ms per step{share}, replayed at once; "
+        f"their estimates add up to {summed:.2f} ms ({relation})."
+    )
 
 
 def _idle_causes_inline(shares: dict[str, float]) -> str:

@@ -323,6 +323,12 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
             "rollup_groups": len(groups),
             "rollup_overflow": overflow,
         },
+        # every finding fixed at once, replayed together: two findings about the same time count it once
+        "recoverable_together": {
+            key: inputs.together.get(key) for key in ("ms_per_step", "share_of_step", "sum_ms_per_step")
+        }
+        if inputs.together
+        else None,
         # qualifiers of evidence, not claims: e.g. an op that looks hot only because a stream waits in it
         "annotations": [
             {k: a[k] for k in ("finding_type", "summary", "rank_ids", "evidence_ids")}

@@ -33,6 +33,7 @@ COLLECTIVE_ALIGNMENT = Table(
             ("late_by_us", pa.float64()),  # how long after this rank the last member arrived (it waited)
             ("transit_us", pa.float64()),  # communication.json's split where the rank has it
             ("wait_us", pa.float64()),
+            ("compute_beside_us", pa.float64()),  # the rank's compute beside it (communication_events)
         ]
     ),
     per_rank=False,

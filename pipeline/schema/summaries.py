@@ -65,6 +65,8 @@ COMMUNICATION_EVENTS = Table(
             ("parallel_role", pa.string()),
             ("duration_us", pa.float64()),
             ("wait_us", pa.float64()),
+            # its rank's compute running beside it: a communication stream of its own (a gradient bucket)
+            ("compute_beside_us", pa.float64()),
         ]
     ),
 )

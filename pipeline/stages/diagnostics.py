@@ -18,7 +18,13 @@ from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.critical_path import critical_path
 from npuprof.pipeline.diagnosis.evidence import check_evidence
-from npuprof.pipeline.diagnosis.findings import is_annotation, link_causes, merge_symptoms, rank_by_cost
+from npuprof.pipeline.diagnosis.findings import (
+    is_annotation,
+    link_causes,
+    merge_symptoms,
+    rank_by_cost,
+    recoverable_together,
+)
 from npuprof.pipeline.diagnosis.ledger import ledger_lines, step_ledger, unexplained_share
 from npuprof.pipeline.diagnosis.registry import detectors
 from npuprof.pipeline.diagnosis.slow_card import peers_of, slow_card_diff
@@ -40,8 +46,12 @@ def reduce_root(ctx: RootContext) -> StageResult:
     found.sort(key=lambda finding: order[finding.finding_type])  # stable: a detector's own order within a type
     steps = inputs.steps
     step_wall_ms = float(steps["wall_ms"].mean()) if len(steps) and "wall_ms" in steps else None
-    claims = [finding.to_dict() for finding in found if not is_annotation(finding.finding_type)]
+    claimed = [finding for finding in found if not is_annotation(finding.finding_type)]
+    claims = [finding.to_dict() for finding in claimed]
+    changes = {c["claim_id"]: f.what_if for c, f in zip(claims, claimed, strict=True) if f.what_if is not None}
     findings = merge_symptoms(link_causes(rank_by_cost(claims, step_wall_ms)))
+    together = recoverable_together(inputs.step_model, findings, changes)
+    together["share_of_step"] = round(together["ms_per_step"] / step_wall_ms, 4) if step_wall_ms else None
     annotations = [finding.to_dict() for finding in found if is_annotation(finding.finding_type)]
     evidence_ids = set(ctx.read_table(schema.EVIDENCE_INDEX, columns=["evidence_id"]).column(0).to_pylist())
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
@@ -56,6 +66,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "annotation_count": len(annotations),
         "anomaly_tag_counts": dict(Counter(t for tags in step_tags["anomaly_tags"] for t in str(tags).split(";") if t)),
         "ledger_unexplained_share": {str(r): round(float(v), 4) for r, v in unexplained_share(ledger).items()},
+        "recoverable_together_ms_per_step": together["ms_per_step"],
     }
     document = {
         "schema_version": 1,
@@ -63,6 +74,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "analysis_stage": "diagnostics",
         "created_at": io.utc_now(),
         "diagnosis_findings": findings,
+        # every finding fixed at once, replayed together (not the sum: two findings may name the same ms)
+        "recoverable_together": together,
         "evidence_annotations": annotations,  # qualify evidence, claim no cause (rules: annotations)
         "counts": counts,
     }

@@ -24,7 +24,7 @@ from npuprof.pipeline.sources.communication_files import read_communication_json
 from npuprof.pipeline.sources.step_trace import read_step_trace_time
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
 from npuprof.pipeline.stages.rank_reads import add_block_columns, layer_spans, rank_steps, step_of_events
-from npuprof.pipeline.summaries.accounting import communication_parts, step_time_accounting
+from npuprof.pipeline.summaries.accounting import communication_parts, compute_beside_us, step_time_accounting
 from npuprof.pipeline.summaries.classes import (
     block_class_ops,
     block_class_summary,
@@ -134,6 +134,7 @@ def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, 
         duration_us=comm["duration_ns"] / 1000.0,
         wait_us=comm["wait_ns"].fillna(0) / 1000.0,
         comm_aiv_fused=comm["op_type"] == "mix_comm_aiv",
+        compute_beside_us=compute_beside_us(events[["is_comm", "start_ns", "end_ns"]]),
         evidence_id=communication_evidence_ids(ctx.rank.rank_id, comm["row_idx"].to_numpy()),
     )[list(schema.COMMUNICATION_EVENTS.columns)]
     step_ids = steps.set_index("step_ordinal")["step_id"]

@@ -88,6 +88,8 @@ ROLLUP_COLUMNS = [
     "top_recoverable_finding",  # the finding whose cause costs the most, its ms per step and ranks
     "top_recoverable_ms_per_step",
     "top_recoverable_ranks",
+    # every finding fixed at once, replayed together (the findings' own estimates overlap: not their sum)
+    "recoverable_together_ms_per_step",
     "elapsed_s",
     *COHORT_COLUMNS,
 ]
@@ -335,6 +337,7 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
             row["top_recoverable_finding"] = priced[0]["finding_type"]
             row["top_recoverable_ms_per_step"] = priced[0]["recoverable_ms_per_step"]
             row["top_recoverable_ranks"] = ";".join(map(str, priced[0]["rank_ids"]))
+        row["recoverable_together_ms_per_step"] = (findings.get("recoverable_together") or {}).get("ms_per_step")
     return row
 
 

@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
-from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
+from npuprof.pipeline.diagnosis.retiming import close_windows
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.summaries.evidence import step_evidence_id
@@ -203,5 +203,5 @@ def _finding(
         },
         limitations=[f"frequency samples {rows}: each holds until the next sample"],
         # the card at nominal clock: each throttled kernel loses its extra time, replayed
-        recoverable_ms_per_step=recoverable_ms(inputs.step_model, close_windows(inputs.step_model, extra)),
+        **priced(inputs.step_model, close_windows(inputs.step_model, extra)),
     )

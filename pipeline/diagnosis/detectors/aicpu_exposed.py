@@ -10,9 +10,9 @@ import pyarrow.compute as pc
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
-from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
+from npuprof.pipeline.diagnosis.retiming import close_windows
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 
@@ -127,7 +127,7 @@ def aicpu_exposed(inputs: DiagnosisContext) -> list[Finding]:
                 },
                 limitations=["masking is measured against AI core kernels on any stream of the same rank"],
                 # the op off the device's critical path: each instance's exposed part removed, replayed
-                recoverable_ms_per_step=recoverable_ms(inputs.step_model, close_windows(inputs.step_model, exposed)),
+                **priced(inputs.step_model, close_windows(inputs.step_model, exposed)),
             )
         )
     return findings

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import detector
-from npuprof.pipeline.diagnosis.retiming import recoverable_ms, scaled_transit
+from npuprof.pipeline.diagnosis.retiming import scaled_transit
 
 
 def _transmit_per_instance(frame: pd.DataFrame) -> pd.DataFrame:
@@ -94,9 +94,7 @@ def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
                 },
                 alignment_ids=list(ids),
                 # these instances transmitting at their comparable median, replayed
-                recoverable_ms_per_step=recoverable_ms(
-                    inputs.step_model, scaled_transit(inputs.step_model, group["median"] / group["transmit_us"])
-                ),
+                **priced(inputs.step_model, scaled_transit(inputs.step_model, group["median"] / group["transmit_us"])),
             )
         )
     return findings

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import detector
-from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
+from npuprof.pipeline.diagnosis.retiming import close_windows
 from npuprof.pipeline.diagnosis.step_tags import has_tag
 from npuprof.pipeline.summaries.accounting import head_idle_name
 from npuprof.pipeline.summaries.evidence import step_evidence_id
@@ -31,11 +31,11 @@ def _bubbles_of(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> pd.Dat
     return bubbles[(bubbles["rank_id"] == rank) & bubbles["step_ordinal"].isin(ordinals)]
 
 
-def _closed(inputs: DiagnosisContext, windows: pd.DataFrame, rank: int, ordinals: pd.Series) -> float:
-    """ms per step the rank's steps would save with its idle ``windows`` in ``ordinals`` closed (replayed)."""
+def _closed(inputs: DiagnosisContext, windows: pd.DataFrame, rank: int, ordinals: pd.Series) -> dict:
+    """What the rank's steps would save with its idle ``windows`` in ``ordinals`` closed (replayed)."""
     mine = _bubbles_of(windows, rank, ordinals)
     windows = mine.assign(start_us=mine["start_ns"] / 1000.0)[["rank_id", "start_us", "duration_us"]]
-    return recoverable_ms(inputs.step_model, close_windows(inputs.step_model, windows))
+    return priced(inputs.step_model, close_windows(inputs.step_model, windows))
 
 
 def _largest_bubbles(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> list[str]:
@@ -89,7 +89,7 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
                     "step_id": None if pd.isna(worst["step_id"]) else int(worst["step_id"]),
                     "in_step": "" if pd.isna(worst["step_id"]) else f", step {int(worst['step_id'])}",
                 },
-                recoverable_ms_per_step=_closed(inputs, windows, rank, own["step_ordinal"]),
+                **_closed(inputs, windows, rank, own["step_ordinal"]),
             )
         )
         complete = steps[(steps["rank_id"] == rank) & steps["complete"].astype(bool)]
@@ -104,7 +104,7 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
                     [step_evidence_id(rank, o) for o in heavy_complete["step_ordinal"]],
                     {"name": "bubble_recurrence_ratio", "value": share, "threshold": recurring["recurrence_min"]},
                     {"rank": rank, "count": len(heavy_complete), "total": len(complete), "share": share},
-                    recoverable_ms_per_step=_closed(inputs, windows, rank, heavy_complete["step_ordinal"]),
+                    **_closed(inputs, windows, rank, heavy_complete["step_ordinal"]),
                 )
             )
     return findings

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.groups import members, structural_groups
 from npuprof.pipeline.diagnosis.registry import detector
-from npuprof.pipeline.diagnosis.retiming import at_peer_median, recoverable_ms
+from npuprof.pipeline.diagnosis.retiming import at_peer_median
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
@@ -56,9 +56,7 @@ def dp_workload_imbalance(inputs: DiagnosisContext) -> list[Finding]:
                 },
                 limitations=["compute per step from the time accounting; input sizes per rank are not visible"],
                 # the heaviest rank's work at its DP peers' median, replayed
-                recoverable_ms_per_step=recoverable_ms(
-                    inputs.step_model, at_peer_median(inputs.step_model, int(group.idxmax()))
-                ),
+                **priced(inputs.step_model, at_peer_median(inputs.step_model, int(group.idxmax()))),
             )
         )
     return findings

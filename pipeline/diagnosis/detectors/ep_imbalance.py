@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.groups import is_ep_collective, members
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
-from npuprof.pipeline.diagnosis.retiming import WhatIf, recoverable_ms, scaled_transit, work_rows
+from npuprof.pipeline.diagnosis.retiming import WhatIf, scaled_transit, work_rows
 from npuprof.pipeline.io import int_ranks
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
         base = float(working.median()) if len(working) else median
         hot = working[working >= hot_spec["token_ratio_min"] * base]
         # one what-if for the group: its hot ranks' findings each carry it (the router spreads them together)
-        balanced_ms = recoverable_ms(inputs.step_model, balanced_routing(inputs, values)) if len(hot) else 0.0
+        balanced = priced(inputs.step_model, balanced_routing(inputs, values)) if len(hot) else {}
         for rank, value in hot.items():
             wait_ms, waited = _ep_wait_ms(inputs, int(rank), group)
             findings.append(
@@ -208,7 +208,7 @@ def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
                     {"rank": int(rank), "tokens": value, "ratio": value / base, "median": base, "wait_ms": wait_ms},
                     limitations=[PROPORTIONAL]
                     + ([] if measure == "routed_tokens" else ["no token counts in the shapes: expert time compared"]),
-                    recoverable_ms_per_step=balanced_ms,
+                    **balanced,
                 )
             )
     return findings

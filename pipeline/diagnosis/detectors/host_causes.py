@@ -16,9 +16,9 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
-from npuprof.pipeline.diagnosis.retiming import close_windows, recoverable_ms
+from npuprof.pipeline.diagnosis.retiming import close_windows
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 from npuprof.pipeline.summaries.idle_causes import LAUNCH, cause_column
@@ -183,7 +183,7 @@ def host_causes(inputs: DiagnosisContext) -> list[Finding]:
                     "late_launches_per_step": float(chosen["gaps_per_step"].mean()),
                     "kernels": ", ".join(kernels) or "?",
                 },
-                recoverable_ms_per_step=recoverable_ms(inputs.step_model, closed),
+                **priced(inputs.step_model, closed),
             )
         )
     return findings

@@ -14,9 +14,10 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
-from npuprof.pipeline.diagnosis.retiming import local_work_ms, recoverable_ms, scaled_transit, scaled_work
+from npuprof.pipeline.diagnosis.retiming import WhatIf, close_windows, scaled_transit, scaled_work
+from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.modelinfo.configs import parameter_estimate
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 from npuprof.pipeline.summaries.pp_schedule import COLUMNS
@@ -109,12 +110,29 @@ def _best_move(heavy: pd.Series, light: pd.Series) -> tuple[int, float, float]:
     return int(moves[best]), float(after_heavy[best]), float(after_light[best])
 
 
+@derived_input("layer_spans")
+def layer_spans(ctx: RootContext) -> pd.DataFrame:
+    """Every decoder layer span of every rank (layer_segments): rank_id, start_us (own clock), duration_us."""
+    columns = ["rank_id", "start_us", "duration_us"]
+    if not (ctx.out_dir / schema.LAYER_SEGMENTS).exists():
+        return pd.DataFrame(columns=columns)
+    spans = int_ranks(ctx.read_table(schema.LAYER_SEGMENTS, columns=["start_ns", "end_ns"]).to_pandas())
+    return pd.DataFrame(
+        {
+            "rank_id": spans["rank_id"],
+            "start_us": spans["start_ns"] / 1000.0,
+            "duration_us": (spans["end_ns"] - spans["start_ns"]) / 1000.0,
+        }
+    )
+
+
 @detector(
     finding_types=("pp_stage_imbalance", "pp_bubble_heavy"),
     reads={
         "pp_schedule": (),
         "operators": ("rank_id", "type", "primary_category", "total_cost_us"),
         "step_model": (),
+        "layer_spans": (),
         "model_fields": (),
         "alignment": ("alignment_id", "parallel_role"),
     },
@@ -152,7 +170,7 @@ def _stage_imbalance(inputs: DiagnosisContext, stages: pd.DataFrame, schedule: p
         **_stage_change(heavy, heavy_after, held[int(heavy.name)]),
         **_stage_change(light, light_after, held[int(light.name)]),
     }
-    saved = _replayed_move(inputs, changes)
+    price = priced(inputs.step_model, _replayed_move(inputs, changes))
     cited = schedule[schedule["rank_id"].isin([*heavy["ranks"][:2], *light["ranks"][:1]])][["rank_id", "step_ordinal"]]
     evidence = [step_evidence_id(int(r), int(o)) for r, o in cited.head(4).itertuples(index=False)]
     return Finding(
@@ -174,13 +192,16 @@ def _stage_imbalance(inputs: DiagnosisContext, stages: pd.DataFrame, schedule: p
             "heavy_after_ms": heavy_after,
             "light_after_ms": light_after,
             "layer_ms": float(heavy["layer_ms"]),
+            "saved_ms": price["recoverable_ms_per_step"],
+            "shed_ms": float(heavy["compute_ms"]) - heavy_after,
+            "taken_ms": light_after - float(light["compute_ms"]),
         },
         limitations=[
-            "the move is whole layers between the heaviest and lightest stage; the replay spreads each "
-            "stage's compute change over its work between collectives and scales its gradient sync and "
+            "the move is whole layers between the heaviest and lightest stage; the replay places each "
+            "stage's compute change where its decoder layers run and scales its gradient sync and "
             "optimizer with the parameters it holds (from the model fingerprint's widths)"
         ],
-        recoverable_ms_per_step=saved,
+        **price,
     )
 
 
@@ -190,27 +211,35 @@ def _stage_change(stage: pd.Series, compute_after: float, parameters: float | No
     return {int(r): (float(stage["compute_ms"]), compute_after, parameters) for r in stage["ranks"]}
 
 
-def _replayed_move(inputs: DiagnosisContext, changes: dict[int, tuple]) -> float:
-    """ms per step saved with each rank's compute changed from before to after, replayed: the compute
-    lands in the work between the rank's collectives (where its layers run; its idle stays), and the
-    parameters move with the layers — the stage's gradient sync (its DP collectives) and its optimizer
-    (the work after its last collective) scale with the parameters it holds."""
+def _replayed_move(inputs: DiagnosisContext, changes: dict[int, tuple]) -> WhatIf:
+    """The step with each rank's compute changed from before to after, as the replay takes it: the change
+    lands where the rank's decoder layers run, in proportion to each layer span (a layer's forward in
+    each forward stretch, its backward in each backward one; the LM head, loss and embedding stay), and
+    the parameters move with the layers — the stage's gradient sync (its DP collectives) and its
+    optimizer (the work after its last collective) scale with the parameters it holds."""
     model = inputs.step_model
-    work = local_work_ms(model, tails=False)
-    factors = {
-        rank: 1.0 + (after - before) / work[rank]
+    spans = inputs.layer_spans
+    steps = model.slots.groupby("rank_id").size()
+    per_step = spans.groupby("rank_id")["duration_us"].sum() / steps.reindex(spans["rank_id"].unique()).to_numpy()
+    # the share of each layer span the move takes away (above 0) or adds (below 0)
+    share = {
+        rank: (before - after) * 1000.0 / per_step[rank]
         for rank, (before, after, _) in changes.items()
-        if work.get(rank, 0) > 0
+        if per_step.get(rank, 0) > 0
     }
+    moved = spans[spans["rank_id"].isin(list(share))]
+    windows = moved.assign(duration_us=moved["duration_us"] * moved["rank_id"].map(share))
+    change = close_windows(model, windows[["rank_id", "start_us", "duration_us"]])
     parameters = {rank: ratio for rank, (_, _, ratio) in changes.items() if ratio is not None}
-    change = scaled_work(model, factors, tail_factors=parameters)
+    held = scaled_work(model, {}, tail_factors=parameters)
+    change.tail_cut_us = change.tail_cut_us + held.tail_cut_us
     alignment = inputs.alignment
     if parameters and len(model.rows) and "parallel_role" in alignment.columns:
         dp = set(alignment.loc[alignment["parallel_role"] == "DP", "alignment_id"])
         rows = model.rows[model.rows["alignment_id"].isin(dp)]
         by_instance = rows["rank_id"].map(parameters).groupby(rows["alignment_id"]).mean().dropna()
         change.transit_us = scaled_transit(model, by_instance).transit_us
-    return recoverable_ms(model, change)
+    return change
 
 
 def _bubble_heavy(schedule: pd.DataFrame, stages: pd.DataFrame) -> Finding | None:

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import detector
-from npuprof.pipeline.diagnosis.retiming import recoverable_ms, scaled_transit
+from npuprof.pipeline.diagnosis.retiming import scaled_transit
 
 
 def _global(group_ranks: dict[str, list[int]], group_hash: object, local: pd.Series) -> np.ndarray:
@@ -19,13 +19,13 @@ def _global(group_ranks: dict[str, list[int]], group_hash: object, local: pd.Ser
     return np.where(local < len(table), table[np.minimum(local, len(table) - 1)], local)
 
 
-def _at_median_bandwidth(inputs: DiagnosisContext, src: int, dst: int, ratio: float) -> float:
-    """ms per step saved if the link ran at its comparable links' median bandwidth: the transit of every
+def _at_median_bandwidth(inputs: DiagnosisContext, src: int, dst: int, ratio: float) -> dict:
+    """What the step saves if the link ran at its comparable links' median bandwidth: the transit of every
     collective both ends join shrinks by the bandwidth ratio (the slowest link bounds a ring), replayed."""
     alignment = inputs.alignment
     ends = alignment[alignment["rank_id"].isin([src, dst])].groupby("alignment_id")["rank_id"].nunique()
     over_link = ends[ends == 2].index
-    return recoverable_ms(inputs.step_model, scaled_transit(inputs.step_model, pd.Series(ratio, index=over_link)))
+    return priced(inputs.step_model, scaled_transit(inputs.step_model, pd.Series(ratio, index=over_link)))
 
 
 @detector(
@@ -103,7 +103,7 @@ def slow_link(inputs: DiagnosisContext) -> list[Finding]:
                     "median": float(row.median),
                     "ops": int(row.ops),
                 },
-                recoverable_ms_per_step=_at_median_bandwidth(inputs, int(src), int(dst), float(row.ratio)),
+                **_at_median_bandwidth(inputs, int(src), int(dst), float(row.ratio)),
             )
         )
     return findings

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding, rule
+from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.groups import is_ep_collective
 from npuprof.pipeline.diagnosis.outliers import low_outliers
 from npuprof.pipeline.diagnosis.registry import detector
-from npuprof.pipeline.diagnosis.retiming import at_peer_median, recoverable_ms
+from npuprof.pipeline.diagnosis.retiming import at_peer_median
 from npuprof.pipeline.diagnosis.slow_card import peers_of, slow_card_diff, what_differs
 
 ALIGNMENT_COLUMNS = (
@@ -107,7 +107,7 @@ def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
                 confidence="high" if step_total >= 3 and share >= 0.8 else None,
                 limitations=[] if step_total >= 2 else ["one step only: persistence across steps is not shown"],
                 # the rank's work between collectives at its peers' median, replayed
-                recoverable_ms_per_step=recoverable_ms(inputs.step_model, at_peer_median(inputs.step_model, rank)),
+                **priced(inputs.step_model, at_peer_median(inputs.step_model, rank)),
             )
         )
     return findings

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
-from npuprof.pipeline.diagnosis.findings import Finding
+from npuprof.pipeline.diagnosis.findings import Finding, priced
 from npuprof.pipeline.diagnosis.groups import members, structural_groups
 from npuprof.pipeline.diagnosis.registry import detector
-from npuprof.pipeline.diagnosis.retiming import at_peer_median, combined, recoverable_ms
+from npuprof.pipeline.diagnosis.retiming import at_peer_median, combined
 from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
@@ -43,7 +43,7 @@ def workload_asymmetry(inputs: DiagnosisContext) -> list[Finding]:
                 {"name": "distinct_layer_counts", "value": float(counts.nunique()), "threshold": 1.0},
                 {"role": role, "counts": ", ".join(f"rank {r}: {int(c)}" for r, c in counts.items())},
                 # the odd ranks' work at their peers' median (only a rank doing more lengthens the step)
-                recoverable_ms_per_step=recoverable_ms(
+                **priced(
                     inputs.step_model,
                     combined(inputs.step_model, [at_peer_median(inputs.step_model, int(r)) for r in odd]),
                 ),
