@@ -298,3 +298,25 @@ def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser,
         named = {s["title"].split(":")[0] for s in bar["segments"]}
         assert set(mine.loc[mine["ms"] >= 0.005 * mine["wall_ms"], "line"]) <= named
     assert console_errors(browser) == []
+
+
+def test_finding_cards_hold_their_long_kernel_names_and_the_findings_together(browser, tmp_path):
+    """The real CNN capture: host_launch_bound names kernels like aclnnDropoutGenMaskV2_DSAGenBitMask_...
+    — every finding card wraps its text inside its own width, and below them the page says what all
+    findings fixed together give (diagnosis_findings.json's recoverable_together)."""
+    out = tmp_path / "cnn"
+    analyze(PYTORCH_DATA / "text" / "level2", out, jobs=1, options=AnalyzeOptions(mode="full"))
+    console_errors(browser)
+    open_report(browser, (out / "report" / "report.html").as_uri())
+    cards = browser.execute_script(
+        "return [...document.querySelectorAll('#findings button')].map(b => ({text: b.textContent, "
+        "scroll: b.scrollWidth, client: b.clientWidth, right: b.getBoundingClientRect().right, "
+        "parent: b.parentElement.getBoundingClientRect().right}))"
+    )
+    assert any("aclnnDropoutGenMaskV2" in c["text"] for c in cards)
+    for card in cards:
+        assert card["scroll"] <= card["client"] + 1 and card["right"] <= card["parent"] + 1, card["text"][:60]
+    together = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["recoverable_together"]
+    said = browser.execute_script("return [...document.querySelectorAll('#findings p')].map(p => p.textContent)")
+    assert any(f"{together['ms_per_step']:.2f} ms per step" in line for line in said), said
+    assert console_errors(browser) == []

@@ -286,6 +286,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
             if not m.get("event_count")
         ),
         "findings": _findings(inputs.findings, inputs.evidence, offsets, base_ns),
+        "together": {k: inputs.together.get(k) for k in ("ms_per_step", "sum_ms_per_step", "share_of_step")},
         "ledger": ledger_bars(inputs.ledger, inputs.findings),
         "steps": _steps(inputs.steps, inputs.anatomy, offsets, base_ns),
         "layers": _layers(inputs.layers, offsets, base_ns),
