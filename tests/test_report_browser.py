@@ -76,6 +76,10 @@ def test_the_timeline_draws_every_rank_and_zooms(browser, served, mixed_report):
         "rank 2",
         "rank 3",
     ]
+    # every device stream row is labelled with its stream, under its rank
+    lanes = browser.execute_script("return npuprof.state.data.coarse.lanes")
+    streams = [e.text for e in browser.find_elements(By.CLASS_NAME, "stream-label")]
+    assert len(streams) == len(lanes) and all(s.startswith("stream ") for s in streams)
     start, end = view_of(browser)
     browser.find_element(By.ID, "zoom-in").click()
     zoomed = view_of(browser)
@@ -132,6 +136,9 @@ def test_zooming_in_shows_kernels_and_their_operator_card(browser, served, mixed
     )
     card = browser.find_element(By.ID, "card-body").text
     assert "source row" in card and "duration" in card
+    # the card comes into view (it sits below the timeline: below the fold of a 1000 px window)
+    top = browser.execute_script("return document.getElementById('card-body').getBoundingClientRect().top;")
+    assert 0 <= top < browser.execute_script("return window.innerHeight")
     # every normalized field of that kernel, with its unit, as normalize wrote it
     WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "dl.kernel-fields dd"))
     names = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "dl.kernel-fields dt")]
@@ -216,6 +223,12 @@ def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_ca
     first, last = chart["rows"]
     assert [p[0] for p in first["passes"]] == ["F0", "F1", "B0", "B1"]
     assert first["passes"][0][1] == 0.0 and last["passes"][0][1] > first["passes"][0][2] * 0.5  # stage 1 starts later
+    # a finding whose evidence starts the capture frames it from 0, not before the capture starts
+    span = browser.execute_script("return npuprof.state.data.span_us")
+    for button in browser.find_elements(By.CSS_SELECTOR, "#findings button"):
+        button.click()
+        start, end = view_of(browser)
+        assert 0 <= start < end <= span
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.find_element(By.ID, "pp-section").screenshot(str(ARTIFACTS / "report-qwen3-pp.png"))
     trace = json.loads((out / schema.REPORT_TRACE).read_text())["traceEvents"]
