@@ -248,6 +248,15 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     # ranks 1 and 3 hold no kernels: they are told from their step_trace_time.csv, as the vendor does
     traced = {g["ranks"][0]: g for g in headline["groups"] if g["source"] == "step_trace_time.csv"}
     assert sorted(traced) == [1, 3] and all(len(g["ranks"]) == 1 for g in traced.values())
+    # no config says how many layers to expect: the report names what the fingerprint points at (the
+    # catalog's Qwen3-0.6B has 28 layers, the two stages' 14 each) and how to have it checked
+    (validation,) = [
+        line
+        for line in (tmp_path / "out" / "report" / "report.md").read_text().splitlines()
+        if line.startswith("Layer validation")
+    ]
+    assert "closest to Qwen3-0.6B with 28 decoder layers, as the 2 pipeline stages" in validation
+    assert "`--model-id Qwen3-0.6B`" in validation
     trace = pd.read_csv(tmp_path / "out" / schema.STEP_TRACE_ACCOUNTING_CSV.file).set_index("rank_id")
     for rank in (1, 3):
         vendor_row = pd.read_csv(

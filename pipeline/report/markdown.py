@@ -160,6 +160,24 @@ def _saving(group: dict) -> str:
     return f"recovers {saved:.3g} ms/step" + (f" ({share:.0%})" if share is not None else "")
 
 
+def _fingerprint_hint(inputs: ReportInputs, summary: dict) -> str:
+    """Where no config says how many layers to expect but the kernels' fingerprint names a model: what
+    it names, what the ranks' layers add up to, and how to have it checked."""
+    if summary["layer_validation"]["expected_layers"] is not None:
+        return ""
+    brief = summary.get("model_brief") or {}
+    model, layers = brief.get("best_candidate"), ((brief.get("fields") or {}).get("num_hidden_layers") or {})
+    if not model or layers.get("value") is None:
+        return ""
+    totals = (inputs.manifest("segment").get("layer_validation") or {}).get("observed_total_layers") or []
+    stages = (inputs.manifest("segment").get("layer_validation") or {}).get("pipeline_stages") or 1
+    added = f", as the {stages} pipeline stages' layers add up to" if stages > 1 and layers["value"] in totals else ""
+    return (
+        f" The kernels' fingerprint is closest to {cell(model)} with {cell(layers['value'])} decoder layers{added}: "
+        f"`--model-id {cell(model)}` (or its config.json beside the capture) would check the count against it."
+    )
+
+
 def _capture(inputs: ReportInputs, summary: dict) -> str:
     validation = summary["layer_validation"]
     low, high = validation["detected_layers"]["min"], validation["detected_layers"]["max"]
@@ -172,7 +190,7 @@ def _capture(inputs: ReportInputs, summary: dict) -> str:
     text = (
         f"Layer validation: **{cell(validation['status'])}** (expected layers: {cell(expected)}; detected per rank: "
         f"{cell(detected)}; hard errors {cell(validation['hard_error_count'])}, "
-        f"interior islands {cell(validation['interior_island_total'])}).\n\n"
+        f"interior islands {cell(validation['interior_island_total'])}).{_fingerprint_hint(inputs, summary)}\n\n"
     )
     if inputs.steps.empty:
         return text + _missing("segment")
