@@ -44,7 +44,24 @@ CREATE TABLE COMMUNICATION_OP (opName INTEGER, startNs INTEGER, endNs INTEGER, c
 CREATE TABLE CANN_API (startNs INTEGER, endNs INTEGER, type INTEGER, globalTid INTEGER,
     connectionId INTEGER PRIMARY KEY,
                    name INTEGER);
+CREATE TABLE PYTORCH_API (startNs TEXT, endNs TEXT, globalTid INTEGER, connectionId INTEGER, name INTEGER,
+                   sequenceNumber INTEGER, fwdThreadId INTEGER, inputDtypes INTEGER, inputShapes INTEGER,
+                   callchainId INTEGER, type INTEGER);
 """
+# the framework spans (PYTORCH_API) and CANN calls of each planted host stall, as trace_view.json names them;
+# a garbage collection is the Python GC process's, which the db does not record
+_STALL_SPANS = {
+    "dataloader_stall": (
+        [
+            "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+            "torch/utils/data/dataloader.py(631): __next__",
+        ],
+        [],
+    ),
+    "allocation_heavy": (["aten::empty"], ["aclrtMalloc"]),
+    "device_idle_bubble": (["aten::item", "aten::_local_scalar_dense"], ["aclrtSynchronizeStream"]),
+    "gc_pause": ([], []),
+}
 _HCCL_DATA_TYPES = [
     "INT8",
     "INT16",
@@ -249,6 +266,25 @@ def _insert_cann_api(
     )
 
 
+def _insert_host_stalls(
+    con: sqlite3.Connection, t: RankTimeline, stalls: list[tuple[int, int, str]], strings: _Strings
+) -> None:
+    """PYTORCH_API (times as text, as torch_npu stores them) and CANN_API rows of each planted host stall."""
+    tid = (2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)
+    framework, cann = [], []
+    for start, end, kind in stalls:
+        ops, calls = _STALL_SPANS.get(kind, _STALL_SPANS["device_idle_bubble"])
+        framework += [(str(start), str(end), tid, None, strings(name), -1, 0, None, None, None, 1) for name in ops]
+        cann += [(start, end, 20000, tid, strings(name)) for name in calls]
+    con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", framework)
+    # connection ids past the launches': a blocking call launches no task
+    first = int(con.execute("SELECT COALESCE(MAX(connectionId), 0) FROM CANN_API").fetchone()[0]) + 1
+    con.executemany(
+        "INSERT INTO CANN_API VALUES (?, ?, ?, ?, ?, ?)",
+        [(s, e, kind, tid_, first + i, name) for i, (s, e, kind, tid_, name) in enumerate(cann)],
+    )
+
+
 def write_profiler_db(
     path: Path,
     t: RankTimeline,
@@ -257,9 +293,11 @@ def write_profiler_db(
     metadata: dict,
     groups: list[GroupInstance | None],
     host: str | None = None,
+    host_stalls: list[tuple[int, int, str]] = (),
 ) -> None:
     """ascend_pytorch_profiler_<rank>.db for one rank; ``groups`` holds each event's communicator (or None);
-    ``host`` names the machine (default: the synthetic host of the rank dirs' names)."""
+    ``host`` names the machine (default: the synthetic host of the rank dirs' names); ``host_stalls`` the
+    (start_ns, end_ns, fault kind) host stalls planted by faults."""
     con = sqlite3.connect(path)
     con.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
     strings = _Strings()
@@ -271,6 +309,7 @@ def write_profiler_db(
     k_type = _insert_compute_tasks(con, t, np.flatnonzero(~comm), connection, strings)
     _insert_communication_ops(con, t, np.flatnonzero(comm), names, groups, connection, strings, k_type)
     _insert_cann_api(con, t, comm, connection, strings)
+    _insert_host_stalls(con, t, list(host_stalls), strings)
     con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(i, v) for v, i in strings.ids.items()])
     con.commit()
     con.close()

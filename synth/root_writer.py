@@ -377,6 +377,7 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
             metadata,
             list(group_of[t.collective]),
             _host_name(capture.host, t.rank) if capture.host else None,
+            _host_stalls(sc, t),
         )
         write_analysis_db(output / "analysis.db", step_rows, communication, matrix)
     return len(t.start_ns)

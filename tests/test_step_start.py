@@ -95,8 +95,8 @@ def test_the_db_export_starts_the_step_at_step_time(tmp_path):
 def test_a_data_loader_late_at_the_top_of_the_step_is_inside_the_step(tmp_path, export):
     """slow_dataloader_rank: rank 1's loader hands over each batch 1.5 ms late, before its first kernel.
     Its steps' heads hold the stall (the others' only the host's own gap), in the text export's and the
-    db's record alike; with the host trace the ledger names it as the data loader's, and its peers'
-    wait in their all-reduce is explained by the same finding."""
+    db's record alike; with the host trace (trace_view.json, or the db's PYTORCH_API) the ledger names it
+    as the data loader's, and its peers' wait in their all-reduce is explained by the same finding."""
     root = Path(generate(tmp_path / "root", "slow_dataloader_rank", seed=2, export=export)["root"])
     steps, ledger = _outputs(root, tmp_path / "out")
     (stall,) = json.loads((root / "ground_truth.json").read_text())["faults"]
@@ -106,12 +106,7 @@ def test_a_data_loader_late_at_the_top_of_the_step_is_inside_the_step(tmp_path, 
     heads = complete.groupby(level=0)["head_ms"].mean()
     assert heads[late] == pytest.approx(own_gap_ms + stall["gap_us"] / 1000, abs=0.01)
     assert heads.drop(late).to_numpy() == pytest.approx(own_gap_ms, abs=0.01)
-    if export == "db":  # synth's db export records CANN's launches but no framework spans (PYTORCH_API):
-        # the stall shows as the host late to launch the step's first kernel, the loader unnamed
-        late_rank = ledger[(ledger["rank_id"] == late) & ledger["complete"].astype(bool)]
-        per_step = late_rank.loc[late_rank["line"] == "idle launch", "ms"].sum() / late_rank["step_ordinal"].nunique()
-        assert per_step >= stall["gap_us"] / 1000
-        return
+    # the db's framework spans (PYTORCH_API) name the loader as trace_view.json does
     findings = json.loads((tmp_path / "out" / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
     (loader,) = [f for f in findings if f["finding_type"] == "dataloader_stall"]
     assert loader["rank_ids"] == [late]
