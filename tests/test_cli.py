@@ -411,6 +411,18 @@ def test_two_unrelated_captures_in_one_folder_are_refused_as_not_one_capture(cli
     assert swept.result["root_count"] == 2
 
 
+def test_a_sweep_over_a_folder_of_unrelated_captures_takes_each_and_not_the_folder(cli, tmp_path):
+    """The server's test data: two rank-named captures (test_rank_0, test_rank_1) beside a db capture
+    and an op-summary one. The rank dirs are not folded into the folder (it is no one case: analyzed,
+    rank 0 appears twice), so the sweep analyzes the four captures and counts no failed root."""
+    from conftest import SERVER_DATA
+
+    search = copy_sample(SERVER_DATA, tmp_path / "test_data")
+    swept = cli("sweep", "--search-root", str(search), "-o", str(tmp_path / "sweep"), "--progress", "none")
+    assert swept.returncode == 0, swept.stdout[-600:]
+    assert swept.result["root_count"] == 4 and swept.result["status_counts"] == {"ok": 4}
+
+
 def _at_a_terminal(command: list[str]) -> tuple[int, str, str]:
     """Run ``command`` with its stdout on a pty (a person's terminal): (exit code, what the terminal
     showed, stderr)."""

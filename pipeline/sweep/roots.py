@@ -23,19 +23,24 @@ def case_root(rank_dir: Path) -> Path:
 
 def find_roots(search_roots: list[str | Path], limit: int | None = None) -> list[Path]:
     """Case roots under the search roots: dirs holding a kernel source (kernel_details.csv, a profiler
-    db or op_summary csvs), rank dirs folded into their case root; our own output dirs, ``.bak``
-    dirs and PROF_* internals skipped."""
+    db or op_summary csvs), rank dirs folded into their case root — unless that folder also holds a
+    capture that is not a rank dir (a folder of unrelated captures: each is a root of its own, the
+    folder none); our own output dirs, ``.bak`` dirs and PROF_* internals skipped."""
     roots: set[Path] = set()
     for search in search_roots:
         search = Path(search).resolve()
+        found: list[Path] = []
         for current, dirnames, _files in os.walk(search):
             here = Path(current)
             dirnames[:] = sorted(
                 d for d in dirnames if not skip_dir(d) and d != PROFILER_OUTPUT and not is_npuprof_output(here / d)
             )
             if holds_kernel_source(here):
-                roots.add(case_root(here) if here != search else here)
+                found.append(here)
                 dirnames[:] = []
+        # folders that hold a capture besides rank dirs: their rank dirs are not one case
+        mixed = {here.parent for here in found if here != search and not names_one_rank(here.name)}
+        roots.update(here if here == search or here.parent in mixed else case_root(here) for here in found)
     ordered = sorted(roots)
     return ordered[:limit] if limit else ordered
 
