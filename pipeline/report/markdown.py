@@ -8,43 +8,17 @@ from __future__ import annotations
 
 import pandas as pd
 
+from npuprof.pipeline.report.advice import all_findings_together, fingerprint_hint
 from npuprof.pipeline.report.glossary import glossary_markdown
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.ledger_view import rank_ledgers
+from npuprof.pipeline.report.mdtext import cell, code, share_text, table
 from npuprof.pipeline.summaries.idle_causes import cause_names
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
 # inline markup, table cells and HTML; the text is one line inside a paragraph or a table cell
-MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"})
 TOP_HEAVY_STEPS = 8
 TOP_FINDINGS = 24
-
-
-def cell(value: object) -> str:
-    """``value`` as inert markdown text: one line, markdown and HTML characters escaped."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "–"
-    if isinstance(value, float):
-        return f"{int(value):,}" if value.is_integer() else f"{value:,.3f}"
-    return " ".join(str(value).split()).translate(MD_SPECIAL)
-
-
-def code(value: object) -> str:
-    """``value`` as an inline code span (backticks inside it replaced, one line)."""
-    return "`" + " ".join(str(value).split()).replace("`", "'") + "`"
-
-
-def table(frame: pd.DataFrame, columns: list[str], limit: int = 20) -> str:
-    """A markdown table of ``columns`` (those present) of the first ``limit`` rows."""
-    columns = [c for c in columns if c in frame.columns]
-    if frame.empty or not columns:
-        return "_no rows_\n"
-    head = "| " + " | ".join(cell(c) for c in columns) + " |\n|" + "---|" * len(columns) + "\n"
-    body = "".join(
-        "| " + " | ".join(cell(v) for v in row) + " |\n" for row in frame[columns].head(limit).itertuples(index=False)
-    )
-    more = f"\n_{len(frame) - limit} more rows in the CSV_\n" if len(frame) > limit else ""
-    return head + body + more
 
 
 def _missing(stage: str) -> str:
@@ -75,18 +49,14 @@ def _ledger(inputs: ReportInputs) -> str:
     ]
     for rank in ranks:
         rows = pd.DataFrame(rank["lines"]).assign(
-            ms_per_step=lambda f: f["ms_per_step"].round(3), share=lambda f: f["share"].map(_share)
+            ms_per_step=lambda f: f["ms_per_step"].round(3), share=lambda f: f["share"].map(share_text)
         )
-        unexplained = _share(rank["unexplained_share"])
+        unexplained = share_text(rank["unexplained_share"])
         parts.append(
             f"\n**Rank {rank['rank_id']}**: step {rank['wall_ms']:.3f} ms, unexplained {unexplained}\n\n"
             + table(rows, ["line", "ms_per_step", "share", "explained_by"])
         )
     return "".join(parts)
-
-
-def _share(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f} %"
 
 
 def _plural(count: int, word: str) -> str:
@@ -114,8 +84,9 @@ def _executive(inputs: ReportInputs, summary: dict) -> str:
         f"{cell(identity['event_count'])} device events over {cell(identity['capture']['wall_ms'])} ms of capture "
         f"(kernel source: {cell(identity['source'])}).",
         f"{_complete_steps(inputs.steps)}: step wall mean {cell(wall['mean'])} ms (p50 {cell(wall['p50'])}, "
-        f"p90 {cell(wall['p90'])}). Share of the step: compute {_share(kpis['compute_share_of_wall'])}, exposed "
-        f"communication {_share(kpis['comm_share_of_wall'])}, device idle {_share(kpis['bubble_share_of_wall'])}"
+        f"p90 {cell(wall['p90'])}). Share of the step: compute {share_text(kpis['compute_share_of_wall'])}, "
+        f"exposed communication {share_text(kpis['comm_share_of_wall'])}, "
+        f"device idle {share_text(kpis['bubble_share_of_wall'])}"
         f"{_idle_causes_inline(kpis['idle_share_by_cause'])}.",
         f"Findings: {counts['total']} ({_by_severity(counts) or 'none'})"
         + (f"; the {min(5, len(summary['findings']))} most recoverable:" if summary["findings"] else "."),
@@ -123,32 +94,13 @@ def _executive(inputs: ReportInputs, summary: dict) -> str:
     for group in summary["findings"][:5]:
         label = f"**{cell(group['finding_type'])}** ({cell(group['severity'])}, {_saving(group)})"
         lines.append(f"- {label}: {cell(group['summary'])}")
-    together = _together(summary.get("recoverable_together"), counts["total"])
+    together = all_findings_together(summary.get("recoverable_together"), counts["total"])
     return "\n\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n" + (f"\n{together}\n" if together else "")
-
-
-def _together(together: dict | None, total: int) -> str:
-    """What fixing every finding at once gives, replayed together, against the plain sum."""
-    if not together or total < 2 or together.get("ms_per_step") is None:
-        return ""
-    saved, summed = together["ms_per_step"], together["sum_ms_per_step"]
-    share = f" ({_share(together['share_of_step'])} of the step)" if together.get("share_of_step") is not None else ""
-    relation = (
-        "the findings overlap"
-        if saved < summed - 0.005
-        else "fixing one lets another save more"
-        if saved > summed + 0.005
-        else "they do not overlap"
-    )
-    return (
-        f"All {total} findings fixed together: {saved:.2f} ms per step{share}, replayed at once; "
-        f"their estimates add up to {summed:.2f} ms ({relation})."
-    )
 
 
 def _idle_causes_inline(shares: dict[str, float]) -> str:
     """' (by host cause: launch 3.1 %, queued 0.4 %)': what the idle time was waiting for."""
-    named = [f"{cell(cause)} {_share(share)}" for cause, share in shares.items() if share]
+    named = [f"{cell(cause)} {share_text(share)}" for cause, share in shares.items() if share]
     return f" (by host cause: {', '.join(named)})" if named else ""
 
 
@@ -158,24 +110,6 @@ def _saving(group: dict) -> str:
     if saved is None:
         return "recoverable time not estimated"
     return f"recovers {saved:.3g} ms/step" + (f" ({share:.0%})" if share is not None else "")
-
-
-def _fingerprint_hint(inputs: ReportInputs, summary: dict) -> str:
-    """Where no config says how many layers to expect but the kernels' fingerprint names a model: what
-    it names, what the ranks' layers add up to, and how to have it checked."""
-    if summary["layer_validation"]["expected_layers"] is not None:
-        return ""
-    brief = summary.get("model_brief") or {}
-    model, layers = brief.get("best_candidate"), ((brief.get("fields") or {}).get("num_hidden_layers") or {})
-    if not model or layers.get("value") is None:
-        return ""
-    totals = (inputs.manifest("segment").get("layer_validation") or {}).get("observed_total_layers") or []
-    stages = (inputs.manifest("segment").get("layer_validation") or {}).get("pipeline_stages") or 1
-    added = f", as the {stages} pipeline stages' layers add up to" if stages > 1 and layers["value"] in totals else ""
-    return (
-        f" The kernels' fingerprint is closest to {cell(model)} with {cell(layers['value'])} decoder layers{added}: "
-        f"`--model-id {cell(model)}` (or its config.json beside the capture) would check the count against it."
-    )
 
 
 def _capture(inputs: ReportInputs, summary: dict) -> str:
@@ -190,7 +124,7 @@ def _capture(inputs: ReportInputs, summary: dict) -> str:
     text = (
         f"Layer validation: **{cell(validation['status'])}** (expected layers: {cell(expected)}; detected per rank: "
         f"{cell(detected)}; hard errors {cell(validation['hard_error_count'])}, "
-        f"interior islands {cell(validation['interior_island_total'])}).{_fingerprint_hint(inputs, summary)}\n\n"
+        f"interior islands {cell(validation['interior_island_total'])}).{fingerprint_hint(inputs, summary)}\n\n"
     )
     if inputs.steps.empty:
         return text + _missing("segment")
@@ -309,8 +243,8 @@ def _hardware(inputs: ReportInputs) -> str:
     text += table(inputs.peaks, ["unit", "dtype", "theoretical", "measure", "sustained_factor", "sustained", "source"])
     text += (
         f"\nMFU per step (cube FLOPs from kernel shapes over step wall, against the {cell(mfu.get('dtype'))} "
-        f"theoretical peak): mean {_share(mfu.get('mean'))}, p50 {_share(mfu.get('p50'))}, "
-        f"max {_share(mfu.get('max'))} "
+        f"theoretical peak): mean {share_text(mfu.get('mean'))}, p50 {share_text(mfu.get('p50'))}, "
+        f"max {share_text(mfu.get('max'))} "
         f"over {mfu.get('step_count', 0)} rank-steps (step_efficiency_summary.csv).\n"
     )
     return text

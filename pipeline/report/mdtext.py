@@ -1,0 +1,39 @@
+"""Markdown building blocks of the reports: inert cells, code spans, tables, shares."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"})
+
+
+def cell(value: object) -> str:
+    """``value`` as inert markdown text: one line, markdown and HTML characters escaped."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{int(value):,}" if value.is_integer() else f"{value:,.3f}"
+    return " ".join(str(value).split()).translate(MD_SPECIAL)
+
+
+def code(value: object) -> str:
+    """``value`` as an inline code span (backticks inside it replaced, one line)."""
+    return "`" + " ".join(str(value).split()).replace("`", "'") + "`"
+
+
+def table(frame: pd.DataFrame, columns: list[str], limit: int = 20) -> str:
+    """A markdown table of ``columns`` (those present) of the first ``limit`` rows."""
+    columns = [c for c in columns if c in frame.columns]
+    if frame.empty or not columns:
+        return "_no rows_\n"
+    head = "| " + " | ".join(cell(c) for c in columns) + " |\n|" + "---|" * len(columns) + "\n"
+    body = "".join(
+        "| " + " | ".join(cell(v) for v in row) + " |\n" for row in frame[columns].head(limit).itertuples(index=False)
+    )
+    more = f"\n_{len(frame) - limit} more rows in the CSV_\n" if len(frame) > limit else ""
+    return head + body + more
+
+
+def share_text(value: float | None) -> str:
+    """A share of the step as people read it: "12.5 %" ("–" where unknown)."""
+    return "–" if value is None else f"{100 * value:.1f} %"
