@@ -52,6 +52,14 @@ def mixed_report(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def cnn_report(tmp_path_factory) -> Path:
+    """The real CNN capture analyzed with the interactive report (its output dir)."""
+    out = tmp_path_factory.mktemp("cnn") / "out"
+    analyze(PYTORCH_DATA / "text" / "level2", out, jobs=1, options=AnalyzeOptions(mode="full"))
+    return out
+
+
+@pytest.fixture(scope="module")
 def served(mixed_report):
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mixed_report / "out" / "report"))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -251,12 +259,11 @@ def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_ca
     assert terms == [term for term, _ in GLOSSARY] and "underfeed_ms / idle" in terms
 
 
-def test_a_real_capture_report_paints_its_long_collective_and_asks_for_no_missing_file(browser, tmp_path):
+def test_a_real_capture_report_paints_its_long_collective_and_asks_for_no_missing_file(browser, cnn_report):
     """The real CNN capture: its first all-reduce runs 26.9-113.4 ms of a 129 ms step (the headline's
     73 % exposed communication). The whole-capture view paints it over every bin it covers (busy share
     by overlap, not at its start alone), and the page requests no kernel chunk that was not written."""
-    out = tmp_path / "cnn"
-    analyze(PYTORCH_DATA / "text" / "level2", out, jobs=1, options=AnalyzeOptions(mode="full"))
+    out = cnn_report
     console_errors(browser)  # drop what earlier pages logged
     open_report(browser, (out / "report" / "report.html").as_uri())
     coarse = browser.execute_script("return npuprof.state.data.coarse")
@@ -284,12 +291,11 @@ def test_a_real_capture_report_paints_its_long_collective_and_asks_for_no_missin
     assert console_errors(browser) == []
 
 
-def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser, tmp_path):
+def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser, cnn_report):
     """The real CNN capture: one bar per rank, its segments covering the step (every line of
     step_ledger.csv, the small ones merged), each named with what explains it; the widest is the
     all-reduce idle the incomplete capture of its group explains, painted as a finding's."""
-    out = tmp_path / "cnn"
-    analyze(PYTORCH_DATA / "text" / "level2", out, jobs=1, options=AnalyzeOptions(mode="full"))
+    out = cnn_report
     console_errors(browser)
     open_report(browser, (out / "report" / "report.html").as_uri())
     bars = browser.execute_script(
@@ -313,12 +319,11 @@ def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser,
     assert console_errors(browser) == []
 
 
-def test_finding_cards_hold_their_long_kernel_names_and_the_findings_together(browser, tmp_path):
+def test_finding_cards_hold_their_long_kernel_names_and_the_findings_together(browser, cnn_report):
     """The real CNN capture: host_launch_bound names kernels like aclnnDropoutGenMaskV2_DSAGenBitMask_...
     — every finding card wraps its text inside its own width, and below them the page says what all
     findings fixed together give (diagnosis_findings.json's recoverable_together)."""
-    out = tmp_path / "cnn"
-    analyze(PYTORCH_DATA / "text" / "level2", out, jobs=1, options=AnalyzeOptions(mode="full"))
+    out = cnn_report
     console_errors(browser)
     open_report(browser, (out / "report" / "report.html").as_uri())
     cards = browser.execute_script(
