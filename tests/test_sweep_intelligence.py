@@ -72,6 +72,13 @@ def test_the_sweep_is_a_dataset_for_sql_and_the_python_api(planted):
     assert sweep.analysis(first["root"]).out_dir == archive / first["slug"]
     bad = run_cli("query", str(archive), "SELECT no_such_column FROM roots")
     assert bad.returncode == 2 and bad.result["error"].startswith("query failed:") and "Traceback" not in bad.stderr
+    assert "DESCRIBE <view> lists a view's columns" in bad.result["error"]
+    # the first query a person writes: the step wall under the name they guess
+    walls = run_cli("query", str(archive), "SELECT slug, step_wall_ms FROM roots")
+    assert walls.returncode == 0, walls.stderr
+    rollup = pd.read_csv(archive / "sweep_class_rollup.csv").set_index("slug")["top_step_class_wall_ms_mean"]
+    guessed = pd.DataFrame(walls.result["rows"]).set_index("slug")["step_wall_ms"]
+    assert guessed.reindex(rollup.index).to_numpy() == pytest.approx(rollup.to_numpy(), nan_ok=True)
     with pytest.raises(ValueError):
         sweep.analysis("../outside")
 
@@ -90,6 +97,15 @@ def test_sweep_report_opens_from_file_with_plots_links_and_no_console_error(plan
     assert f"host {card['host_name']}, device {card['device_id']}" in browser.find_element(By.TAG_NAME, "body").text
     links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "td a")]
     assert links and all(Path(link.removeprefix("file://")).is_file() for link in links)
+    # outliers told in people's terms: how far off in ms and % of the cohort median (the robust z stays
+    # in sweep_outliers.csv), and what moved without "step step wall"
+    outliers = pd.read_csv(archive / "sweep_outliers.csv")
+    first = outliers.drop_duplicates("slug").iloc[0]
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "table th")]
+    assert "off_by" in headers and "robust_z" not in headers
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert f"{first['delta_ms']:+,.2f} ms (" in body and "% of the cohort median)" in body
+    assert "step step wall" not in body and "robust_z" in outliers.columns
     assert console_errors(browser) == []
 
 

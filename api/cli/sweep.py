@@ -55,9 +55,10 @@ def add_parsers(commands) -> None:
         "query",
         help="run SQL (DuckDB) over a sweep archive's tables",
         description="Run a DuckDB SQL query over a merged sweep archive. Each dataset of ARCHIVE/sweep_data/ is a "
-        "view of its name: roots (the rollup, with cohort and outlier columns), ranks (host, device), "
-        "step_class_stats, layer_class_stats, block_class_stats, operators, collectives, time_split, findings, "
-        "cohorts, cohort_baselines, outliers, fleet_suspects, trends; every row carries its root's slug. Stdout: "
+        "view of its name: roots (the rollup, with cohort and outlier columns; step_wall_ms is its step wall "
+        "mean), ranks (host, device), step_class_stats, layer_class_stats, block_class_stats, operators, "
+        "collectives, time_split, findings, cohorts, cohort_baselines, outliers, fleet_suspects, trends; every row "
+        "carries its root's slug, and 'DESCRIBE roots' lists a view's columns. Stdout: "
         "one JSON object with the columns and rows; stderr: the first rows as a table. Example: npuprof query ARCHIVE "
         '"SELECT slug, cohort_id, outlier_score FROM roots ORDER BY outlier_score DESC NULLS LAST LIMIT 5"',
         epilog=QUERY_EXIT_CODES,

@@ -165,13 +165,23 @@ def what_moved(slug: str, delta_ms: float, deltas: dict[str, pd.DataFrame]) -> t
 
 def outlier_digest(outliers: pd.DataFrame) -> pd.DataFrame:
     """One row per outlying root (``outlier_rows`` lists its metrics largest |z| first): its most
-    outlying metric and z, what moved ("level name"), and its other outlying metrics."""
+    outlying metric, how far off in people's terms (``off_by``: ms and % of the cohort's median; the
+    robust z stays in sweep_outliers.csv), what moved ("block attention", or the whole step where no
+    narrower part moved enough), and its other outlying metrics."""
     if outliers.empty:
         return outliers
     first = outliers.drop_duplicates("slug").copy()
     others = outliers.groupby("slug")["metric"].apply(lambda m: ", ".join(m.iloc[1:]))
     first["also_off"] = first["slug"].map(others)
-    first["what_moved"] = first["what_moved_level"] + " " + first["what_moved"]
+    whole = first["what_moved_level"] == "step"
+    first["what_moved"] = (first["what_moved_level"] + " " + first["what_moved"]).where(
+        ~whole, "the whole step (no narrower part moved enough)"
+    )
+    median = first["cohort_median_ms"].where(first["cohort_median_ms"].abs() > 0)
+    percent = (100 * first["delta_ms"] / median).map(
+        lambda p: "" if pd.isna(p) else f" ({p:+.0f} % of the cohort median)"
+    )
+    first["off_by"] = first["delta_ms"].map(lambda d: f"{d:+,.2f} ms") + percent
     return first
 
 

@@ -60,6 +60,8 @@ def write_datasets(archive: Path, frames: dict[str, pd.DataFrame]) -> list[str]:
 
 # what ``query`` runs: statements that read (DESCRIBE and SUMMARIZE parse as SELECT)
 QUERY_STATEMENTS = ("SELECT", "EXPLAIN")
+# the names a person guesses first, beside the datasets' own (view -> {alias: column})
+VIEW_ALIASES = {"roots": {"step_wall_ms": "top_step_class_wall_ms_mean"}}
 
 
 def read_dataset(archive: Path, name: str) -> pd.DataFrame:
@@ -104,11 +106,19 @@ def query(archive: Path, sql: str) -> pd.DataFrame:
         for name in DATASETS:
             path = dataset_path(archive, name)
             if path.exists():  # the path is ours (archive/sweep_data/<known name>.parquet)
-                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({_literal(str(path))})")
+                source = f"read_parquet({_literal(str(path))})"
+                present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+                aliases = "".join(
+                    f", {column} AS {alias}"
+                    for alias, column in VIEW_ALIASES.get(name, {}).items()
+                    if column in present and alias not in present
+                )
+                con.execute(f"CREATE VIEW {name} AS SELECT *{aliases} FROM {source}")
         con.execute(f"SET allowed_directories = [{_literal(str(folder) + '/')}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         try:
             return con.execute(sql).df()
         except duckdb.Error as exc:
-            raise UsageError(f"query failed: {str(exc).splitlines()[0]}") from None
+            hint = " (DESCRIBE <view> lists a view's columns)" if isinstance(exc, duckdb.BinderException) else ""
+            raise UsageError(f"query failed: {str(exc).splitlines()[0]}{hint}") from None

@@ -132,7 +132,7 @@ def render_sweep_report(archive: Path, rollup: pd.DataFrame, parts: dict[str, pd
             [
                 "slug",
                 "metric",
-                "robust_z",
+                "off_by",
                 "value_ms",
                 "cohort_median_ms",
                 "what_moved",
