@@ -21,6 +21,7 @@ from helpers.hostile_names import HOSTILE, plant_hostile_names
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.options import AnalyzeOptions
+from npuprof.pipeline.report.ledger_view import line_words
 from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import generate
 
@@ -312,10 +313,11 @@ def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser,
         mine = ledger[ledger["rank_id"] == int(bar["rank"])]
         top = mine.sort_values("ms").iloc[-1]
         widest = max(bar["segments"], key=lambda s: s["width"])
-        assert widest["title"].startswith(top["line"] + ":") and widest["kind"] == "finding"
+        assert widest["title"].startswith(line_words(top["line"]) + ":") and widest["kind"] == "finding"
         assert top["explained_by"] == group["claim_id"] and "capture_incomplete_group" in widest["title"]
         named = {s["title"].split(":")[0] for s in bar["segments"]}
-        assert set(mine.loc[mine["ms"] >= 0.005 * mine["wall_ms"], "line"]) <= named
+        assert set(mine.loc[mine["ms"] >= 0.005 * mine["wall_ms"], "line"].map(line_words)) <= named
+        assert not any(name.startswith("communication unknown") for name in named)
     assert console_errors(browser) == []
 
 

@@ -46,7 +46,7 @@ def rank_ledgers(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
                 "unexplained_share": float(shares.get(rank, 0.0)),
                 "lines": [
                     {
-                        "line": row.line,
+                        "line": line_words(row.line),
                         "ms_per_step": float(row.ms),
                         "share": float(row.ms / walls[rank]) if walls[rank] else 0.0,
                         "explained_by": _explanation(str(row.explained_by), saved),
@@ -56,6 +56,17 @@ def rank_ledgers(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
             }
         )
     return out
+
+
+UNKNOWN_GROUP = "communication unknown "  # a collective whose group the capture does not name
+
+
+def line_words(line: str) -> str:
+    """A ledger line as people read it: "communication allreduce idle (group unknown)", not
+    "communication unknown allreduce idle" (step_ledger.csv keeps the line as the rules match it)."""
+    if line.startswith(UNKNOWN_GROUP):
+        return f"communication {line.removeprefix(UNKNOWN_GROUP)} (group unknown)"
+    return line
 
 
 def _explanation(explained_by: str, findings: dict[str, dict]) -> str:
@@ -103,7 +114,7 @@ def _segments(lines: pd.DataFrame, wall: float, findings: dict[str, dict]) -> li
     small = lines["ms"] < MIN_SEGMENT_SHARE * wall
     segments = [
         {
-            "line": row.line,
+            "line": line_words(row.line),
             "ms_per_step": float(row.ms),
             "share": float(row.ms) / wall,
             "explained_by": _explanation(str(row.explained_by), findings),
