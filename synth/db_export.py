@@ -14,7 +14,7 @@ import numpy as np
 
 from npuprof.synth.groups import GroupInstance
 from npuprof.synth.text_export import STEP_TRACE_COLUMNS, pmu_values
-from npuprof.synth.timeline import RankTimeline
+from npuprof.synth.timeline import STALL_SPANS, RankTimeline
 
 CARDS_PER_HOST = 8
 
@@ -48,20 +48,6 @@ CREATE TABLE PYTORCH_API (startNs TEXT, endNs TEXT, globalTid INTEGER, connectio
                    sequenceNumber INTEGER, fwdThreadId INTEGER, inputDtypes INTEGER, inputShapes INTEGER,
                    callchainId INTEGER, type INTEGER);
 """
-# the framework spans (PYTORCH_API) and CANN calls of each planted host stall, as trace_view.json names them;
-# a garbage collection is the Python GC process's, which the db does not record
-_STALL_SPANS = {
-    "dataloader_stall": (
-        [
-            "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
-            "torch/utils/data/dataloader.py(631): __next__",
-        ],
-        [],
-    ),
-    "allocation_heavy": (["aten::empty"], ["aclrtMalloc"]),
-    "device_idle_bubble": (["aten::item", "aten::_local_scalar_dense"], ["aclrtSynchronizeStream"]),
-    "gc_pause": ([], []),
-}
 _HCCL_DATA_TYPES = [
     "INT8",
     "INT16",
@@ -273,9 +259,9 @@ def _insert_host_stalls(
     tid = (2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)
     framework, cann = [], []
     for start, end, kind in stalls:
-        ops, calls = _STALL_SPANS.get(kind, _STALL_SPANS["device_idle_bubble"])
-        framework += [(str(start), str(end), tid, None, strings(name), -1, 0, None, None, None, 1) for name in ops]
-        cann += [(start, end, 20000, tid, strings(name)) for name in calls]
+        ops, calls = STALL_SPANS.get(kind, STALL_SPANS["device_idle_bubble"])
+        framework += [(str(start), str(end), tid, None, strings(name), -1, 0, None, None, None, 1) for name, _ in ops]
+        cann += [(start, end, 20000, tid, strings(name)) for name, _ in calls]
     con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", framework)
     # connection ids past the launches': a blocking call launches no task
     first = int(con.execute("SELECT COALESCE(MAX(connectionId), 0) FROM CANN_API").fetchone()[0]) + 1

@@ -29,6 +29,24 @@ STARVED_LEAD_NS = 2_000  # ... and only just before it where the device waits fo
 DEVICE_GAP_US = (1.5, 6.0)  # the device's own gap before a kernel: uniform between these
 # faults that idle the device in a host stall before a layer (the host spans say which stall)
 HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation_heavy")
+# the host spans each planted stall leaves, for the trace and the db alike: framework ops (name, trace
+# category) and CANN calls (name, their extra trace args); a garbage collection is the Python GC
+# process's (trace_view.json only: the db does not record it), a device_idle_bubble a blocking .item()
+STALL_SPANS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, dict], ...]]] = {
+    "dataloader_stall": (
+        (
+            ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "cpu_op"),
+            ("torch/utils/data/dataloader.py(631): __next__", "python_function"),
+        ),
+        (),
+    ),
+    "allocation_heavy": ((("aten::empty", "cpu_op"),), (("aclrtMalloc", {}),)),  # the allocator out of blocks
+    "gc_pause": ((), ()),
+    "device_idle_bubble": (
+        (("aten::item", "cpu_op"), ("aten::_local_scalar_dense", "cpu_op")),
+        (("aclrtSynchronizeStream", {"connection_id": 0}),),
+    ),
+}
 NOMINAL_AICORE_MHZ = 1800.0  # the AI Core clock every synthetic card runs at unless throttled
 BASE_CLOCK_NS = 1_764_246_877_000_000_000  # a 2025-11 wall clock, like the real samples
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof.synth.text_export import us_text
-from npuprof.synth.timeline import HOST_LEAD_NS, RankTimeline
+from npuprof.synth.timeline import HOST_LEAD_NS, STALL_SPANS, RankTimeline
 
 BATCH = 100_000
 GC_PID_OFFSET = 500_000  # the Python GC process's pid, apart from the Python process's
@@ -82,33 +82,16 @@ def _stall_events(kind: str, start: int, end: int, pid: int, cann: int) -> list[
             "args": op_args,
         }
 
-    if kind == "dataloader_stall":
-        return [
-            op("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"),
-            op("torch/utils/data/dataloader.py(631): __next__", "python_function"),
-        ]
-    if kind == "allocation_heavy":  # the caching allocator out of blocks: a device malloc under an empty
-        malloc = {"Thread Id": pid, "Mode": "ACL_RTS", "level": "acl", "id": "aclrtMalloc", "item_id": "0"}
-        return [
-            op("aten::empty"),
-            {"name": "AscendCL@aclrtMalloc", "pid": cann, "tid": pid, "ts": ts, "dur": dur, "ph": "X", "args": malloc},
-        ]
     if kind == "gc_pause":
         return [{"ph": "X", "name": "GC", "pid": pid + GC_PID_OFFSET, "tid": pid, "ts": ts, "dur": dur, "args": {}}]
-    sync = {"Thread Id": pid, "Mode": "ACL_RTS", "level": "acl", "id": "aclrtSynchronizeStream", "item_id": "0"}
-    return [
-        op("aten::item"),
-        op("aten::_local_scalar_dense"),
-        {
-            "name": "AscendCL@aclrtSynchronizeStream",
-            "pid": cann,
-            "tid": pid,
-            "ts": ts,
-            "dur": dur,
-            "ph": "X",
-            "args": {**sync, "connection_id": 0},
-        },
-    ]
+    framework, calls = STALL_SPANS.get(kind, STALL_SPANS["device_idle_bubble"])
+    events = [op(name, category) for name, category in framework]
+    for call, extra in calls:
+        args = {"Thread Id": pid, "Mode": "ACL_RTS", "level": "acl", "id": call, "item_id": "0", **extra}
+        events.append(
+            {"name": f"AscendCL@{call}", "pid": cann, "tid": pid, "ts": ts, "dur": dur, "ph": "X", "args": args}
+        )
+    return events
 
 
 @dataclass(frozen=True)

@@ -169,12 +169,15 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def recoverable_together(model: StepModel, findings: list[dict], changes: dict[str, WhatIf]) -> dict[str, Any]:
+def recoverable_together(
+    model: StepModel, findings: list[dict], changes: dict[str, WhatIf], step_wall_ms: float | None
+) -> dict[str, Any]:
     """What fixing every finding at once would save per step: the replayed changes (``changes``, by claim
     id) replayed together — different causes of different work add up — plus the estimates priced
-    another way (analytic), added; the plain sum beside it. A finding whose likely cause is among the
-    findings is that cause's symptom (a rank slow because its loader stalls): fixing the cause is its fix,
-    so its own change (the whole rank at its peers' median) is left out; merged symptoms likewise."""
+    another way (analytic), added; its share of the mean step (``step_wall_ms``) and the plain sum
+    beside it. A finding whose likely cause is among the findings is that cause's symptom (a rank slow
+    because its loader stalls): fixing the cause is its fix, so its own change (the whole rank at its
+    peers' median) is left out; merged symptoms likewise."""
     claims = [f for f in findings if f.get("recoverable_ms_per_step") is not None]
     present = {f["claim_id"] for f in claims}
     causes = [f for f in claims if not {c["claim_id"] for c in f.get("likely_causes", [])} & present]
@@ -184,6 +187,7 @@ def recoverable_together(model: StepModel, findings: list[dict], changes: dict[s
     together += sum(f["recoverable_ms_per_step"] for f in added)
     return {
         "ms_per_step": round(together, 3),
+        "share_of_step": round(together / step_wall_ms, 4) if step_wall_ms else None,
         "sum_ms_per_step": round(sum(f["recoverable_ms_per_step"] for f in claims), 3),
         "replayed_claim_ids": [f["claim_id"] for f in replayed],
         "added_claim_ids": [f["claim_id"] for f in added],

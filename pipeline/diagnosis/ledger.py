@@ -22,6 +22,16 @@ UNEXPLAINED = "unexplained"
 EXPECTED = "expected:"
 LEDGER_KEYS = ["rank_id", "step_ordinal", "step_id", "complete", "wall_ms"]
 # the accounting rows each category's lines come from, and the primary rows they re-split
+UNKNOWN_ROLE = "unknown"  # the parallel role of a collective whose group the capture does not name
+
+
+def collective_words(component: str) -> str:
+    """A "<role> <kind> ..." component as people read it: a collective of no named group reads
+    "allreduce idle (group unknown)", not "unknown allreduce idle"."""
+    role, _, rest = component.partition(" ")
+    return f"{rest} (group unknown)" if role == UNKNOWN_ROLE and rest else component
+
+
 SOURCES = {"compute": "compute_by_block", "communication": "comm_exposed_parts", "idle": "idle_by_cause"}
 
 

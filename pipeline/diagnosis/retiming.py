@@ -269,22 +269,11 @@ def work_rows(model: StepModel, events: pd.DataFrame) -> tuple[np.ndarray, np.nd
     before an op on the communication stream does not delay the rank, so floating rows hold none."""
     slot = _slot_of(events, model.slots)
     row = np.full(len(events), -1, dtype=np.int64)
-    inside = slot >= 0
-    if model.empty or not inside.any() or model.rows.empty:
+    if model.empty or model.rows.empty:
         return slot, row
-    # one sorted search over (slot, time since the slot's start) keys
-    by_slot = model.rows[~model.rows["floating"].astype(bool)].sort_values(["slot", "start_us"])
-    slot_start = model.slots["start_us"].to_numpy(float)
-    width = float((model.slots["end_us"] - model.slots["start_us"]).max()) + 1.0
-    row_slot = by_slot["slot"].to_numpy(np.int64)
-    row_keys = row_slot * width + (by_slot["start_us"].to_numpy(float) - slot_start[row_slot])
-    own = slot[inside]
-    at = np.searchsorted(row_keys, own * width + (events["start_us"].to_numpy(float)[inside] - slot_start[own]))
-    hit = at < len(row_keys)
-    hit[hit] = row_slot[at[hit]] == own[hit]
-    found = np.full(len(own), -1, dtype=np.int64)
-    found[hit] = by_slot.index.to_numpy()[at[hit]]
-    row[inside] = found
+    blocking = model.rows[~model.rows["floating"].astype(bool)].sort_values(["slot", "start_us"])
+    at = _first_row_at_or_after(model, blocking, slot, events["start_us"].to_numpy(float))
+    row[at >= 0] = blocking.index.to_numpy()[at[at >= 0]]
     return slot, row
 
 
@@ -346,18 +335,6 @@ def scaled_work(model: StepModel, factors: dict[int, float], tail_factors: dict[
     slot_factor = model.slots["rank_id"].map(factors if tail_factors is None else tail_factors)
     change.tail_cut_us = model.slots["tail_us"].to_numpy(float) * (1.0 - slot_factor.fillna(1.0).to_numpy(float))
     return change
-
-
-def local_work_ms(model: StepModel, tails: bool = True) -> pd.Series:
-    """Per rank, its mean local work per step (ms): the work before its collectives plus (``tails``) the
-    work after its last one."""
-    if model.empty:
-        return pd.Series(dtype=float)
-    blocking = model.rows[~model.rows["floating"].astype(bool)]  # a floating op's gap overlaps the next one's
-    gaps = blocking.groupby("rank_id")["gap_us"].sum() if len(blocking) else pd.Series(dtype=float)
-    tail = model.slots.groupby("rank_id")["tail_us"].sum() * (1.0 if tails else 0.0)
-    steps = model.slots.groupby("rank_id").size()
-    return tail.add(gaps, fill_value=0.0) / steps / 1000.0
 
 
 def combined(model: StepModel, changes: list[WhatIf]) -> WhatIf:

@@ -13,8 +13,6 @@ import pandas as pd
 
 BESIDE = "compute_beside_us"  # optional alignment column: the rank's compute beside the op
 BESIDE_SHARE_MIN = 0.5  # an op with its rank's compute beside it for this share of its life ran on a stream
-
-
 FLOATING_SLACK_US = 1.0  # ns rounding: an op starting this close to the last one's end was queued behind it
 MAX_QUEUED_CHAIN = 64  # ops queued one behind another on a stream that the model follows
 
@@ -30,9 +28,8 @@ def with_streams(rows: pd.DataFrame, slots: pd.DataFrame) -> pd.DataFrame:
 
     An instance is ``floating`` when on some member its life holds another of that rank's collectives,
     start to end, or that rank's compute for at least half of it, or it starts as a floating op of that
-    rank ends (queued behind it): it ran on a
-    communication stream of its own (a gradient bucket's all-reduce under the
-    backward's expert exchanges), and blocking the rank it would hold back the ops beside it. The
+    rank ends (queued behind it): it ran on a communication stream of its own (a gradient bucket's
+    all-reduce under the backward), and blocking the rank it would hold back the ops beside it. The
     rank's compute chain runs through the blocking ops; the floating ones follow on its stream, each
     issued ``gap_us`` after the blocking op before it (``previous_row``, -1: the step's start), or
     ``queued`` behind the stream's previous op (it started as that one ended)."""

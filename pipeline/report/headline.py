@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from npuprof.pipeline.diagnosis.ledger import UNKNOWN_ROLE
+
 TOP_COSTS = 3
 MAX_GROUPS = 8  # rank groups spelled out; the rest are counted
 
@@ -27,8 +29,8 @@ def cost_items(accounting: pd.DataFrame) -> pd.DataFrame:
     compute = compute.assign(cost="compute", label="compute")
     comm = accounting[accounting["breakdown"] == "comm_by_role_kind"]
     # a collective whose group the capture does not say reads "allreduce (group unknown)", not "unknown allreduce"
-    unnamed = comm["component"].str.startswith("unknown ")
-    words = comm["component"].where(~unnamed, comm["component"].str.removeprefix("unknown "))
+    unnamed = comm["component"].str.startswith(UNKNOWN_ROLE + " ")
+    words = comm["component"].where(~unnamed, comm["component"].str.removeprefix(UNKNOWN_ROLE + " "))
     label = "exposed " + words + " communication" + unnamed.map({True: " (group unknown)", False: ""})
     comm = comm.assign(cost="exposed " + comm["component"], label=label)
     overlap = primary[primary["category"] == "overlap"]

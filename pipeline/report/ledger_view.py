@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from npuprof.pipeline.diagnosis.ledger import EXPECTED, UNEXPLAINED, unexplained_share
+from npuprof.pipeline.diagnosis.ledger import EXPECTED, UNEXPLAINED, collective_words, unexplained_share
 
 TOP_LINES = 5
 MAX_RANKS = 8  # ranks spelled out (the most unexplained first); ledger.csv holds every one
@@ -58,14 +58,14 @@ def rank_ledgers(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
     return out
 
 
-UNKNOWN_GROUP = "communication unknown "  # a collective whose group the capture does not name
+COMMUNICATION = "communication "
 
 
 def line_words(line: str) -> str:
     """A ledger line as people read it: "communication allreduce idle (group unknown)", not
     "communication unknown allreduce idle" (step_ledger.csv keeps the line as the rules match it)."""
-    if line.startswith(UNKNOWN_GROUP):
-        return f"communication {line.removeprefix(UNKNOWN_GROUP)} (group unknown)"
+    if line.startswith(COMMUNICATION):
+        return COMMUNICATION + collective_words(line.removeprefix(COMMUNICATION))
     return line
 
 

@@ -50,8 +50,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
     claims = [finding.to_dict() for finding in claimed]
     changes = {c["claim_id"]: f.what_if for c, f in zip(claims, claimed, strict=True) if f.what_if is not None}
     findings = merge_symptoms(link_causes(rank_by_cost(claims, step_wall_ms)))
-    together = recoverable_together(inputs.step_model, findings, changes)
-    together["share_of_step"] = round(together["ms_per_step"] / step_wall_ms, 4) if step_wall_ms else None
+    together = recoverable_together(inputs.step_model, findings, changes, step_wall_ms)
     annotations = [finding.to_dict() for finding in found if is_annotation(finding.finding_type)]
     evidence_ids = set(ctx.read_table(schema.EVIDENCE_INDEX, columns=["evidence_id"]).column(0).to_pylist())
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))

@@ -14,7 +14,7 @@ import pandas as pd
 
 from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, evidence_cap, rule
-from npuprof.pipeline.diagnosis.ledger import UNEXPLAINED, line_parts
+from npuprof.pipeline.diagnosis.ledger import UNEXPLAINED, collective_words, line_parts
 from npuprof.pipeline.diagnosis.registry import detector
 
 WAIT_PARTS = ("wait", "idle")
@@ -119,7 +119,7 @@ def collective_wait(inputs: DiagnosisContext) -> list[Finding]:
                     "ranks": ", ".join(map(str, ranks)),
                     "role": role,
                     "kind": kind,
-                    "collective": f"{kind} (group unknown)" if role == "unknown" else f"{role} {kind}",
+                    "collective": collective_words(f"{role} {kind}"),
                     "ms_per_step": ms_per_step,
                     "share": share,
                     "elapse_ms": float(totals["elapse_ms"]),
