@@ -75,6 +75,16 @@ def view_of(driver) -> tuple[float, float]:
     return float(canvas.get_attribute("data-view-start")), float(canvas.get_attribute("data-view-end"))
 
 
+def stream_labels(browser) -> list[str]:
+    """What each (rank, stream) row should be labelled, from the page's lanes: its stream id, or what the
+    row holds when the capture gives it none (communication ops: 'collectives')."""
+    coarse = browser.execute_script("return npuprof.state.data.coarse")
+    return sorted(
+        f"stream {stream}" if stream >= 0 else "collectives" if kind == "communication" else "no stream id"
+        for (_, stream), kind in zip(coarse["lanes"], coarse["kinds"])
+    )
+
+
 def test_the_timeline_draws_every_rank_and_zooms(browser, served, mixed_report):
     open_report(browser, served)
     canvas = browser.find_element(By.ID, "timeline")
@@ -86,9 +96,8 @@ def test_the_timeline_draws_every_rank_and_zooms(browser, served, mixed_report):
         "rank 3",
     ]
     # every device stream row is labelled with its stream, under its rank
-    lanes = browser.execute_script("return npuprof.state.data.coarse.lanes")
     streams = [e.text for e in browser.find_elements(By.CLASS_NAME, "stream-label")]
-    assert len(streams) == len(lanes) and all(s.startswith("stream ") for s in streams)
+    assert sorted(streams) == stream_labels(browser) and any(s.startswith("stream ") for s in streams)
     start, end = view_of(browser)
     browser.find_element(By.ID, "zoom-in").click()
     zoomed = view_of(browser)
@@ -215,13 +224,17 @@ def test_hostile_kernel_names_never_execute_in_the_page(browser, tmp_path):
 
 def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_capture(browser, tmp_path):
     """TP1 PP2 DP2: ranks 0 and 2 are stages 0 and 1, each running 2 micro-batches forward and back
-    (stage 0 F0 F1 B0 B1, the last stage 1F1B), read from their kernels alone."""
+    (stage 0 F0 F1 B0 B1, the last stage 1F1B), read from their kernels alone. Opened from file:// with
+    its assets beside it, as a double-click opens it: no console error from load to the last click."""
     from conftest import QWEN_TRAINING
 
     out = tmp_path / "out"
-    analyze(QWEN_TRAINING, out, jobs=2, options=AnalyzeOptions(mode="full", html_single_file=True))
+    analyze(QWEN_TRAINING, out, jobs=2, options=AnalyzeOptions(mode="full"))
     schedule = pd.read_csv(out / schema.PP_SCHEDULE_CSV.file).set_index("rank_id")
+    console_errors(browser)  # drop what earlier pages logged
     open_report(browser, (out / "report" / "report.html").as_uri())
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "report-qwen3-file-url.png"))  # docs/'s picture of it
     canvas = browser.find_element(By.ID, "pp-chart")
     assert browser.find_element(By.ID, "pp-section").is_displayed()
     assert canvas.get_attribute("data-rows") == "2" and canvas.get_attribute("data-blocks") == "8"
@@ -258,6 +271,7 @@ def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_ca
     browser.find_element(By.CSS_SELECTOR, "#help summary").click()
     terms = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#glossary dt")]
     assert terms == [term for term, _ in GLOSSARY] and "underfeed_ms / idle" in terms
+    assert console_errors(browser) == []
 
 
 def test_a_real_capture_report_paints_its_long_collective_and_asks_for_no_missing_file(browser, cnn_report):
@@ -267,6 +281,8 @@ def test_a_real_capture_report_paints_its_long_collective_and_asks_for_no_missin
     out = cnn_report
     console_errors(browser)  # drop what earlier pages logged
     open_report(browser, (out / "report" / "report.html").as_uri())
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "report-cnn-file-url.png"))  # docs/'s picture of it
     coarse = browser.execute_script("return npuprof.state.data.coarse")
     width = coarse["bin_us"]
     comm = pd.read_parquet(out / schema.COMMUNICATION_EVENTS.path, columns=["rank_id", "start_ns", "end_ns"])
@@ -289,6 +305,49 @@ def test_a_real_capture_report_paints_its_long_collective_and_asks_for_no_missin
     assert browser.execute_script(paint, held[0])
     span = browser.execute_script("return npuprof.state.data.span_us")
     browser.execute_script("npuprof.setView(arguments[0], arguments[1])", span * 0.49, span * 0.51)
+    assert console_errors(browser) == []
+
+
+def test_a_long_collective_is_drawn_and_clickable_zoomed_far_inside_it(browser, cnn_report):
+    """Zoomed to 2 ms in the middle of the real CNN's 86 ms all-reduce (tens of chunks after the one it
+    starts in), the collective is drawn across the view, and a click on it opens its operator card."""
+    out = cnn_report
+    console_errors(browser)
+    open_report(browser, (out / "report" / "report.html").as_uri())
+    comm = pd.read_parquet(out / schema.COMMUNICATION_EVENTS.path, columns=["name", "start_ns", "end_ns"])
+    longest = comm.assign(ms=(comm["end_ns"] - comm["start_ns"]) / 1e6).sort_values("ms").iloc[-1]
+    chunk_ms = browser.execute_script("return npuprof.state.data.chunk_us") / 1000
+    assert longest["ms"] > 20 * chunk_ms  # it spans many chunks: drawn from one it does not start in
+    # each stream row is labelled; the text capture's collectives carry no stream id and say what they are
+    labels = [e.text for e in browser.find_elements(By.CLASS_NAME, "stream-label")]
+    assert sorted(labels) == stream_labels(browser) and "collectives" in labels
+    # on the page's clock (µs from the capture's first step or event; a rank's clock offset is µs,
+    # nothing beside the collective's 43 ms half)
+    events = pd.read_parquet(out / schema.NORMALIZED_EVENTS, columns=["start_ns"])
+    steps = pd.read_csv(out / schema.STEP_SUMMARY.file)
+    origin = min(events["start_ns"].min(), steps["start_ns"].min())
+    middle_us = (longest["start_ns"] - origin) / 1000 + longest["ms"] * 750  # three quarters into it
+    browser.execute_script("npuprof.setView(arguments[0], arguments[1])", middle_us - 1000, middle_us + 1000)
+    WebDriverWait(browser, 20).until(
+        lambda d: int(d.find_element(By.ID, "timeline").get_attribute("data-kernels-drawn")) > 0
+    )
+    drawn = browser.execute_script(
+        "return npuprof.state.hits.filter(h => h[3][3] > 80000).map(h => [h[0], h[1], h[2], h[4].names[h[3][4]]]);"
+    )
+    assert drawn, "the all-reduce is not drawn inside itself"
+    x0, y0, width, name = drawn[0]
+    canvas = browser.find_element(By.ID, "timeline")
+    assert x0 <= 0 and x0 + width >= int(canvas.get_attribute("width"))  # across the whole view
+    rect = browser.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.top];", canvas)
+    browser.execute_script(
+        "const c = arguments[0]; for (const t of ['mousedown', 'mouseup']) c.dispatchEvent(new MouseEvent(t, "
+        "{bubbles: true, clientX: arguments[1], clientY: arguments[2]}));",
+        canvas,
+        rect[0] + int(canvas.get_attribute("width")) / 2,
+        rect[1] + y0 + 5,
+    )
+    card = browser.find_element(By.ID, "card-body").text
+    assert name in card and "duration" in card
     assert console_errors(browser) == []
 
 

@@ -116,6 +116,9 @@ def _chunks(
             "kernels": rows.tolist(),
             "truncated": bool((chunk == index).sum() > MAX_KERNELS_PER_CHUNK),
             "index": int(index),  # its kernel_fields asset: the operator card's every field
+            # where its latest kernel ends: a zoomed view inside a long collective that began in an
+            # earlier chunk loads that chunk too, so the collective is drawn and clickable there
+            "reach_us": float(end[rows_of[int(index)]].max()),
         }
     return found, rows_of
 
@@ -278,6 +281,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "span_us": span,
         "chunk_us": span / CHUNKS,
         "chunk_ids": sorted(chunks),  # the chunks written: the page asks for no other
+        "chunk_reach": {str(i): chunks[i]["reach_us"] for i in sorted(chunks)},
         "ranks": sorted({int(r) for f in (events, inputs.steps) if len(f) for r in f["rank_id"].unique()}),
         "glossary": [list(item) for item in GLOSSARY],
         "ranks_without_events": sorted(
