@@ -263,7 +263,14 @@ def forget(sweep_id: str, *, broker: str | None = None) -> dict:
     ids = _task_ids(record)
     records.forget_results(conn.app, ids)
     records.delete(sweep_id, conn.url, claims=[e["reduce_id"] for e in record.get("roots", []) if "reduce_id" in e])
-    return {"sweep_id": sweep_id, "state": "forgotten", "results_dropped": len(ids), "archive": record["archive"]}
+    queued = records.drop_queued(sweep_id, conn.url)
+    return {
+        "sweep_id": sweep_id,
+        "state": "forgotten",
+        "results_dropped": len(ids),
+        "messages_dropped": queued,
+        "archive": record["archive"],
+    }
 
 
 def _fetch_paths(record: dict, sweep_id: str, root: str | None) -> list[str]:

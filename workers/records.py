@@ -92,6 +92,41 @@ def next_merge_generation(sweep_id: str, url: str | None = None) -> int:
     return generation
 
 
+def drop_queued(sweep_id: str, url: str | None = None) -> int:
+    """Remove the messages that still name a forgotten sweep: a landed root's ``watch_merge`` waits out its
+    countdown on a worker, and when that worker stops it goes back to its queue, where it would stay until
+    some worker took it only to look at a sweep that is gone. Queues are found by their kombu bindings;
+    messages a live worker holds (``unacked``) are dropped too (its ack of a missing one is a no-op)."""
+    client = _client(url)
+    binding = f"{settings.KEY_PREFIX}_kombu.binding."
+    dropped = 0
+    for key in client.scan_iter(match=binding + "*", count=500):
+        queue = settings.KEY_PREFIX + key.decode("utf-8", "replace")[len(binding) :]
+        for raw in client.lrange(queue, 0, -1):
+            if _names_sweep(raw, sweep_id):
+                dropped += client.lrem(queue, 0, raw)
+    unacked, index = f"{settings.KEY_PREFIX}unacked", f"{settings.KEY_PREFIX}unacked_index"
+    for tag, raw in client.hgetall(unacked).items():
+        try:
+            message = json.loads(raw)[0]
+        except (ValueError, TypeError, IndexError, KeyError):
+            continue
+        if _names_sweep(json.dumps(message), sweep_id):
+            dropped += client.hdel(unacked, tag)
+            client.zrem(index, tag)
+    return dropped
+
+
+def _names_sweep(raw: bytes | str, sweep_id: str) -> bool:
+    """Whether a queued message's task arguments name ``sweep_id`` (the headers Celery writes in clear
+    beside the signed body)."""
+    try:
+        headers = json.loads(raw).get("headers") or {}
+    except (ValueError, AttributeError):
+        return False
+    return sweep_id in f"{headers.get('argsrepr', '')} {headers.get('kwargsrepr', '')}"
+
+
 def forget_results(app, task_ids: list[str]) -> None:
     """Drop the stored results of ``task_ids`` in one round trip (a 1,024-rank root's plan forgets 1,025
     of them; ``AsyncResult.forget`` would make a round trip each). Keys as the result backend names them."""
