@@ -320,6 +320,8 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     glossary = report.split("Glossary")[1]
     for term in ("underfeed_ms", "rank_duration_skew_ratio", "exposed communication", "recoverable time"):
         assert term in glossary, term
+    # one word for the device's wait in what people read: idle (the glossary ties it to the CSVs' underfeed)
+    assert "underfeed" not in report.split("Glossary")[0] and "| idle\\_ms |" in report
     # a kernel on two core types (MatMulV3: aic and mix_cv) is the largest compute kernel over both
     raw = pd.concat(
         pd.read_csv(QWEN_TRAINING / f"rank_{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")

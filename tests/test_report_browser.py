@@ -270,7 +270,7 @@ def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_ca
 
     browser.find_element(By.CSS_SELECTOR, "#help summary").click()
     terms = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#glossary dt")]
-    assert terms == [term for term, _ in GLOSSARY] and "underfeed_ms / idle" in terms
+    assert terms == [term for term, _ in GLOSSARY] and "device idle (idle_ms, idle_share)" in terms
     assert console_errors(browser) == []
 
 

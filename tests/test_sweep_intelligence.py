@@ -44,6 +44,11 @@ def test_the_planted_sweep_names_the_suspect_the_change_point_and_the_outliers(p
     assert summary["fleet_suspects"][0].startswith(
         f"host {card['host_name']}, device {card['device_id']}: slow rank in {on_card} of the {on_card} captures"
     )
+    # each cohort's key in words: the train cohort is DP4, the inference cohort TP4 (sweep.py's plan)
+    labels = pd.read_csv(archive / schema.SWEEP_COHORTS).set_index("cohort_id")["cohort_label"]
+    assert not labels.str.contains("=|\\?").any() and labels.str.startswith("model ").all(), labels.tolist()
+    assert labels.str.contains("parallel world 4, TP1, PP1, DP4").sum() == 2  # train and deep
+    assert labels.str.contains("parallel world 4, TP4, PP1, DP1").sum() == 1, labels.tolist()
 
 
 def test_the_sweep_is_a_dataset_for_sql_and_the_python_api(planted):
@@ -94,6 +99,12 @@ def test_sweep_report_opens_from_file_with_plots_links_and_no_console_error(plan
     assert browser.title == "npuprof sweep"
     plots = browser.find_elements(By.CSS_SELECTOR, "div.js-plotly-plot")
     assert len(plots) == 3  # one per cohort, drawn by the inlined plotly.js (no network)
+    # each point under its capture's name, in series order: the train cohort's builds 1..10
+    ticks = browser.execute_script(
+        "return [...document.querySelectorAll('div.js-plotly-plot')].map(p => p.layout.xaxis.ticktext)"
+    )
+    builds = [t for t in ticks if t and t[0].startswith("train-build")]
+    assert builds and builds[0] == sorted(builds[0]) and len(builds[0]) == 10, ticks
     assert f"host {card['host_name']}, device {card['device_id']}" in browser.find_element(By.TAG_NAME, "body").text
     links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "td a")]
     assert links and all(Path(link.removeprefix("file://")).is_file() for link in links)
@@ -187,3 +198,32 @@ def test_a_fleet_whose_findings_are_none_of_its_types_has_no_suspect():
         }
     )
     assert fleet_suspects(ranks, findings).empty
+
+
+def test_each_outlying_metric_is_explained_by_what_can_move_it():
+    """A root whose collective moved most and whose cube compute moved too: its compute metric is put
+    down to the operator that moved, its exposed-communication metric to the collective, never the
+    collective for compute; a metric nothing narrower explains is its own answer."""
+    from npuprof.pipeline.sweep.cohorts import outlier_digest, what_moved
+
+    deltas = {
+        "operator": pd.DataFrame({"MatMulV3": [3.0], "Add": [0.1]}, index=["r1"]),
+        "collective": pd.DataFrame({"DP allreduce": [5.0]}, index=["r1"]),
+    }
+    assert what_moved("r1", "compute cube", 3.2, deltas)[:2] == ("operator", "MatMulV3")
+    assert what_moved("r1", "exposed DP allreduce", 5.0, deltas)[:2] == ("collective", "DP allreduce")
+    # the step wall: the most specific level that explains enough of it (operators before collectives)
+    assert what_moved("r1", "step wall", 8.0, deltas)[:2] == ("operator", "MatMulV3")
+    assert what_moved("r1", "idle before_first_kernel", 2.0, deltas)[:2] == ("time split", "idle before_first_kernel")
+    assert what_moved("r1", "step wall", 80.0, deltas)[:2] == ("step", "step wall")  # nothing explains enough
+    rows = pd.DataFrame(
+        {
+            "slug": ["r1"],
+            "metric": ["idle before_first_kernel"],
+            "what_moved_level": ["time split"],
+            "what_moved": ["idle before_first_kernel"],
+            "cohort_median_ms": [1.0],
+            "delta_ms": [2.0],
+        }
+    )
+    assert outlier_digest(rows)["what_moved"].iloc[0] == "idle before_first_kernel itself"

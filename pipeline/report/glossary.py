@@ -11,7 +11,11 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
         "tail after it (optimizer, loss, communication); they add up to the step wall",
     ),
     ("busy", "time with at least one device kernel or communication op running"),
-    ("underfeed_ms / idle", "the step wall minus its busy time: the device waits for work (host, data, sync)"),
+    (
+        "device idle (idle_ms, idle_share)",
+        "the step wall minus its busy time: the device waits for work (host, data, sync); the CSVs call it "
+        "underfeed_ms and underfeed_ratio (bubble_ratio_mean per step class)",
+    ),
     ("bubble window", "one stretch of device idle inside a step, with the kernels on both sides as evidence"),
     (
         "exposed communication",

@@ -136,7 +136,7 @@ def _capture(inputs: ReportInputs, summary: dict) -> str:
             layers=("main_layer_count", "median"),
             wall_ms=("wall_ms", "sum"),
             busy_ms=("busy_ms", "sum"),
-            underfeed_ms=("underfeed_ms", "sum"),
+            idle_ms=("underfeed_ms", "sum"),  # one word for it in what people read (the CSVs keep theirs)
         )
         .reset_index()
     )
@@ -153,9 +153,8 @@ def _timeline(inputs: ReportInputs, summary: dict) -> str:
     else:
         text = "Anatomy means (ms): " + ", ".join(f"{cell(k)} {cell(v)}" for k, v in anatomy.items()) + "\n\n"
     text += "Heaviest steps:\n\n"
-    text += table(
-        heavy, ["rank_id", "step_id", "wall_ms", "busy_ms", "underfeed_ratio", "anomaly_tags"], TOP_HEAVY_STEPS
-    )
+    heavy = heavy.rename(columns={"underfeed_ratio": "idle_share"})
+    text += table(heavy, ["rank_id", "step_id", "wall_ms", "busy_ms", "idle_share", "anomaly_tags"], TOP_HEAVY_STEPS)
     return text + "\n" + _idle_causes_table(inputs)
 
 
@@ -288,7 +287,9 @@ def _classes(inputs: ReportInputs) -> str:
     if inputs.step_classes.empty:
         return _missing("summarize")
     return table(
-        inputs.step_classes.sort_values("wall_ms_sum", ascending=False),
+        inputs.step_classes.sort_values("wall_ms_sum", ascending=False).rename(
+            columns={"bubble_ratio_mean": "idle_share_mean"}
+        ),
         [
             "step_class_id",
             "member_count",
@@ -297,7 +298,7 @@ def _classes(inputs: ReportInputs) -> str:
             "head_ms_mean",
             "main_ms_mean",
             "tail_ms_mean",
-            "bubble_ratio_mean",
+            "idle_share_mean",
         ],
         10,
     )

@@ -31,7 +31,16 @@ MOVER_EVIDENCE = {
     "block class": schema.BLOCK_CLASS_SUMMARY_CSV.file,
     "layer class": schema.LAYER_CLASS_SUMMARY_CSV.file,
     "step": schema.STEP_SUMMARY.file,
+    "time split": schema.STEP_TIME_ACCOUNTING_CSV.file,
 }
+# which levels can explain a metric: compute time moves by operators and classes, exposed communication
+# by collectives, idle by neither (it is its own answer), the step wall by any
+METRIC_MOVERS = (
+    ("compute", ("operator", "block class", "layer class")),
+    ("communication", ("collective",)),
+    ("exposed", ("collective",)),
+    ("step wall", tuple(level for level, *_ in MOVER_LEVELS)),
+)
 
 
 def _field_text(value: object) -> str:
@@ -42,20 +51,31 @@ def _field_text(value: object) -> str:
     return str(value)
 
 
+def _label(row: pd.Series, fields: dict[str, list[str]], words: dict[str, str]) -> str:
+    """A cohort's key as a person reads it: "model Qwen3-0.6B, hidden 1024; parallel world 4, TP1, PP2,
+    DP2; hardware Ascend910B4" (unknown fields left out, a group that knows none says so)."""
+    groups = []
+    for group, columns in fields.items():
+        known = [(words.get(c, c), _field_text(row.get(c))) for c in columns if _field_text(row.get(c)) != "?"]
+        said = [f"{word}{value}" if word[-1:].isupper() else f"{word} {value}".strip() for word, value in known]
+        groups.append(f"{group} " + (", ".join(said) if said else "unknown"))
+    return "; ".join(groups)
+
+
 def cohort_of(rollup: pd.DataFrame) -> pd.DataFrame:
-    """Per root (by slug): ``cohort_id`` (a short hash of the key), ``cohort_label`` (readable) and
-    ``cohort_size``. Roots that did not finish are in no cohort."""
-    fields = knowledge.load("sweep_rules")["cohort_fields"]
-    labels = []
+    """Per root (by slug): ``cohort_id`` (a short hash of the key), ``cohort_label`` (the key in words)
+    and ``cohort_size``. Roots that did not finish are in no cohort."""
+    rules = knowledge.load("sweep_rules")
+    fields, words = rules["cohort_fields"], rules.get("cohort_words", {})
+    keys, labels = [], []
     for _, row in rollup.iterrows():  # one row per root: hundreds, not events
-        parts = []
-        for group, columns in fields.items():
-            values = [_field_text(row.get(c)) for c in columns]
-            parts.append(f"{group}=" + "/".join(values))
-        labels.append(" ".join(parts))
+        keys.append(" ".join(f"{g}=" + "/".join(_field_text(row.get(c)) for c in cs) for g, cs in fields.items()))
+        labels.append(_label(row, fields, words))
     finished = (rollup["status"] == "ok").to_numpy()
     labels = [label if done else None for label, done in zip(labels, finished)]
-    ids = [None if label is None else "cohort_" + hashlib.sha1(label.encode()).hexdigest()[:8] for label in labels]
+    ids = [
+        "cohort_" + hashlib.sha1(key.encode()).hexdigest()[:8] if done else None for key, done in zip(keys, finished)
+    ]
     cohorts = pd.DataFrame({"slug": rollup["slug"].to_numpy(), "cohort_label": labels, "cohort_id": ids}, dtype=object)
     cohorts["cohort_size"] = cohorts.groupby("cohort_id")["slug"].transform("size").astype("Int64")
     return cohorts
@@ -148,19 +168,23 @@ def mover_deltas(tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame) -> dict
     return deltas
 
 
-def what_moved(slug: str, delta_ms: float, deltas: dict[str, pd.DataFrame]) -> tuple[str, str, float]:
-    """The most specific thing that moved in root ``slug`` against its cohort: (level, name, delta ms
-    per step) — the first level whose largest move in the direction of ``delta_ms`` explains
-    ``explain_min_share`` of it; else the step itself."""
+def what_moved(slug: str, metric: str, delta_ms: float, deltas: dict[str, pd.DataFrame]) -> tuple[str, str, float]:
+    """The most specific thing that moved ``metric`` of root ``slug`` against its cohort: (level, name,
+    delta ms per step) — the first level that can move that metric (``METRIC_MOVERS``: an operator for
+    compute, a collective for communication) whose largest move in the direction of ``delta_ms``
+    explains ``explain_min_share`` of it; else the metric itself (the step, or that part of it)."""
     share = float(knowledge.load("sweep_rules")["outliers"]["explain_min_share"])
-    for level, *_ in MOVER_LEVELS:
+    levels = next((levels for head, levels in METRIC_MOVERS if metric.startswith(head)), ())
+    for level in levels:
         wide = deltas.get(level)
         if wide is None or slug not in wide.index:
             continue
         moves = wide.loc[slug].dropna() * np.sign(delta_ms)
         if len(moves) and moves.max() >= share * abs(delta_ms):
             return level, str(moves.idxmax()), float(moves.max() * np.sign(delta_ms))
-    return "step", "step wall", float(delta_ms)
+    if metric == "step wall":
+        return "step", "step wall", float(delta_ms)
+    return "time split", metric, float(delta_ms)
 
 
 def outlier_digest(outliers: pd.DataFrame) -> pd.DataFrame:
@@ -173,10 +197,9 @@ def outlier_digest(outliers: pd.DataFrame) -> pd.DataFrame:
     first = outliers.drop_duplicates("slug").copy()
     others = outliers.groupby("slug")["metric"].apply(lambda m: ", ".join(m.iloc[1:]))
     first["also_off"] = first["slug"].map(others)
-    whole = first["what_moved_level"] == "step"
-    first["what_moved"] = (first["what_moved_level"] + " " + first["what_moved"]).where(
-        ~whole, "the whole step (no narrower part moved enough)"
-    )
+    level = first["what_moved_level"]
+    named = (level + " " + first["what_moved"]).where(level != "time split", first["what_moved"] + " itself")
+    first["what_moved"] = named.where(level != "step", "the whole step (no narrower part moved enough)")
     median = first["cohort_median_ms"].where(first["cohort_median_ms"].abs() > 0)
     percent = (100 * first["delta_ms"] / median).map(
         lambda p: "" if pd.isna(p) else f" ({p:+.0f} % of the cohort median)"
@@ -205,9 +228,8 @@ def outlier_rows(
     top_finding = _top_findings(rollup)
     rows = []
     for slug, metrics in found.groupby("slug", sort=True):  # outlying roots: few
-        top = metrics.iloc[0]
-        level, name, moved_ms = what_moved(slug, float(top["delta"]), deltas)
-        for metric in metrics.itertuples(index=False):
+        for metric in metrics.itertuples(index=False):  # each metric explained by what can move it
+            level, name, moved_ms = what_moved(slug, metric.metric, float(metric.delta), deltas)
             rows.append(
                 {
                     "slug": slug,

@@ -72,6 +72,8 @@ def _trend_figure(cohort_id: str, label: str, points: pd.DataFrame, changes: pd.
     import plotly.graph_objects as go
 
     colors = ["#c0392b" if flagged else "#2e6da4" for flagged in points["is_outlier"]]
+    # each point under its capture's name: the slug's last path part without its hash
+    names = points["slug"].str.replace(r"-[0-9a-f]{8}$", "", regex=True).str.split("__").str[-1]
     figure = go.Figure(
         go.Scatter(
             x=list(range(len(points))),
@@ -87,10 +89,11 @@ def _trend_figure(cohort_id: str, label: str, points: pd.DataFrame, changes: pd.
     figure.update_layout(
         title=html.escape(f"{cohort_id}: {label}")[:160],
         xaxis_title="capture, in series order (else by name)",
+        xaxis={"tickmode": "array", "tickvals": list(range(len(points))), "ticktext": names.tolist(), "tickangle": -45},
         yaxis_title="step wall (ms)",
         yaxis_rangemode="tozero",
-        height=340,
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+        height=400,
+        margin={"l": 60, "r": 20, "t": 50, "b": 110},
     )
     return figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"trend-{cohort_id}")
 

@@ -67,6 +67,14 @@ def assert_planted_truth(archive: Path, truth: dict) -> None:
     assert named <= planted and not named & clean
     infer_planted = {slugs[r["name"]] for r in roots if r["planted"] and r["cohort"] == "infer"}
     assert infer_planted <= named  # every slow card, the decoy and the operator outlier
+    # each outlying metric is explained by something that can move it: a compute share by an operator or
+    # a class, exposed communication by a collective (never a collective for a compute share), else itself
+    movers = {"compute": {"operator", "block class", "layer class"}, "exposed": {"collective"}}
+    for row in outliers.itertuples():
+        head = row.metric.split()[0]
+        allowed = movers.get(head, {"operator", "collective", "block class", "layer class", "step"})
+        assert row.what_moved_level in allowed | {"time split"}, (row.metric, row.what_moved_level)
+        assert row.what_moved_level != "time split" or row.what_moved == row.metric
     first = outliers.drop_duplicates("slug").set_index("slug")
     for root in roots:
         if root["name"] not in slugs or slugs[root["name"]] not in named:
