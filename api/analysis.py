@@ -118,25 +118,21 @@ class Analysis:
         path = self.out_dir / schema.DIAGNOSIS_FINDINGS
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: run the diagnostics stage")
-        findings = io.read_json(path)["diagnosis_findings"]
-        rows = [
-            {
-                **{k: f[k] for k in ("claim_id", "finding_type", "scope", "severity", "confidence", "summary")},
-                "rank_ids": f["rank_ids"],
-                "evidence_ids": f["evidence_ids"],
-                "statistic_name": f["statistic"].get("name"),
-                "statistic_value": f["statistic"].get("value"),
-                "statistic_threshold": f["statistic"].get("threshold"),
-                "limitations": f["limitations"],
-                "recoverable_ms_per_step": f.get("recoverable_ms_per_step"),
-                "recoverable_share_of_step": f.get("recoverable_share_of_step"),
-            }
-            for f in findings
-        ]
-        columns = ["claim_id", "finding_type", "scope", "severity", "confidence", "summary", "rank_ids"]
-        columns += ["evidence_ids", "statistic_name", "statistic_value", "statistic_threshold", "limitations"]
-        columns += ["recoverable_ms_per_step", "recoverable_share_of_step"]
-        return pd.DataFrame(rows, columns=columns)
+        return findings_frame(io.read_json(path)["diagnosis_findings"])
+
+    def diagnose(self, finding_type: str | None = None, rules: dict | None = None, **overrides) -> pd.DataFrame:
+        """The detectors asked again over this analysis's tables, in memory (nothing is written): the
+        findings (as ``findings()``) of ``finding_type`` (all when None) with rule values set for this
+        call — ``overrides`` are keys of that finding's rules (``diagnose("slow_rank_suspected",
+        robust_z_min=3.0)``), ``rules`` dotted keys of diagnosis_rules.yaml (``{"evidence_sample": 3}``).
+        A key the rules do not hold is an error naming the keys they do."""
+        from npuprof.pipeline.rediagnose import rediagnose
+
+        if overrides and finding_type is None:
+            raise ValueError("keyword overrides need a finding_type (or pass dotted keys as rules={...})")
+        settings = {**(rules or {}), **{f"{finding_type}.{key}": value for key, value in overrides.items()}}
+        found = rediagnose(self.out_dir, settings, write=False)["diagnosis_findings"]
+        return findings_frame([f for f in found if finding_type in (None, f["finding_type"])])
 
     def manifest(self, stage: str | None = None) -> dict:
         """The top-level manifest, or one stage's manifest."""
@@ -196,3 +192,27 @@ class Analysis:
         if not shape["same_model"]:
             raise UsageError(f"the two captures run different models: {shape['differing_fields']}")
         return compare_tables(base, new)
+
+
+FINDING_COLUMNS = ["claim_id", "finding_type", "scope", "severity", "confidence", "summary", "rank_ids"]
+FINDING_COLUMNS += ["evidence_ids", "statistic_name", "statistic_value", "statistic_threshold", "limitations"]
+FINDING_COLUMNS += ["recoverable_ms_per_step", "recoverable_share_of_step"]
+
+
+def findings_frame(findings: list[dict]) -> pd.DataFrame:
+    """diagnosis_findings.json's findings as one row each (lists kept as lists)."""
+    rows = [
+        {
+            **{k: f[k] for k in ("claim_id", "finding_type", "scope", "severity", "confidence", "summary")},
+            "rank_ids": f["rank_ids"],
+            "evidence_ids": f["evidence_ids"],
+            "statistic_name": f["statistic"].get("name"),
+            "statistic_value": f["statistic"].get("value"),
+            "statistic_threshold": f["statistic"].get("threshold"),
+            "limitations": f["limitations"],
+            "recoverable_ms_per_step": f.get("recoverable_ms_per_step"),
+            "recoverable_share_of_step": f.get("recoverable_share_of_step"),
+        }
+        for f in findings
+    ]
+    return pd.DataFrame(rows, columns=FINDING_COLUMNS)

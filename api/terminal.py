@@ -74,7 +74,20 @@ def _sweep(result: dict) -> list[str]:
     return lines
 
 
-RENDERERS = {"analyze": _analysis, "demo": _demo, "compare": _compare, "sweep": _sweep}
+def _diagnose(result: dict) -> list[str]:
+    rules = ", ".join(f"{k}={v}" for k, v in result["rules_overridden"].items()) or "as in diagnosis_rules.yaml"
+    together = result.get("recoverable_together_ms_per_step")
+    lines = [
+        f"{result['finding_count']} findings in {result['seconds']:.2f} s (rules: {rules})"
+        + (f"; all together save ~{together:.2f} ms/step" if together is not None else ""),
+        "findings shown, most recoverable time first:" if result["findings"] else "findings shown: none",
+        *_findings({"findings": result["findings"]})[: len(result["findings"])],
+    ]
+    written = result.get("written_to")
+    return lines + [f"written to: {written}" if written else "written: nothing (--dry-run)"]
+
+
+RENDERERS = {"analyze": _analysis, "demo": _demo, "compare": _compare, "sweep": _sweep, "diagnose": _diagnose}
 
 
 def print_result(command: str, result: dict, as_json: bool = False) -> None:

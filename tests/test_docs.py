@@ -24,7 +24,7 @@ pytestmark = pytest.mark.xdist_group("docs")  # one worker: the commands share t
 # run against the service by tests/e2e/test_docs_service.py; deploy's hosts by tests/e2e/test_deploy.py
 SERVICE = {"submit", "status", "fetch", "cancel", "forget", "worker", "flower", "deploy"}
 # what the commands' placeholders stand for: a synthetic pair, a local sweep of them, one of its roots
-PLACEHOLDERS = ("BASELINE", "NEW", "ARCHIVE", "ROOT")
+PLACEHOLDERS = ("BASELINE", "NEW", "ARCHIVE", "ROOT", "OUT")
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -74,7 +74,7 @@ def test_every_documented_service_command_parses():
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> dict:
     """The placeholders' values: two synthetic roots (a slow rank and its twin without it), a local sweep
-    of them, and one root of that sweep."""
+    of them, one root of that sweep, and an analysis of the first (OUT, for the commands that re-ask it)."""
     base = tmp_path_factory.mktemp("docs")
     search = base / "search"
     for name, scenario in (("baseline", "slow_rank"), ("new", "clean")):
@@ -82,12 +82,15 @@ def workspace(tmp_path_factory) -> dict:
         assert made.returncode == 0, made.stderr
     swept = run_cli("sweep", "--search-root", str(search), "-o", str(base / "archive"), "--jobs", "2")
     assert swept.returncode == 0, swept.stderr
+    analyzed = run_cli("analyze", str(search / "baseline"), "-o", str(base / "analysis"))
+    assert analyzed.returncode == 0, analyzed.stderr
     return {
         "base": base,
         "BASELINE": str(search / "baseline"),
         "NEW": str(search / "new"),
         "ARCHIVE": str(base / "archive"),
         "ROOT": "baseline",
+        "OUT": str(base / "analysis"),
         "runs": {},
     }
 
@@ -123,6 +126,10 @@ RUNNABLE = [
 
 @pytest.mark.parametrize("command", RUNNABLE, ids=[f"{c.file}:{c.line}" for c in RUNNABLE])
 def test_every_documented_command_runs(command: DocCommand, workspace: dict):
+    if command.argv == ["python", "-m", "pytest"]:  # the suite itself, running now: it is what CI runs
+        ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+        assert re.search(r'^"\$PY" -m pytest$', ci, re.MULTILINE), "the docs' test command is not .ci/run's"
+        return
     run = run_documented(command, workspace)
     assert run.returncode == 0, f"{command}\n{run.stderr[-2000:]}"
     if command.argv[0] == "python":  # the selection the line names holds tests

@@ -45,6 +45,42 @@ def add_parsers(commands) -> None:
         "--overwrite", action="store_true", help="replace the artifacts of an earlier run in the output dir"
     )
     _add_compare(commands)
+    _add_diagnose(commands)
+
+
+def _add_diagnose(commands) -> None:
+    diagnose = add_command(
+        commands,
+        "diagnose",
+        help="ask a finished analysis again: its detectors re-run over its tables, with other thresholds",
+        description="Re-run the diagnostics stage of an npuprof output dir over the tables on disk, in seconds (the "
+        "capture is not read again, no earlier stage is rewritten). --set changes a rule of "
+        "knowledge/diagnosis_rules.yaml for this run. In place (the default) diagnostics and the report are "
+        "rewritten, each file atomically; -o DIR writes the diagnostics outputs there and leaves the analysis as "
+        "it was; --dry-run writes nothing. diagnosis_findings.json records the rules it was asked with "
+        "(rules_overridden).",
+    )
+    diagnose.add_argument("analysis", metavar="OUT", help="an npuprof output dir (npuprof analyze ROOT -o OUT)")
+    diagnose.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a rule for this run: FINDING_TYPE.KEY=VALUE (slow_rank_suspected.robust_z_min=3), or a dotted path "
+        "from the file's top (evidence_sample=3); VALUE is read as YAML (3, 0.5, true, [a, b]); repeatable",
+    )
+    diagnose.add_argument(
+        "--detector",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="show only the findings of this detector or finding type (repeatable; every detector still runs, "
+        "so the step ledger and the findings together stay whole)",
+    )
+    diagnose.add_argument("-o", "--output", metavar="DIR", help="write the diagnostics outputs here (new or empty)")
+    diagnose.add_argument("--dry-run", action="store_true", help="write nothing; print the findings")
+    add_json(diagnose)
 
 
 def _add_compare(commands) -> None:
@@ -121,4 +157,25 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS = {"analyze": run_analyze, "compare": run_compare}
+def run_diagnose(args: argparse.Namespace) -> int:
+    from npuprof import knowledge
+    from npuprof.api.terminal import print_result
+    from npuprof.pipeline.rediagnose import diagnose_result
+
+    settings = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"npuprof diagnose --set {item!r}: give KEY=VALUE (slow_rank_suspected.robust_z_min=3)")
+        try:
+            settings[key.strip()] = knowledge.safe_load(value)
+        except Exception as exc:  # the YAML parser's own errors: one line is enough
+            raise UsageError(f"npuprof diagnose --set {item!r}: VALUE is not YAML ({type(exc).__name__})") from None
+    if args.dry_run and args.output:
+        raise UsageError("npuprof diagnose: --dry-run writes nothing; drop -o or --dry-run")
+    result = diagnose_result(args.analysis, settings, args.detector, args.output, write=not args.dry_run)
+    print_result("diagnose", result, args.json)
+    return 0
+
+
+HANDLERS = {"analyze": run_analyze, "compare": run_compare, "diagnose": run_diagnose}

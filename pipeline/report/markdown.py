@@ -368,9 +368,14 @@ def _inventory(inputs: ReportInputs) -> str:
 
 
 def _findings(summary: dict) -> str:
+    asked = summary.get("rules_overridden") or {}
+    said = ", ".join(f"{code(k)} = {cell(v)}" for k, v in asked.items())
+    head = f"_Asked again (npuprof diagnose) with these rules set: {said}; the rest as in diagnosis_rules.yaml._\n"
+    head = head if asked else ""
     if not summary["findings"]:
-        return "_No findings: nothing crossed its threshold (thresholds in knowledge/diagnosis_rules.yaml)._\n"
-    parts = []
+        none = "_No findings: nothing crossed its threshold (thresholds in knowledge/diagnosis_rules.yaml)._\n"
+        return head + ("\n" if head else "") + none
+    parts = [head] if head else []
     for group in summary["findings"][:TOP_FINDINGS]:
         stat = group["statistic"]
         evidence = (

@@ -78,6 +78,9 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "evidence_annotations": annotations,  # qualify evidence, claim no cause (rules: annotations)
         "counts": counts,
     }
+    overridden = knowledge.overrides("diagnosis_rules")
+    if overridden:  # a re-asked analysis (npuprof diagnose --set): the rules it was asked with
+        document["rules_overridden"] = overridden
     return StageResult(
         tables={schema.STEP_LEDGER: ledger, schema.CRITICAL_PATH: path},
         json_files={schema.DIAGNOSIS_FINDINGS: document},
