@@ -8,14 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-def double_hash(text: str) -> int:
-    """torch_npu's group hash: two 32-bit polynomial hashes (×29, ×131) packed as (h1 << 32) | h2."""
-    h1 = h2 = 0
-    for char in text:
-        h1 = (h1 * 29 + ord(char)) & 0xFFFFFFFF
-        h2 = (h2 * 131 + ord(char)) & 0xFFFFFFFF
-    return (h1 << 32) | h2
+from npuprof.pipeline.sources.group_hash import double_hash
 
 
 @dataclass(frozen=True)

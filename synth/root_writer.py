@@ -16,7 +16,7 @@ import numpy as np
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
 from npuprof.synth.program import DENSE, LAYER, MOE
-from npuprof.synth.scenarios import STEP_TOP, Fault, Scenario
+from npuprof.synth.scenarios import FAULT_PARAMETERS, STEP_TOP, Fault, Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
 from npuprof.synth.text_export import (
     communication_records,
@@ -46,23 +46,13 @@ ALSO_REPORTED_ON_SOME_RANKS = {
 STALL_AFTER_START_NS = 2_000  # a stall at the step's top begins this soon after ProfilerStep#N
 CAPTURE_CONDITIONS = ("partial_capture", "clock_offset", "rank_not_captured")
 UNCAPTURED = ("capture_incomplete_group", "rank_not_captured")  # faults whose ranks are not written
-PLANTABLE_FINDINGS = (
-    "slow_rank_suspected",
-    "ep_load_imbalance_suspected",
-    "device_idle_bubble",
-    "slow_link_suspected",
-    "aicpu_exposed",
-    "reduced_work_or_dummy_rank",
-    "aicore_freq_throttled",
-    "pp_stage_imbalance",
-    "pp_bubble_heavy",
-    "blocking_sync_in_step",
-    "dataloader_stall",
-    "gc_pause",
-    "allocation_heavy",
-    "host_launch_bound",
-    "capture_incomplete_group",
-    "gradient_allreduce_exposed",
+# every finding type a synthetic root can plant, from the kinds of fault synth knows (not a hand list):
+# ground truth names the others as findings that must stay silent
+PLANTABLE_FINDINGS = tuple(
+    sorted(
+        {kind for kind in FAULT_PARAMETERS if kind not in CAPTURE_CONDITIONS}
+        | {also for alsos in (*ALSO_REPORTED.values(), *ALSO_REPORTED_ON_SOME_RANKS.values()) for also in alsos}
+    )
 )
 
 

@@ -7,6 +7,30 @@ from dataclasses import dataclass, field, replace
 STEP_TOP = -1  # a host stall's layer: at the top of the step, inside ProfilerStep#N before its first kernel
 
 
+# every kind of fault synth can plant (a finding type, or a capture condition) and the parameters its
+# ground truth records: adding a planting is adding its kind here and its mechanism
+FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "slow_rank_suspected": ("ranks", "factor"),
+    "ep_load_imbalance_suspected": ("ranks", "factor"),
+    "device_idle_bubble": ("ranks", "steps", "layer", "gap_us"),
+    "slow_link_suspected": ("link", "factor"),
+    "aicpu_exposed": ("layer", "gap_us"),
+    "reduced_work_or_dummy_rank": ("ranks",),
+    "partial_capture": (),
+    "clock_offset": ("ranks", "offset_us"),
+    "aicore_freq_throttled": ("ranks", "steps", "factor"),
+    "pp_stage_imbalance": ("ranks", "layer"),
+    "pp_bubble_heavy": (),
+    "dataloader_stall": ("ranks", "steps", "layer", "gap_us"),
+    "gc_pause": ("ranks", "steps", "layer", "gap_us"),
+    "allocation_heavy": ("ranks", "steps", "layer", "gap_us"),
+    "host_launch_bound": ("ranks", "gap_us"),
+    "capture_incomplete_group": ("ranks", "factor"),
+    "rank_not_captured": ("ranks",),
+    "gradient_allreduce_exposed": (),
+}
+
+
 @dataclass(frozen=True)
 class Fault:
     """One planted fault. Which fields matter depends on ``kind``: the type of the finding it plants
@@ -48,26 +72,7 @@ class Fault:
 
     def as_dict(self) -> dict:
         base = {"kind": self.kind}
-        keys = {
-            "slow_rank_suspected": ("ranks", "factor"),
-            "ep_load_imbalance_suspected": ("ranks", "factor"),
-            "device_idle_bubble": ("ranks", "steps", "layer", "gap_us"),
-            "slow_link_suspected": ("link", "factor"),
-            "aicpu_exposed": ("layer", "gap_us"),
-            "reduced_work_or_dummy_rank": ("ranks",),
-            "partial_capture": (),
-            "clock_offset": ("ranks", "offset_us"),
-            "aicore_freq_throttled": ("ranks", "steps", "factor"),
-            "pp_stage_imbalance": ("ranks", "layer"),
-            "pp_bubble_heavy": (),
-            "dataloader_stall": ("ranks", "steps", "layer", "gap_us"),
-            "gc_pause": ("ranks", "steps", "layer", "gap_us"),
-            "allocation_heavy": ("ranks", "steps", "layer", "gap_us"),
-            "host_launch_bound": ("ranks", "gap_us"),
-            "capture_incomplete_group": ("ranks", "factor"),
-            "rank_not_captured": ("ranks",),
-            "gradient_allreduce_exposed": (),
-        }[self.kind]
+        keys = FAULT_PARAMETERS[self.kind]
         found = {k: list(getattr(self, k)) if isinstance(getattr(self, k), tuple) else getattr(self, k) for k in keys}
         if "steps" in found:  # ordinals, labelled as such: texts and findings number steps by captured id
             found["step_ordinals"] = found.pop("steps")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -15,10 +14,7 @@ import pandas as pd
 import pytest
 from conftest import PYTORCH_DATA
 
-from npuprof import knowledge
 from npuprof.pipeline import schema
-from npuprof.pipeline.diagnosis import registry
-from npuprof.pipeline.diagnosis.context import BASE_INPUTS, COMPOSED_INPUTS, DiagnosisContext, with_composed_reads
 from npuprof.pipeline.runner import analyze
 from npuprof.pipeline.sources.aicore_freq import read_aicore_freq, read_db_freq, read_trace_freq
 from npuprof.synth import SCENARIOS, generate
@@ -132,61 +128,3 @@ def test_throttled_kernels_keep_their_cycles(planted_outputs):
 
 
 # --- the plug-in mechanism -----------------------------------------------------------------------
-
-
-def test_every_detector_has_its_rules_and_a_note_that_names_its_findings():
-    loaded = knowledge.load("diagnosis_rules")
-    rules = {**loaded["findings"], **loaded["annotations"]}
-    notes = {Path(n["ref"]).stem: n for n in knowledge.notes()}
-    emitted = set()
-    for detector in registry.detectors():
-        emitted |= set(detector.finding_types)
-        assert set(detector.finding_types) <= set(rules), detector.name
-        assert set(detector.notes) <= set(notes), (detector.name, detector.notes)
-        explained = {t for note in detector.notes for t in notes[note]["finding_types"]}
-        assert set(detector.finding_types) <= explained, detector.name
-        assert set(detector.reads) <= {*BASE_INPUTS, *COMPOSED_INPUTS, *registry.derived_inputs()}, detector.name
-    assert emitted == set(rules), "a finding rule without a detector, or a detector without rules"
-
-
-def test_a_detector_is_added_by_adding_its_module(tmp_path, monkeypatch):
-    """Drop a module into the detectors package and the stage runs it: nothing else lists detectors."""
-    (tmp_path / "probe_detector.py").write_text(
-        "from npuprof.pipeline.diagnosis.registry import detector\n"
-        "@detector(finding_types=('probe',), reads={'steps': ('rank_id',)})\n"
-        "def probe(inputs):\n"
-        "    return [len(inputs.steps)]\n"
-    )
-    package = sys.modules[registry.DETECTOR_PACKAGE]
-    monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
-    registry._import_detector_modules.cache_clear()
-    try:
-        (probe,) = [d for d in registry.detectors() if d.name == "probe"]
-        steps = pd.DataFrame({"rank_id": [0, 1, 2]})
-        assert probe.detect(DiagnosisContext.from_frames({"steps": steps})) == [3]
-    finally:
-        registry._DETECTORS.pop("probe", None)
-        sys.modules.pop(f"{registry.DETECTOR_PACKAGE}.probe_detector", None)
-        registry._import_detector_modules.cache_clear()
-
-
-def test_the_context_loads_only_what_detectors_declare(planted_outputs):
-    from npuprof.pipeline.options import AnalyzeOptions
-    from npuprof.pipeline.sources.discovery import RootInputs
-    from npuprof.pipeline.stages.base import RootContext
-
-    _, out = planted_outputs["slow_rank"]
-    inputs = RootInputs.from_dict(json.loads((out / schema.SOURCE_INDEX).read_text())["inputs"])
-    context = DiagnosisContext(RootContext(out, inputs, AnalyzeOptions()))
-    slow = next(d for d in registry.detectors() if d.name == "slow_rank")
-    slow.detect(context)
-    # it reads the alignment, the step replay that prices it reads the alignment and the steps, and
-    # what differs on the slow card reads the profile's inputs
-    assert set(context._loaded) == {
-        *("alignment", "step_model", "steps", "card_profile"),
-        *("accounting", "operators", "idle_by_cause", "compute_work"),
-    }
-    declared = with_composed_reads(registry.declared_columns(registry.detectors()))["alignment"]
-    assert set(context.alignment.columns) == set(declared)
-    with pytest.raises(AttributeError, match="no diagnosis input called 'nonsense'"):
-        context.nonsense  # noqa: B018

@@ -194,7 +194,7 @@ def test_communication_files_split_each_op_and_name_its_group(tmp_path):
     split = ops["transit_ms"] + ops["wait_ms"] + ops["idle_ms"]
     assert ((split - ops["elapse_ms"]).abs() < 1e-6).all()  # every op's time adds up
     metadata = json.loads((QWEN_TRAINING / "rank_0_ascend_pt" / "profiler_metadata.json").read_text())
-    from npuprof.pipeline.summaries.communication import double_hash
+    from npuprof.pipeline.sources.group_hash import double_hash
 
     named = {str(double_hash(key)): group["group_name"] for key, group in metadata["parallel_group_info"].items()}
     mine = ops[ops["rank_id"] == 0]
@@ -320,7 +320,7 @@ def test_the_moe_block_names_its_expert_kernels(analyzed):
 
 
 def test_group_hash_matches_the_spec_value():
-    from npuprof.pipeline.summaries.communication import double_hash
+    from npuprof.pipeline.sources.group_hash import double_hash
 
     assert double_hash("group_name_5") == 5862276114690318097  # input-formats §2.3, checked on real samples
 

@@ -33,9 +33,10 @@ def evidence_cap() -> int:
     return int(knowledge.load("diagnosis_rules")["evidence_sample"])
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Finding:
-    """One claim, with the statistic that triggered it and the evidence it rests on."""
+    """One claim, with the statistic that triggered it and the evidence it rests on (built by keyword:
+    six positional lists and dicts in a row are a mistake waiting to happen)."""
 
     finding_type: str
     scope: str  # cross_rank | rank | step | operator | link

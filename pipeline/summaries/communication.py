@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.kernel_categories import fold
+from npuprof.pipeline.sources.group_hash import double_hash
 
 COMMUNICATION_OP_TYPES = ("communication", "mix_comm_aiv")
 # where a rank's per-op split (transit / wait / idle) came from: the analyzer's records, as JSON files
@@ -32,15 +33,6 @@ def communication_kinds(identity: pd.Series) -> np.ndarray:
         kinds.append(kind or rules["communication_kind_default"])
     table = np.array(kinds or [rules["communication_kind_default"]], dtype=object)
     return table[codes] if len(codes) else table[:0]
-
-
-def double_hash(text: str) -> int:
-    """torch_npu's group hash (input-formats §2.3): two 32-bit polynomial hashes packed (h1 << 32) | h2."""
-    h1 = h2 = 0
-    for char in text:
-        h1 = (h1 * 29 + ord(char)) & 0xFFFFFFFF
-        h2 = (h2 * 131 + ord(char)) & 0xFFFFFFFF
-    return (h1 << 32) | h2
 
 
 def _expected_members(group_name: str, distributed_args: dict | None) -> int | None:

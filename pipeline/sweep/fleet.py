@@ -14,19 +14,22 @@ import pandas as pd
 
 from npuprof import knowledge
 
-FLEET_COLUMNS = [
-    "host_name",
-    "device_id",
-    "appearances",
-    "flagged",
-    "flagged_share",
-    "slow_rank_count",
-    "throttled_count",
-    "aicore_freq_mhz_median",
-    "summary",
-    "roots",
-    "finding_ids",
-]
+
+def fleet_columns() -> list[str]:
+    """fleet_suspects.csv's columns: a count per finding type of ``sweep_rules.yaml fleet``."""
+    counts = [spec["column"] for spec in knowledge.load("sweep_rules")["fleet"]["finding_types"].values()]
+    return [
+        "host_name",
+        "device_id",
+        "appearances",
+        "flagged",
+        "flagged_share",
+        *counts,
+        "aicore_freq_mhz_median",
+        "summary",
+        "roots",
+        "finding_ids",
+    ]
 
 
 def _flags(findings: pd.DataFrame, types: list[str]) -> pd.DataFrame:
@@ -53,17 +56,15 @@ def _freq_mhz(metrics: object) -> float:
     return float(value) if isinstance(value, int | float) else np.nan
 
 
-def _summary(row: pd.Series) -> str:
-    parts = []
-    if row["slow_rank_count"]:
-        parts.append(f"slow rank in {row['slow_rank_count']} of the {row['appearances']} captures it appears in")
-    if row["throttled_count"]:
-        clock = (
-            f"AI Core clock {row['aicore_freq_mhz_median']:,.0f} MHz"
-            if pd.notna(row["aicore_freq_mhz_median"])
-            else "AI Core clock throttled"
-        )
-        parts.append(f"{clock} in {row['throttled_count']} of them")
+def _summary(row: pd.Series, types: dict[str, dict]) -> str:
+    """ "host h, device d: " and each flagging type's words (sweep_rules.yaml fleet finding_types text)."""
+    median = row["aicore_freq_mhz_median"]
+    clock = f"{median:,.0f} MHz" if pd.notna(median) else "throttled"
+    parts = [
+        spec["text"].format(count=row[spec["column"]], appearances=row["appearances"], clock=clock)
+        for spec in types.values()
+        if row[spec["column"]]
+    ]
     return f"host {row['host_name']}, device {row['device_id']}: " + ", ".join(parts)
 
 
@@ -73,9 +74,10 @@ def fleet_suspects(ranks: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
     rules = knowledge.load("sweep_rules")["fleet"]
     located = ranks.dropna(subset=["host_name", "device_id"])
     if located.empty:
-        return pd.DataFrame(columns=FLEET_COLUMNS)
+        return pd.DataFrame(columns=fleet_columns())
     located = located.assign(device_id=located["device_id"].astype(int))
-    flags = _flags(findings, list(rules["finding_types"])).merge(
+    types = rules["finding_types"]
+    flags = _flags(findings, list(types)).merge(
         located[["slug", "rank_id", "host_name", "device_id"]], on=["slug", "rank_id"]
     )
     card = ["host_name", "device_id"]
@@ -83,9 +85,9 @@ def fleet_suspects(ranks: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
     flagged_roots = flags.groupby(card)["slug"].nunique().rename("flagged")
     by_type = flags.pivot_table(index=card, columns="finding_type", values="slug", aggfunc="nunique")
     table = pd.concat([appearances, flagged_roots], axis=1).fillna({"flagged": 0}).astype({"flagged": int})
-    table["slow_rank_count"] = by_type.get("slow_rank_suspected", pd.Series(dtype=float)).reindex(table.index)
-    table["throttled_count"] = by_type.get("aicore_freq_throttled", pd.Series(dtype=float)).reindex(table.index)
-    table[["slow_rank_count", "throttled_count"]] = table[["slow_rank_count", "throttled_count"]].fillna(0).astype(int)
+    for finding_type, spec in types.items():
+        counted = by_type.get(finding_type, pd.Series(dtype=float)).reindex(table.index)
+        table[spec["column"]] = counted.fillna(0).astype(int)
     table["aicore_freq_mhz_median"] = flags.groupby(card)["freq_mhz"].median().reindex(table.index)
     table["flagged_share"] = table["flagged"] / table["appearances"]
     table["roots"] = flags.groupby(card)["slug"].agg(lambda s: ";".join(sorted(set(s)))).reindex(table.index)
@@ -98,9 +100,9 @@ def fleet_suspects(ranks: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
         & (table["flagged_share"] >= float(rules["min_flagged_share"]))
     ].reset_index()
     if suspects.empty:
-        return pd.DataFrame(columns=FLEET_COLUMNS)
-    suspects["summary"] = suspects.apply(_summary, axis=1)
+        return pd.DataFrame(columns=fleet_columns())
+    suspects["summary"] = suspects.apply(_summary, axis=1, types=types)
     suspects["flagged_share"] = suspects["flagged_share"].round(4)
     return suspects.sort_values(["flagged", "flagged_share", "host_name"], ascending=[False, False, True])[
-        FLEET_COLUMNS
+        fleet_columns()
     ]

@@ -177,16 +177,16 @@ def _finding(
     freq = float(np.average(windows["freq_mhz"], weights=weights))
     rows = ", ".join(f"{s}:{r}" for s, r in windows[["source_id", "source_row"]].head(3).itertuples(index=False))
     return Finding(
-        FINDING,
-        "rank",
-        [rank],
-        [step_evidence_id(rank, o) for o in hit["step_ordinal"]] + ops["evidence_id"].tolist(),
-        {
+        finding_type=FINDING,
+        scope="rank",
+        rank_ids=[rank],
+        evidence_ids=[step_evidence_id(rank, o) for o in hit["step_ordinal"]] + ops["evidence_id"].tolist(),
+        statistic={
             "name": "freq_over_nominal",
             "value": float(windows["freq_mhz"].min()) / nominal,
             "threshold": spec["freq_ratio_max"],
         },
-        {
+        values={
             "rank": rank,
             "freq_mhz": freq,
             "ratio": freq / nominal,

@@ -114,12 +114,16 @@ def aicpu_exposed(inputs: DiagnosisContext) -> list[Finding]:
         ops = inputs.operators[(inputs.operators["name"] == name) & (inputs.operators["op_type"] == "aicpu")]
         findings.append(
             Finding(
-                "aicpu_exposed",
-                "operator",
-                ranks,
-                ops["evidence_id"].tolist(),
-                {"name": "masked_ratio", "value": float(row["masked_ratio"]), "threshold": spec["masked_ratio_max"]},
-                {
+                finding_type="aicpu_exposed",
+                scope="operator",
+                rank_ids=ranks,
+                evidence_ids=ops["evidence_id"].tolist(),
+                statistic={
+                    "name": "masked_ratio",
+                    "value": float(row["masked_ratio"]),
+                    "threshold": spec["masked_ratio_max"],
+                },
+                values={
                     "name": name,
                     "ranks": ", ".join(map(str, ranks)),
                     "exposed_ms": float(row["exposed_us"]) / 1000.0,

@@ -74,16 +74,16 @@ def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
         members = frame[frame["alignment_id"].isin(ids)]
         findings.append(
             Finding(
-                "communication_collective_slow",
-                "cross_rank",
-                sorted(members["rank_id"].unique().tolist()),
-                members.set_index("alignment_id").loc[ids[:4], "evidence_id"].tolist(),
-                {
+                finding_type="communication_collective_slow",
+                scope="cross_rank",
+                rank_ids=sorted(members["rank_id"].unique().tolist()),
+                evidence_ids=members.set_index("alignment_id").loc[ids[:4], "evidence_id"].tolist(),
+                statistic={
                     "name": "transmit_over_comparable_median",
                     "value": float(group["ratio"].max()),
                     "threshold": spec["transit_ratio_min"],
                 },
-                {
+                values={
                     "count": len(group),
                     "kind": kind,
                     "role": role,

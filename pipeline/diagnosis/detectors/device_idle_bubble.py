@@ -71,17 +71,17 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
         evidence = bubbles + [step_evidence_id(rank, o) for o in own["step_ordinal"]]
         findings.append(
             Finding(
-                "device_idle_bubble",
-                "rank",
-                [rank],
-                evidence,
-                {
+                finding_type="device_idle_bubble",
+                scope="rank",
+                rank_ids=[rank],
+                evidence_ids=evidence,
+                statistic={
                     "name": "heavy_idle_steps",
                     "value": float(len(own)),
                     "threshold": 1.0,
                     "test": " or ".join(spec["tags"]),
                 },
-                {
+                values={
                     "rank": rank,
                     "count": len(own),
                     "total": total,
@@ -98,12 +98,16 @@ def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
         if len(complete) >= recurring["min_complete_steps"] and share >= recurring["recurrence_min"]:
             findings.append(
                 Finding(
-                    "recurring_bubble_pattern",
-                    "rank",
-                    [rank],
-                    [step_evidence_id(rank, o) for o in heavy_complete["step_ordinal"]],
-                    {"name": "bubble_recurrence_ratio", "value": share, "threshold": recurring["recurrence_min"]},
-                    {"rank": rank, "count": len(heavy_complete), "total": len(complete), "share": share},
+                    finding_type="recurring_bubble_pattern",
+                    scope="rank",
+                    rank_ids=[rank],
+                    evidence_ids=[step_evidence_id(rank, o) for o in heavy_complete["step_ordinal"]],
+                    statistic={
+                        "name": "bubble_recurrence_ratio",
+                        "value": share,
+                        "threshold": recurring["recurrence_min"],
+                    },
+                    values={"rank": rank, "count": len(heavy_complete), "total": len(complete), "share": share},
                     **_closed(inputs, windows, rank, heavy_complete["step_ordinal"]),
                 )
             )

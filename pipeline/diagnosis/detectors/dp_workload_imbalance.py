@@ -43,12 +43,12 @@ def dp_workload_imbalance(inputs: DiagnosisContext) -> list[Finding]:
         ]
         findings.append(
             Finding(
-                "dp_workload_imbalance",
-                "cross_rank",
-                extremes,
-                evidence,
-                {"name": "compute_ratio_max_min", "value": ratio, "threshold": spec["compute_ratio_min"]},
-                {
+                finding_type="dp_workload_imbalance",
+                scope="cross_rank",
+                rank_ids=extremes,
+                evidence_ids=evidence,
+                statistic={"name": "compute_ratio_max_min", "value": ratio, "threshold": spec["compute_ratio_min"]},
+                values={
                     "ranks": ", ".join(map(str, ranks)),
                     "ratio": ratio,
                     "low_ms": float(group.min()),

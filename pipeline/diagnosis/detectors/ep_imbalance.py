@@ -196,16 +196,22 @@ def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
             wait_ms, waited = _ep_wait_ms(inputs, int(rank), group)
             findings.append(
                 Finding(
-                    "ep_load_imbalance_suspected",
-                    "cross_rank",
-                    [int(rank)],
-                    _expert_rows(inputs, int(rank)) + waited,
-                    {
+                    finding_type="ep_load_imbalance_suspected",
+                    scope="cross_rank",
+                    rank_ids=[int(rank)],
+                    evidence_ids=_expert_rows(inputs, int(rank)) + waited,
+                    statistic={
                         "name": f"{measure}_over_group_median",
                         "value": value / base,
                         "threshold": hot_spec["token_ratio_min"],
                     },
-                    {"rank": int(rank), "tokens": value, "ratio": value / base, "median": base, "wait_ms": wait_ms},
+                    values={
+                        "rank": int(rank),
+                        "tokens": value,
+                        "ratio": value / base,
+                        "median": base,
+                        "wait_ms": wait_ms,
+                    },
                     limitations=[PROPORTIONAL]
                     + ([] if measure == "routed_tokens" else ["no token counts in the shapes: expert time compared"]),
                     **balanced,
@@ -216,12 +222,16 @@ def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
 
 def _reduced(rank: int, value: float, median: float, measure: str, spec: dict, evidence: list[str]) -> Finding:
     return Finding(
-        "reduced_work_or_dummy_rank",
-        "rank",
-        [rank],
-        evidence,
-        {"name": f"{measure}_over_group_median", "value": value / median, "threshold": spec["work_ratio_max"]},
-        {"rank": rank, "ratio": value / median, "tokens": value, "median": median},
+        finding_type="reduced_work_or_dummy_rank",
+        scope="rank",
+        rank_ids=[rank],
+        evidence_ids=evidence,
+        statistic={
+            "name": f"{measure}_over_group_median",
+            "value": value / median,
+            "threshold": spec["work_ratio_max"],
+        },
+        values={"rank": rank, "ratio": value / median, "tokens": value, "median": median},
         limitations=[] if evidence else ["the rank has no expert operator rows to cite"],
         recoverable_ms_per_step=0.0,  # a rank doing less work does not lengthen the step: capacity, not time
     )

@@ -168,12 +168,12 @@ def host_causes(inputs: DiagnosisContext) -> list[Finding]:
         closed = close_windows(inputs.step_model, _windows(inputs, cause, ranks))
         findings.append(
             Finding(
-                finding_type,
-                "rank",
-                ranks,
-                evidence,
-                {"name": statistic, "value": float(values.loc[ranks].min()), "threshold": float(threshold)},
-                {
+                finding_type=finding_type,
+                scope="rank",
+                rank_ids=ranks,
+                evidence_ids=evidence,
+                statistic={"name": statistic, "value": float(values.loc[ranks].min()), "threshold": float(threshold)},
+                values={
                     "ranks": ranks,
                     "ms_per_step": float((chosen["ms"] / chosen["steps"]).mean()),
                     "share": float(chosen["share"].mean()),

@@ -174,12 +174,12 @@ def _stage_imbalance(inputs: DiagnosisContext, stages: pd.DataFrame, schedule: p
     cited = schedule[schedule["rank_id"].isin([*heavy["ranks"][:2], *light["ranks"][:1]])][["rank_id", "step_ordinal"]]
     evidence = [step_evidence_id(int(r), int(o)) for r, o in cited.head(4).itertuples(index=False)]
     return Finding(
-        "pp_stage_imbalance",
-        "cross_rank",
-        list(heavy["ranks"]),
-        evidence,
-        {"name": "stage_compute_ratio_max_min", "value": ratio, "threshold": spec["compute_ratio_min"]},
-        {
+        finding_type="pp_stage_imbalance",
+        scope="cross_rank",
+        rank_ids=list(heavy["ranks"]),
+        evidence_ids=evidence,
+        statistic={"name": "stage_compute_ratio_max_min", "value": ratio, "threshold": spec["compute_ratio_min"]},
+        values={
             "heavy": int(heavy.name),
             "light": int(light.name),
             "heavy_ranks": ("rank " if len(heavy["ranks"]) == 1 else "ranks ") + ", ".join(map(str, heavy["ranks"])),
@@ -256,12 +256,12 @@ def _bubble_heavy(schedule: pd.DataFrame, stages: pd.DataFrame) -> Finding | Non
     saved = compute * (p - 1) * (1 / m - 1 / suggested)
     worst = schedule.sort_values("bubble_share", ascending=False).iloc[0]
     return Finding(
-        "pp_bubble_heavy",
-        "cross_rank",
-        sorted({int(r) for r in schedule["rank_id"]}),
-        [step_evidence_id(int(worst["rank_id"]), int(worst["step_ordinal"]))],
-        {"name": "pipeline_bubble_share", "value": measured, "threshold": target},
-        {
+        finding_type="pp_bubble_heavy",
+        scope="cross_rank",
+        rank_ids=sorted({int(r) for r in schedule["rank_id"]}),
+        evidence_ids=[step_evidence_id(int(worst["rank_id"]), int(worst["step_ordinal"]))],
+        statistic={"name": "pipeline_bubble_share", "value": measured, "threshold": target},
+        values={
             "stages": p,
             "micro_batches": m,
             "measured": measured,

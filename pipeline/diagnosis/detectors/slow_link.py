@@ -84,16 +84,16 @@ def slow_link(inputs: DiagnosisContext) -> list[Finding]:
         evidence = ops[ops["name"].str.startswith(family)]["evidence_id"].head(4).tolist()
         findings.append(
             Finding(
-                "slow_link_suspected",
-                "link",
-                [int(src), int(dst)],
-                evidence,
-                {
+                finding_type="slow_link_suspected",
+                scope="link",
+                rank_ids=[int(src), int(dst)],
+                evidence_ids=evidence,
+                statistic={
                     "name": "bandwidth_over_comparable_median",
                     "value": float(row.ratio),
                     "threshold": spec["bandwidth_ratio_max"],
                 },
-                {
+                values={
                     "src": int(src),
                     "dst": int(dst),
                     "transport": row.transport,

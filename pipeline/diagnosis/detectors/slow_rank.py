@@ -80,17 +80,17 @@ def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
         evidence = mine.set_index("alignment_id").reindex(strongest)["evidence_id"].dropna().tolist()
         findings.append(
             Finding(
-                "slow_rank_suspected",
-                "cross_rank",
-                [int(rank)],
-                evidence,
-                {
+                finding_type="slow_rank_suspected",
+                scope="cross_rank",
+                rank_ids=[int(rank)],
+                evidence_ids=evidence,
+                statistic={
                     "name": "late_arrival_vote_share",
                     "value": share,
                     "threshold": spec["vote_share_min"],
                     "test": f"{'/'.join(sorted(own['test'].unique()))} low outlier of duration per collective",
                 },
-                {
+                values={
                     "rank": int(rank),
                     "votes": len(own),
                     "tested": tested,

@@ -39,12 +39,12 @@ def wait_anchor_false_hotspot(inputs: DiagnosisContext) -> list[Finding]:
     hits = ranked[(ranked["wait_ratio"] > spec["wait_ratio_min"]) & (ranked["duration_avg_us"] < spec["max_avg_us"])]
     return [
         Finding(
-            "wait_anchor_false_hotspot",
-            "operator",
-            [int(row.rank_id)],
-            [row.evidence_id],
-            {"name": "wait_ratio", "value": float(row.wait_ratio), "threshold": spec["wait_ratio_min"]},
-            {
+            finding_type="wait_anchor_false_hotspot",
+            scope="operator",
+            rank_ids=[int(row.rank_id)],
+            evidence_ids=[row.evidence_id],
+            statistic={"name": "wait_ratio", "value": float(row.wait_ratio), "threshold": spec["wait_ratio_min"]},
+            values={
                 "name": row.name,
                 "rank": int(row.rank_id),
                 "cost_ms": float(row.total_cost_us) / 1000.0,

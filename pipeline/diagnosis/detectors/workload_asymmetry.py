@@ -36,12 +36,12 @@ def workload_asymmetry(inputs: DiagnosisContext) -> list[Finding]:
         evidence = [step_evidence_id(r, o) for r in odd for o in complete[complete["rank_id"] == r]["step_ordinal"][:2]]
         findings.append(
             Finding(
-                "rank_workload_asymmetry",
-                "cross_rank",
-                odd,
-                evidence,
-                {"name": "distinct_layer_counts", "value": float(counts.nunique()), "threshold": 1.0},
-                {"role": role, "counts": ", ".join(f"rank {r}: {int(c)}" for r, c in counts.items())},
+                finding_type="rank_workload_asymmetry",
+                scope="cross_rank",
+                rank_ids=odd,
+                evidence_ids=evidence,
+                statistic={"name": "distinct_layer_counts", "value": float(counts.nunique()), "threshold": 1.0},
+                values={"role": role, "counts": ", ".join(f"rank {r}: {int(c)}" for r, c in counts.items())},
                 # the odd ranks' work at their peers' median (only a rank doing more lengthens the step)
                 **priced(
                     inputs.step_model,
