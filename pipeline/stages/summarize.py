@@ -33,6 +33,7 @@ from npuprof.pipeline.summaries.communication import (
     ANALYSIS_DB,
     COMMUNICATION_JSON,
     COMMUNICATION_OP_TYPES,
+    agreed_roles,
     communication_kinds,
     communication_ops,
     hccl_class_summary,
@@ -128,7 +129,14 @@ def map_rank(ctx: RankContext) -> StageResult:
 
 
 def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, rank_info: dict):
-    """(communication events, their table rows, ops, links, where the ops came from) of one rank."""
+    """(communication events, their table rows, ops, links, where the ops came from) of one rank. Every
+    table gets one role per op (``agreed_roles``): ``events`` is updated in place."""
+    step_ids = steps.set_index("step_ordinal")["step_id"]
+    files, file_source, unreadable = _communication_files(ctx)
+    ops, links, source = communication_ops(*files, events[events["is_comm"]], step_ids, rank_info, file_source)
+    if len(ops):
+        agreed = agreed_roles(events["name"], events["parallel_role"], ops["op_name"], ops["parallel_role"])
+        events["parallel_role"], ops["parallel_role"] = np.where(events["is_comm"], agreed[0], None), agreed[1]
     comm = events[events["is_comm"]]
     comm_rows = comm.assign(
         duration_us=comm["duration_ns"] / 1000.0,
@@ -137,9 +145,6 @@ def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, 
         compute_beside_us=compute_beside_us(events[["is_comm", "start_ns", "end_ns"]]),
         evidence_id=communication_evidence_ids(ctx.rank.rank_id, comm["row_idx"].to_numpy()),
     )[list(schema.COMMUNICATION_EVENTS.columns)]
-    step_ids = steps.set_index("step_ordinal")["step_id"]
-    files, file_source, unreadable = _communication_files(ctx)
-    ops, links, source = communication_ops(*files, comm, step_ids, rank_info, file_source)
     return comm, comm_rows, ops, links, source, unreadable
 
 

@@ -154,6 +154,26 @@ def parallel_roles(
     return roles
 
 
+def agreed_roles(
+    event_names: pd.Series, event_roles: np.ndarray, op_names: pd.Series, op_roles: pd.Series
+) -> tuple[np.ndarray, np.ndarray]:
+    """One parallel role per op name for every table of a rank (events, ops, links' ops): the role its
+    communication file's full group hash gives where that is known, else the one its events got (the
+    hash digits in its name, else what its kind implies). Two groups whose hashes end in the same
+    digits leave the name's role unknown; the file's full hash still tells them apart."""
+    unknown = knowledge.load("summary_rules")["parallel_role_unknown"]
+    ops = pd.DataFrame({"name": op_names.to_numpy(object), "role": op_roles.to_numpy(object)})
+    by_file = ops[ops["role"] != unknown].drop_duplicates("name").set_index("name")["role"]
+    events = pd.DataFrame({"name": event_names.to_numpy(object), "role": np.asarray(event_roles, dtype=object)})
+    by_events = events[events["role"].notna() & (events["role"] != unknown)].drop_duplicates("name")
+    by_events = by_events.set_index("name")["role"]
+    from_file = events["name"].map(by_file)
+    agreed_events = from_file.where(from_file.notna() & events["role"].notna(), events["role"]).to_numpy(object)
+    from_events = ops["name"].map(by_events)
+    agreed_ops = ops["role"].where(ops["role"] != unknown, from_events.fillna(unknown)).to_numpy(object)
+    return agreed_events, agreed_ops
+
+
 def hccl_op_summary(comm: pd.DataFrame) -> pd.DataFrame:
     """Per (kind, fused, role, rank): calls and duration statistics of the communication ops (µs)."""
     keys = ["kind", "comm_aiv_fused", "parallel_role", "rank_id"]
