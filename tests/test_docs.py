@@ -164,3 +164,14 @@ def test_a_python_block_that_opens_what_nothing_wrote_fails(workspace: dict, tmp
     file, line, code = python_blocks()[0]
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0 and "out/qwen3" in run.stderr, shlex.quote(run.stderr[-300:])
+
+
+def test_the_readme_names_every_finding_type_once():
+    """The README's findings table lists exactly the registered finding and annotation types."""
+    from npuprof.pipeline.diagnosis import registry
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## The findings", 1)[1].split("\n\n")[2]
+    listed = re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE)
+    registered = {t for d in registry.detectors() for t in d.finding_types}
+    assert sorted(listed) == sorted(registered) and len(listed) == len(set(listed))
