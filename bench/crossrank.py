@@ -77,7 +77,7 @@ def build_trace(work: Path, megabytes: int) -> Path:
 STREAM_CHILD = """
 import json, sys, time
 from npuprof import knowledge
-from npuprof.pipeline.sources.host_trace import read_host_events
+from npuprof.pipeline.stages.evidence.host_trace import read_host_events
 cap = int(knowledge.load("evidence_rules")["host_trace"]["max_events_per_rank"])
 started = time.perf_counter()
 found = read_host_events(sys.argv[1], 0.0, float("inf"), cap)

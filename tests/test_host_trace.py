@@ -13,7 +13,7 @@ from conftest import SAMPLES
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.pipeline.sources import host_trace
+from npuprof.pipeline.stages.evidence import host_trace
 from npuprof.synth import generate
 
 SPANS = [((0.0, 1e20), 200_000), ((0.0, 1e20), 7), ((1_000_100.0, 1_000_400.0), 1_000)]

@@ -11,7 +11,7 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.compare.sides import OPERATOR_KEY, Side
-from npuprof.pipeline.summaries.evidence import step_evidence_id
+from npuprof.pipeline.evidence_ids import step_evidence_id
 
 MAX_KERNELS = 20_000  # per side: one step of one rank
 

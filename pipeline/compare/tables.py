@@ -14,7 +14,7 @@ import pandas as pd
 
 from npuprof.pipeline.compare.sides import OPERATOR_KEY, Side, split_key
 from npuprof.pipeline.compare.stats import change
-from npuprof.pipeline.summaries.evidence import step_evidence_id
+from npuprof.pipeline.evidence_ids import step_evidence_id
 
 DELTA_COLUMNS = [
     "status",  # changed | no_significant_change | only_in_baseline | only_in_new

@@ -19,8 +19,8 @@ import pandas as pd
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.diagnosis.registry import derived_input
+from npuprof.pipeline.idle_cause_names import QUEUED
 from npuprof.pipeline.io import int_ranks
-from npuprof.pipeline.summaries.idle_causes import QUEUED
 
 if TYPE_CHECKING:
     from npuprof.pipeline.diagnosis.context import DiagnosisContext

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from npuprof.pipeline.idle_cause_names import cause_names
 from npuprof.pipeline.report.advice import all_findings_together, fingerprint_hint
 from npuprof.pipeline.report.glossary import glossary_markdown
 from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.report.ledger_view import rank_ledgers
 from npuprof.pipeline.report.mdtext import cell, code, share_text, table
-from npuprof.pipeline.summaries.idle_causes import cause_names
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
 # inline markup, table cells and HTML; the text is one line inside a paragraph or a table cell

@@ -143,7 +143,7 @@ BUBBLE_WINDOWS = Table(
             ("comm_overlap", pa.float64()),  # ... by communication markers
             ("host_thread_count", pa.int64()),
             ("host_events", pa.string()),  # ';'-joined: the host events covering it most
-            # its idle cause from the host trace (summaries/idle_causes.py; null without one)
+            # its idle cause from the host trace (stages/evidence/idle_causes.py; null without one)
             ("cause", pa.string()),  # the cause holding most of it
             ("cause_share", pa.float64()),  # that cause's share of it
         ]
@@ -151,7 +151,7 @@ BUBBLE_WINDOWS = Table(
 )
 
 # Idle gaps (any length) the host caused, per rank: what the host did while the device waited
-# (summaries/idle_causes.py). Gaps the device had its next kernel queued for are left out.
+# (stages/evidence/idle_causes.py). Gaps the device had its next kernel queued for are left out.
 HOST_IDLE_GAPS = Table(
     "host_idle_gaps",
     pa.schema(
@@ -361,7 +361,7 @@ STEP_TIME_ACCOUNTING = Table(
     ),
 )
 
-# CANN and framework API calls per rank, step and API (summaries/host_api.py), like cann_api_sum
+# CANN and framework API calls per rank, step and API (stages/evidence/host_api.py), like cann_api_sum
 HOST_API_SUMMARY = Table(
     "host_api_summary",
     pa.schema(

@@ -85,37 +85,7 @@ STAGES: tuple[Stage, ...] = (
         reduce_root=summarize.reduce_root,
         headline=summarize.headline,
     ),
-    Stage(
-        name="evidence",
-        requires=(
-            schema.stage_manifest_name("summarize"),
-            schema.STEP_SEGMENTS,
-            schema.OPERATOR_SUMMARY,
-            schema.COMMUNICATION_EVENTS,
-            schema.STEP_TIME_ACCOUNTING,
-        ),
-        produces=(
-            schema.BUBBLE_WINDOWS,
-            schema.HOST_IDLE_GAPS,
-            schema.IDLE_BY_CAUSE,
-            schema.HOST_API_SUMMARY,
-            schema.HOST_API_SUMMARY_CSV,
-            schema.EVIDENCE_INDEX,
-            schema.EVIDENCE_DIR,
-            schema.EVIDENCE_INDEX_CSV,
-            schema.STEP_TIME_ACCOUNTING_CSV,  # summarize's rows and the idle time by cause
-        ),
-        map_rank=evidence.map_rank,
-        map_reads=(
-            _events(evidence.EVIDENCE_INPUT_COLUMNS),
-            _STEPS,
-            _LAYERS,
-            _OPERATORS,
-            RankRead(schema.COMMUNICATION_EVENTS),
-        ),
-        reduce_root=evidence.reduce_root,
-        headline=evidence.headline,
-    ),
+    evidence.STAGE,
     Stage(
         name="model",
         requires=(

@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.evidence_ids import communication_evidence_ids, operator_evidence_ids
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.sources.analysis_db import read_analysis_links, read_analysis_ops
@@ -40,7 +41,6 @@ from npuprof.pipeline.summaries.communication import (
     hccl_op_summary,
     parallel_roles,
 )
-from npuprof.pipeline.summaries.evidence import communication_evidence_ids, operator_evidence_ids
 from npuprof.pipeline.summaries.operators import operator_class_summary, operator_summary
 from npuprof.pipeline.summaries.pp_schedule import pp_schedule
 from npuprof.pipeline.summaries.ranks import rank_summary

@@ -20,9 +20,9 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
 from npuprof.pipeline.diagnosis.retiming import close_windows
+from npuprof.pipeline.evidence_ids import step_evidence_id
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
-from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext

@@ -9,8 +9,8 @@ from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import detector
 from npuprof.pipeline.diagnosis.retiming import close_windows
 from npuprof.pipeline.diagnosis.step_tags import has_tag
+from npuprof.pipeline.evidence_ids import step_evidence_id
 from npuprof.pipeline.summaries.accounting import head_idle_name
-from npuprof.pipeline.summaries.evidence import step_evidence_id
 
 
 def _heavy_steps(steps: pd.DataFrame, step_tags: pd.DataFrame, tags: list[str], bubbles: pd.DataFrame) -> pd.Series:

@@ -2,7 +2,7 @@
 allocation and launch-bound steps.
 
 The evidence stage split every idle gap of every step among its host causes
-(summaries/idle_causes.py). A cause becomes a finding where it holds enough of the ranks' wall;
+(stages/evidence/idle_causes.py). A cause becomes a finding where it holds enough of the ranks' wall;
 one finding per cause names every rank over its threshold, and is priced by closing those gaps on
 all of them at once (ranks that meet in collectives only gain when every one of them stops waiting).
 """
@@ -19,9 +19,9 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
 from npuprof.pipeline.diagnosis.retiming import close_windows
+from npuprof.pipeline.evidence_ids import step_evidence_id
+from npuprof.pipeline.idle_cause_names import LAUNCH, cause_column
 from npuprof.pipeline.io import int_ranks
-from npuprof.pipeline.summaries.evidence import step_evidence_id
-from npuprof.pipeline.summaries.idle_causes import LAUNCH, cause_column
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext

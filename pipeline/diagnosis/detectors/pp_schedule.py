@@ -17,9 +17,9 @@ from npuprof.pipeline.diagnosis.context import DiagnosisContext
 from npuprof.pipeline.diagnosis.findings import Finding, priced, rule
 from npuprof.pipeline.diagnosis.registry import derived_input, detector
 from npuprof.pipeline.diagnosis.retiming import WhatIf, close_windows, scaled_transit, scaled_work
+from npuprof.pipeline.evidence_ids import step_evidence_id
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.modelinfo.configs import parameter_estimate
-from npuprof.pipeline.summaries.evidence import step_evidence_id
 from npuprof.pipeline.summaries.pp_schedule import COLUMNS
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from npuprof.pipeline.diagnosis.findings import Finding, priced
 from npuprof.pipeline.diagnosis.groups import members, structural_groups
 from npuprof.pipeline.diagnosis.registry import detector
 from npuprof.pipeline.diagnosis.retiming import at_peer_median, combined
-from npuprof.pipeline.summaries.evidence import step_evidence_id
+from npuprof.pipeline.evidence_ids import step_evidence_id
 
 
 @detector(

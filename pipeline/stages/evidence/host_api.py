@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.summaries.attribution import covered_per_window, overlap_pairs
+from npuprof.pipeline.stages.evidence.attribution import covered_per_window, overlap_pairs
 
 CANN_PROCESS = "CANN"
 FRAMEWORK_PREFIX = "aten::"

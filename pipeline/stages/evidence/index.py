@@ -8,23 +8,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from npuprof.pipeline.evidence_ids import STEP_ORDINAL, texts
 from npuprof.pipeline.io import text_of_path
 from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
 from npuprof.pipeline.sources.discovery import RankInput
-
-# Evidence ids number a rank's steps by ordinal (0, 1, ... in capture order): "#" marks the ordinal
-# everywhere (``r0.step#1``), so it is never read as the captured step id (``step 11``) the texts use.
-STEP_ORDINAL = ".step#"
-
-
-def _texts(*parts: object) -> np.ndarray:
-    """Element-wise concatenation of text constants and columns (numbers as their Arrow text)."""
-    columns = [
-        pa.scalar(part, pa.string()) if isinstance(part, str) else pc.cast(pa.array(np.asarray(part)), pa.string())
-        for part in parts
-    ]
-    joined = pc.binary_join_element_wise(*columns, "")
-    return np.asarray(joined.to_numpy(zero_copy_only=False), dtype=object)
 
 
 def source_path_of(rank: RankInput, source_id: str | None) -> str | None:
@@ -49,7 +36,7 @@ def bubble_windows(rank_id: int, events: pd.DataFrame, idle_gaps: pd.DataFrame, 
     ordinals = gaps["step_ordinal"].to_numpy(np.int64)
     return pd.DataFrame(
         {
-            "evidence_id": _texts(f"r{rank_id}{STEP_ORDINAL}", ordinals, ".bubble", index_in_step),
+            "evidence_id": texts(f"r{rank_id}{STEP_ORDINAL}", ordinals, ".bubble", index_in_step),
             "step_ordinal": ordinals,
             "step_id": steps.set_index("step_ordinal")["step_id"].reindex(ordinals).to_numpy(),
             "kind": gaps["window"].to_numpy(),
@@ -65,35 +52,18 @@ def bubble_windows(rank_id: int, events: pd.DataFrame, idle_gaps: pd.DataFrame, 
     )
 
 
-def step_evidence_id(rank_id: int, step_ordinal: int) -> str:
-    """The evidence id of one step window (the same text ``_step_rows`` writes)."""
-    return f"r{int(rank_id)}{STEP_ORDINAL}{int(step_ordinal)}"
-
-
-def operator_evidence_ids(rank_id: int, count: int) -> np.ndarray:
-    """Evidence ids of a rank's operator rows, in table order: ``r<rank>.op<k>``."""
-    return _texts(f"r{rank_id}.op", np.arange(count, dtype=np.int64))
-
-
-def communication_evidence_ids(rank_id: int, rows: np.ndarray) -> np.ndarray:
-    """Evidence ids of a rank's communication events, by source row: ``r<rank>.comm<row>``."""
-    return _texts(f"r{rank_id}.comm", np.asarray(rows, dtype=np.int64))
-
-
 def _step_rows(rank_id: int, steps: pd.DataFrame) -> pd.DataFrame:
     complete = np.where(steps["complete"].to_numpy(bool), " (complete)", " (partial)")
     return pd.DataFrame(
         {
-            "evidence_id": _texts(f"r{rank_id}{STEP_ORDINAL}", steps["step_ordinal"].to_numpy(np.int64)),
+            "evidence_id": texts(f"r{rank_id}{STEP_ORDINAL}", steps["step_ordinal"].to_numpy(np.int64)),
             "kind": "step_window",
             "step_ordinal": steps["step_ordinal"].to_numpy(),
             "row_start": steps["row_start"].to_numpy(),
             "row_end": steps["row_end"].to_numpy(),
             "start_us": steps["start_ns"].to_numpy() / 1000.0,
             "end_us": steps["end_ns"].to_numpy() / 1000.0,
-            "summary": _texts(
-                "step ", steps["step_id"].astype("Int64").astype(object).fillna("?").to_numpy(), complete
-            ),
+            "summary": texts("step ", steps["step_id"].astype("Int64").astype(object).fillna("?").to_numpy(), complete),
         }
     )
 
@@ -108,7 +78,7 @@ def _bubble_rows(bubbles: pd.DataFrame) -> pd.DataFrame:
             "row_end": np.maximum(bubbles["before_row"], bubbles["after_row"]),
             "start_us": bubbles["start_ns"] / 1000.0,
             "end_us": bubbles["end_ns"] / 1000.0,
-            "summary": _texts(
+            "summary": texts(
                 np.round(bubbles["duration_us"].to_numpy(np.float64), 1),
                 " us ",
                 bubbles["kind"].astype(object).to_numpy(),
@@ -131,7 +101,7 @@ def _operator_rows(operators: pd.DataFrame) -> pd.DataFrame:
             "row_end": operators["row_end"],
             "start_us": operators["first_start_us"],
             "end_us": operators["last_end_us"],
-            "summary": _texts(
+            "summary": texts(
                 operators["name"].astype(object).fillna("?").to_numpy(),
                 ": ",
                 operators["call_count"].to_numpy(np.int64),
@@ -153,7 +123,7 @@ def _communication_rows(comm: pd.DataFrame) -> pd.DataFrame:
             "row_end": comm["row_idx"],
             "start_us": comm["start_ns"] / 1000.0,
             "end_us": comm["end_ns"] / 1000.0,
-            "summary": _texts(
+            "summary": texts(
                 comm["name"].astype(object).fillna("?").to_numpy(),
                 " (",
                 comm["parallel_role"].astype(object).fillna("unknown role").to_numpy(),
@@ -202,7 +172,7 @@ def _text_column(values: pd.Series) -> pa.Array:
 def bubble_windows_jsonl(bubbles: pd.DataFrame) -> bytes:
     """evidence/bubble_windows.jsonl: one record per idle window; ``soft_attribution`` holds the
     candidate host causes where the rank has a host trace, and ``idle_cause`` the cause holding most
-    of the window (summaries/idle_causes.py); both null where it has none."""
+    of the window (stages/evidence/idle_causes.py); both null where it has none."""
     record = {
         "evidence_id": bubbles["evidence_id"],
         "rank_id": bubbles["rank_id"].to_numpy(np.int64),

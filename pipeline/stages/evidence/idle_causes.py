@@ -16,20 +16,9 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.idle_cause_names import LAUNCH, QUEUED, UNATTRIBUTED, cause_column, cause_names
+from npuprof.pipeline.stages.evidence.attribution import covered_per_window, name_matches, overlap_pairs
 from npuprof.pipeline.summaries.accounting import head_idle_name
-from npuprof.pipeline.summaries.attribution import covered_per_window, name_matches, overlap_pairs
-
-LAUNCH, QUEUED, UNATTRIBUTED = "launch", "queued", "unattributed"
-
-
-def cause_names() -> list[str]:
-    """Every cause, in the order the tables list them: the host classes, then the rest."""
-    return [*knowledge.load("evidence_rules")["idle_causes"]["classes"], LAUNCH, QUEUED, UNATTRIBUTED]
-
-
-def cause_column(cause: str) -> str:
-    """The column of a gap's table holding the µs of ``cause``."""
-    return f"{cause}_us"
 
 
 def class_masks(host: pd.DataFrame) -> dict[str, np.ndarray]:

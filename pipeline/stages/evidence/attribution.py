@@ -20,8 +20,8 @@ from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.auxiliary import unreadable_note
 from npuprof.pipeline.sources.discovery import TRACE_VIEW, RankInput
-from npuprof.pipeline.sources.host_db import has_host_tables, read_db_host_events
-from npuprof.pipeline.sources.host_trace import HostTrace, read_host_events
+from npuprof.pipeline.stages.evidence.host_db import has_host_tables, read_db_host_events
+from npuprof.pipeline.stages.evidence.host_trace import HostTrace, read_host_events
 
 TOP_HOST_EVENTS = 5
 ATTRIBUTION_COLUMNS = [

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.errors import BadInput
-from npuprof.pipeline.sources.host_trace import COLUMNS, LAUNCH_COLUMNS, HostTrace
 from npuprof.pipeline.sources.profiler_db import connect_readonly, resolve_strings, string_values, table_names
+from npuprof.pipeline.stages.evidence.host_trace import COLUMNS, LAUNCH_COLUMNS, HostTrace
 
 PYTHON_PROCESS, CANN_PROCESS = "Python", "CANN"
 # ENUM_API_TYPE ids of CANN_API rows, and the prefix trace_view gives their names

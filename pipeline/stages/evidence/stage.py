@@ -18,14 +18,11 @@ from npuprof import knowledge
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.sources.auxiliary import note_text
-from npuprof.pipeline.sources.host_trace import HostTrace
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
-from npuprof.pipeline.stages.rank_reads import layer_spans, rank_steps, step_of_events
-from npuprof.pipeline.summaries.accounting import idle_gaps
-from npuprof.pipeline.summaries.attribution import attribute_bubbles, read_rank_host_trace
-from npuprof.pipeline.summaries.evidence import bubble_windows, bubble_windows_jsonl, evidence_index
-from npuprof.pipeline.summaries.host_api import host_activity, host_api_summary, launch_delays
-from npuprof.pipeline.summaries.idle_causes import (
+from npuprof.pipeline.stages.evidence.attribution import attribute_bubbles, read_rank_host_trace
+from npuprof.pipeline.stages.evidence.host_api import host_activity, host_api_summary, launch_delays
+from npuprof.pipeline.stages.evidence.host_trace import HostTrace
+from npuprof.pipeline.stages.evidence.idle_causes import (
     QUEUED,
     cause_column,
     class_masks,
@@ -34,6 +31,9 @@ from npuprof.pipeline.summaries.idle_causes import (
     launch_times,
     queued_gap_floor_us,
 )
+from npuprof.pipeline.stages.evidence.index import bubble_windows, bubble_windows_jsonl, evidence_index
+from npuprof.pipeline.stages.rank_reads import layer_spans, rank_steps, step_of_events
+from npuprof.pipeline.summaries.accounting import idle_gaps
 
 EVIDENCE_INPUT_COLUMNS = ["row_idx", "start_ns", "end_ns", "name", "source_id"]
 
