@@ -32,11 +32,11 @@ from npuprof.pipeline.manifests import result_object, write_top_manifest
 from npuprof.pipeline.modelinfo.hardware import check_hardware_model
 from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.progress import Progress, no_progress
-from npuprof.pipeline.segmentation.expected import expected_model
 from npuprof.pipeline.sources.discovery import RootInputs, discover, is_rank_dir
 from npuprof.pipeline.stage_range import StageRange, check_prerequisites, resolve_stage_range
 from npuprof.pipeline.stages import STAGES
 from npuprof.pipeline.stages.base import Stage
+from npuprof.pipeline.stages.segment.expected import expected_model
 
 __all__ = ["StageRange", "analyze", "finish_root", "write_failure"]
 

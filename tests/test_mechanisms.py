@@ -18,11 +18,11 @@ import pytest
 
 from npuprof.pipeline.joined_text import joined_per_key
 from npuprof.pipeline.jsonlines import NullableRecord, jsonl_bytes
-from npuprof.pipeline.segmentation.blocks import split_layers
-from npuprof.pipeline.segmentation.classes import normalized_kernel_name, normalized_kernel_names
 from npuprof.pipeline.segmentation.features import EventFeatures
-from npuprof.pipeline.segmentation.layers import _best_offset, _cuts, _template_extent
 from npuprof.pipeline.segmentation.windows import window_metrics
+from npuprof.pipeline.stages.classify.blocks import split_layers
+from npuprof.pipeline.stages.classify.classes import normalized_kernel_name, normalized_kernel_names
+from npuprof.pipeline.stages.segment.layers import _best_offset, _cuts, _template_extent
 
 ROLES = {
     "N": {"normalization"},

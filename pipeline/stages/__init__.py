@@ -4,7 +4,6 @@ and its map (per rank) and reduce (per root) functions. ``STAGE_NAMES`` (stage_o
 from __future__ import annotations
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.segmentation.features import EVENT_FEATURES
 from npuprof.pipeline.stage_order import STAGE_NAMES
 from npuprof.pipeline.stages import (
     classify,
@@ -35,34 +34,8 @@ STAGES: tuple[Stage, ...] = (
         map_rank=normalize.map_rank,
         reduce_root=normalize.reduce_root,
     ),
-    Stage(
-        name="segment",
-        requires=(schema.stage_manifest_name("normalize"), schema.NORMALIZED_EVENTS),
-        produces=(schema.STEP_SEGMENTS, schema.LAYER_SEGMENTS),
-        map_rank=segment.map_rank,
-        map_reads=(_events(segment.SEGMENT_INPUT_COLUMNS),),
-        map_uses=(EVENT_FEATURES,),
-        reduce_root=segment.reduce_root,
-        headline=segment.headline,
-    ),
-    Stage(
-        name="classify",
-        requires=(schema.stage_manifest_name("segment"), schema.STEP_SEGMENTS, schema.LAYER_SEGMENTS),
-        produces=(
-            schema.BLOCK_SEGMENTS,
-            schema.STEP_CLASSES,
-            schema.LAYER_CLASSES,
-            schema.STEP_ANATOMY,
-            schema.CLASS_SIGNATURES,
-            *schema.CSV_VIEWS,
-            *schema.CLASS_SUMMARY_CSVS,
-        ),
-        map_rank=classify.map_rank,
-        map_reads=(_events(classify.CLASSIFY_INPUT_COLUMNS), _STEPS, _LAYERS),
-        map_uses=(EVENT_FEATURES,),
-        reduce_root=classify.reduce_root,
-        headline=classify.headline,
-    ),
+    segment.STAGE,
+    classify.STAGE,
     Stage(
         name="summarize",
         requires=(

@@ -170,7 +170,8 @@ def agreed_roles(
     from_file = events["name"].map(by_file)
     agreed_events = from_file.where(from_file.notna() & events["role"].notna(), events["role"]).to_numpy(object)
     from_events = ops["name"].map(by_events)
-    agreed_ops = ops["role"].where(ops["role"] != unknown, from_events.fillna(unknown)).to_numpy(object)
+    from_events = from_events.where(from_events.notna(), unknown)  # not fillna: object dtype stays object
+    agreed_ops = ops["role"].where(ops["role"] != unknown, from_events).to_numpy(object)
     return agreed_events, agreed_ops
 
 

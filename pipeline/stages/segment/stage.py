@@ -16,20 +16,20 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
-from npuprof.pipeline.segmentation.expected import expected_model, layer_validation
 from npuprof.pipeline.segmentation.features import EventFeatures, ordered_events, rank_event_features
-from npuprof.pipeline.segmentation.layers import (
+from npuprof.pipeline.segmentation.windows import window_evidence
+from npuprof.pipeline.sources.auxiliary import note_text
+from npuprof.pipeline.sources.profiler_steps import profiler_step_starts
+from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+from npuprof.pipeline.stages.segment.expected import expected_model, layer_validation
+from npuprof.pipeline.stages.segment.layers import (
     Layer,
     choose_family,
     fallback_anchors,
     modal_gaps,
 )
-from npuprof.pipeline.segmentation.step_memo import StepLayerMemo
-from npuprof.pipeline.segmentation.steps import StepWindow, profiler_heads, quarantine_step_ids, step_windows
-from npuprof.pipeline.segmentation.windows import window_evidence
-from npuprof.pipeline.sources.auxiliary import note_text
-from npuprof.pipeline.sources.profiler_steps import profiler_step_starts
-from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+from npuprof.pipeline.stages.segment.step_memo import StepLayerMemo
+from npuprof.pipeline.stages.segment.steps import StepWindow, profiler_heads, quarantine_step_ids, step_windows
 from npuprof.pipeline.summaries.pp_schedule import pp_stages
 
 # The event columns segment reads (a projection of the normalized events).

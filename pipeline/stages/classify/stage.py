@@ -17,11 +17,11 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
-from npuprof.pipeline.segmentation.blocks import split_layers
-from npuprof.pipeline.segmentation.classes import class_ids, event_tokens
 from npuprof.pipeline.segmentation.features import EventFeatures, ordered_events, rank_event_features
 from npuprof.pipeline.segmentation.windows import window_evidence, window_metrics
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
+from npuprof.pipeline.stages.classify.blocks import split_layers
+from npuprof.pipeline.stages.classify.classes import class_ids, event_tokens
 from npuprof.pipeline.summaries.classes import layer_class_summary, step_class_summary
 
 # The event columns classify reads (a projection of the normalized events).

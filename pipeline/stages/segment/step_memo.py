@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.segmentation.features import EventFeatures
-from npuprof.pipeline.segmentation.layers import Layer, StepLayers, step_layers
+from npuprof.pipeline.stages.segment.layers import Layer, StepLayers, step_layers
 
 _POSITION_TEMPLATES = (False, True)  # template layers kept as (start, end) positions
 _OFFSET_TEMPLATES = ("forward_offset", "backward_offset")
