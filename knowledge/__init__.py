@@ -19,6 +19,10 @@ import yaml
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class OverrideError(ValueError):
+    """A rule ``overridden`` was asked to set that the file does not hold, or a value of another kind."""
+
+
 def safe_load(text: str) -> Any:
     """``yaml.safe_load`` through libyaml when available: plain data only, never Python objects."""
     return yaml.load(text, Loader=SAFE_LOADER)  # the loader is a SafeLoader: no arbitrary objects
@@ -41,23 +45,23 @@ def overridden(name: str, values: Mapping[str, Any]) -> Iterator[dict[str, Any]]
     """Within the block, ``load(name)`` answers with each dotted key of ``values`` set
     (``findings.slow_rank_suspected.min_ratio``): how a finished analysis is asked again with other
     thresholds. A key the file does not hold, or a value of another kind than the one it replaces, is a
-    ``KeyError`` / ``TypeError`` naming it (a typo must not silently change nothing)."""
+    ``OverrideError`` naming it (a typo must not silently change nothing)."""
     patched = copy.deepcopy(_OVERRIDDEN.get(name) or _load_file(name))
     for dotted, value in values.items():
         *path, last = dotted.split(".")
         node: Any = patched
         for part in path:
             if not isinstance(node, dict) or part not in node:
-                raise KeyError(f"{name}.yaml has no {dotted!r} ({part!r} not found)")
+                raise OverrideError(f"{name}.yaml has no {dotted!r} ({part!r} not found)")
             node = node[part]
         if not isinstance(node, dict) or last not in node:
             held = ", ".join(sorted(str(k) for k in node)) if isinstance(node, dict) else "no keys"
-            raise KeyError(f"{name}.yaml has no {dotted!r} ({last!r} not found; it holds {held})")
+            raise OverrideError(f"{name}.yaml has no {dotted!r} ({last!r} not found; it holds {held})")
         old = node[last]
         number = (int, float)
         same = isinstance(value, number) and isinstance(old, number) and not isinstance(value, bool)
         if not same and type(value) is not type(old):
-            raise TypeError(f"{name}.yaml {dotted} is {type(old).__name__} {old!r}, not {type(value).__name__}")
+            raise OverrideError(f"{name}.yaml {dotted} is {type(old).__name__} {old!r}, not {type(value).__name__}")
         node[last] = value
     previous, previous_values = _OVERRIDDEN.get(name), _OVERRIDE_VALUES.get(name, {})
     _OVERRIDDEN[name], _OVERRIDE_VALUES[name] = patched, {**previous_values, **values}

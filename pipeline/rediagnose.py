@@ -78,10 +78,8 @@ def rediagnose(
                 manifest["seconds"] = round(time.perf_counter() - started, 4)
                 io.write_json(where / current.manifest_name, {**manifest, **result.manifest})
             return result.json_files[schema.DIAGNOSIS_FINDINGS]
-    except (KeyError, TypeError) as exc:
-        if not str(exc).strip("'\"").startswith(f"{RULES}.yaml"):
-            raise
-        raise UsageError(str(exc).strip("'\"")) from None
+    except knowledge.OverrideError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _target_dir(target: Path, out: Path) -> Path:

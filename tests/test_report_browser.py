@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from conftest import PYTORCH_DATA
 from helpers import prerequisites
-from helpers.browser import BROWSER_PREREQUISITES, console_errors, open_report
+from helpers.browser import BROWSER_PREREQUISITES, click_canvas, console_errors, open_report
 from helpers.hostile_names import HOSTILE, plant_hostile_names
 
 from npuprof.pipeline import schema
@@ -144,14 +144,7 @@ def test_zooming_in_shows_kernels_and_their_operator_card(browser, served, mixed
     compute = "npuprof.state.hits.find(h => String(h[4].kinds[h[3][5]]) !== 'communication')"
     hit = browser.execute_script(f"const h = {compute}; return [h[0] + h[2] / 2, h[1] + 5];")
     canvas = browser.find_element(By.ID, "timeline")
-    rect = browser.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.top];", canvas)
-    browser.execute_script(
-        "const c = arguments[0]; for (const t of ['mousedown', 'mouseup']) c.dispatchEvent(new MouseEvent(t, "
-        "{bubbles: true, clientX: arguments[1], clientY: arguments[2]}));",
-        canvas,
-        rect[0] + hit[0],
-        rect[1] + hit[1],
-    )
+    click_canvas(browser, canvas, hit[0], hit[1])
     card = browser.find_element(By.ID, "card-body").text
     assert "source row" in card and "duration" in card
     # the card comes into view (it sits below the timeline: below the fold of a 1000 px window)
@@ -338,14 +331,7 @@ def test_a_long_collective_is_drawn_and_clickable_zoomed_far_inside_it(browser, 
     x0, y0, width, name = drawn[0]
     canvas = browser.find_element(By.ID, "timeline")
     assert x0 <= 0 and x0 + width >= int(canvas.get_attribute("width"))  # across the whole view
-    rect = browser.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.top];", canvas)
-    browser.execute_script(
-        "const c = arguments[0]; for (const t of ['mousedown', 'mouseup']) c.dispatchEvent(new MouseEvent(t, "
-        "{bubbles: true, clientX: arguments[1], clientY: arguments[2]}));",
-        canvas,
-        rect[0] + int(canvas.get_attribute("width")) / 2,
-        rect[1] + y0 + 5,
-    )
+    click_canvas(browser, canvas, int(canvas.get_attribute("width")) / 2, y0 + 5)
     card = browser.find_element(By.ID, "card-body").text
     assert name in card and "duration" in card
     assert console_errors(browser) == []

@@ -34,3 +34,15 @@ def open_report(driver: Any, url: str) -> None:
 
     driver.get(url)
     WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready") == "true")
+
+
+def click_canvas(driver: Any, canvas: Any, x: float, y: float) -> None:
+    """A click (mousedown, mouseup) at ``(x, y)`` in the canvas's own pixels, as the page's handlers see it."""
+    left, top = driver.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.top];", canvas)
+    driver.execute_script(
+        "const c = arguments[0]; for (const t of ['mousedown', 'mouseup']) c.dispatchEvent(new MouseEvent(t, "
+        "{bubbles: true, clientX: arguments[1], clientY: arguments[2]}));",
+        canvas,
+        left + x,
+        top + y,
+    )
