@@ -97,7 +97,7 @@ def finding_types_of(names: list[str]) -> set[str] | None:
     itself); None for no names (every type). An unknown name is a usage error listing the known ones."""
     if not names:
         return None
-    from npuprof.pipeline.diagnosis.registry import detectors
+    from npuprof.pipeline.stages.diagnostics.registry import detectors
 
     by_name = {item.name: set(item.finding_types) for item in detectors()}
     rules = knowledge.load(RULES)

@@ -13,8 +13,13 @@ import pytest
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
-from npuprof.pipeline.diagnosis import registry
-from npuprof.pipeline.diagnosis.context import BASE_INPUTS, COMPOSED_INPUTS, DiagnosisContext, with_composed_reads
+from npuprof.pipeline.stages.diagnostics import registry
+from npuprof.pipeline.stages.diagnostics.context import (
+    BASE_INPUTS,
+    COMPOSED_INPUTS,
+    DiagnosisContext,
+    with_composed_reads,
+)
 from npuprof.synth.root_writer import PLANTABLE_FINDINGS
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
@@ -55,7 +60,7 @@ def test_every_detector_has_its_rules_and_a_note_that_names_its_findings():
 def test_a_detector_is_added_by_adding_its_module(tmp_path, monkeypatch):
     """Drop a module into the detectors package and the stage runs it: nothing else lists detectors."""
     (tmp_path / "probe_detector.py").write_text(
-        "from npuprof.pipeline.diagnosis.registry import detector\n"
+        "from npuprof.pipeline.stages.diagnostics.registry import detector\n"
         "@detector(finding_types=('probe',), reads={'steps': ('rank_id',)})\n"
         "def probe(inputs):\n"
         "    return [len(inputs.steps)]\n"

@@ -16,12 +16,12 @@ from helpers.reported import reported_findings
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
-from npuprof.pipeline.diagnosis import registry
-from npuprof.pipeline.diagnosis.evidence import check_evidence
-from npuprof.pipeline.diagnosis.outliers import low_outliers
 from npuprof.pipeline.errors import BrokenEvidence
 from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.stage_order import STAGE_NAMES
+from npuprof.pipeline.stages.diagnostics import registry
+from npuprof.pipeline.stages.diagnostics.cited_evidence import check_evidence
+from npuprof.pipeline.stages.diagnostics.outliers import low_outliers
 from npuprof.synth import SCENARIOS, generate
 from npuprof.synth.scenarios import Fault
 

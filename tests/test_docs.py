@@ -167,7 +167,7 @@ def test_a_python_block_that_opens_what_nothing_wrote_fails(workspace: dict, tmp
 
 def test_the_readme_names_every_finding_type_once():
     """The README's findings table lists exactly the registered finding and annotation types."""
-    from npuprof.pipeline.diagnosis import registry
+    from npuprof.pipeline.stages.diagnostics import registry
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     table = readme.split("## The findings", 1)[1].split("\n\n")[2]

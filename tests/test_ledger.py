@@ -14,8 +14,8 @@ from helpers.ledger_checks import assert_ledger_adds_up
 
 from npuprof.api import Analysis
 from npuprof.pipeline import schema
-from npuprof.pipeline.diagnosis.ledger import UNEXPLAINED, unexplained_share
 from npuprof.pipeline.runner import StageRange, analyze
+from npuprof.pipeline.stages.diagnostics.ledger import UNEXPLAINED, unexplained_share
 from npuprof.synth import SCENARIOS
 
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares planted_outputs
@@ -98,7 +98,7 @@ def test_the_critical_path_runs_through_the_planted_rank(planted_outputs, name, 
 
 
 def test_an_unexplained_wait_is_blamed_on_the_member_that_arrived_last():
-    from npuprof.pipeline.diagnosis.ledger import blame_waits, last_arrivers
+    from npuprof.pipeline.stages.diagnostics.ledger import blame_waits, last_arrivers
 
     ledger = pd.DataFrame(
         {

@@ -11,10 +11,10 @@ import pytest
 from conftest import PYTORCH_DATA, QWEN_TRAINING, run_cli
 
 from npuprof.pipeline import schema
-from npuprof.pipeline.modelinfo.flops import estimate
 from npuprof.pipeline.modelinfo.hardware import choose, cube_peak_tflops
 from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.runner import StageRange, analyze
+from npuprof.pipeline.stages.model.flops import estimate
 from npuprof.synth import SCENARIOS
 
 pytestmark = pytest.mark.xdist_group("planted")
@@ -184,7 +184,7 @@ def test_a_family_name_lets_the_fingerprint_pick_the_variant(tmp_path):
 
 
 def test_a_shared_expert_is_the_gated_ffn_over_the_layers_own_tokens():
-    from npuprof.pipeline.modelinfo.fingerprint import Parallel, infer
+    from npuprof.pipeline.stages.model.fingerprint import Parallel, infer
 
     # a DeepSeek-V2-Lite MoE block on one of 4 EP ranks: 256 tokens, 1536 routed (top-6), 16 local experts
     # of width 1408, and one shared FFN over the 256 tokens that is two experts wide

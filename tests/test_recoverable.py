@@ -15,8 +15,8 @@ from helpers.reported import reported_findings
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
-from npuprof.pipeline.diagnosis import retiming
 from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.stages.diagnostics import retiming
 from npuprof.synth import SCENARIOS, generate
 from npuprof.synth.root_writer import CAPTURE_CONDITIONS
 from npuprof.synth.twins import TWINS, twin_of

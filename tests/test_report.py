@@ -17,11 +17,11 @@ from openpyxl import load_workbook
 from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.options import AnalyzeOptions
-from npuprof.pipeline.report.html import longest_windows
-from npuprof.pipeline.report.inputs import ReportInputs
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.pipeline.stages import report as report_stage
-from npuprof.pipeline.stages.report import _status
+from npuprof.pipeline.stages.report import stage as report_stage
+from npuprof.pipeline.stages.report.html import longest_windows
+from npuprof.pipeline.stages.report.inputs import ReportInputs
+from npuprof.pipeline.stages.report.stage import _status
 from npuprof.synth import SCENARIOS, generate
 
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares its fixtures
@@ -133,7 +133,7 @@ def test_segmentation_errors_make_a_root_degraded_not_ok():
 
 
 def test_findings_with_one_type_severity_and_summary_roll_up_into_one_group_counting_each():
-    from npuprof.pipeline.report.summary import finding_groups
+    from npuprof.pipeline.stages.report.summary import finding_groups
 
     def finding(claim: str, summary: str, saved: float) -> dict:
         return {

@@ -21,8 +21,8 @@ from helpers.hostile_names import HOSTILE, plant_hostile_names
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.options import AnalyzeOptions
-from npuprof.pipeline.report.ledger_view import line_words
 from npuprof.pipeline.runner import StageRange, analyze
+from npuprof.pipeline.stages.report.ledger_view import line_words
 from npuprof.synth import generate
 
 ARTIFACTS = Path(os.environ.get("NPUPROF_TEST_ARTIFACTS", "test-artifacts"))
@@ -259,7 +259,7 @@ def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_ca
     # before the first kernel (the profiler's 0.2 ms Preparing) + head + main + tail = the step
     assert len(parts) == 4 and sum(parts) == pytest.approx(100.0, abs=0.5)
     assert browser.find_element(By.CSS_SELECTOR, "#kpis").text.count("%") == 3  # shares as percent
-    from npuprof.pipeline.report.glossary import GLOSSARY
+    from npuprof.pipeline.stages.report.glossary import GLOSSARY
 
     browser.find_element(By.CSS_SELECTOR, "#help summary").click()
     terms = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#glossary dt")]

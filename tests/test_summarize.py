@@ -21,9 +21,11 @@ SCENARIO_NAMES = sorted(SCENARIOS)
 PROFILE_FAMILY = {"cube": "cube", "cube_mte2": "aic_mte", "vector": "vector", "vector_mte": "aiv_mte"}
 KERNEL_PROFILE = {"MatMulV3": "cube", "SwiGlu": "vector", "Add": "vector_mte", "RotaryPositionEmbedding": "vector_mte"}
 
-# what summarize wrote before evidence and model were stages of their own, and classify's class summaries
+# what summarize wrote before evidence and model were stages of their own (and before cross_rank took the
+# HCCL tables), and classify's class summaries
 SUMMARY_VIEWS = (
     *schema.SUMMARY_CSVS,
+    *schema.COLLECTIVE_CSVS,
     *schema.CLASS_SUMMARY_CSVS,
     schema.EVIDENCE_INDEX_CSV,
     schema.OPERATOR_SHAPES_CSV,
@@ -90,7 +92,7 @@ def test_every_table_adds_up_on_every_scenario(analyzed, name):
 @pytest.mark.parametrize("name", sorted(SAMPLE_ROOTS))
 def test_every_table_adds_up_on_every_real_sample(tmp_path, name):
     root, _ = SAMPLE_ROOTS[name]
-    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="model"))
+    analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="cross_rank"))
     for view in SUMMARY_VIEWS:
         assert (tmp_path / "out" / view.file).exists(), view.file
     manifest = json.loads((tmp_path / "out" / "summary_manifest.json").read_text())  # the name is the contract
@@ -187,7 +189,7 @@ def test_the_service_order_of_units_gives_the_local_tables(analyzed, tmp_path):
 def test_communication_files_split_each_op_and_name_its_group(tmp_path):
     from conftest import QWEN_TRAINING
 
-    analyze(QWEN_TRAINING, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="summarize"))
+    analyze(QWEN_TRAINING, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="cross_rank"))
     ops = read(tmp_path / "out", schema.COMMUNICATION_SUMMARY_CSV)
     assert set(ops["rank_id"]) == {0, 1, 2, 3}  # ranks 1 and 3 hold only communication files
     assert (ops["source"] == "communication_json").all()
@@ -244,7 +246,7 @@ def test_without_communication_files_the_ops_come_from_the_events(tmp_path):
     root = copy_sample(PYTORCH_DATA / "text" / "level1", tmp_path / "root")
     for path in root.rglob("communication*.json"):
         path.unlink()
-    result = analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="summarize"))
+    result = analyze(root, tmp_path / "out", jobs=1, stage_range=StageRange(to_stage="cross_rank"))
     ops = read(tmp_path / "out", schema.COMMUNICATION_SUMMARY_CSV)
     events = pd.read_parquet(tmp_path / "out" / schema.NORMALIZED_EVENTS, columns=["op_type"])
     assert len(ops) == events["op_type"].isin(["communication", "mix_comm_aiv"]).sum()

@@ -9,7 +9,7 @@ import pandas as pd
 from npuprof import knowledge
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.compare.sides import Side
-from npuprof.pipeline.report.mdtext import cell, table
+from npuprof.pipeline.mdtext import cell, table
 
 # where each table's rows come from, for the gains / regressions list
 SOURCES = {

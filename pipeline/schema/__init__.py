@@ -1,15 +1,16 @@
 """Every table and artifact npuprof writes, declared once (docs/architecture.md).
 
-One module per table family: ``events`` (normalize), ``segments`` (segment), ``classes`` and
-``anatomy`` (classify), ``summaries`` (summarize), ``crossrank`` (cross_rank); ``artifacts`` holds
-the file names of JSON documents and sweep files.
+One module per stage, named after it, declares the tables and CSVs that stage writes (``normalize``,
+``segment``, ``classify``, ``summarize``, ``evidence``, ``model``, ``cross_rank``, ``diagnostics``);
+``artifacts`` holds the file names of JSON documents, the report's files and sweep files. They live
+here, not in the stage packages, because every later stage, the report, compare, the sweep and
+``Analysis`` read them: a reader of a table must not import the code of the stage that writes it.
 Writers, readers, the runner, the rollup, ``Analysis``, the service and the tests import names from
 here; no other module spells a table or artifact file name (a test checks it).
 """
 
 from __future__ import annotations
 
-from npuprof.pipeline.schema.anatomy import STEP_ANATOMY, STEP_ANATOMY_CSV
 from npuprof.pipeline.schema.artifacts import (
     ANALYSIS_SUMMARY,
     BUBBLE_WINDOWS_JSONL,
@@ -50,35 +51,52 @@ from npuprof.pipeline.schema.artifacts import (
     SWEEP_TRENDS,
     TOP_MANIFEST,
 )
-from npuprof.pipeline.schema.classes import (
+from npuprof.pipeline.schema.classify import (
     BLOCK_SEGMENTS,
     BLOCK_SUMMARY,
-    CRITICAL_PATH,
-    CRITICAL_PATH_CSV,
+    LAYER_CLASS_SUMMARY,
+    LAYER_CLASS_SUMMARY_CSV,
     LAYER_CLASSES,
     LAYER_SUMMARY,
-    SLOW_RANK_DIFF,
-    SLOW_RANK_DIFF_CSV,
-    STEP_ANOMALIES,
-    STEP_ANOMALIES_CSV,
+    STEP_ANATOMY,
+    STEP_ANATOMY_CSV,
+    STEP_CLASS_SUMMARY,
+    STEP_CLASS_SUMMARY_CSV,
     STEP_CLASSES,
-    STEP_LEDGER,
-    STEP_LEDGER_CSV,
     STEP_SUMMARY,
     WINDOW_METRIC_COLUMNS,
     WINDOW_METRICS,
 )
-from npuprof.pipeline.schema.crossrank import COLLECTIVE_ALIGNMENT, CROSS_RANK_ALIGNMENT, CROSS_RANK_ALIGNMENT_CSV
-from npuprof.pipeline.schema.events import (
-    AICORE_FREQ,
-    EVENT_COLUMNS,
-    EVENT_SCHEMA,
-    FLOAT_EVENT_COLUMNS,
-    INT_EVENT_COLUMNS,
-    NORMALIZED_EVENTS,
-    PIPELINE_FIELDS,
-    PMU_EXTRA_FIELDS,
-    STRING_EVENT_COLUMNS,
+from npuprof.pipeline.schema.cross_rank import (
+    COLLECTIVE_ALIGNMENT,
+    COMMUNICATION_LINKS_CSV,
+    COMMUNICATION_SUMMARY_CSV,
+    CROSS_RANK_ALIGNMENT,
+    CROSS_RANK_ALIGNMENT_CSV,
+    HCCL_CLASS_SUMMARY,
+    HCCL_CLASS_SUMMARY_CSV,
+    HCCL_OP_SUMMARY,
+    HCCL_OP_SUMMARY_CSV,
+)
+from npuprof.pipeline.schema.diagnostics import (
+    CRITICAL_PATH,
+    CRITICAL_PATH_CSV,
+    SLOW_RANK_DIFF,
+    SLOW_RANK_DIFF_CSV,
+    STEP_ANOMALIES,
+    STEP_ANOMALIES_CSV,
+    STEP_LEDGER,
+    STEP_LEDGER_CSV,
+)
+from npuprof.pipeline.schema.evidence import (
+    BUBBLE_WINDOWS,
+    EVIDENCE_INDEX,
+    EVIDENCE_INDEX_CSV,
+    HOST_API_SUMMARY,
+    HOST_API_SUMMARY_CSV,
+    HOST_IDLE_GAPS,
+    IDLE_BY_CAUSE,
+    STEP_TIME_ACCOUNTING_CSV,
 )
 from npuprof.pipeline.schema.model import (
     FLOPS_FIELDS,
@@ -110,29 +128,29 @@ from npuprof.pipeline.schema.model import (
     STEP_EFFICIENCY_CSV,
     STEP_FLOPS,
 )
-from npuprof.pipeline.schema.segments import LAYER_SEGMENTS, STEP_SEGMENTS, WINDOW_EVIDENCE
-from npuprof.pipeline.schema.summaries import (
+from npuprof.pipeline.schema.normalize import (
+    AICORE_FREQ,
+    EVENT_COLUMNS,
+    EVENT_SCHEMA,
+    FLOAT_EVENT_COLUMNS,
+    INT_EVENT_COLUMNS,
+    NORMALIZED_EVENTS,
+    PIPELINE_FIELDS,
+    PMU_EXTRA_FIELDS,
+    STRING_EVENT_COLUMNS,
+)
+from npuprof.pipeline.schema.segment import (
+    LAYER_SEGMENTS,
+    STEP_SEGMENTS,
+    WINDOW_EVIDENCE,
+)
+from npuprof.pipeline.schema.summarize import (
     BLOCK_CLASS_OPS,
     BLOCK_CLASS_SUMMARY,
     BLOCK_CLASS_SUMMARY_CSV,
-    BUBBLE_WINDOWS,
     COMMUNICATION_EVENTS,
     COMMUNICATION_LINKS,
-    COMMUNICATION_LINKS_CSV,
     COMMUNICATION_OPS,
-    COMMUNICATION_SUMMARY_CSV,
-    EVIDENCE_INDEX,
-    EVIDENCE_INDEX_CSV,
-    HCCL_CLASS_SUMMARY,
-    HCCL_CLASS_SUMMARY_CSV,
-    HCCL_OP_SUMMARY,
-    HCCL_OP_SUMMARY_CSV,
-    HOST_API_SUMMARY,
-    HOST_API_SUMMARY_CSV,
-    HOST_IDLE_GAPS,
-    IDLE_BY_CAUSE,
-    LAYER_CLASS_SUMMARY,
-    LAYER_CLASS_SUMMARY_CSV,
     OPERATOR_CLASS_SUMMARY,
     OPERATOR_CLASS_SUMMARY_CSV,
     OPERATOR_SUMMARY,
@@ -141,10 +159,7 @@ from npuprof.pipeline.schema.summaries import (
     PP_SCHEDULE_CSV,
     RANK_SUMMARY,
     RANK_SUMMARY_CSV,
-    STEP_CLASS_SUMMARY,
-    STEP_CLASS_SUMMARY_CSV,
     STEP_TIME_ACCOUNTING,
-    STEP_TIME_ACCOUNTING_CSV,
     STEP_TRACE_ACCOUNTING,
     STEP_TRACE_ACCOUNTING_CSV,
     TRANSPORTS,
@@ -194,14 +209,17 @@ CLASS_SUMMARY_CSVS: tuple[CsvView, ...] = (LAYER_CLASS_SUMMARY_CSV, STEP_CLASS_S
 SUMMARY_CSVS: tuple[CsvView, ...] = (
     OPERATOR_SUMMARY_CSV,
     OPERATOR_CLASS_SUMMARY_CSV,
-    HCCL_OP_SUMMARY_CSV,
-    HCCL_CLASS_SUMMARY_CSV,
     RANK_SUMMARY_CSV,
     PP_SCHEDULE_CSV,
     STEP_TRACE_ACCOUNTING_CSV,
+    BLOCK_CLASS_SUMMARY_CSV,
+)
+# cross_rank's: the HCCL tables with rank skew, every rank's communication ops and links
+COLLECTIVE_CSVS: tuple[CsvView, ...] = (
+    HCCL_OP_SUMMARY_CSV,
+    HCCL_CLASS_SUMMARY_CSV,
     COMMUNICATION_SUMMARY_CSV,
     COMMUNICATION_LINKS_CSV,
-    BLOCK_CLASS_SUMMARY_CSV,
 )
 # the model stage's model and hardware context (the config comparison ones only with --model-config)
 MODEL_CSVS: tuple[CsvView, ...] = (
@@ -317,6 +335,7 @@ __all__ = [
     "HOST_API_SUMMARY",
     "HOST_API_SUMMARY_CSV",
     "SUMMARY_CSVS",
+    "COLLECTIVE_CSVS",
     "ANALYSIS_SUMMARY",
     "BLOCK_SEGMENTS",
     "BLOCK_SUMMARY",

@@ -15,7 +15,7 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import no_space
-from npuprof.pipeline.report.headline import headline_costs, top_cost
+from npuprof.pipeline.stages.report.headline import headline_costs, top_cost
 from npuprof.pipeline.sweep.intelligence import COHORT_COLUMNS, analyze_sweep, write_sweep_findings
 from npuprof.pipeline.sweep.root_tables import root_tables
 

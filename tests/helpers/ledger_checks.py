@@ -9,7 +9,7 @@ import pandas as pd
 
 from npuprof.api import Analysis
 from npuprof.pipeline import schema
-from npuprof.pipeline.diagnosis.ledger import UNEXPLAINED
+from npuprof.pipeline.stages.diagnostics.ledger import UNEXPLAINED
 
 
 def assert_ledger_adds_up(out: Path) -> pd.DataFrame:

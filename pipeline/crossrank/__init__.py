@@ -1,1 +1,0 @@
-"""cross_rank: collectives matched across ranks, clock offsets, and step / layer alignment."""

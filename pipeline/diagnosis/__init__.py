@@ -1,1 +1,0 @@
-"""diagnostics: findings with their statistic, threshold and evidence, from the tables of earlier stages."""

@@ -1,0 +1,196 @@
+"""What a finding is, how it is worded from the rules, and its stable claim id."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from npuprof import knowledge
+from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, recoverable_ms, summed
+
+
+def rule(finding_type: str) -> dict:
+    """The thresholds, severity, confidence and wording of one finding (or annotation) type
+    (diagnosis_rules.yaml)."""
+    rules = knowledge.load("diagnosis_rules")
+    return rules["findings"].get(finding_type) or rules["annotations"][finding_type]
+
+
+def priced(model: StepModel, change: WhatIf) -> dict[str, Any]:
+    """A finding's ``recoverable_ms_per_step`` and ``what_if`` from one replayed change (keywords for
+    ``Finding``)."""
+    return {"recoverable_ms_per_step": recoverable_ms(model, change), "what_if": change}
+
+
+def is_annotation(finding_type: str) -> bool:
+    """Does this type qualify evidence (rules ``annotations``) rather than claim a cause?"""
+    return finding_type in knowledge.load("diagnosis_rules")["annotations"]
+
+
+def evidence_cap() -> int:
+    """How many evidence ids one finding cites at most."""
+    return int(knowledge.load("diagnosis_rules")["evidence_sample"])
+
+
+@dataclass(kw_only=True)
+class Finding:
+    """One claim, with the statistic that triggered it and the evidence it rests on (built by keyword:
+    six positional lists and dicts in a row are a mistake waiting to happen)."""
+
+    finding_type: str
+    scope: str  # cross_rank | rank | step | operator | link
+    rank_ids: list[int]
+    evidence_ids: list[str]
+    statistic: dict[str, Any]  # name, value, threshold (and the test, where one is used)
+    values: dict[str, Any] = field(default_factory=dict)  # the numbers the sentence is worded from
+    alignment_ids: list[str] = field(default_factory=list)
+    limitations: list[str] = field(default_factory=list)
+    confidence: str | None = None  # the rule's unless the detector knows better
+    # how much shorter the mean step would be without the cause; None where not yet estimated
+    recoverable_ms_per_step: float | None = None
+    # the replayed change the estimate comes from (retiming.WhatIf; None: priced another way), kept so
+    # every finding's change can be replayed together (recoverable_together); not written out
+    what_if: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        """The JSON object of diagnosis_findings.json."""
+        spec = rule(self.finding_type)
+        summary = " ".join(spec["text"].format(**_worded(self.values)).split())
+        ranks = sorted({int(r) for r in self.rank_ids})
+        evidence = list(dict.fromkeys(self.evidence_ids))[: evidence_cap()]
+        key = "|".join([self.finding_type, self.scope, ",".join(map(str, ranks)), summary])
+        return {
+            "claim_id": hashlib.sha1(key.encode("utf-8")).hexdigest()[:16],
+            "finding_type": self.finding_type,
+            "scope": self.scope,
+            "summary": summary,
+            "severity": spec.get("severity"),  # annotations have none
+            "confidence": self.confidence or spec["confidence"],
+            "rank_ids": ranks,
+            "evidence_ids": evidence,
+            "alignment_ids": list(dict.fromkeys(self.alignment_ids))[: evidence_cap()],
+            "statistic": _plain(self.statistic),
+            "metrics": _plain(self.values),
+            "limitations": list(self.limitations),
+            "recoverable_ms_per_step": None
+            if self.recoverable_ms_per_step is None
+            else round(float(self.recoverable_ms_per_step), 3),
+            "likely_causes": [],
+            "merged": [],  # findings that told the same cost as another type (merge_symptoms)
+        }
+
+
+def rank_by_cost(findings: list[dict], step_wall_ms: float | None) -> list[dict]:
+    """Each finding's share of the mean step (``recoverable_share_of_step``) and the severity that share
+    earns (rules ``severity_by_step_share``); the findings most recoverable time first (stable, so
+    equal ones keep the rules' order; findings without an estimate last)."""
+    cut = knowledge.load("diagnosis_rules")["severity_by_step_share"]
+    for finding in findings:
+        saved = finding["recoverable_ms_per_step"]
+        share = saved / step_wall_ms if saved is not None and step_wall_ms else None
+        finding["recoverable_share_of_step"] = None if share is None else round(share, 4)
+        if share is not None:
+            finding["severity"] = "high" if share >= cut["high"] else "medium" if share >= cut["medium"] else "low"
+    return sorted(
+        findings, key=lambda f: (f["recoverable_ms_per_step"] is None, -(f["recoverable_ms_per_step"] or 0.0))
+    )
+
+
+def link_causes(findings: list[dict]) -> list[dict]:
+    """Name a finding as the likely cause of another on the same rank where the rules say it explains
+    that type (``explains: {finding_type: sentence}``): the explained finding gains a ``likely_causes``
+    entry and the sentence at the end of its summary."""
+    rules = knowledge.load("diagnosis_rules")["findings"]
+    for cause in findings:
+        for explained_type, sentence in rules[cause["finding_type"]].get("explains", {}).items():
+            text = " ".join(sentence.format(**_worded(cause["metrics"])).split())
+            for effect in findings:
+                if effect["finding_type"] == explained_type and set(effect["rank_ids"]) & set(cause["rank_ids"]):
+                    effect["likely_causes"].append(
+                        {"claim_id": cause["claim_id"], "finding_type": cause["finding_type"], "text": text}
+                    )
+                    effect["summary"] = f"{effect['summary']}; likely cause: {text}"
+    return findings
+
+
+MERGED_KEYS = (
+    "finding_type",
+    "claim_id",
+    "summary",
+    "rank_ids",
+    "evidence_ids",
+    "statistic",
+    "recoverable_ms_per_step",
+)
+
+
+def merge_symptoms(findings: list[dict]) -> list[dict]:
+    """One cause, one finding: a finding of a ``merged_into_cause`` type whose likely cause names all
+    its ranks and cites one of its idle windows leaves the list, recorded under the cause's
+    ``merged`` (type, claim id, summary, evidence and estimate kept); every other finding is kept."""
+    merged_types = set(knowledge.load("diagnosis_rules").get("merged_into_cause", []))
+    by_claim = {f["claim_id"]: f for f in findings}
+    kept = []
+    for finding in findings:
+        cause = _merging_cause(finding, by_claim) if finding["finding_type"] in merged_types else None
+        if cause is None:
+            kept.append(finding)
+            continue
+        cause["merged"].append({key: finding[key] for key in MERGED_KEYS})
+    return kept
+
+
+def _merging_cause(finding: dict, by_claim: dict[str, dict]) -> dict | None:
+    """The likely cause a symptom merges into: on all its ranks, citing one of its idle windows."""
+    windows = {e for e in finding["evidence_ids"] if ".bubble" in e}
+    for link in finding.get("likely_causes", []):
+        cause = by_claim.get(link["claim_id"])
+        if (
+            cause is not None
+            and set(finding["rank_ids"]) <= set(cause["rank_ids"])
+            and windows & set(cause["evidence_ids"])
+        ):
+            return cause
+    return None
+
+
+def _worded(values: dict[str, Any]) -> dict[str, Any]:
+    """The values as a sentence reads them: a list of ranks as '0, 1', not '[0, 1]'."""
+    return {k: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in values.items()}
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    """Numbers as plain Python (JSON) values; floats rounded for reading."""
+    out = {}
+    for key, value in values.items():
+        if hasattr(value, "item"):
+            value = value.item()
+        out[key] = round(value, 6) if isinstance(value, float) else value
+    return out
+
+
+def recoverable_together(
+    model: StepModel, findings: list[dict], changes: dict[str, WhatIf], step_wall_ms: float | None
+) -> dict[str, Any]:
+    """What fixing every finding at once would save per step: the replayed changes (``changes``, by claim
+    id) replayed together — different causes of different work add up — plus the estimates priced
+    another way (analytic), added; its share of the mean step (``step_wall_ms``) and the plain sum
+    beside it. A finding whose likely cause is among the findings is that cause's symptom (a rank slow
+    because its loader stalls): fixing the cause is its fix, so its own change (the whole rank at its
+    peers' median) is left out; merged symptoms likewise."""
+    claims = [f for f in findings if f.get("recoverable_ms_per_step") is not None]
+    present = {f["claim_id"] for f in claims}
+    causes = [f for f in claims if not {c["claim_id"] for c in f.get("likely_causes", [])} & present]
+    replayed = [f for f in causes if f["claim_id"] in changes]
+    added = [f for f in causes if f["claim_id"] not in changes]
+    together = recoverable_ms(model, summed(model, [changes[f["claim_id"]] for f in replayed])) if replayed else 0.0
+    together += sum(f["recoverable_ms_per_step"] for f in added)
+    return {
+        "ms_per_step": round(together, 3),
+        "share_of_step": round(together / step_wall_ms, 4) if step_wall_ms else None,
+        "sum_ms_per_step": round(sum(f["recoverable_ms_per_step"] for f in claims), 3),
+        "replayed_claim_ids": [f["claim_id"] for f in replayed],
+        "added_claim_ids": [f["claim_id"] for f in added],
+        "symptom_claim_ids": [f["claim_id"] for f in claims if f not in causes],
+    }
