@@ -82,24 +82,75 @@ def overrides(name: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=None)
 def _load_file(name: str) -> dict[str, Any]:
-    resource = resources.files(__name__).joinpath(f"{name}.yaml")
+    data = _read_mapping(resources.files(__name__).joinpath(f"{name}.yaml"), f"{name}.yaml")
+    return _with_detector_rules(data) if name == DETECTOR_RULES else data
+
+
+def _read_mapping(resource: Any, label: str) -> dict[str, Any]:
     try:
         text = resource.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise FileNotFoundError(f"knowledge file {name}.yaml is not installed with npuprof") from exc
+        raise FileNotFoundError(f"knowledge file {label} is not installed with npuprof") from exc
     data = safe_load(text)
     if not isinstance(data, dict):
-        raise ValueError(f"knowledge file {name}.yaml must hold a mapping at top level")
+        raise ValueError(f"knowledge file {label} must hold a mapping at top level")
     return data
+
+
+# Each detector's rules and notes live in one folder, knowledge/detectors/<topic>/ (the topic is its
+# module's name in pipeline/stages/diagnostics/detectors/): rules.yaml holds its ``findings:`` and
+# ``annotations:`` entries, merged into diagnosis_rules at load; every *.md beside it is a note.
+DETECTOR_RULES = "diagnosis_rules"
+DETECTOR_DIR = "detectors"
+_DETECTOR_SECTIONS = ("findings", "annotations")
+
+
+def detector_topics() -> tuple[str, ...]:
+    """The detector folders of ``knowledge/detectors/``, by name."""
+    folder = resources.files(__name__).joinpath(DETECTOR_DIR)
+    return tuple(sorted(r.name for r in folder.iterdir() if r.is_dir() and not r.name.startswith(("_", "."))))
+
+
+def detector_rules(topic: str) -> dict[str, Any]:
+    """``knowledge/detectors/<topic>/rules.yaml``: its ``findings`` and ``annotations`` entries."""
+    label = f"{DETECTOR_DIR}/{topic}/rules.yaml"
+    data = _read_mapping(resources.files(__name__).joinpath(DETECTOR_DIR, topic, "rules.yaml"), label)
+    unknown = sorted(set(data) - set(_DETECTOR_SECTIONS))
+    if unknown:
+        raise ValueError(
+            f"knowledge file {label}: unknown sections {unknown}; a detector's rules hold findings, annotations"
+        )
+    return data
+
+
+def _with_detector_rules(data: dict[str, Any]) -> dict[str, Any]:
+    """diagnosis_rules.yaml's shared rules with every detector folder's entries, folder by folder (findings of
+    equal recoverable time are listed in this order); a type two folders define is refused."""
+    merged = {**data, **{section: dict(data.get(section) or {}) for section in _DETECTOR_SECTIONS}}
+    owner: dict[str, str] = {}
+    for topic in detector_topics():
+        for section, entries in detector_rules(topic).items():
+            for finding_type, entry in (entries or {}).items():
+                if finding_type in owner or finding_type in merged[section]:
+                    first = owner.get(finding_type, DETECTOR_RULES)
+                    raise ValueError(f"knowledge: {finding_type} is defined by detectors/{topic} and {first}")
+                owner[finding_type] = f"detectors/{topic}"
+                merged[section][finding_type] = entry
+    return merged
 
 
 @lru_cache(maxsize=None)
 def notes() -> tuple[dict[str, Any], ...]:
-    """The knowledge notes (``knowledge/notes/*.md``): ref, title, finding types (front matter) and body."""
+    """The knowledge notes (``knowledge/detectors/<topic>/*.md``, by file name): ref, title, topic,
+    finding types (front matter) and body."""
     found = []
-    for resource in sorted(resources.files(__name__).joinpath("notes").iterdir(), key=lambda r: r.name):
-        if not resource.name.endswith(".md"):
-            continue
+    resources_by_name = [
+        (resource, topic)
+        for topic in detector_topics()
+        for resource in resources.files(__name__).joinpath(DETECTOR_DIR, topic).iterdir()
+        if resource.name.endswith(".md")
+    ]
+    for resource, topic in sorted(resources_by_name, key=lambda pair: pair[0].name):
         text = resource.read_text(encoding="utf-8")
         front, body = {}, text
         if text.startswith("---\n"):
@@ -109,8 +160,9 @@ def notes() -> tuple[dict[str, Any], ...]:
         title = lines[0].lstrip("# ").strip() if lines else resource.name
         found.append(
             {
-                "ref": f"knowledge/notes/{resource.name}",
+                "ref": f"knowledge/{DETECTOR_DIR}/{topic}/{resource.name}",
                 "title": title,
+                "topic": topic,
                 "finding_types": list(front.get("finding_types", [])),
                 "body": "\n".join(lines[1:]).strip(),
             }

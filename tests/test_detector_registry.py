@@ -1,12 +1,12 @@
-"""The detector registry is the one list of findings: every detector has its rules and a note, one is
-added by adding its module, the stage reads only what detectors declare, and what synth can plant, the
-fleet view counts and the rules word are the registry's types (no second hand-kept list)."""
+"""The detector registry is the one list of findings: every detector has its knowledge folder (its rules
+and a note), one is added by adding its module and folder, the stage reads only what detectors declare,
+and what synth can plant, the fleet view counts and the rules word are the registry's types (no second
+hand-kept list)."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -42,19 +42,36 @@ def test_what_synth_plants_and_the_fleet_counts_are_registered_finding_types():
     assert set(fleet) <= emitted and all({"column", "text"} <= set(spec) for spec in fleet.values())
 
 
-def test_every_detector_has_its_rules_and_a_note_that_names_its_findings():
-    loaded = knowledge.load("diagnosis_rules")
-    rules = {**loaded["findings"], **loaded["annotations"]}
-    notes = {Path(n["ref"]).stem: n for n in knowledge.notes()}
-    emitted = set()
+def test_every_detector_has_its_folder_with_its_rules_and_a_note_that_names_its_findings():
+    """One detector, one topic: its module and knowledge/detectors/<topic>/ share the name, the folder's
+    rules are exactly the module's finding types, and its notes name each of them."""
+    by_topic: dict[str, set[str]] = {}
     for detector in registry.detectors():
-        emitted |= set(detector.finding_types)
-        assert set(detector.finding_types) <= set(rules), detector.name
-        assert set(detector.notes) <= set(notes), (detector.name, detector.notes)
-        explained = {t for note in detector.notes for t in notes[note]["finding_types"]}
-        assert set(detector.finding_types) <= explained, detector.name
+        by_topic.setdefault(detector.topic, set()).update(detector.finding_types)
         assert set(detector.reads) <= {*BASE_INPUTS, *COMPOSED_INPUTS, *registry.derived_inputs()}, detector.name
-    assert emitted == set(rules), "a finding rule without a detector, or a detector without rules"
+    assert set(knowledge.detector_topics()) == set(by_topic), "a knowledge folder without a module, or the reverse"
+    notes = knowledge.notes()
+    for topic, types in by_topic.items():
+        rules = knowledge.detector_rules(topic)
+        assert {t for entries in rules.values() for t in entries} == types, topic
+        explained = {t for note in notes if note["topic"] == topic for t in note["finding_types"]}
+        assert types <= explained, (topic, types - explained)
+    loaded = knowledge.load("diagnosis_rules")
+    assert set(loaded["findings"]) | set(loaded["annotations"]) == set().union(*by_topic.values())
+
+
+def test_a_finding_type_two_folders_define_is_refused(tmp_path, monkeypatch):
+    for topic in ("first", "second"):
+        (tmp_path / "detectors" / topic).mkdir(parents=True)
+        (tmp_path / "detectors" / topic / "rules.yaml").write_text("findings:\n  twice: {severity: low}\n")
+    (tmp_path / "diagnosis_rules.yaml").write_text("findings: {}\nannotations: {}\n")
+    monkeypatch.setattr(knowledge.resources, "files", lambda _: tmp_path)
+    knowledge._load_file.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="twice is defined by detectors/second and detectors/first"):
+            knowledge.load("diagnosis_rules")
+    finally:
+        knowledge._load_file.cache_clear()
 
 
 def test_a_detector_is_added_by_adding_its_module(tmp_path, monkeypatch):

@@ -1,9 +1,10 @@
 """Detectors as plug-ins: each module of ``pipeline/stages/diagnostics/detectors/`` registers its detectors
 and any inputs only it needs; the diagnostics stage runs whatever is registered.
 
-A detector declares the finding types it emits (each a key of ``diagnosis_rules.yaml``), the inputs
-it reads (by name, with the columns it uses), and the knowledge notes that explain them. Adding a
-detector is adding one module: nothing else lists detectors.
+A detector declares the finding types it emits and the inputs it reads (by name, with the columns it
+uses). Its topic is its module's name: ``knowledge/detectors/<topic>/`` holds its rules (``rules.yaml``,
+the entries of its finding types) and its notes (``*.md``). Adding a detector is adding its module and
+its knowledge folder: nothing else lists detectors.
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ DETECTOR_PACKAGE = "npuprof.pipeline.stages.diagnostics.detectors"
 class Detector:
     """One registered detector."""
 
-    name: str  # its module and function, e.g. ``slow_rank``
+    name: str  # its function, e.g. ``slow_rank``
     finding_types: tuple[str, ...]
     reads: dict[str, tuple[str, ...]]  # input name → the columns it reads (empty: the input as a whole)
-    notes: tuple[str, ...]  # knowledge/notes/<note>.md: the notes written for its findings
     detect: Callable[["DiagnosisContext"], list["Finding"]]
     # "findings": runs first; "ledger": runs on the step ledger the first findings explain (its
     # ``ledger`` input), and reports what they left unexplained
     phase: str = "findings"
+
+    @property
+    def topic(self) -> str:
+        """Its module's name: the folder ``knowledge/detectors/<topic>/`` holds its rules and notes."""
+        return self.detect.__module__.rsplit(".", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,6 @@ def detector(
     *,
     finding_types: tuple[str, ...],
     reads: dict[str, tuple[str, ...]],
-    notes: tuple[str, ...] = (),
     phase: str = "findings",
 ) -> Callable[[Callable], Callable]:
     """Register the decorated function as a detector (at import of its module)."""
@@ -62,7 +66,7 @@ def detector(
         raise ValueError(f"unknown detector phase {phase!r}; known: {', '.join(PHASES)}")
 
     def register(function: Callable) -> Callable:
-        _DETECTORS[function.__name__] = Detector(function.__name__, finding_types, dict(reads), notes, function, phase)
+        _DETECTORS[function.__name__] = Detector(function.__name__, finding_types, dict(reads), function, phase)
         return function
 
     return register

@@ -128,7 +128,6 @@ def _freq_at(samples: pd.DataFrame, times: np.ndarray) -> float | None:
         "operators": ("rank_id", "name", "evidence_id"),
         "step_model": (),
     },
-    notes=("aicore_freq",),
 )
 def aicore_freq_throttled(inputs: DiagnosisContext) -> list[Finding]:
     """Ranks that ran throttled for at least the rule's time inside their steps."""

@@ -92,7 +92,6 @@ def aicpu_exposure(ctx: RootContext) -> pd.DataFrame:
 @detector(
     finding_types=("aicpu_exposed",),
     reads={"aicpu_exposure": (), "operators": ("rank_id", "name", "op_type", "evidence_id"), "step_model": ()},
-    notes=("aicpu",),
 )
 def aicpu_exposed(inputs: DiagnosisContext) -> list[Finding]:
     """AI CPU ops that run with almost no AI core work beside them, per op name over ranks."""

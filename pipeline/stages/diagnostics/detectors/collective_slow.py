@@ -45,7 +45,6 @@ def _transmit_per_instance(frame: pd.DataFrame) -> pd.DataFrame:
         ),
         "step_model": (),
     },
-    notes=("collective_slow",),
 )
 def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
     """Instances whose transmit time is far above that of comparable ones (same kind, role, name family).

@@ -75,7 +75,6 @@ def group_members(ops: pd.DataFrame, links: pd.DataFrame, group_ranks: dict) -> 
         "links": ("group_hash", "src_local_rank", "dst_local_rank"),
         "group_ranks": (),
     },
-    notes=("collective_wait",),
     phase="ledger",
 )
 def collective_wait(inputs: DiagnosisContext) -> list[Finding]:

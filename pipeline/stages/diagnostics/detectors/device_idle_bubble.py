@@ -51,7 +51,6 @@ def _largest_bubbles(bubbles: pd.DataFrame, rank: int, ordinals: pd.Series) -> l
         "bubbles": ("rank_id", "step_ordinal", "kind", "start_ns", "duration_us", "evidence_id"),
         "step_model": (),
     },
-    notes=("idle_bubble",),
 )
 def bubble_findings(inputs: DiagnosisContext) -> list[Finding]:
     """device_idle_bubble per rank with heavy steps; recurring_bubble_pattern where they recur."""

@@ -168,7 +168,6 @@ def _expert_rows(inputs: DiagnosisContext, rank: int) -> list[str]:
         "operators": ("rank_id", "type", "evidence_id"),
         "step_model": (),
     },
-    notes=("ep_imbalance", "reduced_work"),
 )
 def ep_findings(inputs: DiagnosisContext) -> list[Finding]:
     """ep_load_imbalance_suspected (a hot EP rank) and reduced_work_or_dummy_rank (a rank with ~no work)."""

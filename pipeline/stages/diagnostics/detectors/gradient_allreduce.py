@@ -88,7 +88,6 @@ def recoverable_by_overlap(exposed: pd.DataFrame, last: pd.DataFrame, assumed_bu
         "comm_events": ("rank_id", "name", "kind", "parallel_role", "duration_us", "evidence_id"),
         "comm_ops": ("rank_id", "step_id", "op_name", "parallel_role", "start_us", "transit_ms", "idle_ms", *LINKS),
     },
-    notes=("gradient_allreduce",),
     phase="ledger",
 )
 def gradient_allreduce(inputs: DiagnosisContext) -> list[Finding]:

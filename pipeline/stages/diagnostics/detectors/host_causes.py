@@ -148,7 +148,6 @@ def _evidence(inputs: DiagnosisContext, cause: str, ranks: list[int]) -> tuple[l
         "operators": ("rank_id", "name", "evidence_id"),
         "step_model": (),
     },
-    notes=("host_causes",),
 )
 def host_causes(inputs: DiagnosisContext) -> list[Finding]:
     """One finding per host cause that holds enough of some ranks' wall."""

@@ -136,7 +136,6 @@ def layer_spans(ctx: RootContext) -> pd.DataFrame:
         "model_fields": (),
         "alignment": ("alignment_id", "parallel_role"),
     },
-    notes=("pp_schedule",),
 )
 def pp_findings(inputs: DiagnosisContext) -> list[Finding]:
     """The heavy stage of an uneven pipeline, and a pipeline whose schedule leaves it idle."""

@@ -48,7 +48,6 @@ def _at_median_bandwidth(inputs: DiagnosisContext, src: int, dst: int, ratio: fl
         "group_ranks": (),
         "step_model": (),
     },
-    notes=("slow_link",),
 )
 def slow_link(inputs: DiagnosisContext) -> list[Finding]:
     """Links whose bandwidth is far below comparable links (same group, op kind, transport, size)."""

@@ -55,7 +55,6 @@ def _votes(usable: pd.DataFrame, spec: dict) -> pd.DataFrame:
         "card_profile": (),
         "steps": ("rank_id", "main_layer_count"),
     },
-    notes=("slow_rank",),
 )
 def slow_rank(inputs: DiagnosisContext) -> list[Finding]:
     """The rank voted the late arrival in most collectives, persistently across steps."""

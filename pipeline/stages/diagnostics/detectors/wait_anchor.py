@@ -25,7 +25,6 @@ from npuprof.pipeline.stages.diagnostics.registry import detector
             "row_end",
         ),
     },
-    notes=("wait_anchor",),
 )
 def wait_anchor_false_hotspot(inputs: DiagnosisContext) -> list[Finding]:
     """Among each rank's costliest operators, tiny ones whose cost is nearly all wait."""
