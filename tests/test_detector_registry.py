@@ -54,6 +54,8 @@ def test_every_detector_has_its_folder_with_its_rules_and_a_note_that_names_its_
     for topic, types in by_topic.items():
         rules = knowledge.detector_rules(topic)
         assert {t for entries in rules.values() for t in entries} == types, topic
+        # every finding names the ledger lines it explains (on its ranks, and on the peers that wait for them)
+        assert all({"own", "peers"} <= set(e.get("ledger", {})) for entries in rules.values() for e in entries.values())
         explained = {t for note in notes if note["topic"] == topic for t in note["finding_types"]}
         assert types <= explained, (topic, types - explained)
     loaded = knowledge.load("diagnosis_rules")

@@ -4,9 +4,10 @@ The lines come from step_time_accounting (summarize) and the idle causes (eviden
 block it ran in, compute hidden under communication, exposed communication by role, kind and part
 (transfer / wait / idle), idle by its host cause. They add up to the step's wall (a "not accounted"
 line takes any difference). Each line is then explained by the finding that recovers the most time
-per step among those whose rules (``knowledge/ledger_rules.yaml``) name it — on the finding's own
-ranks, or on their peers, whose wait at the collectives the named ranks cause — else by an expected
-reason, else it is "unexplained".
+per step among those whose rules name it (each finding's ``ledger:`` in its detector's
+``knowledge/detectors/<topic>/rules.yaml``) — on the finding's own ranks, or on their peers, whose
+wait at the collectives the named ranks cause — else by an expected reason
+(``knowledge/ledger_rules.yaml``), else it is "unexplained".
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def explain(lines: pd.DataFrame, findings: list[dict]) -> pd.DataFrame:
     """``lines`` with explained_by (claim id, expected:<reason> or unexplained), finding_type and
     blamed_ranks (the ranks the explaining finding names, ';'-joined)."""
     rules = knowledge.load("ledger_rules")
+    diagnosis = knowledge.load("diagnosis_rules")
+    explains = {t: entry.get("ledger") for t, entry in {**diagnosis["findings"], **diagnosis["annotations"]}.items()}
     explained = pd.Series(UNEXPLAINED, index=lines.index, dtype=object)
     finding_type = pd.Series(None, index=lines.index, dtype=object)
     blamed = pd.Series(None, index=lines.index, dtype=object)
@@ -92,7 +95,7 @@ def explain(lines: pd.DataFrame, findings: list[dict]) -> pd.DataFrame:
     root_cause = _root_causes(findings)
     ranks = lines["rank_id"].to_numpy()
     for finding in by_saving:
-        spec = rules["explains"].get(finding["finding_type"])
+        spec = explains.get(finding["finding_type"])
         cause = root_cause[finding["claim_id"]]  # one cause, one explanation: the finding's likely cause
         if not spec or (cause is not finding and set(finding["rank_ids"]) <= set(cause["rank_ids"])):
             continue  # a symptom of a cause on the same ranks (a rank late for its dataloader): the cause's lines
