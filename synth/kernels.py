@@ -28,6 +28,12 @@ PROFILES: dict[str, dict[str, float]] = {
 }
 
 
+# the card synth's kernels are sized for (a 910B1 / 910B2: CANN's info.json ai_core_num, aiv_num); a
+# kernel's blocks spread over its cores, and a full-width launch uses every one
+CUBE_CORES = 24
+VECTOR_CORES = 48
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel as it appears in kernel_details.csv, with a base duration at scale 1."""
@@ -37,7 +43,7 @@ class Kernel:
     core: str
     base_us: float
     profile: str = "vector"
-    block_dim: int = 40
+    block_dim: int = VECTOR_CORES
     mix_block_dim: int = 0
     input_shapes: str = ""
     input_dtypes: str = "DT_BF16"

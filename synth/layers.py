@@ -7,7 +7,7 @@ TopK, dispatch / GroupedMatmul / combine); the backward of each forward kernel.
 
 from __future__ import annotations
 
-from npuprof.synth.kernels import Kernel, aclnn, hccl
+from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES, Kernel, aclnn, hccl
 from npuprof.synth.program import LAYER, Program, Workload, scale_us
 
 
@@ -16,7 +16,12 @@ def _vector(op: str, base_us: float, shapes_in: str, shapes_out: str, profile: s
     return aclnn(op, op, "AI_VECTOR_CORE", base_us, profile, shapes_in, shapes_out)
 
 
-def _matmul(base_us: float, shapes_in: str, shapes_out: str, op: str = "MatMulV3", block_dim: int = 24) -> Kernel:
+FULL_WIDTH_MIX = {"block_dim": CUBE_CORES, "mix_block_dim": VECTOR_CORES}  # a mixed kernel on every core
+
+
+def _matmul(
+    base_us: float, shapes_in: str, shapes_out: str, op: str = "MatMulV3", block_dim: int = CUBE_CORES
+) -> Kernel:
     """A cube-core matmul launched through aclnnMatmul."""
     return aclnn("Matmul", op, "AI_CORE", base_us, "cube", shapes_in, shapes_out, block_dim=block_dim)
 
@@ -53,7 +58,7 @@ def _dense_attention(w: Workload) -> list[Kernel]:
             f"{t},{heads},{m.head_dim}",
             "vector_mte",
         ),
-        aclnn(flash, flash, "MIX_AIC", flash_us, "mix", f"{q};{kv};{kv}", q, block_dim=24, mix_block_dim=48),
+        aclnn(flash, flash, "MIX_AIC", flash_us, "mix", f"{q};{kv};{kv}", q, **FULL_WIDTH_MIX),
         _matmul(scale_us(t, 60), f"{t},{heads * m.head_dim};{m.hidden},{heads * m.head_dim}", f"{t},{m.hidden}"),
         *_tp_all_reduce(w),
     ]
@@ -62,13 +67,20 @@ def _dense_attention(w: Workload) -> list[Kernel]:
 def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
     m, t = w.model, w.tokens
     ffn = m.ffn // w.tp * (2 if layer in w.wide_ffn_layers else 1)
+    # the down projection's work over fewer cube cores takes as much longer (a planted narrow launch)
+    narrow = w.down_proj_narrowing
     residual = _vector("Add", scale_us(t, 7), f"{t},{m.hidden};{t},{m.hidden}", f"{t},{m.hidden}", "vector_mte")
     return [
         residual,
         _vector("RmsNorm", scale_us(t, 14), f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"),
         _matmul(scale_us(t, 210), f"{t},{m.hidden};{2 * ffn},{m.hidden}", f"{t},{2 * ffn}"),
         _vector("SwiGlu", scale_us(t, 25), f"{t},{2 * ffn}", f"{t},{ffn}"),
-        _matmul(scale_us(t, 110), f"{t},{ffn};{m.hidden},{ffn}", f"{t},{m.hidden}"),
+        _matmul(
+            scale_us(t, 110) * narrow,
+            f"{t},{ffn};{m.hidden},{ffn}",
+            f"{t},{m.hidden}",
+            block_dim=round(CUBE_CORES / narrow),
+        ),
         *_tp_all_reduce(w),
         residual,
     ]
@@ -95,7 +107,7 @@ def _expert_exchange(w: Workload, step: str, shapes_in: str, shapes_out: str, ro
         "comm_aiv",
         shapes_in,
         shapes_out,
-        block_dim=48,
+        block_dim=VECTOR_CORES,
         hccl_group="exp",
         transfer_mb=transfer_mb,
     )
@@ -112,8 +124,8 @@ def _mla_attention(w: Workload) -> list[Kernel]:
             "mix",
             f"{t},{m.hidden};{m.hidden},1536;1536,{m.heads * 192}",
             f"{t},{m.heads},192",
-            block_dim=24,
-            mix_block_dim=48,
+            block_dim=CUBE_CORES,
+            mix_block_dim=VECTOR_CORES,
         ),
         _fused(
             "FusedInferAttentionScore",
@@ -122,8 +134,8 @@ def _mla_attention(w: Workload) -> list[Kernel]:
             "mix",
             f"{t},{m.heads},192;{t},1,576;{t},1,512",
             f"{t},{m.heads},128",
-            block_dim=24,
-            mix_block_dim=48,
+            block_dim=CUBE_CORES,
+            mix_block_dim=VECTOR_CORES,
         ),
         _matmul(scale_us(t, 80), f"{t},{m.heads * 128};{m.hidden},{m.heads * 128}", f"{t},{m.hidden}"),
     ]
@@ -142,7 +154,7 @@ def _experts(w: Workload, routed: int) -> list[Kernel]:
             "cube",
             f"{routed},{m.hidden};{local},{m.hidden},{2 * m.moe_ffn};{local}",
             f"{routed},{2 * m.moe_ffn}",
-            block_dim=24,
+            block_dim=CUBE_CORES,
         ),
         _vector("SwiGlu", scale_us(routed, 4) if routed else 2.0, f"{routed},{2 * m.moe_ffn}", f"{routed},{m.moe_ffn}"),
         _fused(
@@ -152,7 +164,7 @@ def _experts(w: Workload, routed: int) -> list[Kernel]:
             "cube",
             f"{routed},{m.moe_ffn};{local},{m.moe_ffn},{m.hidden};{local}",
             f"{routed},{m.hidden}",
-            block_dim=24,
+            block_dim=CUBE_CORES,
         ),
     ]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from npuprof.synth.kernels import Kernel, aclnn, hccl
+from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl
 from npuprof.synth.layers import backward_of, dense_layer, moe_layer
 from npuprof.synth.program import HEAD, LAYER, TAIL, Program, Workload, scale_us
 
@@ -71,6 +71,7 @@ def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
         "cube",
         f"{lm_tokens},{m.hidden};{m.vocab // w.tp},{m.hidden}",
         f"{lm_tokens},{m.vocab // w.tp}",
+        block_dim=CUBE_CORES,
     )
     p.add(lm_head, TAIL, micro_batch=mb)
     if not w.training:

@@ -112,6 +112,8 @@ class Workload:
     # a distributed optimizer (ZeRO-1, Megatron's): buckets reduce-scatter the gradients, each rank updates
     # its shard of the parameters, and the updated shards are all-gathered after the update
     distributed_optimizer: bool = False
+    # planted narrow launch: the FFN's down projection runs on 1/f of the cube cores (block dim ÷ f), f × as long
+    down_proj_narrowing: float = 1.0
 
     @property
     def stage_layers(self) -> range:

@@ -15,6 +15,7 @@ import numpy as np
 
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
+from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES
 from npuprof.synth.program import DENSE, LAYER, MOE
 from npuprof.synth.scenarios import FAULT_PARAMETERS, STEP_TOP, Fault, Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
@@ -306,13 +307,17 @@ def _worker_host(host: str | None, rank: int) -> str:
     return name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", name) else "synth-host"
 
 
-def _write_cann_info(rank_dir: Path, host: str, rank: int) -> None:
-    """The CANN raw data's info.json files, reduced to what names the machine and the card."""
+def _write_cann_info(rank_dir: Path, host: str | None, rank: int) -> None:
+    """The CANN raw data's info.json files, reduced to what names the card (its id and core counts) and,
+    for a capture that names its machines, the host."""
     prof = rank_dir / f"PROF_000001_20251127120000{rank:03d}_SYNTHSYNTHSYNTHA"
     device = device_of(rank)
+    card = {"id": device, "ai_core_num": CUBE_CORES, "aiv_num": VECTOR_CORES}
     for sub, name in (("host", "info.json"), (f"device_{device}", f"info.json.{device}")):
+        if sub == "host" and not host:
+            continue
         (prof / sub).mkdir(parents=True)
-        info = {"hostname": host, "rank_id": rank, "DeviceInfo": [{"id": device}]}
+        info = {"hostname": host or "", "rank_id": rank, "DeviceInfo": [card]}
         (prof / sub / name).write_text(json.dumps(info), encoding="utf-8")
 
 
@@ -336,8 +341,7 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
         "parallel_group_info": capture.topology.parallel_group_info(t.rank),
     }
     (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
-    if capture.host:
-        _write_cann_info(rank_dir, _host_name(capture.host, t.rank), t.rank)
+    _write_cann_info(rank_dir, _host_name(capture.host, t.rank) if capture.host else None, t.rank)
     by_ordinal = np.array([names[i] for i in range(len(collectives))] + [""], dtype=object)
     hccl_names = by_ordinal[t.collective]  # -1 (compute) picks the trailing ""
     event_names = np.where(

@@ -28,6 +28,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "capture_incomplete_group": ("ranks", "factor"),
     "rank_not_captured": ("ranks",),
     "gradient_allreduce_exposed": (),
+    "block_dim_underuse": ("ranks", "factor"),
 }
 
 
@@ -58,7 +59,10 @@ class Fault:
     rank_not_captured (a capture condition: ``ranks`` are left out of the capture, nothing else changes),
     gradient_allreduce_exposed (training syncs its gradients in 4 all-reduce buckets after the whole
     backward; without it, one bucket per group of layers starts as their backward ends and runs on the
-    communication stream under the rest of the backward, and the optimizer waits for the last).
+    communication stream under the rest of the backward, and the optimizer waits for the last),
+    block_dim_underuse (the FFN's down projection of every dense layer on ``ranks``, every rank when empty,
+    launched with 1/``factor`` of the cube cores' blocks: the same work on fewer cores takes factor × as
+    long).
     """
 
     kind: str
@@ -237,6 +241,14 @@ SCENARIOS: dict[str, Scenario] = {
             phase="prefill",
             micro_batches=1,
             faults=(Fault("aicpu_exposed", layer=1, gap_us=400.0),),
+        ),
+        Scenario(
+            "narrow_matmul",
+            "dense prefill; every layer's FFN down projection is launched on a third of the cube cores",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+            faults=(Fault("block_dim_underuse", factor=3.0),),
         ),
         Scenario(
             "dummy_rank",

@@ -66,22 +66,42 @@ def _from_db(path: Path) -> dict:
 
 
 def _from_cann_info(rank_dir: Path) -> dict:
-    """Host name and device id from the CANN raw data's info.json files (``PROF_*/host|device_<id>/``).
+    """Host name, device id and the card's core counts from the CANN raw data's info.json files
+    (``PROF_*/host|device_<id>/``).
 
-    They are tiny; only the first of each is read. A file that is not a JSON object is ignored: these
-    facts only label the rank in a sweep's fleet view, never change its analysis.
+    They are tiny; only the first of each is read. A file that is not a JSON object, or a count that is
+    not a positive integer, is ignored: the analysis then says what it could not judge without it.
     """
     facts: dict = {}
     for info in sorted(rank_dir.glob("PROF_*/host/info.json*"))[:1]:
-        try:
-            host = json.loads(info.read_text(encoding="utf-8", errors="replace")).get("hostname")
-        except (OSError, ValueError, AttributeError):
-            continue
+        host = _json_object(info).get("hostname")
         facts["host_name"] = str(host)[:256] if host else None
     devices = sorted({p.name.removeprefix("device_") for p in rank_dir.glob("PROF_*/device_*") if p.is_dir()})
     if len(devices) == 1 and devices[0].isdigit():
         facts["device_id"] = int(devices[0])
+    for info in sorted(rank_dir.glob("PROF_*/device_*/info.json*"))[:1]:
+        cards = _json_object(info).get("DeviceInfo")
+        card = cards[0] if isinstance(cards, list) and cards and isinstance(cards[0], dict) else {}
+        # the cube (AI Core) and vector cores a kernel's blocks spread over: its block dim's ceiling
+        facts["ai_core_count"] = _positive_int(card.get("ai_core_num"))
+        facts["vector_core_count"] = _positive_int(card.get("aiv_num"))
     return facts
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        found = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _positive_int(value: object) -> int | None:
+    try:
+        number = int(str(value))
+    except ValueError:
+        return None
+    return number if 0 < number <= 4096 else None
 
 
 # torch_npu names a rank's dir {worker_name}_{timestamp}_ascend_pt, and worker_name defaults to
@@ -110,6 +130,8 @@ def rank_capture_info(rank: RankInput) -> dict:
         "host_name": None,  # the machine and card the rank ran on: a sweep's fleet view joins on them
         "host_name_from": None,  # profiler_db (HOST_INFO) | cann_info (PROF_*/host/info.json) | rank_dir_name
         "device_id": None,
+        "ai_core_count": None,  # CANN's device info.json (ai_core_num, aiv_num): the block dim's ceilings
+        "vector_core_count": None,
     }
     unreadable = []
     if rank.profiler_info:

@@ -106,6 +106,8 @@ class DiagnosisContext:
         self._root = root
         self._loaded: dict[str, Any] = dict(frames or {})
         self._columns = with_composed_reads(declared_columns(detectors()))
+        # checks a detector could not make, and why (the data they need is missing): finding type → reason
+        self.not_judged: dict[str, str] = {}
 
     @classmethod
     def from_frames(cls, frames: dict[str, Any]) -> "DiagnosisContext":
@@ -115,6 +117,11 @@ class DiagnosisContext:
     def provide(self, name: str, value: Any) -> None:
         """Hand the context an input computed during the stage (the first findings' ledger)."""
         self._loaded[name] = value
+
+    def not_judging(self, finding_type: str, reason: str) -> None:
+        """Record that ``finding_type`` was not judged (on some ranks or all) and what would let it be: the
+        report says so instead of letting silence read as a clean bill."""
+        self.not_judged[finding_type] = reason
 
     def known(self) -> set[str]:
         return {*BASE_INPUTS, *COMPOSED_INPUTS, *derived_inputs()}

@@ -67,20 +67,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "ledger_unexplained_share": {str(r): round(float(v), 4) for r, v in unexplained_share(ledger).items()},
         "recoverable_together_ms_per_step": together["ms_per_step"],
     }
-    document = {
-        "schema_version": 1,
-        "tool_version": __version__,
-        "analysis_stage": "diagnostics",
-        "created_at": io.utc_now(),
-        "diagnosis_findings": findings,
-        # every finding fixed at once, replayed together (not the sum: two findings may name the same ms)
-        "recoverable_together": together,
-        "evidence_annotations": annotations,  # qualify evidence, claim no cause (rules: annotations)
-        "counts": counts,
-    }
-    overridden = knowledge.overrides("diagnosis_rules")
-    if overridden:  # a re-asked analysis (npuprof diagnose --set): the rules it was asked with
-        document["rules_overridden"] = overridden
+    document = _findings_document(findings, together, annotations, counts, inputs.not_judged)
     return StageResult(
         tables={schema.STEP_LEDGER: ledger, schema.CRITICAL_PATH: path},
         json_files={schema.DIAGNOSIS_FINDINGS: document},
@@ -92,6 +79,28 @@ def reduce_root(ctx: RootContext) -> StageResult:
         },
         manifest=counts,
     )
+
+
+def _findings_document(findings: list, together: dict, annotations: list, counts: dict, not_judged: dict) -> dict:
+    """diagnosis_findings.json: the findings, what fixing them together recovers, the annotations, the
+    counts, the checks that lacked their data and the rules a re-asked analysis set."""
+    document = {
+        "schema_version": 1,
+        "tool_version": __version__,
+        "analysis_stage": "diagnostics",
+        "created_at": io.utc_now(),
+        "diagnosis_findings": findings,
+        # every finding fixed at once, replayed together (not the sum: two findings may name the same ms)
+        "recoverable_together": together,
+        "evidence_annotations": annotations,  # qualify evidence, claim no cause (rules: annotations)
+        "counts": counts,
+    }
+    if not_judged:  # checks that lacked their data: silence there is not a clean bill
+        document["not_judged"] = [{"finding_type": t, "reason": r} for t, r in sorted(not_judged.items())]
+    overridden = knowledge.overrides("diagnosis_rules")
+    if overridden:  # a re-asked analysis (npuprof diagnose --set): the rules it was asked with
+        document["rules_overridden"] = overridden
+    return document
 
 
 def _alignment(ctx: RootContext) -> pd.DataFrame:

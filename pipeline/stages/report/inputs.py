@@ -36,6 +36,7 @@ class ReportInputs:
     annotations: list[dict] = field(default_factory=list)  # diagnostics' evidence_annotations
     together: dict = field(default_factory=dict)  # diagnostics' recoverable_together (every finding at once)
     rules_overridden: dict = field(default_factory=dict)  # rules a re-asked analysis set (npuprof diagnose)
+    not_judged: list = field(default_factory=list)  # checks that lacked their data: finding_type, reason
     step_trace: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_trace_accounting (no-kernel ranks)
     pp_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)  # pp_schedule (pipeline parallel only)
     pp_passes: pd.DataFrame = field(default_factory=pd.DataFrame)  # each PP stage's F / B passes (pp_chart)

@@ -372,6 +372,8 @@ def _findings(summary: dict) -> str:
     said = ", ".join(f"{code(k)} = {cell(v)}" for k, v in asked.items())
     head = f"_Asked again (npuprof diagnose) with these rules set: {said}; the rest as in diagnosis_rules.yaml._\n"
     head = head if asked else ""
+    unjudged = summary.get("not_judged", [])
+    head += "".join(f"_Not judged: {code(item['finding_type'])} — {cell(item['reason'])}._\n" for item in unjudged)
     if not summary["findings"]:
         none = "_No findings: nothing crossed its threshold (thresholds in knowledge/diagnosis_rules.yaml)._\n"
         return head + ("\n" if head else "") + none

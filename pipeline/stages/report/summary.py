@@ -331,6 +331,8 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
         else None,
         # a re-asked analysis's rules (npuprof diagnose --set): the findings hold under these, not the file's
         **({"rules_overridden": inputs.rules_overridden} if inputs.rules_overridden else {}),
+        # checks that lacked their data (a capture without core counts ...): silence there is no clean bill
+        **({"not_judged": inputs.not_judged} if inputs.not_judged else {}),
         # qualifiers of evidence, not claims: e.g. an op that looks hot only because a stream waits in it
         "annotations": [
             {k: a[k] for k in ("finding_type", "summary", "rank_ids", "evidence_ids")}
