@@ -7,6 +7,8 @@ TopK, dispatch / GroupedMatmul / combine); the backward of each forward kernel.
 
 from __future__ import annotations
 
+import math
+
 from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES, Kernel, aclnn, hccl
 from npuprof.synth.program import LAYER, Program, Workload, scale_us
 
@@ -64,15 +66,35 @@ def _dense_attention(w: Workload) -> list[Kernel]:
     ]
 
 
+def _rms_norm(w: Workload) -> list[Kernel]:
+    """The FFN's input RmsNorm: one fused kernel, or (planted) the same arithmetic as six kernels, each
+    reading its input from and writing its result to memory — their times follow the bytes each moves
+    at the fused kernel's bandwidth (it moves the (t, h) input once and its result once: 2 t·h)."""
+    m, t = w.model, w.tokens
+    x, row = f"{t},{m.hidden}", f"{t},1"
+    if not w.planted("unfused_op_pattern"):
+        return [_vector("RmsNorm", scale_us(t, 14), f"{x};{m.hidden}", f"{x};{row}")]
+    per_th = scale_us(t, 7)  # µs per t·h moved once
+    tiny = scale_us(t, 0.5)  # a (t, 1) vector: the launch's own time
+    return [
+        _vector("Pow", 2 * per_th, x, x),
+        _vector("ReduceMean", per_th, x, row),
+        _vector("Adds", tiny, row, row),
+        _vector("Rsqrt", tiny, row, row),
+        _vector("Mul", 2 * per_th, f"{x};{row}", x),
+        _vector("Mul", 2 * per_th, f"{x};{m.hidden}", x),
+    ]
+
+
 def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
     m, t = w.model, w.tokens
     ffn = m.ffn // w.tp * (2 if layer in w.wide_ffn_layers else 1)
     # the down projection's work over fewer cube cores takes as much longer (a planted narrow launch)
-    narrow = w.down_proj_narrowing
+    narrow = math.prod(f.factor for f in w.planted("block_dim_underuse"))
     residual = _vector("Add", scale_us(t, 7), f"{t},{m.hidden};{t},{m.hidden}", f"{t},{m.hidden}", "vector_mte")
     return [
         residual,
-        _vector("RmsNorm", scale_us(t, 14), f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"),
+        *_rms_norm(w),
         _matmul(scale_us(t, 210), f"{t},{m.hidden};{2 * ffn},{m.hidden}", f"{t},{2 * ffn}"),
         _vector("SwiGlu", scale_us(t, 25), f"{t},{2 * ffn}", f"{t},{ffn}"),
         _matmul(

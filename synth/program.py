@@ -112,8 +112,13 @@ class Workload:
     # a distributed optimizer (ZeRO-1, Megatron's): buckets reduce-scatter the gradients, each rank updates
     # its shard of the parameters, and the updated shards are all-gathered after the update
     distributed_optimizer: bool = False
-    # planted narrow launch: the FFN's down projection runs on 1/f of the cube cores (block dim ÷ f), f × as long
-    down_proj_narrowing: float = 1.0
+    # the faults planted on this rank that change its kernels (synth/scenarios.py): a layer builder asks
+    # ``planted(kind)`` and plants its mechanism, so a new planting is its kind and its mechanism
+    faults: tuple = ()
+
+    def planted(self, kind: str) -> list:
+        """The faults of ``kind`` planted on this rank."""
+        return [fault for fault in self.faults if fault.kind == kind]
 
     @property
     def stage_layers(self) -> range:

@@ -29,6 +29,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "rank_not_captured": ("ranks",),
     "gradient_allreduce_exposed": (),
     "block_dim_underuse": ("ranks", "factor"),
+    "unfused_op_pattern": ("ranks",),
 }
 
 
@@ -62,7 +63,9 @@ class Fault:
     communication stream under the rest of the backward, and the optimizer waits for the last),
     block_dim_underuse (the FFN's down projection of every dense layer on ``ranks``, every rank when empty,
     launched with 1/``factor`` of the cube cores' blocks: the same work on fewer cores takes factor × as
-    long).
+    long), unfused_op_pattern (the FFN's input RmsNorm of every dense layer on ``ranks``, every rank when
+    empty, written as pow / mean / add / rsqrt / mul / mul: six kernels whose times follow the bytes each
+    moves; the attention's RmsNorm of the same shape stays fused).
     """
 
     kind: str
@@ -249,6 +252,14 @@ SCENARIOS: dict[str, Scenario] = {
             phase="prefill",
             micro_batches=1,
             faults=(Fault("block_dim_underuse", factor=3.0),),
+        ),
+        Scenario(
+            "unfused_rmsnorm",
+            "dense prefill; every layer's FFN RmsNorm runs as six kernels (pow, mean, add, rsqrt, mul, mul)",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+            faults=(Fault("unfused_op_pattern"),),
         ),
         Scenario(
             "dummy_rank",

@@ -25,6 +25,8 @@ TWINS: tuple[tuple[str, str], ...] = (
     ("exposed_aicpu", "aicpu_exposed"),
     # the twin launches the down projection on every cube core: the same work, a third of the time
     ("narrow_matmul", "block_dim_underuse"),
+    # the twin runs the FFN's RmsNorm as the one fused kernel
+    ("unfused_rmsnorm", "unfused_op_pattern"),
     ("throttled_card", "aicore_freq_throttled"),
     ("launch_bound", "host_launch_bound"),  # the twin's launches are ahead of the device
     ("host_stalls", "dataloader_stall"),  # every rank stalls: closed on all of them at once

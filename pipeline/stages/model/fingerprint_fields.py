@@ -13,7 +13,7 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline.distinct import map_distinct
-from npuprof.pipeline.stages.model.shapes import parse_shapes
+from npuprof.pipeline.modelinfo.shapes import parse_shapes
 
 CONFIDENCE_ORDER = ("high", "medium", "low")
 # features that are attention of some kind: each is evidence of a transformer

@@ -17,7 +17,7 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline.distinct import first_rows
-from npuprof.pipeline.stages.model.shapes import Shape, compute_dtype, numel, parse_dtypes, parse_shapes, tensor_bytes
+from npuprof.pipeline.modelinfo.shapes import Shape, compute_dtype, numel, parse_dtypes, parse_shapes, tensor_bytes
 
 FLOPS_COLUMNS = (
     "flops_per_call",

@@ -1,0 +1,212 @@
+"""unfused_op_pattern: composites (RmsNorm, SwiGLU, softmax attention, rotary embedding written as tensor
+arithmetic) that run as a chain of kernels where one fused Ascend kernel exists.
+
+A chain is found as consecutive kernel types on a rank (``patterns`` in the rules); it is priced as its
+span minus the fused kernel's time — measured where the rank runs the fused kernel on the same input
+shape, else the chain's kernel time scaled by the traffic the fused kernel still moves.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
+from npuprof.pipeline.modelinfo.shapes import parse_dtypes, parse_shapes, tensor_bytes
+from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
+from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
+from npuprof.pipeline.stages.diagnostics.retiming import close_windows
+
+if TYPE_CHECKING:
+    from npuprof.pipeline.stages.base import RootContext
+
+FINDING = "unfused_op_pattern"
+CHAIN_INPUT_COLUMNS = ["name", "type", "start_ns", "end_ns"] + [
+    f"{side}_{what}" for side in ("input", "output") for what in ("shapes", "dtypes")
+]
+CHAIN_COLUMNS = [
+    "rank_id",
+    "pattern",
+    "kernels",
+    "first_name",
+    "start_us",
+    "span_us",
+    "kernel_us",
+    "fused_us",
+    "priced_by",
+]
+MEASURED, TRAFFIC = "measured", "traffic"
+
+
+def pattern_variants(sequence: list[str]) -> list[list[frozenset[str]]]:
+    """Every way a pattern's optional kernels can be present, longest first: per position the types it
+    accepts."""
+    positions = [(frozenset(p.removesuffix("?").split("|")), p.endswith("?")) for p in sequence]
+    choices = [(True, False) if optional else (True,) for _, optional in positions]
+    variants = [[types for (types, _), keep in zip(positions, kept) if keep] for kept in itertools.product(*choices)]
+    return sorted(variants, key=len, reverse=True)
+
+
+def chain_starts(types: np.ndarray, patterns: dict[str, dict]) -> list[tuple[str, int, int]]:
+    """(pattern, first position, length) of every chain in ``types`` (a rank's kernel types in device
+    order), no kernel in two chains: each variant's matches found with one comparison per position."""
+    taken = np.zeros(len(types), dtype=bool)
+    found = []
+    for name, spec in patterns.items():
+        for variant in pattern_variants(spec["sequence"]):
+            width = len(variant)
+            if len(types) < width:
+                continue
+            span = len(types) - width + 1
+            match = np.ones(span, dtype=bool)
+            for offset, accepted in enumerate(variant):
+                match &= np.isin(types[offset : offset + span], list(accepted)) & ~taken[offset : offset + span]
+            for start in np.flatnonzero(match):  # a loop over matches (a few per layer), not events
+                if not taken[start : start + width].any():
+                    taken[start : start + width] = True
+                    found.append((name, int(start), width))
+    return found
+
+
+def _traffic(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel: bytes of its inputs, of its inputs but the first, of its outputs (NaN where a dtype is
+    unknown); parsed once per distinct shape text."""
+    columns = ["input_shapes", "input_dtypes", "output_shapes", "output_dtypes"]
+    keys = frame[columns].fillna("").astype(str).agg("\x1f".join, axis=1)
+    sizes = {}
+    for key in pd.unique(keys):  # a loop over distinct shapes
+        in_shapes, in_dtypes, out_shapes, out_dtypes = key.split("\x1f")
+        shapes, dtypes = parse_shapes(in_shapes), parse_dtypes(in_dtypes)
+        inputs = tensor_bytes(shapes, dtypes)
+        rest = tensor_bytes(shapes[1:], dtypes[1:])
+        outputs = tensor_bytes(parse_shapes(out_shapes), parse_dtypes(out_dtypes))
+        sizes[key] = tuple(np.nan if v is None else v for v in (inputs, rest, outputs))
+    table = np.array([sizes[k] for k in keys], dtype=float).reshape(-1, 3)
+    return table[:, 0], table[:, 1], table[:, 2]
+
+
+@derived_input("unfused_chains")
+def unfused_chains(ctx: RootContext) -> pd.DataFrame:
+    """Every chain of every rank inside its steps, with its span, kernel time and the fused kernel's
+    time (measured or from traffic): CHAIN_COLUMNS."""
+    patterns = rule(FINDING)["patterns"]
+    ranks = ctx.read_table(schema.STEP_SEGMENTS, columns=["start_ns", "end_ns"]).to_pandas()
+    parts = []
+    for rank, steps in ranks.groupby("rank_id"):  # a loop over ranks
+        events = ctx.read_table(
+            schema.NORMALIZED_EVENTS,
+            columns=CHAIN_INPUT_COLUMNS,
+            filter=(pc.field("rank_id") == int(rank))
+            & pc.field("op_type").isin(list(AICORE_OP_TYPES))
+            & (pc.field("start_ns") >= int(steps["start_ns"].min()))
+            & (pc.field("start_ns") < int(steps["end_ns"].max())),
+        ).to_pandas()
+        parts.append(_rank_chains(int(rank), events.sort_values("start_ns", kind="stable"), patterns))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CHAIN_COLUMNS)
+
+
+def _rank_chains(rank: int, events: pd.DataFrame, patterns: dict[str, dict]) -> pd.DataFrame:
+    types = events["type"].fillna(events["name"]).to_numpy(object)
+    chains = chain_starts(types, patterns)
+    if not chains:
+        return pd.DataFrame(columns=CHAIN_COLUMNS)
+    inputs, rest, outputs = _traffic(events)
+    start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    duration = (end - start) / 1000.0
+    leading = events["input_shapes"].fillna("").str.split(";").str[0].to_numpy(object)
+    rows = []
+    for name, first, width in chains:  # a loop over chains
+        last = first + width - 1
+        kernel_us = float(duration[first : last + 1].sum())
+        fused = patterns[name]["fused"]
+        measured = duration[np.isin(types, fused) & (leading == leading[first])]
+        if len(measured):
+            fused_us, how = float(np.median(measured)), MEASURED
+        else:  # a fused kernel reads the chain's outside operands once and writes its result once
+            moved = inputs[first : last + 1].sum() + outputs[first : last + 1].sum()
+            needed = inputs[first] + rest[last] + outputs[last]
+            fused_us, how = kernel_us * float(needed / moved) if moved > 0 else np.nan, TRAFFIC
+        rows.append(
+            {
+                "rank_id": rank,
+                "pattern": name,
+                "kernels": " → ".join(map(str, types[first : last + 1])),
+                "first_name": events["name"].iloc[first],
+                "start_us": start[first] / 1000.0,
+                "span_us": (end[last] - start[first]) / 1000.0,
+                "kernel_us": kernel_us,
+                "fused_us": fused_us,
+                "priced_by": how,
+            }
+        )
+    return pd.DataFrame(rows, columns=CHAIN_COLUMNS).dropna(subset=["fused_us"])
+
+
+@detector(
+    finding_types=(FINDING,),
+    reads={
+        "unfused_chains": (),
+        "steps": ("rank_id", "step_ordinal", "complete", "wall_ms"),
+        "operators": ("rank_id", "name", "evidence_id"),
+        "step_model": (),
+    },
+)
+def unfused_op_pattern(inputs: DiagnosisContext) -> list[Finding]:
+    """One finding per pattern whose chains cost the rule's share of the step, over the ranks that run them."""
+    spec, chains, steps = rule(FINDING), inputs.unfused_chains, inputs.steps
+    if chains.empty or steps.empty:
+        return []
+    chains = chains.assign(saved_us=(chains["span_us"] - chains["fused_us"]).clip(lower=0.0))
+    step_count = steps.groupby("rank_id")["step_ordinal"].nunique()
+    complete = steps.loc[steps["complete"].astype(bool), "wall_ms"]
+    least_ms = spec["min_step_share"] * float(complete.mean() if len(complete) else steps["wall_ms"].mean())
+    findings = []
+    for pattern, own in chains.groupby("pattern", sort=True):  # a loop over patterns
+        per_step = own.groupby("rank_id")[["saved_us", "span_us", "fused_us"]].sum().div(step_count, axis=0).dropna()
+        if float(per_step["saved_us"].mean()) / 1000.0 >= least_ms:
+            findings.append(_finding(inputs, str(pattern), own, per_step, step_count, least_ms))
+    return findings
+
+
+def _finding(
+    inputs: DiagnosisContext, pattern: str, own: pd.DataFrame, per_step: pd.DataFrame, steps: pd.Series, least_ms: float
+) -> Finding:
+    """The finding of one pattern's chains (``own``; ``per_step``: per rank, their saved, span and fused µs
+    per step)."""
+    spec = rule(FINDING)
+    ranks = sorted(int(r) for r in per_step.index)
+    operators = inputs.operators[
+        inputs.operators["name"].isin(own["first_name"].unique()) & inputs.operators["rank_id"].isin(ranks)
+    ]
+    measured = own["priced_by"].mode().iloc[0] == MEASURED
+    kernels = own["kernels"].mode().iloc[0]
+    saved_ms = float(per_step["saved_us"].mean()) / 1000.0
+    return Finding(
+        finding_type=FINDING,
+        scope="operator",
+        rank_ids=ranks,
+        evidence_ids=operators["evidence_id"].tolist(),
+        statistic={"name": "unfused_ms_per_step", "value": saved_ms, "threshold": least_ms},
+        values={
+            "pattern": pattern,
+            "kernels": kernels,
+            "length": kernels.count("→") + 1,
+            "fused": "/".join(spec["patterns"][pattern]["fused"]),
+            "per_step": float(own.groupby("rank_id").size().div(steps).dropna().mean()),
+            "ranks": ", ".join(map(str, ranks)),
+            "span_ms": float(per_step["span_us"].mean()) / 1000.0,
+            "fused_ms": float(per_step["fused_us"].mean()) / 1000.0,
+            "priced_by": "the fused kernel measured on the same input shape"
+            if measured
+            else "from the memory traffic a fused kernel still moves, at the chain's own bandwidth",
+        },
+        limitations=[] if measured else ["the fused kernel's time is estimated from its traffic, not measured"],
+        # each chain shortened to the fused kernel's time, the steps replayed
+        **priced(inputs.step_model, close_windows(inputs.step_model, own.assign(duration_us=own["saved_us"]))),
+    )
