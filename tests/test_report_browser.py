@@ -369,7 +369,8 @@ def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser,
 def test_finding_cards_hold_their_long_kernel_names_and_the_findings_together(browser, cnn_report):
     """The real CNN capture: host_launch_bound names kernels like aclnnDropoutGenMaskV2_DSAGenBitMask_...
     — every finding card wraps its text inside its own width, and below them the page says what all
-    findings fixed together give (diagnosis_findings.json's recoverable_together)."""
+    findings fixed together give (diagnosis_findings.json's recoverable_together) and which checks it could
+    not judge (its card names no core counts: block dims are not judged)."""
     out = cnn_report
     console_errors(browser)
     open_report(browser, (out / "report" / "report.html").as_uri())
@@ -384,4 +385,5 @@ def test_finding_cards_hold_their_long_kernel_names_and_the_findings_together(br
     together = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["recoverable_together"]
     said = browser.execute_script("return [...document.querySelectorAll('#findings p')].map(p => p.textContent)")
     assert any(f"{together['ms_per_step']:.2f} ms per step" in line for line in said), said
+    assert any(line.startswith("Not judged: block_dim_underuse — ranks 0, 1 name no core counts") for line in said)
     assert console_errors(browser) == []
