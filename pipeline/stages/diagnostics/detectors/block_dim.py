@@ -20,6 +20,7 @@ from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
+from npuprof.pipeline.stages.diagnostics.step_scale import mean_step_wall_ms, steps_per_rank
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
@@ -168,9 +169,7 @@ def block_dim_underuse(inputs: DiagnosisContext) -> list[Finding]:
 def _costly_kernels(widths: pd.DataFrame, steps: pd.DataFrame, spec: dict) -> pd.DataFrame:
     """Per kernel (name, core kind, block dim, cores): its idle-core ms and calls per step (the mean over
     the ranks that run it) and its utilization, where the idle time is the rule's share of the step."""
-    step_count = steps.groupby("rank_id")["step_ordinal"].nunique()
-    complete = steps.loc[steps["complete"].astype(bool), "wall_ms"]
-    wall_ms = float(complete.mean() if len(complete) else steps["wall_ms"].mean())
+    step_count, wall_ms = steps_per_rank(steps), mean_step_wall_ms(steps)
     keys = ["name", "core", "block_dim", "cores"]
     per_rank = widths.groupby([*keys, "rank_id"], as_index=False).agg(
         calls=("idle_us", "size"), idle_us=("idle_us", "sum"), utilization=("utilization", "first")

@@ -22,6 +22,7 @@ from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
+from npuprof.pipeline.stages.diagnostics.step_scale import mean_step_wall_ms, steps_per_rank
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
@@ -163,9 +164,7 @@ def unfused_op_pattern(inputs: DiagnosisContext) -> list[Finding]:
     if chains.empty or steps.empty:
         return []
     chains = chains.assign(saved_us=(chains["span_us"] - chains["fused_us"]).clip(lower=0.0))
-    step_count = steps.groupby("rank_id")["step_ordinal"].nunique()
-    complete = steps.loc[steps["complete"].astype(bool), "wall_ms"]
-    least_ms = spec["min_step_share"] * float(complete.mean() if len(complete) else steps["wall_ms"].mean())
+    step_count, least_ms = steps_per_rank(steps), spec["min_step_share"] * mean_step_wall_ms(steps)
     findings = []
     for pattern, own in chains.groupby("pattern", sort=True):  # a loop over patterns
         per_step = own.groupby("rank_id")[["saved_us", "span_us", "fused_us"]].sum().div(step_count, axis=0).dropna()
