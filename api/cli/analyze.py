@@ -54,8 +54,9 @@ def _add_diagnose(commands) -> None:
         "diagnose",
         help="ask a finished analysis again: its detectors re-run over its tables, with other thresholds",
         description="Re-run the diagnostics stage of an npuprof output dir over the tables on disk, in seconds (the "
-        "capture is not read again, no earlier stage is rewritten). --set changes a rule of "
-        "knowledge/diagnosis_rules.yaml for this run. In place (the default) diagnostics and the report are "
+        "capture is not read again, no earlier stage is rewritten). --set changes a diagnosis rule "
+        "(knowledge/diagnosis_rules.yaml, each detector's knowledge/detectors/<topic>/rules.yaml) for this run. "
+        "In place (the default) diagnostics and the report are "
         "rewritten, each file atomically; -o DIR writes the diagnostics outputs there and leaves the analysis as "
         "it was; --dry-run writes nothing. diagnosis_findings.json records the rules it was asked with "
         "(rules_overridden).",

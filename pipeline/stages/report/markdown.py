@@ -375,7 +375,7 @@ def _findings(summary: dict) -> str:
     unjudged = summary.get("not_judged", [])
     head += "".join(f"_Not judged: {code(item['finding_type'])} — {cell(item['reason'])}._\n" for item in unjudged)
     if not summary["findings"]:
-        none = "_No findings: nothing crossed its threshold (thresholds in knowledge/diagnosis_rules.yaml)._\n"
+        none = "_No findings: nothing crossed its threshold (thresholds in knowledge/detectors/*/rules.yaml)._\n"
         return head + ("\n" if head else "") + none
     parts = [head] if head else []
     for group in summary["findings"][:TOP_FINDINGS]:
