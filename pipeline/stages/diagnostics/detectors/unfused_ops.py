@@ -76,19 +76,24 @@ def chain_starts(types: np.ndarray, patterns: dict[str, dict]) -> list[tuple[str
 
 
 def _traffic(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per kernel: bytes of its inputs, of its inputs but the first, of its outputs (NaN where a dtype is
-    unknown); parsed once per distinct shape text."""
+    """Per kernel of ``frame``: bytes of its inputs, of its inputs but the first, of its outputs (NaN where
+    a dtype is unknown); each distinct shape text parsed once."""
     columns = ["input_shapes", "input_dtypes", "output_shapes", "output_dtypes"]
-    keys = frame[columns].fillna("").astype(str).agg("\x1f".join, axis=1)
-    sizes = {}
-    for key in pd.unique(keys):  # a loop over distinct shapes
+    keys = frame[columns[0]].fillna("").astype(str)
+    for column in columns[1:]:  # a loop over four columns, each joined whole
+        keys = keys + "\x1f" + frame[column].fillna("").astype(str)
+    codes, distinct = pd.factorize(keys)
+    sizes = []
+    for key in distinct:  # a loop over distinct shapes
         in_shapes, in_dtypes, out_shapes, out_dtypes = key.split("\x1f")
         shapes, dtypes = parse_shapes(in_shapes), parse_dtypes(in_dtypes)
-        inputs = tensor_bytes(shapes, dtypes)
-        rest = tensor_bytes(shapes[1:], dtypes[1:])
-        outputs = tensor_bytes(parse_shapes(out_shapes), parse_dtypes(out_dtypes))
-        sizes[key] = tuple(np.nan if v is None else v for v in (inputs, rest, outputs))
-    table = np.array([sizes[k] for k in keys], dtype=float).reshape(-1, 3)
+        found = (
+            tensor_bytes(shapes, dtypes),
+            tensor_bytes(shapes[1:], dtypes[1:]),
+            tensor_bytes(parse_shapes(out_shapes), parse_dtypes(out_dtypes)),
+        )
+        sizes.append([np.nan if v is None else v for v in found])
+    table = np.array(sizes, dtype=float).reshape(-1, 3)[codes]
     return table[:, 0], table[:, 1], table[:, 2]
 
 
@@ -117,18 +122,25 @@ def _rank_chains(rank: int, events: pd.DataFrame, patterns: dict[str, dict]) -> 
     chains = chain_starts(types, patterns)
     if not chains:
         return pd.DataFrame(columns=CHAIN_COLUMNS)
-    inputs, rest, outputs = _traffic(events)
+    # the bytes of the chains' kernels only: the rest of the rank's kernels are never priced by traffic
+    inputs, rest, outputs = (np.full(len(events), np.nan) for _ in range(3))
+    rows = np.concatenate([np.arange(first, first + width) for _, first, width in chains])
+    inputs[rows], rest[rows], outputs[rows] = _traffic(events.iloc[rows])
     start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     duration = (end - start) / 1000.0
     leading = events["input_shapes"].fillna("").str.split(";").str[0].to_numpy(object)
+    # per pattern, the fused kernel's median time on each leading input shape the rank runs it on
+    fused_medians = {}
+    for name in {name for name, _, _ in chains}:  # a loop over the patterns found
+        runs = np.isin(types, patterns[name]["fused"])
+        fused_medians[name] = pd.Series(duration[runs]).groupby(leading[runs]).median().to_dict()
     rows = []
     for name, first, width in chains:  # a loop over chains
         last = first + width - 1
         kernel_us = float(duration[first : last + 1].sum())
-        fused = patterns[name]["fused"]
-        measured = duration[np.isin(types, fused) & (leading == leading[first])]
-        if len(measured):
-            fused_us, how = float(np.median(measured)), MEASURED
+        measured = fused_medians[name].get(leading[first])
+        if measured is not None:
+            fused_us, how = float(measured), MEASURED
         else:  # a fused kernel reads the chain's outside operands once and writes its result once
             moved = inputs[first : last + 1].sum() + outputs[first : last + 1].sum()
             needed = inputs[first] + rest[last] + outputs[last]
