@@ -1,9 +1,9 @@
 """The diagnostics stage, in one package: its declaration (``STAGE``), its code (``stage.py``), the
 detectors (``detectors/``, found by ``registry.py``; each reads its rules and note from
 ``knowledge/``), what they share (``context.py``, ``findings.py``, ``groups.py``, ``outliers.py``,
-``retiming.py``, ``streams.py``, ``step_tags.py``, ``step_scale.py``), the step ledger (``ledger.py``), the critical
-path, the slow rank's diff and the check that every finding cites evidence that exists
-(``cited_evidence.py``). Its tables are declared in ``schema/diagnostics.py``."""
+``retiming.py``, ``streams.py``, ``step_tags.py``, ``step_scale.py``, ``rank_kernels.py``), the step
+ledger (``ledger.py``), the critical path, the slow rank's diff and the check that every finding cites
+evidence that exists (``cited_evidence.py``). Its tables are declared in ``schema/diagnostics.py``."""
 
 from __future__ import annotations
 

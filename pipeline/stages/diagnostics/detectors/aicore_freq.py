@@ -21,6 +21,7 @@ from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.rank_kernels import step_spans
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
 
@@ -65,10 +66,6 @@ def throttled_intervals(samples: pd.DataFrame, spans: pd.DataFrame, hardware: di
     return intervals[intervals["freq_mhz"] < rule(FINDING)["freq_ratio_max"] * nominal].reset_index(drop=True)
 
 
-def _spans(steps: pd.DataFrame) -> pd.DataFrame:
-    return steps.groupby("rank_id", as_index=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
-
-
 @derived_input("throttled_kernels")
 def throttled_kernels(ctx: RootContext) -> pd.DataFrame:
     """AI Core kernels that started while their card was throttled: rank_id, name, start_ns, duration_ns,
@@ -79,7 +76,7 @@ def throttled_kernels(ctx: RootContext) -> pd.DataFrame:
     samples = int_ranks(ctx.read_frame(schema.AICORE_FREQ))
     steps = int_ranks(ctx.read_table(schema.STEP_SEGMENTS, columns=["start_ns", "end_ns"]).to_pandas())
     hardware = io.read_json_or_empty(ctx.out_dir / schema.HARDWARE_INSIGHTS)
-    windows = throttled_intervals(samples, _spans(steps), hardware)
+    windows = throttled_intervals(samples, step_spans(steps), hardware)
     parts = []
     for rank, own in windows.groupby("rank_id"):  # a loop over throttled ranks
         events = ctx.read_table(
@@ -135,7 +132,7 @@ def aicore_freq_throttled(inputs: DiagnosisContext) -> list[Finding]:
     if samples.empty or steps.empty:
         return []
     nominal, nominal_from = nominal_clock(inputs.hardware, samples)
-    windows = throttled_intervals(samples, _spans(steps), inputs.hardware)
+    windows = throttled_intervals(samples, step_spans(steps), inputs.hardware)
     findings = []
     for rank, own in windows.groupby("rank_id"):  # a loop over throttled ranks
         throttled_ms = float((own["end_ns"] - own["start_ns"]).sum()) / 1e6

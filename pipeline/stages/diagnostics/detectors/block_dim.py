@@ -15,9 +15,9 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from npuprof.pipeline import io, schema
-from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
 from npuprof.pipeline.stages.diagnostics.step_scale import mean_step_wall_ms, steps_per_rank
@@ -27,10 +27,9 @@ if TYPE_CHECKING:
 
 FINDING = "block_dim_underuse"
 WIDTH_COLUMNS = ["rank_id", "name", "core", "block_dim", "cores", "utilization", "start_us", "duration_us", "idle_us"]
-NOT_JUDGED = "not_judged"  # the ranks whose core counts neither the capture nor the hardware gives
 
 
-def core_counts(capture: dict, hardware: dict) -> dict[int, dict[str, int | None]]:
+def rank_core_counts(capture: dict, hardware: dict) -> dict[int, dict[str, int | None]]:
     """Per rank, its cube and vector core counts: the capture's own, else the chosen hardware's."""
     facts = (hardware.get("facts") or {}) if hardware.get("name") else {}  # only a named SoC's counts
     counts = {}
@@ -42,6 +41,15 @@ def core_counts(capture: dict, hardware: dict) -> dict[int, dict[str, int | None
     return counts
 
 
+@derived_input("core_counts")
+def core_counts(ctx: RootContext) -> dict[int, dict[str, int | None]]:
+    """Per rank, its cube and vector core counts (None where neither the capture nor the hardware says)."""
+    return rank_core_counts(
+        io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO),
+        io.read_json_or_empty(ctx.out_dir / schema.HARDWARE_INSIGHTS),
+    )
+
+
 def launch_utilization(block_dim: np.ndarray, cores: np.ndarray) -> np.ndarray:
     """The share of the cores a launch keeps busy: its blocks over the core slots of the waves they take."""
     waves = np.ceil(block_dim / cores)
@@ -51,38 +59,20 @@ def launch_utilization(block_dim: np.ndarray, cores: np.ndarray) -> np.ndarray:
 @derived_input("launch_widths")
 def launch_widths(ctx: RootContext) -> pd.DataFrame:
     """Calls of AI Core / vector kernels inside the ranks' steps that leave cores idle past the rule (long
-    enough to count): WIDTH_COLUMNS; ``attrs[NOT_JUDGED]`` the ranks without core counts."""
+    enough to count), on the ranks whose core counts are known: WIDTH_COLUMNS."""
     spec = rule(FINDING)
-    counts = core_counts(
-        io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO),
-        io.read_json_or_empty(ctx.out_dir / schema.HARDWARE_INSIGHTS),
-    )
-    parts, unjudged = [], []
-    for rank, own in sorted(counts.items()):  # a loop over ranks
-        if not own["cube"] or not own["vector"]:
-            unjudged.append(rank)
-            continue
-        parts.append(_rank_widths(ctx, rank, own, spec))
-    found = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=WIDTH_COLUMNS)
-    found.attrs[NOT_JUDGED] = unjudged
-    return found
+    counts = core_counts(ctx)
+    judged = {rank for rank, own in counts.items() if own["cube"] and own["vector"]}
+    long_launches = (pc.field("block_dim") > 0) & (pc.field("duration_ns") >= int(spec["min_call_us"] * 1000))
+    columns = ["name", "accelerator_core", "block_dim", "start_ns", "duration_ns"]
+    parts = [
+        _rank_widths(rank, events, counts[rank], spec)
+        for rank, events in kernels_in_steps(ctx, columns, ranks=judged, where=long_launches)
+    ]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=WIDTH_COLUMNS)
 
 
-def _rank_widths(ctx: RootContext, rank: int, cores: dict, spec: dict) -> pd.DataFrame:
-    steps = ctx.read_table(schema.STEP_SEGMENTS, columns=["start_ns", "end_ns"], filter=pc.field("rank_id") == rank)
-    if not steps.num_rows:
-        return pd.DataFrame(columns=WIDTH_COLUMNS)
-    first, last = pc.min(steps.column("start_ns")).as_py(), pc.max(steps.column("end_ns")).as_py()
-    events = ctx.read_table(
-        schema.NORMALIZED_EVENTS,
-        columns=["name", "accelerator_core", "block_dim", "start_ns", "duration_ns"],
-        filter=(pc.field("rank_id") == rank)
-        & pc.field("op_type").isin(list(AICORE_OP_TYPES))
-        & (pc.field("block_dim") > 0)
-        & (pc.field("duration_ns") >= int(spec["min_call_us"] * 1000))
-        & (pc.field("start_ns") >= first)
-        & (pc.field("start_ns") < last),
-    ).to_pandas()
+def _rank_widths(rank: int, events: pd.DataFrame, cores: dict, spec: dict) -> pd.DataFrame:
     kind = events["accelerator_core"].map(spec["cores_by_accelerator"])
     events = events[kind.notna()].assign(core=kind[kind.notna()])
     width = events["core"].map(cores).to_numpy(float)
@@ -108,6 +98,7 @@ def _rank_widths(ctx: RootContext, rank: int, cores: dict, spec: dict) -> pd.Dat
     finding_types=(FINDING,),
     reads={
         "launch_widths": (),
+        "core_counts": (),
         "steps": ("rank_id", "step_ordinal", "complete", "wall_ms"),
         "operators": ("rank_id", "name", "evidence_id"),
         "step_model": (),
@@ -116,7 +107,7 @@ def _rank_widths(ctx: RootContext, rank: int, cores: dict, spec: dict) -> pd.Dat
 def block_dim_underuse(inputs: DiagnosisContext) -> list[Finding]:
     """One finding per kernel (name, core kind, block dim) whose idle cores cost the rule's share of the step."""
     spec, widths, steps = rule(FINDING), inputs.launch_widths, inputs.steps
-    unjudged = widths.attrs.get(NOT_JUDGED) or []
+    unjudged = [rank for rank, own in sorted(inputs.core_counts.items()) if not own["cube"] or not own["vector"]]
     if unjudged:
         inputs.not_judging(
             FINDING,

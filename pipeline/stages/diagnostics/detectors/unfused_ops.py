@@ -13,13 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
 
-from npuprof.pipeline import schema
-from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.modelinfo.shapes import parse_dtypes, parse_shapes, tensor_bytes
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
 from npuprof.pipeline.stages.diagnostics.step_scale import mean_step_wall_ms, steps_per_rank
@@ -102,18 +100,10 @@ def unfused_chains(ctx: RootContext) -> pd.DataFrame:
     """Every chain of every rank inside its steps, with its span, kernel time and the fused kernel's
     time (measured or from traffic): CHAIN_COLUMNS."""
     patterns = rule(FINDING)["patterns"]
-    ranks = ctx.read_table(schema.STEP_SEGMENTS, columns=["start_ns", "end_ns"]).to_pandas()
-    parts = []
-    for rank, steps in ranks.groupby("rank_id"):  # a loop over ranks
-        events = ctx.read_table(
-            schema.NORMALIZED_EVENTS,
-            columns=CHAIN_INPUT_COLUMNS,
-            filter=(pc.field("rank_id") == int(rank))
-            & pc.field("op_type").isin(list(AICORE_OP_TYPES))
-            & (pc.field("start_ns") >= int(steps["start_ns"].min()))
-            & (pc.field("start_ns") < int(steps["end_ns"].max())),
-        ).to_pandas()
-        parts.append(_rank_chains(int(rank), events.sort_values("start_ns", kind="stable"), patterns))
+    parts = [
+        _rank_chains(rank, events.sort_values("start_ns", kind="stable"), patterns)
+        for rank, events in kernels_in_steps(ctx, CHAIN_INPUT_COLUMNS)
+    ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CHAIN_COLUMNS)
 
 
