@@ -15,6 +15,8 @@ PROFILES: dict[str, dict[str, float]] = {
     "cube_mte2": {"aic_mac": 0.30, "aic_mte2": 0.55, "aic_mte1": 0.07, "aic_fixpipe": 0.04, "aic_scalar": 0.04},
     "vector": {"aiv_vec": 0.55, "aiv_mte2": 0.25, "aiv_mte3": 0.12, "aiv_scalar": 0.08},
     "vector_mte": {"aiv_vec": 0.15, "aiv_mte2": 0.55, "aiv_mte3": 0.25, "aiv_scalar": 0.05},
+    # a scale / add / cast on one tensor: reading it in and writing it out is nearly all of its time
+    "elementwise": {"aiv_vec": 0.06, "aiv_mte2": 0.60, "aiv_mte3": 0.30, "aiv_scalar": 0.04},
     "mix": {
         "aic_mac": 0.35,
         "aic_mte2": 0.12,

@@ -86,14 +86,31 @@ def _rms_norm(w: Workload) -> list[Kernel]:
     ]
 
 
+def _residual_add(w: Workload) -> list[Kernel]:
+    """A residual add of the FFN (the attention's before it, its own after it): one Add, or (planted) the
+    residual scaled, the block's output added and the sum scaled as three kernels (Muls, Add, Muls),
+    each reading its input from and writing its result to memory — their times follow the bytes each
+    moves at the Add's bandwidth (it moves 3 t·h: two inputs and the sum), so one kernel doing all three
+    (an Add with its scales) is the one Add."""
+    m, t = w.model, w.tokens
+    x, add_us = f"{t},{m.hidden}", scale_us(t, 7)
+    if not w.planted("fusible_op_sequence"):
+        return [_vector("Add", add_us, f"{x};{x}", x, "vector_mte")]
+    per_th = add_us / 3  # µs per t·h moved once
+    return [
+        _vector("Muls", 2 * per_th, x, x, "elementwise"),
+        aclnn("Add", "Add", "AI_VECTOR_CORE", 3 * per_th, "elementwise", f"{x};{x}", x, input_dtypes="DT_BF16;DT_BF16"),
+        _vector("Muls", 2 * per_th, x, x, "elementwise"),
+    ]
+
+
 def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
     m, t = w.model, w.tokens
     ffn = m.ffn // w.tp * (2 if layer in w.wide_ffn_layers else 1)
     # the down projection's work over fewer cube cores takes as much longer (a planted narrow launch)
     narrow = math.prod(f.factor for f in w.planted("block_dim_underuse"))
-    residual = _vector("Add", scale_us(t, 7), f"{t},{m.hidden};{t},{m.hidden}", f"{t},{m.hidden}", "vector_mte")
     return [
-        residual,
+        *_residual_add(w),
         *_rms_norm(w),
         _matmul(scale_us(t, 210), f"{t},{m.hidden};{2 * ffn},{m.hidden}", f"{t},{2 * ffn}"),
         _vector("SwiGlu", scale_us(t, 25), f"{t},{2 * ffn}", f"{t},{ffn}"),
@@ -104,7 +121,7 @@ def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
             block_dim=round(CUBE_CORES / narrow),
         ),
         *_tp_all_reduce(w),
-        residual,
+        *_residual_add(w),
     ]
 
 

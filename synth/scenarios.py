@@ -30,6 +30,8 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "gradient_allreduce_exposed": (),
     "block_dim_underuse": ("ranks", "factor"),
     "unfused_op_pattern": ("ranks",),
+    "fusible_op_sequence": ("ranks",),
+    "dynamic_shape_recompile": ("ranks", "steps", "layer", "gap_us"),
 }
 
 
@@ -50,8 +52,8 @@ class Fault:
     last pipeline stage, ``ranks``, holds ``layer`` decoder layers besides its LM head and loss; without
     it the split is balanced: the last stage holds one layer fewer than an even split), pp_bubble_heavy
     (the scenario's micro-batch count leaves the pipeline's own fill / drain bubble above a fifth of it),
-    dataloader_stall, gc_pause and allocation_heavy (``gap_us`` of the host in the dataloader / a garbage
-    collection / a device memory allocation before
+    dataloader_stall, gc_pause, allocation_heavy and dynamic_shape_recompile (``gap_us`` of the host in
+    the dataloader / a garbage collection / a device memory allocation / an operator compile before
     ``layer`` on ``steps`` of ``ranks``, every rank when empty; layer -1: at the top of the step, inside
     ProfilerStep#N before its first kernel, as ``for batch in loader:`` stalls; a device_idle_bubble's host stall is a
     blocking ``.item()``), host_launch_bound (every compute kernel of ``ranks``, every rank when empty,
@@ -65,7 +67,10 @@ class Fault:
     launched with 1/``factor`` of the cube cores' blocks: the same work on fewer cores takes factor × as
     long), unfused_op_pattern (the FFN's input RmsNorm of every dense layer on ``ranks``, every rank when
     empty, written as pow / mean / add / rsqrt / mul / mul: six kernels whose times follow the bytes each
-    moves; the attention's RmsNorm of the same shape stays fused).
+    moves; the attention's RmsNorm of the same shape stays fused), fusible_op_sequence (both residual
+    adds of every dense layer's FFN on ``ranks``, every rank when empty, as muls / add / muls: three
+    memory-bound kernels, each reading the one before's result, whose times follow the bytes each moves;
+    one Add with its scales moves what the single Add does).
     """
 
     kind: str
@@ -198,12 +203,14 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "host_stalls",
             "dense training, data parallel; every rank waits 3 ms for the dataloader before layer 0 in steps 11 "
-            "and 13 (ordinals 1, 3), collects garbage for 2 ms before layer 2 in step 12 (ordinal 2) and "
-            "allocates device memory for 1.5 ms before layer 3 in every step",
+            "and 13 (ordinals 1, 3), collects garbage for 2 ms before layer 2 in step 12 (ordinal 2), "
+            "allocates device memory for 1.5 ms before layer 3 in every step and compiles an operator for "
+            "2.5 ms (a shape it had not met) before layer 1 in steps 11 and 12",
             faults=(
                 Fault("dataloader_stall", steps=(1, 3), layer=0, gap_us=3000.0),
                 Fault("gc_pause", steps=(2,), layer=2, gap_us=2000.0),
                 Fault("allocation_heavy", layer=3, gap_us=1500.0),
+                Fault("dynamic_shape_recompile", steps=(1, 2), layer=1, gap_us=2500.0),
             ),
         ),
         Scenario(
@@ -260,6 +267,14 @@ SCENARIOS: dict[str, Scenario] = {
             phase="prefill",
             micro_batches=1,
             faults=(Fault("unfused_op_pattern"),),
+        ),
+        Scenario(
+            "fusible_chain",
+            "dense prefill; every layer's two residual adds run as three memory-bound kernels each (muls, add, muls)",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+            faults=(Fault("fusible_op_sequence"),),
         ),
         Scenario(
             "dummy_rank",

@@ -28,7 +28,7 @@ HOST_LEAD_NS = 35_000  # the host launches a kernel ~35 µs before the device st
 STARVED_LEAD_NS = 2_000  # ... and only just before it where the device waits for the launch
 DEVICE_GAP_US = (1.5, 6.0)  # the device's own gap before a kernel: uniform between these
 # faults that idle the device in a host stall before a layer (the host spans say which stall)
-HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation_heavy")
+HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation_heavy", "dynamic_shape_recompile")
 # the host spans each planted stall leaves, for the trace and the db alike: framework ops (name, trace
 # category) and CANN calls (name, their extra trace args); a garbage collection is the Python GC
 # process's (trace_view.json only: the db does not record it), a device_idle_bubble a blocking .item()
@@ -42,6 +42,11 @@ STALL_SPANS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, dict]
     ),
     "allocation_heavy": ((("aten::empty", "cpu_op"),), (("aclrtMalloc", {}),)),  # the allocator out of blocks
     "gc_pause": ((), ()),
+    # an op whose output shape follows the data, so the next op meets a shape it has not compiled for
+    "dynamic_shape_recompile": (
+        (("aten::masked_select", "cpu_op"),),
+        (("aclopCompileAndExecute", {}), ("opCompile", {})),
+    ),
     "device_idle_bubble": (
         (("aten::item", "cpu_op"), ("aten::_local_scalar_dense", "cpu_op")),
         (("aclrtSynchronizeStream", {"connection_id": 0}),),

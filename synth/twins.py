@@ -27,11 +27,14 @@ TWINS: tuple[tuple[str, str], ...] = (
     ("narrow_matmul", "block_dim_underuse"),
     # the twin runs the FFN's RmsNorm as the one fused kernel
     ("unfused_rmsnorm", "unfused_op_pattern"),
+    # the twin runs the FFN's residual add as the one Add (its scales folded in)
+    ("fusible_chain", "fusible_op_sequence"),
     ("throttled_card", "aicore_freq_throttled"),
     ("launch_bound", "host_launch_bound"),  # the twin's launches are ahead of the device
     ("host_stalls", "dataloader_stall"),  # every rank stalls: closed on all of them at once
     ("host_stalls", "gc_pause"),
     ("host_stalls", "allocation_heavy"),
+    ("host_stalls", "dynamic_shape_recompile"),
     # two faults at once: each finding is priced with the other fault still in place
     ("demo", "slow_rank_suspected"),
     ("demo", "device_idle_bubble"),

@@ -49,6 +49,7 @@ def test_the_causes_of_a_step_add_up_to_its_idle_time(planted_outputs, name):
         ("host_stalls", "dataloader_stall", "dataloader"),
         ("host_stalls", "gc_pause", "gc"),
         ("host_stalls", "allocation_heavy", "allocation"),
+        ("host_stalls", "dynamic_shape_recompile", "compile"),
         ("host_bubble", "device_idle_bubble", "sync"),
     ],
 )
@@ -194,3 +195,8 @@ def test_cann_api_sums_on_a_real_trace_are_the_raw_calls(tmp_path, name):
         assert set(ours.index) == set(raw.index)
         assert (ours["size"] == raw["size"].reindex(ours.index)).all()
         assert np.allclose(ours["total"], raw["sum"].reindex(ours.index), rtol=1e-6)
+        # the host's compile activity is CANN's operator compiles in the step (the real capture compiles
+        # 19 operators it had cached: tens of µs each)
+        activity = summary[(summary["layer"] == "activity") & (summary["name"] == "compile")]
+        compiled = activity[activity["rank_id"] == rank]["total_us"].sum()
+        assert compiled == pytest.approx(raw.loc["AscendCL@opCompile", "sum"], abs=0.5) and compiled > 0  # µs, rounded

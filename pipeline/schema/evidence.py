@@ -52,6 +52,7 @@ HOST_IDLE_GAPS = Table(
             ("launch_lead_us", pa.float64()),  # gap start - that kernel's host launch (< 0: launched late)
             ("cause", pa.string()),
             ("cause_share", pa.float64()),
+            ("compile_us", pa.float64()),
             ("sync_us", pa.float64()),
             ("dataloader_us", pa.float64()),
             ("gc_us", pa.float64()),

@@ -24,19 +24,25 @@ def step_spans(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def kernels_in_steps(
-    ctx: RootContext, columns: list[str], ranks: set[int] | None = None, where: pc.Expression | None = None
+    ctx: RootContext,
+    columns: list[str],
+    ranks: set[int] | None = None,
+    where: pc.Expression | None = None,
+    op_types: tuple[str, ...] | None = AICORE_OP_TYPES,
 ) -> Iterator[tuple[int, pd.DataFrame]]:
-    """(rank, its AI Core / vector kernels starting inside its steps' span: ``columns``, and ``where`` holds)
-    for each rank with steps (of ``ranks`` when given), in rank order."""
+    """(rank, its AI Core / vector kernels — its device tasks of ``op_types``, every task when None —
+    starting inside its steps' span: ``columns``, and ``where`` holds) for each rank with steps (of
+    ``ranks`` when given), in rank order."""
     steps = int_ranks(ctx.read_table(schema.STEP_SEGMENTS, columns=["start_ns", "end_ns"]).to_pandas())
     for rank, first, last in step_spans(steps).itertuples(index=False):  # a loop over ranks
         if ranks is not None and rank not in ranks:
             continue
         found = (
             (pc.field("rank_id") == int(rank))
-            & pc.field("op_type").isin(list(AICORE_OP_TYPES))
             & (pc.field("start_ns") >= int(first))
             & (pc.field("start_ns") < int(last))
         )
+        if op_types is not None:
+            found &= pc.field("op_type").isin(list(op_types))
         found = found if where is None else found & where
         yield int(rank), ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns, filter=found).to_pandas()

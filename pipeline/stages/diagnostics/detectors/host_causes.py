@@ -1,5 +1,5 @@
-"""Host causes of idle time: blocking syncs, dataloader stalls, GC pauses, device memory
-allocation and launch-bound steps.
+"""Host causes of idle time: operators compiled in the step, blocking syncs, dataloader stalls, GC
+pauses, device memory allocation and launch-bound steps.
 
 The evidence stage split every idle gap of every step among its host causes
 (stages/evidence/idle_causes.py). A cause becomes a finding where it holds enough of the ranks' wall;
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
 
 FINDING_OF_CAUSE = {
+    "compile": "dynamic_shape_recompile",
     "sync": "blocking_sync_in_step",
     "dataloader": "dataloader_stall",
     "gc": "gc_pause",

@@ -14,21 +14,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.modelinfo.shapes import parse_dtypes, parse_shapes, tensor_bytes
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic
 from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
-from npuprof.pipeline.stages.diagnostics.step_scale import mean_step_wall_ms, steps_per_rank
+from npuprof.pipeline.stages.diagnostics.step_scale import costly_chains, mean_step_wall_ms, steps_per_rank
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
 
 FINDING = "unfused_op_pattern"
-CHAIN_INPUT_COLUMNS = ["name", "type", "start_ns", "end_ns"] + [
-    f"{side}_{what}" for side in ("input", "output") for what in ("shapes", "dtypes")
-]
+CHAIN_INPUT_COLUMNS = ["name", "type", "start_ns", "end_ns", *TRAFFIC_COLUMNS]
 CHAIN_COLUMNS = [
     "rank_id",
     "pattern",
@@ -73,28 +71,6 @@ def chain_starts(types: np.ndarray, patterns: dict[str, dict]) -> list[tuple[str
     return found
 
 
-def _traffic(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per kernel of ``frame``: bytes of its inputs, of its inputs but the first, of its outputs (NaN where
-    a dtype is unknown); each distinct shape text parsed once."""
-    columns = ["input_shapes", "input_dtypes", "output_shapes", "output_dtypes"]
-    keys = frame[columns[0]].fillna("").astype(str)
-    for column in columns[1:]:  # a loop over four columns, each joined whole
-        keys = keys + "\x1f" + frame[column].fillna("").astype(str)
-    codes, distinct = pd.factorize(keys)
-    sizes = []
-    for key in distinct:  # a loop over distinct shapes
-        in_shapes, in_dtypes, out_shapes, out_dtypes = key.split("\x1f")
-        shapes, dtypes = parse_shapes(in_shapes), parse_dtypes(in_dtypes)
-        found = (
-            tensor_bytes(shapes, dtypes),
-            tensor_bytes(shapes[1:], dtypes[1:]),
-            tensor_bytes(parse_shapes(out_shapes), parse_dtypes(out_dtypes)),
-        )
-        sizes.append([np.nan if v is None else v for v in found])
-    table = np.array(sizes, dtype=float).reshape(-1, 3)[codes]
-    return table[:, 0], table[:, 1], table[:, 2]
-
-
 @derived_input("unfused_chains")
 def unfused_chains(ctx: RootContext) -> pd.DataFrame:
     """Every chain of every rank inside its steps, with its span, kernel time and the fused kernel's
@@ -115,7 +91,10 @@ def _rank_chains(rank: int, events: pd.DataFrame, patterns: dict[str, dict]) -> 
     # the bytes of the chains' kernels only: the rest of the rank's kernels are never priced by traffic
     inputs, rest, outputs = (np.full(len(events), np.nan) for _ in range(3))
     rows = np.concatenate([np.arange(first, first + width) for _, first, width in chains])
-    inputs[rows], rest[rows], outputs[rows] = _traffic(events.iloc[rows])
+    traffic = kernel_traffic(events.iloc[rows])
+    inputs[rows], rest[rows], outputs[rows] = (
+        traffic[k].to_numpy() for k in ("input_bytes", "later_input_bytes", "output_bytes")
+    )
     start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     duration = (end - start) / 1000.0
     leading = events["input_shapes"].fillna("").str.split(";").str[0].to_numpy(object)
@@ -166,13 +145,11 @@ def unfused_op_pattern(inputs: DiagnosisContext) -> list[Finding]:
     if chains.empty or steps.empty:
         return []
     chains = chains.assign(saved_us=(chains["span_us"] - chains["fused_us"]).clip(lower=0.0))
-    step_count, least_ms = steps_per_rank(steps), spec["min_step_share"] * mean_step_wall_ms(steps)
-    findings = []
-    for pattern, own in chains.groupby("pattern", sort=True):  # a loop over patterns
-        per_step = own.groupby("rank_id")[["saved_us", "span_us", "fused_us"]].sum().div(step_count, axis=0).dropna()
-        if float(per_step["saved_us"].mean()) / 1000.0 >= least_ms:
-            findings.append(_finding(inputs, str(pattern), own, per_step, step_count, least_ms))
-    return findings
+    threshold_ms = spec["min_step_share"] * mean_step_wall_ms(steps)
+    return [
+        _finding(inputs, pattern, own, per_step, steps_per_rank(steps), threshold_ms)
+        for pattern, own, per_step in costly_chains(chains, "pattern", steps, spec["min_step_share"])
+    ]
 
 
 def _finding(

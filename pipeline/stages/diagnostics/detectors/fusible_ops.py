@@ -1,0 +1,287 @@
+"""fusible_op_sequence: short chains of AI Core / vector kernels, each reading what the one before it
+wrote, that are memory-bound (their memory pipes take the most time, as summarize labels a kernel's
+bound) and recur through the step.
+
+The vendor's advisor asks the same of consecutive kernels (its fusible operator check); here a chain must
+also be linked by data (a kernel's input has the shape and dtype of its predecessor's first output), and
+it is priced: one fused kernel reads the chain's outside inputs once and writes its last result once, at
+the chain's own bandwidth, and the gaps between its kernels close. Chains a named composite covers are
+unfused_op_pattern's and are not counted again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
+from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
+from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic, reads_previous_output
+from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
+from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
+from npuprof.pipeline.stages.diagnostics.retiming import close_windows
+from npuprof.pipeline.stages.diagnostics.step_scale import costly_chains, mean_step_wall_ms, steps_per_rank
+from npuprof.pipeline.summaries.bound import bound_labels
+
+if TYPE_CHECKING:
+    from npuprof.pipeline.stages.base import RootContext
+
+FINDING = "fusible_op_sequence"
+# the tasks a chain is made of: AI Core / vector compute kernels (communication on the AI cores ends one)
+COMPUTE_OP_TYPES = [op for op in AICORE_OP_TYPES if op != "mix_comm_aiv"]
+SCAN_COLUMNS = ["name", "type", "op_type", "start_ns", "end_ns", *TRAFFIC_COLUMNS]
+WINDOW_COLUMNS = [
+    "rank_id",
+    "pattern",
+    "kernels",
+    "first_name",
+    "first",
+    "length",
+    "start_us",
+    "span_us",
+    "kernel_us",
+    "pipe_us",
+    "mte_us",
+    "fused_us",
+]
+
+
+class SequenceWindows(NamedTuple):
+    """Every memory-bound linked chain of every rank (WINDOW_COLUMNS: one row per chain and length, so
+    they overlap), and the ranks whose capture has no pipe times to judge by."""
+
+    windows: pd.DataFrame
+    ranks_without_pipes: list[int]
+
+
+@derived_input("sequence_windows")
+def sequence_windows(ctx: RootContext) -> SequenceWindows:
+    """The ranks' memory-bound linked chains inside their steps (device tasks in device order; a task that
+    is not an AI Core / vector kernel ends a chain)."""
+    spec, parts, unpiped = rule(FINDING), [], []
+    # the pipeline stages a kernel's bound is judged by, and their families (summary_rules.yaml)
+    stages = knowledge.load("summary_rules")["bound"]["stages"]
+    for rank, events in kernels_in_steps(ctx, [*SCAN_COLUMNS, *stages], op_types=None):  # a loop over ranks
+        ordered = events.sort_values("start_ns", kind="stable", ignore_index=True)
+        kernels = _per_kernel(ordered, stages, spec["memory_families"])
+        if kernels is None:
+            unpiped.append(rank)
+            continue
+        lengths = range(int(spec["min_length"]), int(spec["max_length"]) + 1)
+        parts += [_windows_of_length(kernels, length).assign(rank_id=rank) for length in lengths]
+    parts = [part for part in parts if len(part)]
+    windows = pd.concat(parts, ignore_index=True)[WINDOW_COLUMNS] if parts else pd.DataFrame(columns=WINDOW_COLUMNS)
+    return SequenceWindows(windows, unpiped)
+
+
+def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: list[str]) -> dict | None:
+    """Per task of a rank (device order), what a chain sums or checks; None when its kernels carry no
+    pipe times (the capture was not taken with aic_metrics=PipeUtilization). ``stages``: the pipeline
+    stage columns and their families."""
+    kernel = events["op_type"].isin(COMPUTE_OP_TYPES).to_numpy()
+    labels = bound_labels(events["op_type"], events[list(stages)])
+    piped = labels["pipeline_signal"].to_numpy() & kernel
+    if not piped.any():
+        return None
+    # a kernel is memory-bound the way summarize labels it: its memory pipes' family has the most time
+    memory = labels["bound_family"].isin(memory_families).to_numpy() & piped
+    pipes = events[list(stages)].astype(float).fillna(0.0)
+    mte = pipes[[stage for stage, family in stages.items() if family in memory_families]].sum(axis=1)
+    traffic = kernel_traffic(events)
+    unknown = traffic.isna().any(axis=1).to_numpy()  # a dtype the capture does not name: no traffic to price
+    traffic = traffic.fillna(0.0)
+    names = events["name"].fillna("").astype(str)
+    key = names + "\x1f" + events["input_shapes"].fillna("").astype(str) + "\x1f" + events["output_shapes"].fillna("")
+    return {
+        "breaks": ~memory | unknown,
+        "unlinked": ~reads_previous_output(events),
+        "same": np.r_[False, names.to_numpy()[1:] == names.to_numpy()[:-1]],
+        "kernel_us": (events["end_ns"] - events["start_ns"]).to_numpy() / 1000.0,
+        "pipe_us": pipes.sum(axis=1).to_numpy(),
+        "mte_us": mte.to_numpy(),
+        "inputs": traffic["input_bytes"].to_numpy(),
+        "outputs": traffic["output_bytes"].to_numpy(),
+        "written": traffic["first_output_bytes"].to_numpy(),
+        "code": pd.factorize(key)[0],
+        "type": events["type"].fillna(events["name"]).astype(str).to_numpy(object),
+        "name": names.to_numpy(object),
+        "start_ns": events["start_ns"].to_numpy(),
+        "end_ns": events["end_ns"].to_numpy(),
+    }
+
+
+def _windows_of_length(kernels: dict[str, np.ndarray], length: int) -> pd.DataFrame:
+    """The chains of ``length`` memory-bound kernels: no break inside, each kernel reading its
+    predecessor's output, not one kernel repeated (a batch, not a chain)."""
+    count = len(kernels["code"]) - length + 1
+    if count <= 0:
+        return pd.DataFrame()
+    sums = {key: np.r_[0.0, np.cumsum(kernels[key], dtype=float)] for key in _SUMMED}
+    first = np.arange(count)
+    last = first + length - 1
+    valid = (
+        (_within(sums, "breaks", first, last) == 0)
+        & (_within(sums, "unlinked", first + 1, last) == 0)
+        & (_within(sums, "same", first + 1, last) < length - 1)
+    )
+    first, last = first[valid], last[valid]
+    if not len(first):
+        return pd.DataFrame()
+    kernel_us = _within(sums, "kernel_us", first, last)
+    moved = _within(sums, "inputs", first, last) + _within(sums, "outputs", first, last)
+    # a fused kernel reads every input no kernel of the chain wrote and writes the last kernel's results:
+    # what each later kernel reads from its predecessor stays on chip
+    needed = _within(sums, "inputs", first, last) - _within(sums, "written", first, last - 1) + kernels["outputs"][last]
+    fused_us = kernel_us * needed / np.where(moved > 0, moved, np.nan)
+    chains = np.lib.stride_tricks.sliding_window_view(kernels["code"], length)[first]
+    distinct, pattern = np.unique(chains, axis=0, return_index=True, return_inverse=True)[1:]
+    labels = np.array([" → ".join(kernels["type"][f : f + length]) for f in first[distinct]], dtype=object)
+    return (
+        pd.DataFrame(
+            {
+                "pattern": [f"{length}:{p}" for p in range(len(distinct))],
+                "kernels": labels,
+                "first_name": kernels["name"][first[distinct]],
+            }
+        )
+        .iloc[pattern.reshape(-1)]
+        .reset_index(drop=True)
+        .assign(
+            first=first,
+            length=length,
+            start_us=kernels["start_ns"][first] / 1000.0,
+            span_us=(kernels["end_ns"][last] - kernels["start_ns"][first]) / 1000.0,
+            kernel_us=kernel_us,
+            pipe_us=_within(sums, "pipe_us", first, last),
+            mte_us=_within(sums, "mte_us", first, last),
+            fused_us=fused_us,
+        )
+        .dropna(subset=["fused_us"])
+    )
+
+
+_SUMMED = ("breaks", "unlinked", "same", "kernel_us", "pipe_us", "mte_us", "inputs", "outputs", "written")
+
+
+def _within(sums: dict[str, np.ndarray], key: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The sum of ``key`` over positions lo..hi (empty where hi < lo: 0)."""
+    return sums[key][hi + 1] - sums[key][lo]
+
+
+def chosen_chains(windows: pd.DataFrame, covered: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """Per rank, the chains fusion would take, best first: the pattern whose occurrences save the most
+    (at least ``min_occurrences`` of them, none overlapping its predecessor), its kernels then taken, up
+    to ``top_patterns`` patterns; chains inside ``covered`` spans (rank_id, start_us, span_us) left out."""
+    windows = windows.assign(saved_us=(windows["span_us"] - windows["fused_us"]).clip(lower=0.0))
+    windows = windows[~_inside(windows, covered)]
+    chosen = []
+    for _rank, own in windows.groupby("rank_id", sort=True):  # a loop over ranks
+        for _round in range(int(spec["top_patterns"])):  # a loop over the patterns taken
+            best = _best_pattern(own, int(spec["min_occurrences"]))
+            if best is None:
+                break
+            chosen.append(best)
+            own = own[~_overlaps(own, best)]
+    return pd.concat(chosen, ignore_index=True) if chosen else windows.iloc[:0]
+
+
+def _best_pattern(windows: pd.DataFrame, min_occurrences: int) -> pd.DataFrame | None:
+    """The occurrences of the pattern that saves the most, each not overlapping the one before it."""
+    previous = windows.groupby("pattern")["first"].shift()
+    windows = windows[previous.isna() | (windows["first"] - previous >= windows["length"])]
+    totals = windows.groupby("pattern").agg(saved_us=("saved_us", "sum"), occurrences=("first", "size"))
+    totals = totals[totals["occurrences"] >= min_occurrences]
+    if totals.empty or totals["saved_us"].max() <= 0:
+        return None
+    return windows[windows["pattern"] == totals["saved_us"].idxmax()]
+
+
+def _overlaps(windows: pd.DataFrame, taken: pd.DataFrame) -> np.ndarray:
+    """Per window, whether it shares a kernel with one of ``taken`` (same rank)."""
+    ends = np.sort(taken["first"].to_numpy() + taken["length"].to_numpy() - 1)
+    starts = np.sort(taken["first"].to_numpy())
+    first, last = windows["first"].to_numpy(), windows["first"].to_numpy() + windows["length"].to_numpy() - 1
+    # a window overlaps some taken one when a taken one starts at or before its last kernel and ends at
+    # or after its first: taken windows do not overlap each other, so their starts and ends sort alike
+    at = np.searchsorted(starts, last, side="right") - 1
+    return (at >= 0) & (ends[np.clip(at, 0, None)] >= first)
+
+
+def _inside(windows: pd.DataFrame, covered: pd.DataFrame) -> np.ndarray:
+    """Per window, whether it starts inside one of the ``covered`` spans of its rank."""
+    inside = np.zeros(len(windows), dtype=bool)
+    for rank, spans in covered.groupby("rank_id"):  # a loop over ranks
+        mine = (windows["rank_id"] == rank).to_numpy()
+        spans = spans.sort_values("start_us")
+        starts, ends = spans["start_us"].to_numpy(), (spans["start_us"] + spans["span_us"]).to_numpy()
+        at = np.searchsorted(starts, windows["start_us"].to_numpy()[mine], side="right") - 1
+        inside[mine] = (at >= 0) & (windows["start_us"].to_numpy()[mine] <= ends[np.clip(at, 0, None)])
+    return inside
+
+
+@detector(
+    finding_types=(FINDING,),
+    reads={
+        "sequence_windows": (),
+        "unfused_chains": (),
+        "steps": ("rank_id", "step_ordinal", "complete", "wall_ms"),
+        "operators": ("rank_id", "name", "evidence_id"),
+        "step_model": (),
+    },
+)
+def fusible_op_sequence(inputs: DiagnosisContext) -> list[Finding]:
+    """One finding per chain (its kernels' types) whose fusion saves the rule's share of the step."""
+    spec, scan, steps = rule(FINDING), inputs.sequence_windows, inputs.steps
+    if scan.ranks_without_pipes:
+        inputs.not_judging(
+            FINDING,
+            f"ranks {', '.join(map(str, scan.ranks_without_pipes))} carry no pipe times (MTE2 / MTE3 per "
+            "kernel): capture with aic_metrics=PipeUtilization (torch_npu's experimental_config) to judge them",
+        )
+    if scan.windows.empty or steps.empty:
+        return []
+    chains = chosen_chains(scan.windows, inputs.unfused_chains, spec)
+    threshold_ms = spec["min_step_share"] * mean_step_wall_ms(steps)
+    return [
+        _finding(inputs, kernels, own, per_step, steps_per_rank(steps), threshold_ms)
+        for kernels, own, per_step in costly_chains(chains, "kernels", steps, spec["min_step_share"])
+    ]
+
+
+def _finding(
+    inputs: DiagnosisContext, kernels: str, own: pd.DataFrame, per_step: pd.DataFrame, steps: pd.Series, least_ms: float
+) -> Finding:
+    """The finding of one chain's occurrences (``own``; ``per_step``: per rank, saved, span and fused µs
+    per step)."""
+    ranks = sorted(int(r) for r in per_step.index)
+    operators = inputs.operators[
+        inputs.operators["name"].isin(own["first_name"].unique()) & inputs.operators["rank_id"].isin(ranks)
+    ]
+    saved_ms = float(per_step["saved_us"].mean()) / 1000.0
+    mte_share = float(own["mte_us"].sum() / own["pipe_us"].sum())
+    return Finding(
+        finding_type=FINDING,
+        scope="operator",
+        rank_ids=ranks,
+        evidence_ids=operators["evidence_id"].tolist(),
+        statistic={"name": "fusible_ms_per_step", "value": saved_ms, "threshold": least_ms},
+        values={
+            "kernels": kernels,
+            "length": int(own["length"].iloc[0]),
+            "per_step": float(own.groupby("rank_id").size().div(steps).dropna().mean()),
+            "ranks": ", ".join(map(str, ranks)),
+            "span_ms": float(per_step["span_us"].mean()) / 1000.0,
+            "fused_ms": float(per_step["fused_us"].mean()) / 1000.0,
+            "mte_share": mte_share,
+        },
+        limitations=[
+            "the fused kernel's time is estimated from the traffic it would still move at the chain's own "
+            "bandwidth; whether the chain can be fused (a custom or graph-fused kernel) is for its author to judge"
+        ],
+        # each chain shortened to the fused kernel's time, the steps replayed
+        **priced(inputs.step_model, close_windows(inputs.step_model, own.assign(duration_us=own["saved_us"]))),
+    )
