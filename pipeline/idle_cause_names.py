@@ -7,11 +7,12 @@ from __future__ import annotations
 from npuprof import knowledge
 
 LAUNCH, QUEUED, UNATTRIBUTED = "launch", "queued", "unattributed"
+COPY = "copy"  # the device's own memory copy (MEMCPY_ASYNC): its kernels wait behind it, not for the host
 
 
 def cause_names() -> list[str]:
-    """Every cause, in the order the tables list them: the host classes, then the rest."""
-    return [*knowledge.load("evidence_rules")["idle_causes"]["classes"], LAUNCH, QUEUED, UNATTRIBUTED]
+    """Every cause, in the order the tables list them: the device's copies, the host classes, then the rest."""
+    return [COPY, *knowledge.load("evidence_rules")["idle_causes"]["classes"], LAUNCH, QUEUED, UNATTRIBUTED]
 
 
 def cause_column(cause: str) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 
 from npuprof.synth.groups import GroupInstance
 from npuprof.synth.text_export import STEP_TRACE_COLUMNS, pmu_values
-from npuprof.synth.timeline import STALL_SPANS, RankTimeline
+from npuprof.synth.timeline import DEVICE_COPY, STALL_SPANS, RankTimeline, host_span
 
 CARDS_PER_HOST = 8
 
@@ -255,11 +255,15 @@ def _insert_cann_api(
 def _insert_host_stalls(
     con: sqlite3.Connection, t: RankTimeline, stalls: list[tuple[int, int, str]], strings: _Strings
 ) -> None:
-    """PYTORCH_API (times as text, as torch_npu stores them) and CANN_API rows of each planted host stall."""
+    """PYTORCH_API (times as text, as torch_npu stores them) and CANN_API rows of each planted host stall,
+    and for a planted device copy its TASK row (MEMCPY_ASYNC on the compute stream) besides its launch."""
     tid = (2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)
-    framework, cann = [], []
+    framework, cann, copies = [], [], []
     for start, end, kind in stalls:
         ops, calls = STALL_SPANS.get(kind, STALL_SPANS["device_idle_bubble"])
+        if kind == DEVICE_COPY:
+            copies.append((start, end))
+        start, end = host_span(kind, start, end)
         framework += [(str(start), str(end), tid, None, strings(name), -1, 0, None, None, None, 1) for name, _ in ops]
         cann += [(start, end, 20000, tid, strings(name)) for name, _ in calls]
     con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", framework)
@@ -268,6 +272,12 @@ def _insert_host_stalls(
     con.executemany(
         "INSERT INTO CANN_API VALUES (?, ?, ?, ?, ?, ?)",
         [(s, e, kind, tid_, first + i, name) for i, (s, e, kind, tid_, name) in enumerate(cann)],
+    )
+    task_id = int(con.execute("SELECT COALESCE(MAX(globalTaskId), 0) FROM TASK").fetchone()[0]) + 1
+    copy_type = strings("MEMCPY_ASYNC")
+    con.executemany(
+        "INSERT INTO TASK VALUES (?, ?, ?, 4294967295, ?, 0, ?, 4294967295, 2, 29999, 4294967295)",
+        [(s, e, t.rank, task_id + i, copy_type) for i, (s, e) in enumerate(copies)],
     )
 
 

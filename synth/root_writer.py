@@ -26,7 +26,7 @@ from npuprof.synth.text_export import (
     write_kernel_details,
     write_step_trace_time,
 )
-from npuprof.synth.timeline import HOST_STALLS, Collective, RankTimeline, simulate
+from npuprof.synth.timeline import PLANTED_GAPS, Collective, RankTimeline, simulate
 from npuprof.synth.trace_export import write_trace_view
 
 FIRST_STEP_ID = 10
@@ -263,11 +263,12 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
 
 
 def _host_stalls(sc: Scenario, t: RankTimeline) -> list[tuple[int, int, str]]:
-    """(start_ns, end_ns, fault kind) of each planted host stall on this rank: the idle gap before the
-    layer, or at the step's top (``STEP_TOP``) the stall's own length, ending before the first launch."""
+    """(start_ns, end_ns, fault kind) of each planted host stall or device copy on this rank: the idle
+    gap before the layer, or at the step's top (``STEP_TOP``) the stall's own length, ending before the
+    first launch."""
     stalls = []
     for fault in sc.faults:
-        if fault.kind not in HOST_STALLS or (fault.ranks and t.rank not in fault.ranks):
+        if fault.kind not in PLANTED_GAPS or (fault.ranks and t.rank not in fault.ranks):
             continue
         for step in fault.steps or range(sc.steps):
             rows = np.flatnonzero((t.step == step) & (t.region == LAYER) & (t.layer_index == fault.layer))

@@ -32,6 +32,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "unfused_op_pattern": ("ranks",),
     "fusible_op_sequence": ("ranks",),
     "dynamic_shape_recompile": ("ranks", "steps", "layer", "gap_us"),
+    "memcpy_in_step": ("ranks", "steps", "layer", "gap_us"),
 }
 
 
@@ -56,7 +57,9 @@ class Fault:
     the dataloader / a garbage collection / a device memory allocation / an operator compile before
     ``layer`` on ``steps`` of ``ranks``, every rank when empty; layer -1: at the top of the step, inside
     ProfilerStep#N before its first kernel, as ``for batch in loader:`` stalls; a device_idle_bubble's host stall is a
-    blocking ``.item()``), host_launch_bound (every compute kernel of ``ranks``, every rank when empty,
+    blocking ``.item()``), memcpy_in_step (a host-to-device copy of ``gap_us`` the device runs in stream
+    order before ``layer`` on ``steps`` of ``ranks``, launched ahead by the host: its kernels wait behind
+    it), host_launch_bound (every compute kernel of ``ranks``, every rank when empty,
     waits ``gap_us`` for the host to launch it), capture_incomplete_group (``ranks`` compute × factor and
     are left out of the capture: the captured members of their groups wait for a rank nobody sees),
     rank_not_captured (a capture condition: ``ranks`` are left out of the capture, nothing else changes),
@@ -204,13 +207,15 @@ SCENARIOS: dict[str, Scenario] = {
             "host_stalls",
             "dense training, data parallel; every rank waits 3 ms for the dataloader before layer 0 in steps 11 "
             "and 13 (ordinals 1, 3), collects garbage for 2 ms before layer 2 in step 12 (ordinal 2), "
-            "allocates device memory for 1.5 ms before layer 3 in every step and compiles an operator for "
-            "2.5 ms (a shape it had not met) before layer 1 in steps 11 and 12",
+            "allocates device memory for 1.5 ms before layer 3 in every step, compiles an operator for "
+            "2.5 ms (a shape it had not met) before layer 1 in steps 11 and 12, and copies 44 MB from the host "
+            "for 2 ms on the device's stream before layer 2 in steps 10 and 13",
             faults=(
                 Fault("dataloader_stall", steps=(1, 3), layer=0, gap_us=3000.0),
                 Fault("gc_pause", steps=(2,), layer=2, gap_us=2000.0),
                 Fault("allocation_heavy", layer=3, gap_us=1500.0),
                 Fault("dynamic_shape_recompile", steps=(1, 2), layer=1, gap_us=2500.0),
+                Fault("memcpy_in_step", steps=(0, 3), layer=2, gap_us=2000.0),
             ),
         ),
         Scenario(

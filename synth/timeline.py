@@ -29,6 +29,12 @@ STARVED_LEAD_NS = 2_000  # ... and only just before it where the device waits fo
 DEVICE_GAP_US = (1.5, 6.0)  # the device's own gap before a kernel: uniform between these
 # faults that idle the device in a host stall before a layer (the host spans say which stall)
 HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation_heavy", "dynamic_shape_recompile")
+# a planted copy the device runs in stream order (MEMCPY_ASYNC) before a layer: the host launched it
+# ahead (non-blocking, aclrtMemcpyAsync under aten::copy_), so its gap is the device's own
+DEVICE_COPY = "memcpy_in_step"
+PLANTED_GAPS = (*HOST_STALLS, DEVICE_COPY)  # the faults that open a gap before a layer
+COPY_GBPS = 22.0  # PCIe host-to-device bandwidth of the planted copy (the real CNN capture's: 22 GB/s)
+COPY_LAUNCH_NS = (30_000, 22_000)  # the copy's host call: this long before its device start, until this
 # the host spans each planted stall leaves, for the trace and the db alike: framework ops (name, trace
 # category) and CANN calls (name, their extra trace args); a garbage collection is the Python GC
 # process's (trace_view.json only: the db does not record it), a device_idle_bubble a blocking .item()
@@ -51,7 +57,17 @@ STALL_SPANS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, dict]
         (("aten::item", "cpu_op"), ("aten::_local_scalar_dense", "cpu_op")),
         (("aclrtSynchronizeStream", {"connection_id": 0}),),
     ),
+    DEVICE_COPY: ((("aten::copy_", "cpu_op"),), (("aclrtMemcpyAsync", {}),)),
 }
+
+
+def host_span(kind: str, start_ns: int, end_ns: int) -> tuple[int, int]:
+    """The host's span of a planted gap (start, end): a stall's own, a device copy's launch before it."""
+    if kind == DEVICE_COPY:
+        return start_ns - COPY_LAUNCH_NS[0], start_ns - COPY_LAUNCH_NS[1]
+    return start_ns, end_ns
+
+
 NOMINAL_AICORE_MHZ = 1800.0  # the AI Core clock every synthetic card runs at unless throttled
 BASE_CLOCK_NS = 1_764_246_877_000_000_000  # a 2025-11 wall clock, like the real samples
 
@@ -213,7 +229,7 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     first_of_step[::n_step] = True
     gap = rng.uniform(*DEVICE_GAP_US, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
     head_us = np.zeros(S)  # per step: the host stall at its top, before its first kernel
-    for fault in [f for f in scenario.faults if f.kind in HOST_STALLS]:
+    for fault in [f for f in scenario.faults if f.kind in PLANTED_GAPS]:
         rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
         if fault.layer == STEP_TOP:
             rows = np.zeros(1, dtype=np.int64)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof.synth.text_export import us_text
-from npuprof.synth.timeline import HOST_LEAD_NS, STALL_SPANS, RankTimeline
+from npuprof.synth.timeline import COPY_GBPS, DEVICE_COPY, HOST_LEAD_NS, STALL_SPANS, RankTimeline, host_span
 
 BATCH = 100_000
 GC_PID_OFFSET = 500_000  # the Python GC process's pid, apart from the Python process's
@@ -63,10 +63,13 @@ def _join(*parts) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _stall_events(kind: str, start: int, end: int, pid: int, cann: int) -> list[dict]:
-    """The host events of one planted stall: a blocking sync (``device_idle_bubble``), the
-    dataloader fetching a batch, a device memory allocation, or a garbage collection (the Python GC
-    process)."""
+def _stall_events(kind: str, start: int, end: int, lanes: _Lanes) -> list[dict]:
+    """The events of one planted gap: the host's in a blocking sync (``device_idle_bubble``), the
+    dataloader fetching a batch, a device memory allocation, an operator compile, or a garbage collection
+    (the Python GC process); for a device copy, the copy on the device's stream and its launch before it."""
+    pid, cann = lanes.pid, lanes.cann
+    device = [] if kind != DEVICE_COPY else [_device_copy(start, end, lanes.hw)]
+    start, end = host_span(kind, start, end)
     ts, dur = us_text(np.array([start]))[0].as_py(), round((end - start) / 1000, 3)
     op_args = {"Sequence number": -1, "Fwd thread id": 0}
 
@@ -91,7 +94,32 @@ def _stall_events(kind: str, start: int, end: int, pid: int, cann: int) -> list[
         events.append(
             {"name": f"AscendCL@{call}", "pid": cann, "tid": pid, "ts": ts, "dur": dur, "ph": "X", "args": args}
         )
-    return events
+    return events + device
+
+
+def _device_copy(start: int, end: int, hw: int) -> dict:
+    """A host-to-device copy on the compute stream, as CANN writes it on the Ascend Hardware lane."""
+    args = {
+        "Model Id": 4294967295,
+        "Task Type": "PCIE_DMA_SQE",
+        "Physic Stream Id": 2,
+        "Task Id": 29_999,
+        "Batch Id": 0,
+        "Subtask Id": 4294967295,
+        "connection_id": 0,
+        "data size(Byte)": round((end - start) * COPY_GBPS),  # ns × GB/s = bytes
+        "memcpy direction": "host to device",
+    }
+    ts = us_text(np.array([start]))[0].as_py()
+    return {
+        "name": "MEMCPY_ASYNC",
+        "pid": hw,
+        "tid": 2,
+        "ts": ts,
+        "dur": round((end - start) / 1000, 3),
+        "ph": "X",
+        "args": args,
+    }
 
 
 @dataclass(frozen=True)
@@ -329,9 +357,7 @@ def write_trace_view(
     writer = JsonArrayWriter(path)
     writer.write_objects(_metadata_events(t, lanes))
     writer.write_objects(_step_events(t, step_ids, lanes.pid))
-    writer.write_objects(
-        [e for start, end, kind in host_stalls for e in _stall_events(kind, start, end, lanes.pid, lanes.cann)]
-    )
+    writer.write_objects([e for start, end, kind in host_stalls for e in _stall_events(kind, start, end, lanes)])
     n = len(t.start_ns)
     types = np.array([k.type for k in t.kernels], dtype=object)[t.kernel_id]
     cores = np.array([k.core for k in t.kernels], dtype=object)[t.kernel_id]

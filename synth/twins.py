@@ -35,6 +35,7 @@ TWINS: tuple[tuple[str, str], ...] = (
     ("host_stalls", "gc_pause"),
     ("host_stalls", "allocation_heavy"),
     ("host_stalls", "dynamic_shape_recompile"),
+    ("host_stalls", "memcpy_in_step"),
     # two faults at once: each finding is priced with the other fault still in place
     ("demo", "slow_rank_suspected"),
     ("demo", "device_idle_bubble"),

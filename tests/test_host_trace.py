@@ -13,7 +13,7 @@ from conftest import SAMPLES
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.pipeline.stages.evidence import host_trace
+from npuprof.pipeline.stages.evidence import host_trace, trace_blocks, trace_copies
 from npuprof.synth import generate
 
 SPANS = [((0.0, 1e20), 200_000), ((0.0, 1e20), 7), ((1_000_100.0, 1_000_400.0), 1_000)]
@@ -24,7 +24,8 @@ def reference(path: Path, span: tuple[float, float], cap: int) -> host_trace.Hos
     with open(path, "rb") as handle:
         host_trace._streamed(path, handle, kept)
         size = handle.tell()
-    return host_trace.HostTrace(kept.frame(), kept.dropped, size, kept.launches())
+    copies = trace_copies.joined_copies(kept.copies, kept.copy_blocks)
+    return host_trace.HostTrace(kept.frame(), kept.dropped, size, kept.launches(), copies)
 
 
 def assert_same_as_reference(path: Path) -> None:
@@ -40,7 +41,7 @@ def read_columnar(path: Path) -> bool:
     with pa.OSFile(str(path)) as source:
         try:
             host_trace._columnar(source, host_trace._Kept(0.0, 1e20, 200_000))
-        except host_trace._NeedsEventReader:
+        except trace_blocks.NeedsEventReader:
             return False
     return True
 
@@ -118,8 +119,8 @@ def test_hostile_traces_read_the_same_both_ways(tmp_path, case, separator, compa
 def test_blocks_cut_small_read_the_same_both_ways(tmp_path, monkeypatch):
     """Many blocks, separator forms past a block's head, events longer than a block: the block
     cutting and the per-block fallback, on a real trace and on a trace with every hostile case."""
-    monkeypatch.setattr(host_trace, "BLOCK_BYTES", 4096)
-    monkeypatch.setattr(host_trace, "HEAD_BYTES", 512)
+    monkeypatch.setattr(trace_blocks, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(trace_blocks, "HEAD_BYTES", 512)
     real = min(SAMPLES.rglob("trace_view.json"), key=lambda path: path.stat().st_size)
     assert_same_as_reference(real)
     events = [json.dumps(e) for e in META + [_event(f"k{i}") for i in range(40)]]

@@ -90,6 +90,7 @@ from npuprof.pipeline.schema.diagnostics import (
 )
 from npuprof.pipeline.schema.evidence import (
     BUBBLE_WINDOWS,
+    DEVICE_COPIES,
     EVIDENCE_INDEX,
     EVIDENCE_INDEX_CSV,
     HOST_API_SUMMARY,
@@ -190,6 +191,7 @@ TABLES: tuple[Table, ...] = (
     COMMUNICATION_LINKS,
     BUBBLE_WINDOWS,
     HOST_IDLE_GAPS,
+    DEVICE_COPIES,
     IDLE_BY_CAUSE,
     HOST_API_SUMMARY,
     EVIDENCE_INDEX,
@@ -331,6 +333,7 @@ __all__ = [
     "STEP_TIME_ACCOUNTING",
     "STEP_TIME_ACCOUNTING_CSV",
     "HOST_IDLE_GAPS",
+    "DEVICE_COPIES",
     "IDLE_BY_CAUSE",
     "HOST_API_SUMMARY",
     "HOST_API_SUMMARY_CSV",

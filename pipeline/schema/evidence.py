@@ -52,6 +52,7 @@ HOST_IDLE_GAPS = Table(
             ("launch_lead_us", pa.float64()),  # gap start - that kernel's host launch (< 0: launched late)
             ("cause", pa.string()),
             ("cause_share", pa.float64()),
+            ("copy_us", pa.float64()),
             ("compile_us", pa.float64()),
             ("sync_us", pa.float64()),
             ("dataloader_us", pa.float64()),
@@ -59,6 +60,22 @@ HOST_IDLE_GAPS = Table(
             ("allocation_us", pa.float64()),
             ("launch_us", pa.float64()),
             ("unattributed_us", pa.float64()),
+        ]
+    ),
+)
+# The device's memory copies inside the rank's steps (MEMCPY_ASYNC tasks, from trace_view.json's device
+# lanes or the db's TASK table): what idle time of cause "copy" is made of
+DEVICE_COPIES = Table(
+    "device_copies",
+    pa.schema(
+        [
+            ("step_ordinal", pa.int64()),
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("duration_us", pa.float64()),
+            ("bytes", pa.float64()),  # null where the capture does not say (a db export)
+            ("direction", pa.string()),  # "host to device", "device to host", … (null in a db export)
+            ("stream_id", pa.int64()),
         ]
     ),
 )

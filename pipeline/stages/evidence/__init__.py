@@ -1,6 +1,7 @@
 """The evidence stage, in one package: its declaration (``STAGE``), its code (``stage.py``: map and
 reduce), and what only it uses — the host trace readers (``host_trace.py`` streamed from
-trace_view.json, ``host_db.py`` from the profiler db), the attribution of idle windows to host
+trace_view.json in the blocks ``trace_blocks.py`` cuts, with the device's copies of ``trace_copies.py``;
+``host_db.py`` from the profiler db), the attribution of idle windows to host
 activity (``attribution.py``, ``host_api.py``), the idle causes (``idle_causes.py``: later stages read
 its cause names) and the evidence index (``index.py``; the ids it resolves are named in
 ``pipeline/evidence_ids.py``, which summarize writes too)."""
@@ -23,6 +24,7 @@ STAGE = Stage(
     produces=(
         schema.BUBBLE_WINDOWS,
         schema.HOST_IDLE_GAPS,
+        schema.DEVICE_COPIES,
         schema.IDLE_BY_CAUSE,
         schema.HOST_API_SUMMARY,
         schema.HOST_API_SUMMARY_CSV,

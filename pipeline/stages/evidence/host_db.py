@@ -5,7 +5,8 @@ loader's ``__next__`` among them), CANN's API calls (``CANN_API``: launches, str
 copies, allocations) and, through ``connectionId``, which call launched each device task (``TASK``).
 ``read_db_host_events`` gives the same HostTrace as ``host_trace.read_host_events``: host events
 (named as trace_view names them: a CANN call of the acl level is ``AscendCL@<name>``) over a span,
-and each task's launch time, so a db root's idle gaps get their host causes like a text root's.
+and each task's launch time, so a db root's idle gaps get their host causes like a text root's, and the
+device's memory copies (``TASK`` rows of type MEMCPY_ASYNC).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pandas as pd
 
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.profiler_db import connect_readonly, resolve_strings, string_values, table_names
-from npuprof.pipeline.stages.evidence.host_trace import COLUMNS, LAUNCH_COLUMNS, HostTrace
+from npuprof.pipeline.stages.evidence.host_trace import COLUMNS, COPY_TASK, LAUNCH_COLUMNS, HostTrace
 
 PYTHON_PROCESS, CANN_PROCESS = "Python", "CANN"
 # ENUM_API_TYPE ids of CANN_API rows, and the prefix trace_view gives their names
@@ -39,6 +40,13 @@ SELECT CAST(t.startNs AS INTEGER) AS device_start_ns, MIN(CAST(a.startNs AS INTE
 FROM TASK t JOIN CANN_API a ON a.connectionId = t.connectionId
 WHERE CAST(t.startNs AS INTEGER) BETWEEN ? AND ?
 GROUP BY t.globalTaskId ORDER BY device_start_ns
+"""
+# the device's memory copies: TASK rows of CANN's copy task type (the db records no size or direction)
+_COPIES = """
+SELECT CAST(t.startNs AS INTEGER) AS start_ns, CAST(t.endNs AS INTEGER) AS end_ns, t.streamId AS stream
+FROM TASK t JOIN STRING_IDS s ON s.id = t.taskType
+WHERE s.value = ? AND CAST(t.endNs AS INTEGER) >= ? AND CAST(t.startNs AS INTEGER) <= ?
+ORDER BY CAST(t.startNs AS INTEGER)
 """
 
 
@@ -78,6 +86,7 @@ def read_db_host_events(path: str | Path, span_start_us: float, span_end_us: flo
         )
         cann = _spans(con, "CANN_API", "h.type", bounds, cap, strings)
         launches = pd.read_sql_query(_LAUNCHES, con, params=bounds)
+        copies = pd.read_sql_query(_COPIES, con, params=(COPY_TASK, *bounds))
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         raise BadInput(path, f"cannot read its host tables: {exc}") from None
     finally:
@@ -110,4 +119,13 @@ def read_db_host_events(path: str | Path, span_start_us: float, span_end_us: flo
         }
     )
     events = frame.sort_values("start_us", kind="stable")[COLUMNS].reset_index(drop=True)
-    return HostTrace(events, dropped, 0, flows[LAUNCH_COLUMNS])
+    copies = pd.DataFrame(
+        {
+            "start_us": copies["start_ns"].to_numpy(np.int64) / 1000.0,
+            "end_us": copies["end_ns"].to_numpy(np.int64) / 1000.0,
+            "bytes": np.full(len(copies), np.nan),
+            "direction": pd.Series([None] * len(copies), dtype=object),
+            "stream": pd.to_numeric(copies["stream"], errors="coerce").fillna(-1).to_numpy(np.int64),
+        }
+    )
+    return HostTrace(events, dropped, 0, flows[LAUNCH_COLUMNS], copies)

@@ -2,22 +2,22 @@
 
 The file can be GBs (a top-level array from torch_npu, or ``{"traceEvents": [...]}``); it is never
 held whole. A top-level array is read a block at a time by Arrow's JSON reader (columnar, no Python
-per event); any other layout, or anything that reader would read differently, is parsed event by
-event (ijson, C backend), which is the reference the columnar path is tested against.
+per event; the blocks are cut in ``trace_blocks.py``); any other layout, or anything that reader would
+read differently, is parsed event by event (ijson, C backend), which is the reference the columnar
+path is tested against.
 Only complete (``X``) events of host lanes are kept: category cpu_op / python_function / ascendcl,
 or any event of a process labelled CPU (CANN's AscendCL events carry no category), that overlap the
 span, up to a cap. The cap counts host events only: an event of a process that the metadata (``M``)
 events before it name as a device lane (Ascend Hardware, HCCL, Overlap Analysis) is never kept, so
 a trace whose device lanes outnumber the cap still yields all its host events. Besides them, the
 launch flows (``s`` on the host, ``f`` on the device kernel it launched; categories async_npu and
-HostToDevice) give each kernel starting in the span the moment the host launched it.
+HostToDevice) give each kernel starting in the span the moment the host launched it, and the device's
+memory copies (``MEMCPY_ASYNC`` on a device lane, ``trace_copies.py``) that overlap the span are kept
+apart, with their size and direction.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -27,10 +27,18 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pajson
 
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.json_depth import refuse_too_deep
+from npuprof.pipeline.stages.evidence.trace_blocks import NeedsEventReader, exact_ndjson, prepared_blocks, read_ndjson
+from npuprof.pipeline.stages.evidence.trace_copies import (
+    COPY_DIRECTION,
+    COPY_SIZE,
+    COPY_TASK,
+    copy_rows,
+    empty_copies,
+    joined_copies,
+)
 
 HOST_CATEGORIES = frozenset({"cpu_op", "python_function", "ascendcl"})
 HOST_PROCESS_NAMES = frozenset({"Python", "CANN", "Python GC"})
@@ -41,14 +49,6 @@ COLUMNS = ["name", "pid", "tid", "start_us", "end_us", "duration_us", "process"]
 # queue's launch thread submitted it); the later of the two is when the device could have it
 FLOW_CATEGORIES = ("async_npu", "hosttodevice")
 LAUNCH_COLUMNS = ["device_start_us", "launch_us"]
-# async_npu writes its flow ids as numbers, HostToDevice as text (past int64 at times): text for both
-_NUMBER_FLOW_ID = re.compile(rb'"id": ?(\d+)')
-_TEXT_FLOW_ID = re.compile(rb'"id": ?"')
-HEAD_BYTES = 1 << 16  # where a block's separator forms are read from
-COMMON_SEPARATORS = frozenset({b"}, {", b"},{"})  # torch_npu's, and where two lists of events were joined
-BLOCK_BYTES = 8 << 20  # read per block: 16 and 32 MB are no faster and hold more memory
-LONGEST_EVENT_BYTES = 128 << 20  # a block grows to hold an event up to this long
-PARSE_BLOCK_BYTES = 2 << 20  # Arrow parses these on every core; an event must fit in one
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class HostTrace:
     dropped: int
     bytes_read: int
     launches: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LAUNCH_COLUMNS))  # per kernel start
+    copies: pd.DataFrame = field(default_factory=empty_copies)  # the device's memory copies
 
 
 def _prefix(path: Path) -> str:
@@ -93,6 +94,8 @@ class _Kept:
         self.not_events = 0  # items that are not JSON objects: the file is not a trace
         self.flows: list[tuple[int, str, bool, float]] = []  # (category, id, is_start, ts_us), event by event
         self.flow_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
+        self.copies: list[tuple] = []  # the device's memory copies (COPY_COLUMNS), event by event
+        self.copy_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
 
     def add(self, event: object) -> None:
         """One parsed event (the event-by-event reader)."""
@@ -124,6 +127,12 @@ class _Kept:
             return
         category = str(event.get("cat") or "").lower()
         if category not in HOST_CATEGORIES and self._device_lane(event.get("pid")):
+            if event.get("name") == COPY_TASK:
+                args = event.get("args") if isinstance(event.get("args"), dict) else {}
+                stream = event.get("tid") if isinstance(event.get("tid"), int) else -1
+                self.copies.append(
+                    (start, start + duration, _number(args.get(COPY_SIZE)), args.get(COPY_DIRECTION), stream)
+                )
             return  # neither kept nor counted at the cap
         if self.kept() >= self.cap:
             self.dropped += 1
@@ -194,8 +203,6 @@ def _streamed(path: Path, handle: BinaryIO, kept: _Kept) -> None:
         raise BadInput(path, f"broken JSON near byte {handle.tell()}: {exc}") from None
 
 
-# between two events of the array: torch_npu writes "}, {", sometimes "},{", others one per line
-_BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _EVENT_SCHEMA = pa.schema(
     [
         ("ph", pa.string()),
@@ -206,120 +213,23 @@ _EVENT_SCHEMA = pa.schema(
         ("dur", pa.float64()),
         ("cat", pa.string()),
         ("id", pa.string()),
-        ("args", pa.struct([("name", pa.string()), ("labels", pa.string())])),
+        (
+            "args",
+            pa.struct(
+                [
+                    ("name", pa.string()),
+                    ("labels", pa.string()),
+                    (COPY_SIZE, pa.float64()),
+                    (COPY_DIRECTION, pa.string()),
+                ]
+            ),
+        ),
     ]
 )
 # the fast conversion's: numeric flow ids under id, text ones under sid
 _FAST_SCHEMA = _EVENT_SCHEMA.set(_EVENT_SCHEMA.get_field_index("id"), pa.field("id", pa.int64())).append(
     pa.field("sid", pa.string())
 )
-
-
-class _NeedsEventReader(Exception):
-    """The columnar reader cannot read this file exactly as the event-by-event reader would."""
-
-
-def _last_separator(data: memoryview, start: int) -> re.Match | None:
-    """The last separator between two events at or after ``start`` (the tail first: it is short)."""
-    for lo in (max(start, len(data) - (1 << 20)), start):
-        last = None
-        for last in _BETWEEN_EVENTS.finditer(data, lo):
-            pass
-        if last is not None:
-            return last
-    return None
-
-
-def _first_event_offset(source: pa.NativeFile) -> int:
-    head = source.read_at(min(source.size(), 1 << 16), 0)
-    after_bracket = head.index(b"[") + 1
-    return after_bracket + len(head[after_bracket:]) - len(head[after_bracket:].lstrip())
-
-
-def _event_blocks(source: pa.NativeFile) -> Iterator[pa.Buffer]:
-    """The events of a top-level array, a block at a time, each block cut after its last separator
-    (the separators between its events are left as they are). Each block is read at its own offset
-    into Arrow's pool, so no block is copied to join a partial event to the next one."""
-    size, lo = source.size(), _first_event_offset(source)
-    window = BLOCK_BYTES
-    while True:
-        source.seek(lo)
-        data = source.read_buffer(window)
-        if lo + len(data) >= size:  # the last block: up to the closing bracket
-            data = _rstripped(data)
-            if data[max(0, data.size - 1) :].to_pybytes() != b"]":
-                raise _NeedsEventReader  # truncated: the event reader says where
-            yield _rstripped(data[: data.size - 1])
-            return
-        with memoryview(data) as view:
-            # a longer window starts where the last one ended (less a long separator): that part had none
-            cut = _last_separator(view, 0 if window == BLOCK_BYTES else window // 2 - 4096)
-            cut_start, cut_end = (cut.start(), cut.end()) if cut is not None else (0, 0)
-            del cut
-        if not cut_end:
-            if window >= LONGEST_EVENT_BYTES:
-                raise _NeedsEventReader  # no event ends in the window: not a layout for this reader
-            window *= 2
-            continue
-        yield data[: cut_start + 1]
-        lo, window = lo + cut_end - 1, BLOCK_BYTES  # from the next event's "{"
-
-
-def _rstripped(events: pa.Buffer) -> pa.Buffer:
-    """``events`` without the whitespace that ends it (looked for in its last 4 KB)."""
-    tail = events[max(0, events.size - 4096) :].to_pybytes()
-    return events[: events.size - (len(tail) - len(tail.rstrip()))]
-
-
-def _exact_ndjson(events: bytes) -> bytes:
-    """One event per line, flow ids as text, every separator found by the pattern.
-
-    A separator inside a string or a nested value puts a line break where JSON forbids one (or
-    splits a value across lines), so Arrow refuses such a block instead of misreading it."""
-    lines = _BETWEEN_EVENTS.sub(b"}\n{", events)
-    pieces = _NUMBER_FLOW_ID.split(lines)  # text, digits, text, …: quoting the digits is a join
-    pieces[1::2] = [b'"id": "' + digits + b'"' for digits in pieces[1::2]]
-    return b"".join(pieces)
-
-
-def _fast_ndjson(events: pa.Buffer) -> pa.Buffer:
-    """One event per line by Arrow's substring replacement (no GIL, several times the pattern's
-    speed): the separator forms of the block's head and the common ones. Text flow ids move to
-    ``sid``, so numeric ones parse as numbers under ``id``. A separator of another form leaves two
-    events on one line, and a separator inside a string a line break where JSON forbids one: Arrow
-    refuses either, and the block is read by the exact conversion."""
-    head = events[:HEAD_BYTES].to_pybytes()
-    forms = {match.group() for match in _BETWEEN_EVENTS.finditer(head)} | COMMON_SEPARATORS
-    offsets = pa.py_buffer(np.array([0, len(events)], dtype=np.int64))
-    lines = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, events])
-    for form in sorted(forms):
-        lines = pc.replace_substring(lines, form, b"}\n{")
-    for key in {match.group() for match in _TEXT_FLOW_ID.finditer(head)} | {b'"id": "'}:
-        lines = pc.replace_substring(lines, key, key.replace(b'"id"', b'"sid"'))
-    _, value_offsets, data = lines.buffers()
-    first, last = np.frombuffer(value_offsets, dtype=np.int64)[lines.offset : lines.offset + 2]
-    return data[first:last]
-
-
-def _read_ndjson(body: pa.Buffer, schema: pa.Schema) -> pa.Table:
-    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    return pajson.read_json(pa.BufferReader(body), pajson.ReadOptions(block_size=PARSE_BLOCK_BYTES), options)
-
-
-def _prepared_blocks(source: pa.NativeFile) -> Iterator[tuple[pa.Buffer, pa.Buffer]]:
-    """Each block with its fast conversion; the next block is read and converted on a thread while
-    the caller parses this one (both release the GIL)."""
-    blocks = _event_blocks(source)
-
-    def prepare() -> tuple[pa.Buffer, pa.Buffer] | None:
-        block = next(blocks, None)
-        return None if block is None else (block, _fast_ndjson(block))
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead = pool.submit(prepare)
-        while (prepared := ahead.result()) is not None:
-            ahead = pool.submit(prepare)
-            yield prepared
 
 
 def _block_events(events: pa.Buffer, converted: pa.Buffer) -> pa.Table:
@@ -329,26 +239,26 @@ def _block_events(events: pa.Buffer, converted: pa.Buffer) -> pa.Table:
         return _EVENT_SCHEMA.empty_table()
     refused = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
     try:
-        table = _read_ndjson(converted, _FAST_SCHEMA)
+        table = read_ndjson(converted, _FAST_SCHEMA)
         flow_id = pc.coalesce(table.column("sid"), pc.cast(table.column("id"), pa.string()))
         return table.drop_columns("sid").set_column(_EVENT_SCHEMA.get_field_index("id"), "id", flow_id)
     except refused:
         pass
     try:
-        return _read_ndjson(pa.py_buffer(_exact_ndjson(events.to_pybytes())), _EVENT_SCHEMA)
+        return read_ndjson(pa.py_buffer(exact_ndjson(events.to_pybytes())), _EVENT_SCHEMA)
     except refused:
-        raise _NeedsEventReader from None
+        raise NeedsEventReader from None
 
 
 def _timestamps(events: pa.Table, also_required: str) -> np.ndarray:
     """The events' ``ts`` (text µs) as floats; any missing (or ``also_required`` missing), or one
     that is not a number, is for the event reader to report."""
     if events.column("ts").null_count or events.column(also_required).null_count:
-        raise _NeedsEventReader
+        raise NeedsEventReader
     try:
         return pc.cast(events.column("ts"), pa.float64()).to_numpy()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise _NeedsEventReader from None
+        raise NeedsEventReader from None
 
 
 def _block_flows(events: pa.Table, category: pa.ChunkedArray, kept: _Kept) -> None:
@@ -406,40 +316,52 @@ def _device_lane_rows(
     return since_device & before_host
 
 
+def _block_lanes(events: pa.Table, phase: pa.ChunkedArray, kept: _Kept) -> np.ndarray | None:
+    """A block's M events into ``kept`` (the host's pids, the processes' names), and per event whether
+    its process is a device lane by then (``_device_lane_rows``)."""
+    is_meta = pc.fill_null(pc.equal(phase, "M"), False)
+    meta = events.filter(is_meta)
+    labels = meta.column("args").combine_chunks()
+    # each part filled alone: a process_name event has no labels (null), and null or true is null
+    has_name = pc.fill_null(
+        pc.and_(pc.equal(meta.column("name"), "process_name"), pc.is_valid(labels.field("name"))), False
+    )
+    has_labels = pc.fill_null(
+        pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.is_valid(labels.field("labels"))), False
+    )
+    process = pc.and_(has_name, pc.is_in(labels.field("name"), pa.array(sorted(HOST_PROCESS_NAMES))))
+    cpu = pc.and_(has_labels, pc.equal(labels.field("labels"), "CPU"))
+    is_host = pc.or_(pc.fill_null(process, False), pc.fill_null(cpu, False))
+    is_device = pc.and_(pc.or_(has_name, has_labels), pc.invert(is_host))
+    device_lanes = _device_lane_rows(events, is_meta, meta, is_device, is_host, kept)
+    kept.host_pids.update(meta.filter(is_host).column("pid").to_pylist())
+    named = meta.filter(has_name)
+    kept.process_names.update(
+        zip(named.column("pid").to_pylist(), named.column("args").combine_chunks().field("name").to_pylist())
+    )
+    return device_lanes
+
+
 def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
     """Host events of a top-level array, block by block through Arrow's JSON reader: no Python per
     event. Anything the event reader would read differently (text durations, missing times, ids
-    that are not integers) raises _NeedsEventReader, and the caller reads the file event by event."""
+    that are not integers) raises NeedsEventReader, and the caller reads the file event by event."""
     span_start, span_end = kept.span
-    for block, converted in _prepared_blocks(source):
+    for block, converted in prepared_blocks(source):
         events = _block_events(block, converted)
         phase = events.column("ph")
-        is_meta = pc.fill_null(pc.equal(phase, "M"), False)
-        meta = events.filter(is_meta)
-        labels = meta.column("args").combine_chunks()
-        # each part filled alone: a process_name event has no labels (null), and null or true is null
-        has_name = pc.fill_null(
-            pc.and_(pc.equal(meta.column("name"), "process_name"), pc.is_valid(labels.field("name"))), False
-        )
-        has_labels = pc.fill_null(
-            pc.and_(pc.equal(meta.column("name"), "process_labels"), pc.is_valid(labels.field("labels"))), False
-        )
-        process = pc.and_(has_name, pc.is_in(labels.field("name"), pa.array(sorted(HOST_PROCESS_NAMES))))
-        cpu = pc.and_(has_labels, pc.equal(labels.field("labels"), "CPU"))
-        is_host = pc.or_(pc.fill_null(process, False), pc.fill_null(cpu, False))
-        is_device = pc.and_(pc.or_(has_name, has_labels), pc.invert(is_host))
-        device_lanes = _device_lane_rows(events, is_meta, meta, is_device, is_host, kept)
-        kept.host_pids.update(meta.filter(is_host).column("pid").to_pylist())
-        named = meta.filter(has_name)
-        kept.process_names.update(
-            zip(named.column("pid").to_pylist(), named.column("args").combine_chunks().field("name").to_pylist())
-        )
+        device_lanes = _block_lanes(events, phase, kept)
         category = pc.utf8_lower(pc.fill_null(events.column("cat"), ""))
         _block_flows(events, category, kept)
         is_complete = pc.fill_null(pc.equal(phase, "X"), False)
         if device_lanes is not None:
-            host_category = pc.is_in(category, pa.array(sorted(HOST_CATEGORIES)))
-            is_complete = pc.and_(is_complete, pc.or_(host_category, pc.invert(pa.array(device_lanes))))
+            on_device = pc.and_(
+                pa.array(device_lanes), pc.invert(pc.is_in(category, pa.array(sorted(HOST_CATEGORIES))))
+            )
+            _block_copies(
+                events, pc.and_(pc.and_(is_complete, on_device), pc.equal(events.column("name"), COPY_TASK)), kept
+            )
+            is_complete = pc.and_(is_complete, pc.invert(on_device))
         complete = events.filter(is_complete)
         start = _timestamps(complete, "dur")
         duration = complete.column("dur").to_numpy()
@@ -449,7 +371,7 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
         taken = overlapping[:room]
         chosen = complete.take(pa.array(taken))
         if any(chosen.column(c).null_count for c in ("name", "pid", "tid")):
-            raise _NeedsEventReader
+            raise NeedsEventReader
         if not len(taken):
             continue
         kept.row_blocks.append(
@@ -466,6 +388,14 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
                 }
             )
         )
+
+
+def _block_copies(events: pa.Table, is_copy: pa.Array, kept: _Kept) -> None:
+    """The device's memory copies of a block (``is_copy``: X events named COPY_TASK on a device lane)
+    into ``kept``, as the event reader takes them."""
+    copies = events.filter(is_copy)
+    if copies.num_rows:
+        kept.copy_blocks.append(copy_rows(copies, _timestamps(copies, "dur"), kept.span))
 
 
 def _native_file(path: Path) -> pa.NativeFile:
@@ -485,13 +415,14 @@ def read_host_events(path: str | Path, span_start_us: float, span_end_us: float,
     layout = _prefix(path)
     try:
         if layout != "item":
-            raise _NeedsEventReader
+            raise NeedsEventReader
         with _native_file(path) as source:
             _columnar(source, kept)
-    except _NeedsEventReader:  # from the start, event by event: the reference reader
+    except NeedsEventReader:  # from the start, event by event: the reference reader
         kept = _Kept(span_start_us, span_end_us, cap)
         with open(path, "rb") as handle:
             _streamed(path, handle, kept)
     if kept.not_events:
         raise BadInput(path, f"{kept.not_events} items of the trace are not events (JSON objects)")
-    return HostTrace(kept.frame(), kept.dropped, path.stat().st_size, kept.launches())
+    copies = joined_copies(kept.copies, kept.copy_blocks)
+    return HostTrace(kept.frame(), kept.dropped, path.stat().st_size, kept.launches(), copies)

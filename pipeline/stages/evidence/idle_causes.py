@@ -1,6 +1,8 @@
 """Why the device idled: every idle gap of a step split among its host causes.
 
-A gap whose next kernel the host had launched before the gap began is the device's own (``queued``:
+Where the device runs a memory copy (``MEMCPY_ASYNC``: a host↔device copy in stream order) inside a gap,
+that part is the ``copy``'s, whoever launched what: its kernels wait behind it. Of the rest, a gap whose
+next kernel the host had launched before the gap began is the device's own (``queued``:
 its work was there, it waited on something else); so is, before a step's first kernel, the stretch
 after the host launched it (the launch in flight). In every other gap the host is the cause: the
 time its spans of a cause class cover (a blocking sync, the dataloader, garbage collection, memory
@@ -16,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
-from npuprof.pipeline.idle_cause_names import LAUNCH, QUEUED, UNATTRIBUTED, cause_column, cause_names
+from npuprof.pipeline.idle_cause_names import COPY, LAUNCH, QUEUED, UNATTRIBUTED, cause_column, cause_names
 from npuprof.pipeline.stages.evidence.attribution import covered_per_window, name_matches, overlap_pairs
 from npuprof.pipeline.summaries.accounting import head_idle_name
 
@@ -46,34 +48,45 @@ def launch_times(kernel_start_us: np.ndarray, launches: pd.DataFrame) -> np.ndar
     return np.where(matched, launch[at], np.nan)
 
 
-def gap_causes(gaps: pd.DataFrame, after_launch_us: np.ndarray, host: pd.DataFrame, masks: dict[str, np.ndarray]):
+def gap_causes(
+    gaps: pd.DataFrame,
+    after_launch_us: np.ndarray,
+    host: pd.DataFrame,
+    masks: dict[str, np.ndarray],
+    copies: pd.DataFrame | None = None,
+):
     """Per gap (``gaps``: start_ns, end_ns, in time order, disjoint): the µs of each cause, the
     dominant ``cause`` and its ``cause_share``, and ``launch_lead_us`` (gap start − the next
     kernel's launch; ≥ 0: queued).
 
     ``after_launch_us``: the host launch of the kernel after each gap (µs, ``launch_times``; NaN:
     no launch flow). ``host``: host events (name, process, start_us, end_us); ``masks``: their host
-    classes (``class_masks``)."""
+    classes (``class_masks``); ``copies``: the device's memory copies (start_us, end_us)."""
     # times from the first gap on: µs since the epoch (1.7e15) hold only quarter µs in a float
     base_ns = int(gaps["start_ns"].min()) if len(gaps) else 0
     base_us = base_ns / 1000.0
     start_ns = gaps["start_ns"].to_numpy(np.int64) - base_ns
     duration = (gaps["end_ns"].to_numpy(np.int64) - gaps["start_ns"].to_numpy(np.int64)) / 1000.0
     windows = pd.DataFrame({"start_us": start_ns / 1000.0, "end_us": start_ns / 1000.0 + duration})
-    host = host.assign(start_us=host["start_us"] - base_us, end_us=host["end_us"] - base_us)
+    copies = (copies if copies is not None else pd.DataFrame(columns=["start_us", "end_us"]))[["start_us", "end_us"]]
+    spans = pd.concat([copies.astype(float), host[["start_us", "end_us"]]], ignore_index=True)
+    spans = spans.assign(start_us=spans["start_us"] - base_us, end_us=spans["end_us"] - base_us)
+    is_copy = np.arange(len(spans)) < len(copies)
     launch = after_launch_us - base_us
     lead = windows["start_us"].to_numpy(float) - launch  # NaN: no launch flow for the next kernel
     queued = lead >= 0
     host_side = ~queued
-    shares: dict[str, np.ndarray] = {}
-    taken = np.zeros(len(host), dtype=bool)
-    covered_before = np.zeros(len(windows))
-    for name, mask in masks.items():  # classes in priority order: each takes what earlier ones left
-        taken |= mask
-        events = host.loc[taken]
-        covered = covered_per_window(overlap_pairs(windows, events), len(windows))
-        shares[name] = np.where(host_side, np.minimum(covered, duration) - covered_before, 0.0)
-        covered_before = np.minimum(covered, duration)
+    # the copies first, in every gap; then the host classes in priority order, in the host's gaps, each
+    # taking what the ones before it left
+    copied = np.minimum(covered_per_window(overlap_pairs(windows, spans.loc[is_copy]), len(windows)), duration)
+    shares: dict[str, np.ndarray] = {COPY: copied}
+    taken = is_copy.copy()
+    covered_before = copied
+    for name, mask in masks.items():
+        taken[len(copies) :] |= mask
+        covered = np.minimum(covered_per_window(overlap_pairs(windows, spans.loc[taken]), len(windows)), duration)
+        shares[name] = np.where(host_side, covered - covered_before, 0.0)
+        covered_before = np.where(host_side, covered, covered_before)
     # before a step's first kernel, the stretch after its launch is the launch in flight (the device's
     # own latency, as in a queued gap): the host's part of that gap ends where it launched
     head = (gaps["window"] == head_idle_name()).to_numpy() if "window" in gaps else np.zeros(len(gaps), bool)
@@ -81,7 +94,7 @@ def gap_causes(gaps: pd.DataFrame, after_launch_us: np.ndarray, host: pd.DataFra
     in_flight = np.minimum(in_flight, duration - covered_before)
     rest = np.where(host_side, duration - covered_before - in_flight, 0.0)
     shares[LAUNCH] = np.where(np.isnan(lead), 0.0, rest)
-    shares[QUEUED] = np.where(queued, duration, in_flight)
+    shares[QUEUED] = np.where(queued, duration - copied, in_flight)
     shares[UNATTRIBUTED] = np.where(np.isnan(lead), rest, 0.0)
     frame = pd.DataFrame({cause_column(k): np.clip(v, 0.0, None) for k, v in shares.items()}, index=gaps.index)
     names, microseconds = np.array(list(shares)), frame.to_numpy()
@@ -123,3 +136,25 @@ def queued_gap_floor_us(causes: pd.DataFrame) -> float:
     queued = causes[cause_column(QUEUED)].to_numpy(float)
     queued = queued[queued > 0]
     return float(np.median(queued)) if len(queued) else 0.0
+
+
+def device_copies(copies: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """The device's memory copies (HostTrace.copies) that start inside one of the rank's steps, with
+    that step's ordinal (DEVICE_COPIES' columns)."""
+    start_ns = np.round(copies["start_us"].to_numpy(float) * 1000).astype(np.int64)
+    end_ns = np.round(copies["end_us"].to_numpy(float) * 1000).astype(np.int64)
+    ordered = steps.sort_values("start_ns")
+    first, last = ordered["start_ns"].to_numpy(np.int64), ordered["end_ns"].to_numpy(np.int64)
+    at = np.searchsorted(first, start_ns, side="right") - 1
+    inside = (at >= 0) & (start_ns < last[np.clip(at, 0, None)])
+    return pd.DataFrame(
+        {
+            "step_ordinal": ordered["step_ordinal"].to_numpy(np.int64)[np.clip(at, 0, None)][inside],
+            "start_ns": start_ns[inside],
+            "end_ns": end_ns[inside],
+            "duration_us": (end_ns - start_ns)[inside] / 1000.0,
+            "bytes": copies["bytes"].to_numpy(float)[inside],
+            "direction": copies["direction"].to_numpy(object)[inside],
+            "stream_id": copies["stream"].to_numpy(np.int64)[inside],
+        }
+    )

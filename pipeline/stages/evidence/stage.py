@@ -16,6 +16,7 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.idle_cause_names import COPY
 from npuprof.pipeline.segmentation.features import ordered_events
 from npuprof.pipeline.sources.auxiliary import note_text
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
@@ -26,6 +27,7 @@ from npuprof.pipeline.stages.evidence.idle_causes import (
     QUEUED,
     cause_column,
     class_masks,
+    device_copies,
     gap_causes,
     idle_by_cause,
     launch_times,
@@ -76,6 +78,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         schema.BUBBLE_WINDOWS: bubbles,
         schema.EVIDENCE_INDEX: evidence,
         schema.HOST_IDLE_GAPS: host_gaps,
+        schema.DEVICE_COPIES: device_copies(host.copies, steps) if host is not None and len(steps) else pd.DataFrame(),
         schema.IDLE_BY_CAUSE: by_cause,
     }
     return StageResult(tables=tables, manifest=manifest)
@@ -108,14 +111,14 @@ def _with_causes(
     the rank's median gap between kernels it had queued."""
     after_pos = gaps["after_pos"].to_numpy()  # the kernel each gap ends at
     after = events.iloc[after_pos]
-    causes = gap_causes(gaps, launch_us[after_pos], host.events, masks)
+    causes = gap_causes(gaps, launch_us[after_pos], host.events, masks, host.copies)
     duration = (gaps["end_ns"] - gaps["start_ns"]).to_numpy() / 1000.0
     by_start = causes[["cause", "cause_share"]].set_axis(gaps["start_ns"].to_numpy())
     bubbles = bubbles.assign(
         cause=by_start["cause"].reindex(bubbles["start_ns"]).to_numpy(),
         cause_share=by_start["cause_share"].reindex(bubbles["start_ns"]).to_numpy(),
     )
-    host_caused = (causes["cause"] != QUEUED).to_numpy()
+    host_caused = ((causes["cause"] != QUEUED) | (causes[cause_column(COPY)] > 0)).to_numpy()  # or a copy in it
     host_gaps = pd.concat(
         [
             gaps[["step_ordinal", "start_ns", "end_ns"]].reset_index(drop=True),

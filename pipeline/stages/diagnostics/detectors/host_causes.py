@@ -1,5 +1,5 @@
-"""Host causes of idle time: operators compiled in the step, blocking syncs, dataloader stalls, GC
-pauses, device memory allocation and launch-bound steps.
+"""Causes of idle time: the device's own memory copies in the step, and on the host operators compiled in
+the step, blocking syncs, dataloader stalls, GC pauses, device memory allocation and launch-bound steps.
 
 The evidence stage split every idle gap of every step among its host causes
 (stages/evidence/idle_causes.py). A cause becomes a finding where it holds enough of the ranks' wall;
@@ -16,7 +16,7 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.evidence_ids import step_evidence_id
-from npuprof.pipeline.idle_cause_names import LAUNCH, cause_column
+from npuprof.pipeline.idle_cause_names import COPY, LAUNCH, cause_column
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
 
 FINDING_OF_CAUSE = {
+    COPY: "memcpy_in_step",
     "compile": "dynamic_shape_recompile",
     "sync": "blocking_sync_in_step",
     "dataloader": "dataloader_stall",
@@ -43,6 +44,34 @@ def host_gaps(ctx: RootContext) -> pd.DataFrame:
     if not (ctx.out_dir / schema.HOST_IDLE_GAPS.path).exists():
         return pd.DataFrame(columns=GAP_COLUMNS)
     return int_ranks(ctx.read_table(schema.HOST_IDLE_GAPS, columns=GAP_COLUMNS).to_pandas())
+
+
+@derived_input("copies_in_steps")
+def copies_in_steps(ctx: RootContext) -> pd.DataFrame:
+    """The device's memory copies inside the ranks' steps (device_copies), with their rank."""
+    columns = ["rank_id", "step_ordinal", "duration_us", "bytes", "direction"]
+    if not (ctx.out_dir / schema.DEVICE_COPIES.path).exists():
+        return pd.DataFrame(columns=columns)
+    return int_ranks(ctx.read_table(schema.DEVICE_COPIES, columns=columns).to_pandas())
+
+
+def _copy_values(copies: pd.DataFrame, counted: pd.DataFrame, ranks: list[int]) -> dict:
+    """What the copies of ``ranks`` over their counted steps move: how many per rank, MB per step, the directions,
+    and the bandwidth they ran at (``moved``: in words, for a capture that gives no sizes too)."""
+    keys = ["rank_id", "step_ordinal"]
+    mine = copies[copies["rank_id"].isin(ranks)].merge(counted[keys], on=keys)
+    steps = max(len(counted[counted["rank_id"].isin(ranks)]), 1)
+    sized = mine[mine["bytes"].notna()]
+    megabytes = float(sized["bytes"].sum()) / 1e6 / steps
+    gbps = float(sized["bytes"].sum()) / float(sized["duration_us"].sum()) / 1e3 if len(sized) else 0.0
+    directions = mine["direction"].dropna().value_counts()
+    return {
+        "copies_per_rank": len(mine) / len(ranks),
+        "mb_per_step": megabytes if len(sized) else None,
+        "gbps": gbps if len(sized) else None,
+        "moved": f"{megabytes:.1f} MB per step at {gbps:.1f} GB/s" if len(sized) else "sizes not recorded",
+        "directions": ", ".join(directions.index.astype(str)) or "direction not recorded",
+    }
 
 
 @derived_input("idle_by_cause")
@@ -144,6 +173,7 @@ def _evidence(inputs: DiagnosisContext, cause: str, ranks: list[int]) -> tuple[l
         "idle_by_cause": (),
         "host_gaps": (),
         "launch_floor": (),
+        "copies_in_steps": (),
         "steps": ("rank_id", "step_ordinal", "complete", "wall_ms"),
         "bubbles": ("rank_id", "evidence_id", "duration_us", "cause"),
         "operators": ("rank_id", "name", "evidence_id"),
@@ -156,7 +186,7 @@ def host_causes(inputs: DiagnosisContext) -> list[Finding]:
         return []
     counted = _counted_steps(inputs.steps)
     findings = []
-    for cause, finding_type in FINDING_OF_CAUSE.items():  # a loop over the four causes
+    for cause, finding_type in FINDING_OF_CAUSE.items():  # a loop over the causes
         spec = rule(finding_type)
         per_rank = _per_rank(inputs, cause, counted)
         hit, statistic, values, threshold = _qualifies(per_rank, cause, spec)
@@ -182,6 +212,7 @@ def host_causes(inputs: DiagnosisContext) -> list[Finding]:
                     "largest_ms": float(chosen["largest_ms"].max()),
                     "late_launches_per_step": float(chosen["gaps_per_step"].mean()),
                     "kernels": ", ".join(kernels) or "?",
+                    **(_copy_values(inputs.copies_in_steps, counted, ranks) if cause == COPY else {}),
                 },
                 **priced(inputs.step_model, closed),
             )

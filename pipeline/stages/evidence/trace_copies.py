@@ -1,0 +1,54 @@
+"""The device's memory copies in trace_view.json: ``MEMCPY_ASYNC`` tasks on a device lane (host↔device
+copies the device runs in stream order), with the size and direction their args give. Both trace
+readers (``host_trace.py``) keep them apart from the host events, as these tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+COPY_TASK = "MEMCPY_ASYNC"  # CANN's task name
+COPY_SIZE, COPY_DIRECTION = "data size(Byte)", "memcpy direction"  # its args: bytes, "host to device" …
+COPY_COLUMNS = ["start_us", "end_us", "bytes", "direction", "stream"]
+
+
+def empty_copies() -> pd.DataFrame:
+    """A copies table with no row (COPY_COLUMNS, typed)."""
+    return pd.DataFrame(
+        {
+            "start_us": pd.Series(dtype=float),
+            "end_us": pd.Series(dtype=float),
+            "bytes": pd.Series(dtype=float),
+            "direction": pd.Series(dtype=object),
+            "stream": pd.Series(dtype="int64"),
+        }
+    )
+
+
+def copy_rows(copies: pa.Table, start: np.ndarray, span: tuple[float, float]) -> pd.DataFrame:
+    """A block's copy events (``start``: their ``ts`` as µs) that overlap ``span``, as COPY_COLUMNS."""
+    duration = copies.column("dur").to_numpy()
+    inside = (duration > 0) & ~(start > span[1]) & ~(start + duration < span[0])
+    args = copies.column("args").combine_chunks()
+    tid = copies.column("tid").to_numpy(zero_copy_only=False)
+    return pd.DataFrame(
+        {
+            "start_us": start[inside],
+            "end_us": (start + duration)[inside],
+            "bytes": args.field(COPY_SIZE).to_numpy(zero_copy_only=False)[inside],
+            "direction": np.asarray(args.field(COPY_DIRECTION).to_pylist(), dtype=object)[inside],
+            "stream": np.where(pd.isna(tid), -1, tid)[inside].astype(np.int64),
+        }
+    )
+
+
+def joined_copies(rows: list[tuple], blocks: list[pd.DataFrame]) -> pd.DataFrame:
+    """The copies one reader kept (event by event as ``rows``, or a block at a time as ``blocks``), in
+    time order."""
+    frames = [frame for frame in (pd.DataFrame(rows, columns=COPY_COLUMNS), *blocks) if len(frame)]
+    if not frames:
+        return empty_copies()
+    copies = pd.concat(frames, ignore_index=True).astype({"start_us": float, "end_us": float, "bytes": float})
+    copies["direction"] = copies["direction"].astype(object).where(copies["direction"].notna(), None)
+    return copies.astype({"stream": "int64"}).sort_values("start_us", kind="stable", ignore_index=True)
