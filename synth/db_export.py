@@ -106,7 +106,7 @@ def _insert_capture_facts(
         ("SCHEMA_VERSION_MAJOR", "1"),
         ("SCHEMA_VERSION_MINOR", "0"),
         ("SCHEMA_VERSION_MICRO", "0"),
-        ("ENV_VARIABLES", json.dumps({"ASCEND_GLOBAL_LOG_LEVEL": "3"})),
+        ("ENV_VARIABLES", json.dumps(metadata["ENV_VARIABLES"])),
         ("distributed_args", json.dumps(metadata["distributed_args"])),
         ("parallel_group_info", json.dumps(metadata["parallel_group_info"])),
     ]

@@ -26,7 +26,7 @@ from npuprof.synth.text_export import (
     write_kernel_details,
     write_step_trace_time,
 )
-from npuprof.synth.timeline import PLANTED_GAPS, Collective, RankTimeline, simulate
+from npuprof.synth.timeline import PLANTED_GAPS, RECORDED_ENV, Collective, RankTimeline, simulate
 from npuprof.synth.trace_export import write_trace_view
 
 FIRST_STEP_ID = 10
@@ -36,6 +36,7 @@ EXPORTS = {"text": ("text",), "db": ("db",), "both": ("text", "db")}
 # conditions that no finding reports (segment and cross_rank measure them).
 ALSO_REPORTED = {
     "aicore_freq_throttled": ("slow_rank_suspected",),  # late at every collective it is throttled in
+    "env_setting": ("host_launch_bound",),  # launches made blocking: the device waits for each
     "device_idle_bubble": ("blocking_sync_in_step",),  # the planted host bubble is a blocking .item()
 }
 # ... and these plant a second one when they hit some ranks only: those ranks come last to every
@@ -262,6 +263,13 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
     }
 
 
+def _recorded_env(sc: Scenario, rank: int) -> dict[str, str]:
+    """The environment torch_npu records for ``rank``: a well-set job's, with ASCEND_LAUNCH_BLOCKING=1
+    where an env_setting fault makes its launches blocking."""
+    blocking = any(f.kind == "env_setting" and (not f.ranks or rank in f.ranks) for f in sc.faults)
+    return {**RECORDED_ENV, **({"ASCEND_LAUNCH_BLOCKING": "1"} if blocking else {})}
+
+
 def _host_stalls(sc: Scenario, t: RankTimeline) -> list[tuple[int, int, str]]:
     """(start_ns, end_ns, fault kind) of each planted host stall or device copy on this rank: the idle
     gap before the layer, or at the step's top (``STEP_TOP``) the stall's own length, ending before the
@@ -339,6 +347,7 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
     )
     metadata = {
         "distributed_args": _distributed_args(capture.topology, sc, t.rank),
+        "ENV_VARIABLES": _recorded_env(sc, t.rank),
         "parallel_group_info": capture.topology.parallel_group_info(t.rank),
     }
     (rank_dir / "profiler_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")

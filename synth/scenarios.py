@@ -33,6 +33,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "fusible_op_sequence": ("ranks",),
     "dynamic_shape_recompile": ("ranks", "steps", "layer", "gap_us"),
     "memcpy_in_step": ("ranks", "steps", "layer", "gap_us"),
+    "env_setting": ("ranks", "gap_us"),
 }
 
 
@@ -59,9 +60,11 @@ class Fault:
     ProfilerStep#N before its first kernel, as ``for batch in loader:`` stalls; a device_idle_bubble's host stall is a
     blocking ``.item()``), memcpy_in_step (a host-to-device copy of ``gap_us`` the device runs in stream
     order before ``layer`` on ``steps`` of ``ranks``, launched ahead by the host: its kernels wait behind
-    it), host_launch_bound (every compute kernel of ``ranks``, every rank when empty,
-    waits ``gap_us`` for the host to launch it), capture_incomplete_group (``ranks`` compute × factor and
-    are left out of the capture: the captured members of their groups wait for a rank nobody sees),
+    it), env_setting (``ranks``, every rank when empty, record ASCEND_LAUNCH_BLOCKING=1, so every
+    compute kernel waits ``gap_us`` for its launch, as host_launch_bound), host_launch_bound (every
+    compute kernel of ``ranks``, every rank when empty, waits ``gap_us`` for the host to launch it),
+    capture_incomplete_group (``ranks`` compute × factor and are left out of the capture: the captured
+    members of their groups wait for a rank nobody sees),
     rank_not_captured (a capture condition: ``ranks`` are left out of the capture, nothing else changes),
     gradient_allreduce_exposed (training syncs its gradients in 4 all-reduce buckets after the whole
     backward; without it, one bucket per group of layers starts as their backward ends and runs on the
@@ -272,6 +275,17 @@ SCENARIOS: dict[str, Scenario] = {
             phase="prefill",
             micro_batches=1,
             faults=(Fault("unfused_op_pattern"),),
+        ),
+        Scenario(
+            "launch_blocking",
+            "dense decode run with ASCEND_LAUNCH_BLOCKING=1 recorded: every compute kernel's launch waits for "
+            "the one before to finish, 25 us after the device could start it",
+            training=False,
+            phase="decode",
+            ranks=2,
+            tokens=64,
+            micro_batches=1,
+            faults=(Fault("env_setting", gap_us=25.0),),
         ),
         Scenario(
             "fusible_chain",

@@ -34,7 +34,20 @@ HOST_STALLS = ("device_idle_bubble", "dataloader_stall", "gc_pause", "allocation
 DEVICE_COPY = "memcpy_in_step"
 PLANTED_GAPS = (*HOST_STALLS, DEVICE_COPY)  # the faults that open a gap before a layer
 COPY_GBPS = 22.0  # PCIe host-to-device bandwidth of the planted copy (the real CNN capture's: 22 GB/s)
-COPY_LAUNCH_NS = (30_000, 22_000)  # the copy's host call: this long before its device start, until this
+COPY_LAUNCH_NS = (30_000, 22_000)
+# what torch_npu records of the environment (ENV_VARIABLES), as a well-set job has it; an env_setting
+# fault records ASCEND_LAUNCH_BLOCKING=1 on its ranks
+RECORDED_ENV = {
+    "ASCEND_GLOBAL_LOG_LEVEL": "3",
+    "HCCL_RDMA_TC": "",
+    "HCCL_RDMA_SL": "",
+    "ACLNN_CACHE_LIMIT": "",
+    "HOST_CACHE_CAPACITY": "",
+    "ASCEND_ENHANCE_ENABLE": "",
+    "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+    "ASCEND_LAUNCH_BLOCKING": "",
+    "HCCL_ALGO": "",
+}  # the copy's host call: this long before its device start, until this
 # the host spans each planted stall leaves, for the trace and the db alike: framework ops (name, trace
 # category) and CANN calls (name, their extra trace args); a garbage collection is the Python GC
 # process's (trace_view.json only: the db does not record it), a device_idle_bubble a blocking .item()
@@ -238,7 +251,8 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
                 gap[s * n_step + rows[0]] += fault.gap_us
                 head_us[s] += fault.gap_us if fault.layer == STEP_TOP else 0.0
     starved = np.zeros(n, dtype=bool)
-    for fault in _faults(scenario, "host_launch_bound"):
+    # a launch-bound host, or launches made blocking (ASCEND_LAUNCH_BLOCKING=1, an env_setting fault)
+    for fault in [*_faults(scenario, "host_launch_bound"), *_faults(scenario, "env_setting")]:
         if rank in fault.ranks or not fault.ranks:  # every compute kernel waits for its launch
             starved |= ~is_comm
             gap += np.where(is_comm, 0.0, fault.gap_us)

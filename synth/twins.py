@@ -31,6 +31,7 @@ TWINS: tuple[tuple[str, str], ...] = (
     ("fusible_chain", "fusible_op_sequence"),
     ("throttled_card", "aicore_freq_throttled"),
     ("launch_bound", "host_launch_bound"),  # the twin's launches are ahead of the device
+    ("launch_blocking", "env_setting"),  # the twin runs without ASCEND_LAUNCH_BLOCKING: launches ahead
     ("host_stalls", "dataloader_stall"),  # every rank stalls: closed on all of them at once
     ("host_stalls", "gc_pause"),
     ("host_stalls", "allocation_heavy"),

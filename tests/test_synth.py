@@ -14,8 +14,12 @@ import pytest
 
 from npuprof.api import Analysis
 from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.stage_range import StageRange
 from npuprof.synth import SCENARIOS, generate
 from npuprof.synth.root_writer import UNCAPTURED
+
+# what these tests read is the normalized events: the later stages are the planted outputs' to run
+EVENTS_ONLY = StageRange(to_stage="normalize")
 
 pytestmark = pytest.mark.xdist_group("synth")  # one worker: shares its fixtures
 
@@ -61,7 +65,7 @@ def test_every_scenario_generates_a_root_npuprof_reads_whole(roots, tmp_path, na
     assert set(gt["ranks"]) == {str(r) for r in range(SCENARIOS[name].ranks) if r not in uncaptured}
     for key in ("step_ids", "complete_steps", "expected_findings", "unexpected_findings", "model", "workload"):
         assert key in gt
-    result = analyze(root, tmp_path / "out", jobs=1)
+    result = analyze(root, tmp_path / "out", jobs=1, stage_range=EVENTS_ONLY)
     assert result["event_count"] == sum(r["event_count"] for r in gt["ranks"].values())
     events = Analysis(tmp_path / "out").events()
     assert set(events["step_id"].unique()) <= set(gt["step_ids"])
@@ -163,7 +167,7 @@ def test_slow_link_shows_in_the_matrix_bandwidth(roots):
 def test_the_planted_aicpu_op_is_there_with_its_size(roots, tmp_path):
     root = roots["exposed_aicpu"]
     fault = truth(root)["faults"][0]
-    analyze(root, tmp_path / "o", jobs=1)
+    analyze(root, tmp_path / "o", jobs=1, stage_range=EVENTS_ONLY)
     events = Analysis(tmp_path / "o").events()
     aicpu = events[events["op_type"] == "aicpu"]
     assert len(aicpu) == SCENARIOS["exposed_aicpu"].steps * SCENARIOS["exposed_aicpu"].ranks
@@ -201,7 +205,7 @@ def test_clock_offset_shifts_one_rank_only(roots):
 
 
 def test_pipeline_fields_add_up_and_fit_in_the_duration(roots, tmp_path):
-    analyze(roots["clean"], tmp_path / "o", jobs=1)
+    analyze(roots["clean"], tmp_path / "o", jobs=1, stage_range=EVENTS_ONLY)
     events = Analysis(tmp_path / "o").events()
     compute = events[events["op_type"].isin(["aic", "aiv", "mix_cv"])]
     aic_stages = compute[
@@ -216,9 +220,9 @@ def test_pipeline_fields_add_up_and_fit_in_the_duration(roots, tmp_path):
 
 
 def test_synthetic_kernels_classify_like_real_ones(roots, tmp_path):
-    analyze(roots["mixed"], tmp_path / "moe", jobs=1)
-    analyze(roots["ep_imbalance"], tmp_path / "moe_inf", jobs=1)
-    analyze(roots["clean"], tmp_path / "dense", jobs=1)
+    analyze(roots["mixed"], tmp_path / "moe", jobs=1, stage_range=EVENTS_ONLY)
+    analyze(roots["ep_imbalance"], tmp_path / "moe_inf", jobs=1, stage_range=EVENTS_ONLY)
+    analyze(roots["clean"], tmp_path / "dense", jobs=1, stage_range=EVENTS_ONLY)
     moe = set(Analysis(tmp_path / "moe").events()["categories"].explode().dropna())
     dense = set(Analysis(tmp_path / "dense").events()["categories"].explode().dropna())
     assert {
@@ -275,8 +279,8 @@ def test_db_and_text_exports_of_one_root_normalize_to_the_same_events(tmp_path):
     assert len(list(root.rglob("ascend_pytorch_profiler_*.db"))) == 4 and len(list(root.rglob("analysis.db"))) == 4
     from npuprof.pipeline.options import AnalyzeOptions
 
-    analyze(root, tmp_path / "db", jobs=1, options=AnalyzeOptions(source="db"))
-    analyze(root, tmp_path / "csv", jobs=1, options=AnalyzeOptions(source="csv"))
+    analyze(root, tmp_path / "db", jobs=1, options=AnalyzeOptions(source="db"), stage_range=EVENTS_ONLY)
+    analyze(root, tmp_path / "csv", jobs=1, options=AnalyzeOptions(source="csv"), stage_range=EVENTS_ONLY)
     db = Analysis(tmp_path / "db").events().sort_values(["rank_id", "start_ns"]).reset_index(drop=True)
     text = Analysis(tmp_path / "csv").events().sort_values(["rank_id", "start_ns"]).reset_index(drop=True)
     assert {r["source_kind"] for r in Analysis(tmp_path / "db").manifest("normalize")["rank_summaries"]} == {

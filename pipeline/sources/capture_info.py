@@ -46,7 +46,7 @@ def _from_db(path: Path) -> dict:
             if "META_DATA" in tables:
                 meta = dict(con.execute("SELECT name, value FROM META_DATA").fetchall())
                 facts["db_schema_version"] = meta.get("SCHEMA_VERSION")
-                for key in ("distributed_args", "parallel_group_info"):
+                for key in ("distributed_args", "parallel_group_info", "ENV_VARIABLES"):
                     if key in meta:
                         try:
                             facts[key] = json.loads(meta[key])
@@ -132,6 +132,8 @@ def rank_capture_info(rank: RankInput) -> dict:
         "device_id": None,
         "ai_core_count": None,  # CANN's device info.json (ai_core_num, aiv_num): the block dim's ceilings
         "vector_core_count": None,
+        # the environment variables torch_npu records (ENV_VARIABLES: "" where unset)
+        "env_variables": None,
     }
     unreadable = []
     if rank.profiler_info:
@@ -145,6 +147,7 @@ def rank_capture_info(rank: RankInput) -> dict:
         if metadata:
             facts["distributed_args"] = _object(metadata.get("distributed_args")) or None
             facts["parallel_group_info"] = _object(metadata.get("parallel_group_info")) or None
+            facts["env_variables"] = _object(metadata.get("ENV_VARIABLES")) or None
         unreadable += [note] if note else []
     rank_dir = Path(rank.rank_dir)
     sources = [(_from_db(Path(db)), "profiler_db") for db in rank.profiler_dbs[:1]]
@@ -153,6 +156,7 @@ def rank_capture_info(rank: RankInput) -> dict:
         if found.get("host_name") and facts.get("host_name") is None:
             facts["host_name_from"] = source
         for key, value in found.items():
+            key = "env_variables" if key == "ENV_VARIABLES" else key
             if facts.get(key) is None:
                 facts[key] = value
     if unreadable:

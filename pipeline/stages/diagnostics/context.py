@@ -66,6 +66,9 @@ BASE_INPUTS: dict[str, Callable[[RootContext, tuple[str, ...] | None], Any]] = {
     # the step ledger as the first findings explain it (ledger.py): the diagnostics stage provides it to
     # the ledger-phase detectors; read from disk, it is the ledger the last run wrote
     "ledger": _table(schema.STEP_LEDGER),
+    # the findings phase's findings (Finding objects, with their replays): the stage provides them to the
+    # ledger-phase detectors; without the stage there are none
+    "first_findings": lambda ctx, columns: [],
     "comm_events": _table(schema.COMMUNICATION_EVENTS),  # per rank: every communication event
     "comm_ops": _table(schema.COMMUNICATION_OPS),  # per rank: communication.json's ops
 }

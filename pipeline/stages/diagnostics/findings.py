@@ -103,7 +103,10 @@ def link_causes(findings: list[dict]) -> list[dict]:
     entry and the sentence at the end of its summary."""
     rules = knowledge.load("diagnosis_rules")["findings"]
     for cause in findings:
+        only = cause.get("metrics", {}).get("explains_only")  # a cause that names the one symptom it causes
         for explained_type, sentence in rules[cause["finding_type"]].get("explains", {}).items():
+            if only and explained_type != only:
+                continue
             text = " ".join(sentence.format(**_worded(cause["metrics"])).split())
             for effect in findings:
                 if effect["finding_type"] == explained_type and set(effect["rank_ids"]) & set(cause["rank_ids"]):

@@ -40,6 +40,7 @@ def reduce_root(ctx: RootContext) -> StageResult:
     lines = ledger_lines(*_ledger_sources(ctx))  # the same lines, explained once by each set of findings
     first = link_causes([f.to_dict() for f in found if not is_annotation(f.finding_type)])
     inputs.provide("ledger", step_ledger(lines, first))
+    inputs.provide("first_findings", list(found))
     found += [finding for item in detectors() if item.phase == "ledger" for finding in item.detect(inputs)]
     rules = knowledge.load("diagnosis_rules")
     order = {name: position for position, name in enumerate([*rules["findings"], *rules["annotations"]])}
