@@ -65,35 +65,33 @@ def _from_db(path: Path) -> dict:
     return facts
 
 
-def _from_cann_info(rank_dir: Path) -> dict:
+def _from_cann_info(rank_dir: Path, rank_id: int) -> tuple[dict, list[dict]]:
     """Host name, device id and the card's core counts from the CANN raw data's info.json files
-    (``PROF_*/host|device_<id>/``).
+    (``PROF_*/host|device_<id>/``), and a note for each that cannot be read.
 
-    They are tiny; only the first of each is read. A file that is not a JSON object, or a count that is
-    not a positive integer, is ignored: the analysis then says what it could not judge without it.
+    They are tiny; only the first of each is read. A count that is not a positive integer is ignored:
+    the analysis then says what it could not judge without it.
     """
     facts: dict = {}
+    notes: list[dict] = []
     for info in sorted(rank_dir.glob("PROF_*/host/info.json*"))[:1]:
-        host = _json_object(info).get("hostname")
+        found, note = read_auxiliary(read_json_object, info, rank_id, "host name from the rank directory's name")
+        host = (found or {}).get("hostname")
         facts["host_name"] = str(host)[:256] if host else None
+        notes += [note] if note else []
     devices = sorted({p.name.removeprefix("device_") for p in rank_dir.glob("PROF_*/device_*") if p.is_dir()})
     if len(devices) == 1 and devices[0].isdigit():
         facts["device_id"] = int(devices[0])
     for info in sorted(rank_dir.glob("PROF_*/device_*/info.json*"))[:1]:
-        cards = _json_object(info).get("DeviceInfo")
+        fallback = "core counts unknown for this rank: block dims judged by the chosen hardware's, or not judged"
+        found, note = read_auxiliary(read_json_object, info, rank_id, fallback)
+        cards = (found or {}).get("DeviceInfo")
         card = cards[0] if isinstance(cards, list) and cards and isinstance(cards[0], dict) else {}
         # the cube (AI Core) and vector cores a kernel's blocks spread over: its block dim's ceiling
         facts["ai_core_count"] = _positive_int(card.get("ai_core_num"))
         facts["vector_core_count"] = _positive_int(card.get("aiv_num"))
-    return facts
-
-
-def _json_object(path: Path) -> dict:
-    try:
-        found = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
+        notes += [note] if note else []
+    return facts, notes
 
 
 def _positive_int(value: object) -> int | None:
@@ -150,8 +148,10 @@ def rank_capture_info(rank: RankInput) -> dict:
             facts["env_variables"] = _object(metadata.get("ENV_VARIABLES")) or None
         unreadable += [note] if note else []
     rank_dir = Path(rank.rank_dir)
+    cann, notes = _from_cann_info(rank_dir, rank.rank_id)
+    unreadable += notes
     sources = [(_from_db(Path(db)), "profiler_db") for db in rank.profiler_dbs[:1]]
-    sources += [(_from_cann_info(rank_dir), "cann_info"), (_from_rank_dir_name(rank_dir), "rank_dir_name")]
+    sources += [(cann, "cann_info"), (_from_rank_dir_name(rank_dir), "rank_dir_name")]
     for found, source in sources:  # the first source that says a fact wins
         if found.get("host_name") and facts.get("host_name") is None:
             facts["host_name_from"] = source

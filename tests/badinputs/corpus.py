@@ -88,6 +88,19 @@ def rewrite(fn: Callable[[bytes], bytes], relative: str = KERNELS, base=text_roo
     return build
 
 
+def device_info(content: bytes) -> Callable[[Path], Path]:
+    """A text root whose rank 0 holds CANN's raw data dir with ``content`` as its device info.json."""
+
+    def build(tmp: Path) -> Path:
+        root = text_root(tmp)
+        device = root / RANK0 / "PROF_000001_20250101000000000_ABCDEFG" / "device_0"
+        device.mkdir(parents=True)
+        (device / "info.json").write_bytes(content)
+        return root
+
+    return build
+
+
 def replace_file(make: Callable[[Path], None], relative: str = KERNELS) -> Callable[[Path], Path]:
     """A text root whose ``relative`` file is replaced by what ``make(path)`` puts there."""
 
@@ -540,6 +553,13 @@ def _layout_cases() -> list[Case]:
             EXIT_DEGRADED,
             "broken JSON",
             names="profiler_metadata.json",
+        ),
+        Case(
+            "device_info_broken_json",  # CANN's raw data beside the export: the card's core counts
+            device_info(b'{"DeviceInfo": [{"ai_core_num": 24, '),
+            EXIT_DEGRADED,
+            "broken JSON",
+            names="info.json",
         ),
         Case(
             "collection_manifest_broken_json",
