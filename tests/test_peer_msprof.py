@@ -10,9 +10,13 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from conftest import SAMPLE_ROOTS, copy_sample
 from peer_tool import peer_executable, run_cluster
 
+from npuprof.pipeline import schema
+from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import SCENARIOS, generate
 
 pytestmark = [pytest.mark.peer, pytest.mark.xdist_group("peer")]
@@ -140,3 +144,23 @@ def test_npuprof_and_the_vendor_agree_on_the_slow_rank(msprof_analyze, tmp_path,
     planted = next(f for f in faults if f["kind"] == "slow_rank_suspected")
     assert ours == [planted["ranks"]]
     assert planted["ranks"][0] in votes and votes[planted["ranks"][0]] == max(votes.values()), votes
+
+
+def test_the_device_copies_are_the_vendors_memory_time_on_the_real_db_capture(msprof_analyze, tmp_path):
+    """cluster_time_summary's Memory is the TASK table's MEMCPY_ASYNC time in the step, and its "Memory Not
+    Overlap Computation Communication" the part no kernel or collective covers: our device_copies and our
+    idle cause ``copy`` on the same real capture."""
+    source, _ = SAMPLE_ROOTS["db_level2"]
+    root = copy_sample(source, tmp_path / "root")
+    log = run_cluster(msprof_analyze, root, "cluster_time_summary")
+    assert not problems(log), problems(log)
+    (summary,) = (root / "cluster_analysis_output" / "ClusterTimeSummary").glob("cluster_time_summary_*.csv")
+    vendor = pd.read_csv(summary).set_index("Rank")
+    analyze(source, tmp_path / "out", jobs=2, stage_range=StageRange(to_stage="evidence"))
+    copies = pd.read_parquet(tmp_path / "out" / schema.DEVICE_COPIES)
+    gaps = pd.read_parquet(tmp_path / "out" / schema.HOST_IDLE_GAPS)
+    for rank in vendor.index:  # each rank's one step
+        mine = copies[copies["rank_id"].astype(int) == rank]["duration_us"].sum()
+        exposed = gaps[gaps["rank_id"].astype(int) == rank]["copy_us"].sum()
+        assert mine == pytest.approx(vendor.loc[rank, "Memory(us)"], rel=0.002)
+        assert exposed == pytest.approx(vendor.loc[rank, "Memory Not Overlap Computation Communication(us)"], abs=1.0)
