@@ -81,34 +81,44 @@ def sequence_windows(ctx: RootContext) -> SequenceWindows:
 def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: list[str]) -> dict | None:
     """Per task of a rank (device order), what a chain sums or checks; None when its kernels carry no
     pipe times (the capture was not taken with aic_metrics=PipeUtilization). ``stages``: the pipeline
-    stage columns and their families."""
-    kernel = events["op_type"].isin(COMPUTE_OP_TYPES).to_numpy()
-    labels = bound_labels(events["op_type"], events[list(stages)])
-    piped = labels["pipeline_signal"].to_numpy() & kernel
-    if not piped.any():
+    stage columns and their families. Shapes are read for the memory-bound kernels only: no other task
+    can be in a chain."""
+    kernel = np.flatnonzero(events["op_type"].isin(COMPUTE_OP_TYPES).to_numpy())
+    labels = bound_labels(events["op_type"].iloc[kernel], events[list(stages)].iloc[kernel])
+    if not labels["pipeline_signal"].any():
         return None
     # a kernel is memory-bound the way summarize labels it: its memory pipes' family has the most time
-    memory = labels["bound_family"].isin(memory_families).to_numpy() & piped
-    pipes = events[list(stages)].astype(float).fillna(0.0)
+    rows = kernel[(labels["bound_family"].isin(memory_families) & labels["pipeline_signal"]).to_numpy()]
+    count = len(events)
+    candidates = events.iloc[rows]
+    traffic = kernel_traffic(candidates)
+    known = ~traffic.isna().any(axis=1).to_numpy()  # a dtype the capture does not name: no traffic to price
+    # linked: reads what the task just before it wrote (only a memory-bound predecessor can be in its chain)
+    linked = reads_previous_output(candidates) & np.r_[False, np.diff(rows) == 1]
+    names = candidates["name"].fillna("").astype(str)
+    shapes = candidates["input_shapes"].fillna("").astype(str) + "\x1f" + candidates["output_shapes"].fillna("")
+    pipes = candidates[list(stages)].astype(float).fillna(0.0)
     mte = pipes[[stage for stage, family in stages.items() if family in memory_families]].sum(axis=1)
-    traffic = kernel_traffic(events)
-    unknown = traffic.isna().any(axis=1).to_numpy()  # a dtype the capture does not name: no traffic to price
-    traffic = traffic.fillna(0.0)
-    names = events["name"].fillna("").astype(str)
-    key = names + "\x1f" + events["input_shapes"].fillna("").astype(str) + "\x1f" + events["output_shapes"].fillna("")
+
+    def spread(values: np.ndarray, fill: float | int) -> np.ndarray:
+        """``values`` of the candidates at their positions among the rank's tasks, ``fill`` elsewhere."""
+        full = np.full(count, fill, dtype=np.asarray(values).dtype)
+        full[rows] = values
+        return full
+
     return {
-        "breaks": ~memory | unknown,
-        "unlinked": ~reads_previous_output(events),
-        "same": np.r_[False, names.to_numpy()[1:] == names.to_numpy()[:-1]],
+        "breaks": spread(~known, True),
+        "unlinked": spread(~linked, True),
+        "same": spread(np.r_[False, names.to_numpy()[1:] == names.to_numpy()[:-1]] & linked, False),
         "kernel_us": (events["end_ns"] - events["start_ns"]).to_numpy() / 1000.0,
-        "pipe_us": pipes.sum(axis=1).to_numpy(),
-        "mte_us": mte.to_numpy(),
-        "inputs": traffic["input_bytes"].to_numpy(),
-        "outputs": traffic["output_bytes"].to_numpy(),
-        "written": traffic["first_output_bytes"].to_numpy(),
-        "code": pd.factorize(key)[0],
-        "type": events["type"].fillna(events["name"]).astype(str).to_numpy(object),
-        "name": names.to_numpy(object),
+        "pipe_us": spread(pipes.sum(axis=1).to_numpy(), 0.0),
+        "mte_us": spread(mte.to_numpy(), 0.0),
+        "inputs": spread(traffic["input_bytes"].fillna(0.0).to_numpy(), 0.0),
+        "outputs": spread(traffic["output_bytes"].fillna(0.0).to_numpy(), 0.0),
+        "written": spread(traffic["first_output_bytes"].fillna(0.0).to_numpy(), 0.0),
+        "code": spread(pd.factorize(names + "\x1f" + shapes)[0], -1),
+        "type": events["type"].fillna(events["name"]).to_numpy(object),
+        "name": events["name"].to_numpy(object),
         "start_ns": events["start_ns"].to_numpy(),
         "end_ns": events["end_ns"].to_numpy(),
     }
@@ -139,7 +149,7 @@ def _windows_of_length(kernels: dict[str, np.ndarray], length: int) -> pd.DataFr
     fused_us = kernel_us * needed / np.where(moved > 0, moved, np.nan)
     chains = np.lib.stride_tricks.sliding_window_view(kernels["code"], length)[first]
     distinct, pattern = np.unique(chains, axis=0, return_index=True, return_inverse=True)[1:]
-    labels = np.array([" → ".join(kernels["type"][f : f + length]) for f in first[distinct]], dtype=object)
+    labels = np.array([" → ".join(map(str, kernels["type"][f : f + length])) for f in first[distinct]], dtype=object)
     return (
         pd.DataFrame(
             {
