@@ -40,7 +40,7 @@ class ReportInputs:
     step_trace: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_trace_accounting (no-kernel ranks)
     pp_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)  # pp_schedule (pipeline parallel only)
     pp_passes: pd.DataFrame = field(default_factory=pd.DataFrame)  # each PP stage's F / B passes (pp_chart)
-    idle_causes: pd.DataFrame = field(default_factory=pd.DataFrame)  # idle ms by host cause per step (evidence)
+    idle_causes: pd.DataFrame = field(default_factory=pd.DataFrame)  # idle ms by cause per step (evidence)
     evidence_kinds: dict[str, int] = field(default_factory=dict)  # evidence_index rows by kind
     ledger: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_ledger (diagnostics): every ms explained
 

@@ -99,9 +99,9 @@ def _executive(inputs: ReportInputs, summary: dict) -> str:
 
 
 def _idle_causes_inline(shares: dict[str, float]) -> str:
-    """' (by host cause: launch 3.1 %, queued 0.4 %)': what the idle time was waiting for."""
+    """' (by cause: launch 3.1 %, queued 0.4 %)': what the idle time was waiting for."""
     named = [f"{cell(cause)} {share_text(share)}" for cause, share in shares.items() if share]
-    return f" (by host cause: {', '.join(named)})" if named else ""
+    return f" (by cause: {', '.join(named)})" if named else ""
 
 
 def _saving(group: dict) -> str:
@@ -159,10 +159,10 @@ def _timeline(inputs: ReportInputs, summary: dict) -> str:
 
 
 def _idle_causes_table(inputs: ReportInputs) -> str:
-    """Device idle per rank by host cause, ms per complete step (the idle_by_cause rows)."""
+    """Device idle per rank by cause, ms per complete step (the idle_by_cause rows)."""
     causes, steps = inputs.idle_causes, inputs.steps
     if causes.empty:
-        return "Device idle by host cause: no rank has a readable trace_view.json (or --no-host-trace).\n"
+        return "Device idle by cause: no rank has a readable trace_view.json (or --no-host-trace).\n"
     complete = steps[steps["complete"].astype(bool)] if steps["complete"].astype(bool).any() else steps
     counted = causes.merge(complete[["rank_id", "step_ordinal"]], on=["rank_id", "step_ordinal"])
     per_rank = counted.pivot_table(index="rank_id", columns="component", values="ms", aggfunc="sum", fill_value=0.0)
@@ -170,9 +170,9 @@ def _idle_causes_table(inputs: ReportInputs) -> str:
     order = [c for c in cause_names() if c in per_rank.columns]
     frame = per_rank[order].reset_index()
     return (
-        "Device idle by host cause, ms per step (`idle_by_cause` rows of `step_time_accounting.csv`; "
-        "`queued`: the next kernel was launched, the device waited on something else):\n\n"
-        + table(frame, list(frame.columns))
+        "Device idle by cause, ms per step (`idle_by_cause` rows of `step_time_accounting.csv`; `copy`: "
+        "the device ran a memory copy; `queued`: the next kernel was launched, the device waited on "
+        "something else):\n\n" + table(frame, list(frame.columns))
     )
 
 

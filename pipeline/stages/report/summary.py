@@ -120,7 +120,7 @@ def _primary_split(accounting: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 
 def _idle_by_cause(idle_causes: pd.DataFrame, wall_ms: float) -> dict[str, float]:
-    """Each host cause's share of the wall of every step (the idle_by_cause rows; the causes of a
+    """Each idle cause's share of the wall of every step (the idle_by_cause rows; the causes of a
     rank with a host trace add up to its idle share), largest first; empty without host traces."""
     if idle_causes.empty or not wall_ms:
         return {}
