@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli
@@ -19,6 +20,7 @@ from npuprof.api import Sweep
 from npuprof.pipeline import schema
 from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.pipeline.sweep.local import run_sweep
+from npuprof.pipeline.sweep.trends import cohort_trends
 from npuprof.synth import generate
 from npuprof.synth.sweep import generate_sweep
 
@@ -227,3 +229,29 @@ def test_each_outlying_metric_is_explained_by_what_can_move_it():
         }
     )
     assert outlier_digest(rows)["what_moved"].iloc[0] == "idle before_first_kernel itself"
+
+
+def test_a_trend_needs_an_effect_worth_reading_and_a_class_from_nothing_has_no_ratio():
+    """Eight captures of one cohort with a 30 ms step: a collective falling 0.09 -> 0.07 ms (22 % of itself,
+    nothing of the step) is no trend; one appearing from nothing at 1.5 ms says it appeared, with no ratio
+    (never inf); the step wall that rose with it by 7 % is a trend."""
+    slugs = [f"r{i}" for i in range(8)]
+    later = np.arange(8) >= 4
+    walls = pd.Series(30.0 + 2.0 * later + 0.01 * np.sin(np.arange(8)), index=slugs)
+    collectives = pd.DataFrame(
+        {
+            "slug": slugs * 2,
+            "collective": ["DP allreduce"] * 8 + ["EP alltoall"] * 8,
+            "ms_per_step": [*np.where(later, 0.07, 0.09), *np.where(later, 1.5, 0.0)],
+        }
+    )
+    operators = pd.DataFrame({"slug": slugs, "name": "MatMulV3", "ms_per_step": 20.0})
+    order = pd.Series(np.arange(8, dtype=float), index=slugs)
+    rows = pd.DataFrame(
+        cohort_trends("c1", order, walls, {"operators": operators, "collectives": collectives}, "capture time")
+    )
+    assert set(rows["metric"]) == {"step wall", "EP alltoall"}, rows[["metric", "summary"]]
+    appeared = rows.set_index("metric").loc["EP alltoall"]
+    assert pd.isna(appeared["relative_change"]) and "appeared" in appeared["summary"]
+    assert rows.set_index("metric").loc["step wall", "relative_change"] == pytest.approx(2 / 30, abs=0.01)
+    assert not rows["summary"].str.contains("inf").any()

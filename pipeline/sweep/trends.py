@@ -4,7 +4,9 @@ Roots are put in order by ``--series-key`` (a regular expression on the root's p
 or whole match, is the order: a date, a build number) or else by capture time (the earliest event of
 the root). Per cohort, the step wall and the cohort's top operator and collective classes are searched
 for change points with ``ruptures`` (PELT, least-squares cost), penalised by the series' own noise
-(``sweep_rules.yaml trends``); a change point is kept when the level moved by ``min_relative_change``.
+(``sweep_rules.yaml trends``); a change point is kept when the level moved by ``min_relative_change`` and
+by an effect worth reading: ``min_delta_ms`` per step and ``min_wall_share`` of the cohort's step wall.
+A class that appears from nothing has no ratio: its row says it appeared.
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ def cohort_trends(
     rules = knowledge.load("sweep_rules")["trends"]
     slugs = list(order.index)
     classes = _class_series(slugs, tables, int(rules["top_classes"]))
+    # the least move worth a row: in ms per step, and as a share of the cohort's step wall
+    least_ms = max(float(rules["min_delta_ms"]), float(rules["min_wall_share"]) * float(walls.reindex(slugs).median()))
     rows = []
     for metric, series in {"step wall": walls.reindex(slugs), **classes}.items():
         values = series.to_numpy(dtype=float)
@@ -123,12 +127,14 @@ def cohort_trends(
             continue
         breaks = change_points(values)
         for index, before, after in _segments(values, breaks):
-            change = after / before - 1 if before else np.inf
-            if abs(change) < float(rules["min_relative_change"]):
+            change = after / before - 1 if before else None  # from nothing: no ratio (it appeared)
+            if not abs(after - before) >= least_ms or (
+                change is not None and abs(change) < rules["min_relative_change"]
+            ):
                 continue
             movers = _movers(classes, index, breaks, int(rules["movers_listed"])) if metric == "step wall" else ""
-            verb = "rose" if change > 0 else "fell"
-            summary = f"{metric} {verb} {abs(change):.0%} from {slugs[index]} on" + (f" ({movers})" if movers else "")
+            moved = f"{'rose' if after > before else 'fell'} {abs(change):.0%}" if change is not None else "appeared"
+            summary = f"{metric} {moved} from {slugs[index]} on" + (f" ({movers})" if movers else "")
             rows.append(
                 {
                     "cohort_id": cohort_id,
@@ -139,7 +145,7 @@ def cohort_trends(
                     "change_at_order": order.iloc[index],
                     "before_ms": round(before, 6),
                     "after_ms": round(after, 6),
-                    "relative_change": round(change, 4),
+                    "relative_change": round(change, 4) if change is not None else None,
                     "movers": movers,
                     "summary": summary,
                 }
