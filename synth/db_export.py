@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from npuprof.synth.groups import GroupInstance
+from npuprof.synth.host_side import DEVICE_COPY, STALL_SPANS, host_span
 from npuprof.synth.text_export import STEP_TRACE_COLUMNS, pmu_values
-from npuprof.synth.timeline import DEVICE_COPY, STALL_SPANS, RankTimeline, host_span
+from npuprof.synth.timeline import RankTimeline
 
 CARDS_PER_HOST = 8
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
+from npuprof.synth.host_side import PLANTED_GAPS, RECORDED_ENV
 from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES
 from npuprof.synth.program import DENSE, LAYER, MOE
 from npuprof.synth.scenarios import FAULT_PARAMETERS, STEP_TOP, Fault, Scenario
@@ -26,7 +27,7 @@ from npuprof.synth.text_export import (
     write_kernel_details,
     write_step_trace_time,
 )
-from npuprof.synth.timeline import PLANTED_GAPS, RECORDED_ENV, Collective, RankTimeline, simulate
+from npuprof.synth.timeline import Collective, RankTimeline, simulate
 from npuprof.synth.trace_export import write_trace_view
 
 FIRST_STEP_ID = 10

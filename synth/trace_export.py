@@ -15,8 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from npuprof.synth.host_side import COPY_GBPS, DEVICE_COPY, STALL_SPANS, host_span
 from npuprof.synth.text_export import us_text
-from npuprof.synth.timeline import COPY_GBPS, DEVICE_COPY, HOST_LEAD_NS, STALL_SPANS, RankTimeline, host_span
+from npuprof.synth.timeline import HOST_LEAD_NS, RankTimeline
 
 BATCH = 100_000
 GC_PID_OFFSET = 500_000  # the Python GC process's pid, apart from the Python process's

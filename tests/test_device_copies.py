@@ -18,7 +18,7 @@ from npuprof.pipeline.sources.profiler_db import connect_readonly
 from npuprof.pipeline.stages.evidence import host_trace, trace_copies
 from npuprof.pipeline.stages.evidence.host_db import read_db_host_events
 from npuprof.pipeline.stages.evidence.idle_causes import gap_causes
-from npuprof.synth.timeline import COPY_GBPS
+from npuprof.synth.host_side import COPY_GBPS
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 
