@@ -1,9 +1,18 @@
-"""The yardsticks a per-kernel finding measures its cost against: how many steps each rank captured and
-the mean wall of a step."""
+"""The yardsticks a per-kernel finding measures its cost against (how many steps each rank captured, the
+mean wall of a step), and what the two chain findings (unfused_op_pattern, fusible_op_sequence) share:
+which kinds of chain cost enough, and the claim each makes."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pandas as pd
+
+from npuprof.pipeline.stages.diagnostics.findings import priced
+from npuprof.pipeline.stages.diagnostics.retiming import close_windows
+
+if TYPE_CHECKING:
+    from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 
 
 def steps_per_rank(steps: pd.DataFrame) -> pd.Series:
@@ -32,3 +41,30 @@ def costly_chains(
         if float(per_step["saved_us"].mean()) / 1000.0 >= least_ms:
             costly.append((str(value), own, per_step))
     return costly
+
+
+def chain_claim(
+    inputs: DiagnosisContext, own: pd.DataFrame, per_step: pd.DataFrame, steps: pd.Series
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What both chain findings say of one costly kind (``own``, ``per_step``: a row of costly_chains;
+    ``steps``: steps per rank): the Finding's keywords every such claim shares — its ranks, the operator
+    rows of the chains' first kernels, and the price (each chain shortened by its saving, the steps
+    replayed) — and the values they word (ms saved, calls, span and fused time per step, ranks)."""
+    ranks = sorted(int(r) for r in per_step.index)
+    operators = inputs.operators[
+        inputs.operators["name"].isin(own["first_name"].unique()) & inputs.operators["rank_id"].isin(ranks)
+    ]
+    windows = own.assign(duration_us=own["saved_us"])
+    claim = {
+        "rank_ids": ranks,
+        "evidence_ids": operators["evidence_id"].tolist(),
+        **priced(inputs.step_model, close_windows(inputs.step_model, windows)),
+    }
+    values = {
+        "saved_ms": float(per_step["saved_us"].mean()) / 1000.0,
+        "per_step": float(own.groupby("rank_id").size().div(steps).dropna().mean()),
+        "ranks": ", ".join(map(str, ranks)),
+        "span_ms": float(per_step["span_us"].mean()) / 1000.0,
+        "fused_ms": float(per_step["fused_us"].mean()) / 1000.0,
+    }
+    return claim, values

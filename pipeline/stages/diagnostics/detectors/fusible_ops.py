@@ -19,12 +19,11 @@ import pandas as pd
 from npuprof import knowledge
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
-from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
 from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic, reads_previous_output
 from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
-from npuprof.pipeline.stages.diagnostics.retiming import close_windows
-from npuprof.pipeline.stages.diagnostics.step_scale import costly_chains, mean_step_wall_ms, steps_per_rank
+from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
 from npuprof.pipeline.summaries.bound import bound_labels
 
 if TYPE_CHECKING:
@@ -267,31 +266,21 @@ def _finding(
 ) -> Finding:
     """The finding of one chain's occurrences (``own``; ``per_step``: per rank, saved, span and fused µs
     per step)."""
-    ranks = sorted(int(r) for r in per_step.index)
-    operators = inputs.operators[
-        inputs.operators["name"].isin(own["first_name"].unique()) & inputs.operators["rank_id"].isin(ranks)
-    ]
-    saved_ms = float(per_step["saved_us"].mean()) / 1000.0
-    mte_share = float(own["mte_us"].sum() / own["pipe_us"].sum())
+    claim, worded = chain_claim(inputs, own, per_step, steps)
+    saved_ms = worded.pop("saved_ms")
     return Finding(
         finding_type=FINDING,
         scope="operator",
-        rank_ids=ranks,
-        evidence_ids=operators["evidence_id"].tolist(),
         statistic={"name": "fusible_ms_per_step", "value": saved_ms, "threshold": least_ms},
         values={
             "kernels": kernels,
             "length": int(own["length"].iloc[0]),
-            "per_step": float(own.groupby("rank_id").size().div(steps).dropna().mean()),
-            "ranks": ", ".join(map(str, ranks)),
-            "span_ms": float(per_step["span_us"].mean()) / 1000.0,
-            "fused_ms": float(per_step["fused_us"].mean()) / 1000.0,
-            "mte_share": mte_share,
+            **worded,
+            "mte_share": float(own["mte_us"].sum() / own["pipe_us"].sum()),
         },
         limitations=[
             "the fused kernel's time is estimated from the traffic it would still move at the chain's own "
             "bandwidth; whether the chain can be fused (a custom or graph-fused kernel) is for its author to judge"
         ],
-        # each chain shortened to the fused kernel's time, the steps replayed
-        **priced(inputs.step_model, close_windows(inputs.step_model, own.assign(duration_us=own["saved_us"]))),
+        **claim,  # each chain shortened to the fused kernel's time, the steps replayed
     )

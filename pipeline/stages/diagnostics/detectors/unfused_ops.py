@@ -15,12 +15,11 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
-from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
 from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic
 from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
-from npuprof.pipeline.stages.diagnostics.retiming import close_windows
-from npuprof.pipeline.stages.diagnostics.step_scale import costly_chains, mean_step_wall_ms, steps_per_rank
+from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
@@ -158,33 +157,24 @@ def _finding(
     """The finding of one pattern's chains (``own``; ``per_step``: per rank, their saved, span and fused µs
     per step)."""
     spec = rule(FINDING)
-    ranks = sorted(int(r) for r in per_step.index)
-    operators = inputs.operators[
-        inputs.operators["name"].isin(own["first_name"].unique()) & inputs.operators["rank_id"].isin(ranks)
-    ]
+    claim, worded = chain_claim(inputs, own, per_step, steps)
+    saved_ms = worded.pop("saved_ms")
     measured = own["priced_by"].mode().iloc[0] == MEASURED
     kernels = own["kernels"].mode().iloc[0]
-    saved_ms = float(per_step["saved_us"].mean()) / 1000.0
     return Finding(
         finding_type=FINDING,
         scope="operator",
-        rank_ids=ranks,
-        evidence_ids=operators["evidence_id"].tolist(),
         statistic={"name": "unfused_ms_per_step", "value": saved_ms, "threshold": least_ms},
         values={
             "pattern": pattern,
             "kernels": kernels,
             "length": kernels.count("→") + 1,
             "fused": "/".join(spec["patterns"][pattern]["fused"]),
-            "per_step": float(own.groupby("rank_id").size().div(steps).dropna().mean()),
-            "ranks": ", ".join(map(str, ranks)),
-            "span_ms": float(per_step["span_us"].mean()) / 1000.0,
-            "fused_ms": float(per_step["fused_us"].mean()) / 1000.0,
+            **worded,
             "priced_by": "the fused kernel measured on the same input shape"
             if measured
             else "from the memory traffic a fused kernel still moves, at the chain's own bandwidth",
         },
         limitations=[] if measured else ["the fused kernel's time is estimated from its traffic, not measured"],
-        # each chain shortened to the fused kernel's time, the steps replayed
-        **priced(inputs.step_model, close_windows(inputs.step_model, own.assign(duration_us=own["saved_us"]))),
+        **claim,  # each chain shortened to the fused kernel's time, the steps replayed
     )
