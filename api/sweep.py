@@ -45,6 +45,10 @@ class Sweep:
         """The cards (host × device) findings name again and again, with the roots and finding ids."""
         return self.table("fleet_suspects")
 
+    def fleet_link_suspects(self) -> pd.DataFrame:
+        """The links (hosts, cards, transport) slow against their comparable links capture after capture."""
+        return self.table("fleet_link_suspects")
+
     def trends(self) -> pd.DataFrame:
         """The change points of each cohort's series (step wall and its top classes)."""
         return self.table("trends")

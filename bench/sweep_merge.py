@@ -1,6 +1,6 @@
 """Benchmark: merging a 1,000-root sweep (rollup, cohorts, outliers, fleet, trends, datasets, report).
 
-Analyzes the planted sweep (``npuprof.synth.sweep``, 32 roots), then builds an archive of N finished
+Analyzes the planted sweep (``npuprof.synth.sweep``, 40 roots), then builds an archive of N finished
 roots by giving each of them a copy of one analyzed root's manifest and cached rollup row (what the
 merge reads of a finished root), and times ``merge_sweep`` over it. Target: ≤ 10 s for 1,000 roots.
 Usage: ``python bench/sweep_merge.py [--roots 1000] [--work DIR]``.

@@ -34,6 +34,10 @@ PROFILES: dict[str, dict[str, float]] = {
 # kernel's blocks spread over its cores, and a full-width launch uses every one
 CUBE_CORES = 24
 VECTOR_CORES = 48
+# rows per expert below which a grouped matmul is memory-bound (it streams its experts' weights longer
+# than it multiplies them: profile cube_mte2): the card's ridge, ~350 TFLOP/s of fp16 cube over ~1.6 TB/s
+# of HBM ≈ 220 FLOP per byte, and a GEMM of m rows against its weights does about m FLOPs per weight byte
+CUBE_RIDGE_ROWS = 200
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES, Kernel, aclnn, hccl
+from npuprof.synth.kernels import CUBE_CORES, CUBE_RIDGE_ROWS, VECTOR_CORES, Kernel, aclnn, hccl
 from npuprof.synth.program import LAYER, Program, Workload, scale_us
 
 
@@ -185,12 +185,14 @@ def _experts(w: Workload, routed: int) -> list[Kernel]:
     m = w.model
     gmm_us = scale_us(routed, 38) if routed else 3.0
     local = m.experts // max(w.world, 1)
+    # few rows per expert: the weights' reads dominate (a router's unevenness can cross this line)
+    profile = "cube" if routed >= CUBE_RIDGE_ROWS * local else "cube_mte2"
     return [
         _fused(
             "GroupedMatmul",
             "AI_CORE",
             gmm_us,
-            "cube",
+            profile,
             f"{routed},{m.hidden};{local},{m.hidden},{2 * m.moe_ffn};{local}",
             f"{routed},{2 * m.moe_ffn}",
             block_dim=CUBE_CORES,
@@ -200,7 +202,7 @@ def _experts(w: Workload, routed: int) -> list[Kernel]:
             "GroupedMatmul",
             "AI_CORE",
             gmm_us / 2,
-            "cube",
+            profile,
             f"{routed},{m.moe_ffn};{local},{m.moe_ffn},{m.hidden};{local}",
             f"{routed},{m.hidden}",
             block_dim=CUBE_CORES,

@@ -118,6 +118,9 @@ class Scenario:
     wide_ffn_layers: tuple[int, ...] = ()  # a planted shape change: these dense layers' FFN is twice as wide
     # ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered, parameters all-gathered
     distributed_optimizer: bool = False
+    # how a healthy router spreads the routed tokens in this capture: each rank's weight in its expert
+    # group (empty: even); a hot rank's fault factor multiplies on top, the group's total stays the same
+    routing_weights: tuple[float, ...] = ()
 
 
 SCENARIOS: dict[str, Scenario] = {

@@ -1,8 +1,8 @@
-"""A planted sweep: many small roots in three cohorts, with a card that is slow again and again on one
+"""A planted sweep: many small roots in four cohorts, with a card that is slow again and again on one
 host, a regression at a known point of a series, single outliers and clean cohorts — and the truth
 about each in ``OUT/sweep_truth.json``. What sweep intelligence must find, and what must stay silent.
 
-Layout (32 roots, 4 ranks each, one host per root, the rank's card = its device id):
+Layout (40 roots, 4 ranks each, one host per root, the rank's card = its device id):
 
 - ``train-build-NNN`` (cohort "train": dense training, DP4, hosts train-1..3), builds 1-10: from
   build 7 on, FlashAttentionScore (and its backward) runs 1.8x longer on every rank — one change point.
@@ -11,6 +11,13 @@ Layout (32 roots, 4 ranks each, one host per root, the rank's card = its device 
   its AI Core clock at 2/3 of nominal in one); node-c's device 1 is slow once (not a fleet suspect);
   run 06 runs every MatMulV3 1.4x longer (an operator outlier).
 - ``deep-run-NN`` (cohort "deep": dense training with 3 layers), 8 clean runs on node-a and node-c.
+- the HCCS link between node-a's devices 0 and 1 carries two thirds of its peers' bandwidth in every
+  capture on node-a, of the infer and the deep jobs alike: too little for any capture's own
+  slow_link_suspected (half, at most), a fleet link suspect by repetition. node-d's 2-3 link is a
+  third as fast once (infer run 03: that capture's finding, not a fleet suspect).
+- ``moe-run-NN`` (cohort "moe": balanced MoE training, DP and EP over 4 ranks), 8 healthy runs on
+  hosts moe-1 and moe-2 whose router spreads the tokens a little differently in each capture (each
+  rank's share within ``ROUTING_SPREAD`` of even), as real routing does: nothing to find.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from npuprof.synth.root_writer import generate
 from npuprof.synth.scenarios import Fault, Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
@@ -33,7 +42,19 @@ DEEP_HOSTS = ("node-a", "node-c")  # share the inference cluster's clean cards, 
 SUSPECT = {"host_name": "node-b", "device_id": 2}
 REGRESSION_BUILD = 7
 REGRESSION_FACTOR = 1.8
+MOE_HOSTS = ("moe-1", "moe-2")
+# the MoE runs' seeds (their routing): from this one, run 00's router gives one rank so few tokens that
+# its grouped matmuls cross the ridge (cube -> aic_mte) while no other capture's do — the bound-family
+# flip a sweep must not call a change
+MOE_SEED = 220
+ROUTING_SPREAD = 0.25  # a healthy router's per-rank share of the routed tokens: even ± this
+# tokens per MoE step: with the spread, some ranks' experts get fewer rows than the grouped matmul's ridge
+# and others more, so its bound family flips from capture to capture while its time does not jump
+MOE_TOKENS = 640
+MOE_LAYERS = 6  # enough grouped matmuls that the flip moves more time than a sweep's least effect
 SMALL = {"steps": 3, "layers": 2}
+SLOW_LINK = {"host_name": "node-a", "devices": (0, 1), "factor": 1.5}
+DECOY_LINK = {"host_name": "node-d", "devices": (2, 3), "factor": 3.0, "run": 3}
 
 
 def _train(build: int) -> Scenario:
@@ -65,6 +86,19 @@ def _infer(run: int) -> tuple[Scenario, str, dict]:
     return base, host, {"host": host, "planted": None}
 
 
+def _with_link(entry: dict) -> dict:
+    """The entry with the fleet's slow link planted where it runs: on SLOW_LINK's host every time, on
+    DECOY_LINK's once."""
+    link = SLOW_LINK if entry["host"] == SLOW_LINK["host_name"] else None
+    if entry["host"] == DECOY_LINK["host_name"] and entry["name"] == f"infer-run-{DECOY_LINK['run']:02d}":
+        link = DECOY_LINK
+    if link is None:
+        return entry
+    fault = Fault("slow_link_suspected", link=link["devices"], factor=link["factor"])
+    scenario = replace(entry["scenario"], faults=(*entry["scenario"].faults, fault))
+    return {**entry, "scenario": scenario, "slow_link": {"devices": list(link["devices"]), "factor": link["factor"]}}
+
+
 def sweep_plan() -> list[dict]:
     """Every root of the planted sweep: its dir name, scenario, host, seed and planted truth."""
     plan = []
@@ -86,8 +120,17 @@ def sweep_plan() -> list[dict]:
     for run in range(8):
         host = DEEP_HOSTS[run % len(DEEP_HOSTS)]
         plan.append({"name": f"deep-run-{run:02d}", "cohort": "deep", "scenario": deep, "host": host, "planted": None})
+    plan = [_with_link(entry) for entry in plan]
     for seed, entry in enumerate(plan, start=100):
         entry["seed"] = seed
+    moe = named_scenario("moe_balanced", tokens=MOE_TOKENS, steps=3, layers=MOE_LAYERS)
+    for run in range(8):
+        seed = MOE_SEED + run
+        weights = np.random.default_rng(seed).uniform(1 - ROUTING_SPREAD, 1 + ROUTING_SPREAD, moe.ranks)
+        routed = replace(moe, routing_weights=tuple(round(float(w), 3) for w in weights))
+        host = MOE_HOSTS[run % len(MOE_HOSTS)]
+        plan.append({"name": f"moe-run-{run:02d}", "cohort": "moe", "scenario": routed, "host": host, "planted": None})
+        plan[-1]["seed"] = seed
     return plan
 
 
@@ -136,9 +179,11 @@ def generate_sweep(out: str | Path, *, jobs: int | None = None, overwrite: bool 
             "step_wall_change": _wall_change(out, plan),
         },
         "fleet_suspect": SUSPECT,
+        "fleet_link_suspect": {"host_name": SLOW_LINK["host_name"], "devices": list(SLOW_LINK["devices"])},
         "roots": [
             {k: v for k, v in e.items() if k != "scenario"}
             | {"scenario": e["scenario"].name, "kernel_factors": dict(e["scenario"].kernel_factors)}
+            | ({"routing_weights": list(e["scenario"].routing_weights)} if e["scenario"].routing_weights else {})
             for e in plan
         ],
     }

@@ -84,12 +84,15 @@ def _faults(scenario: Scenario, kind: str) -> list[Fault]:
 def _tokens_factor(scenario: Scenario, rank: int, topology: Topology) -> float:
     """The share of its expert group's routed tokens ``rank`` receives, over an even share: a hot rank
     gets ``factor`` × what each other member gets, the group's total unchanged (the router sends the same
-    tokens, unevenly), so its balanced twin does the same work evenly spread."""
+    tokens, unevenly), so its balanced twin does the same work evenly spread; ``routing_weights`` are a
+    healthy router's own unevenness, varying from capture to capture."""
     hot = _faults(scenario, "ep_load_imbalance_suspected")
-    if not hot or scenario.model != "moe":
+    if not (hot or scenario.routing_weights) or scenario.model != "moe":
         return 1.0
     members = topology.instance("exp", rank).members
-    weight = {m: float(np.prod([f.factor for f in hot if m in f.ranks] or [1.0])) for m in members}
+    routing = dict(enumerate(scenario.routing_weights))
+    hot_factor = {m: float(np.prod([f.factor for f in hot if m in f.ranks] or [1.0])) for m in members}
+    weight = {m: routing.get(m, 1.0) * hot_factor[m] for m in members}
     return weight[rank] * len(members) / sum(weight.values())
 
 

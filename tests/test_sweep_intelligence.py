@@ -1,8 +1,8 @@
-"""Sweep intelligence against planted truth: a 32-root sweep in three cohorts (``npuprof.synth.sweep``)
-with one card slow again and again on one host, a decoy slow once, an operator outlier and a
-regression at a known build. The suspect, the change point and the outliers are named; clean roots,
-clean cards and clean cohorts are not. Then the same archive through SQL, the Python API and
-sweep_report.html in a real headless Chromium."""
+"""Sweep intelligence against planted truth: a 40-root sweep in four cohorts (``npuprof.synth.sweep``)
+with one card slow again and again on one host, a decoy slow once, an operator outlier, a
+regression at a known build and a healthy MoE cohort whose routing varies. The suspect, the change
+point and the outliers are named; clean roots, clean cards and clean cohorts are not. Then the same
+archive through SQL, the Python API and sweep_report.html in a real headless Chromium."""
 
 from __future__ import annotations
 
@@ -43,13 +43,19 @@ def test_the_planted_sweep_names_the_suspect_the_change_point_and_the_outliers(p
     summary = json.loads((archive / schema.SWEEP_SUMMARY).read_text())
     card, on_card = truth["fleet_suspect"], len(roots_on_the_suspect_card(truth))
     assert summary["cohort_count"] == len({r["cohort"] for r in truth["roots"]}) and len(summary["fleet_suspects"]) == 1
+    link = truth["fleet_link_suspect"]
+    assert [s.split(" (")[0] for s in summary["fleet_link_suspects"]] == [
+        f"host {link['host_name']} device {link['devices'][0]} <-> host {link['host_name']} device {link['devices'][1]}"
+    ]
     assert summary["fleet_suspects"][0].startswith(
         f"host {card['host_name']}, device {card['device_id']}: slow rank in {on_card} of the {on_card} captures"
     )
-    # each cohort's key in words: the train cohort is DP4, the inference cohort TP4 (sweep.py's plan)
+    # each cohort's key in words: the train cohort is DP4, the inference cohort TP4, the MoE one DP4 EP4
+    # (sweep.py's plan)
     labels = pd.read_csv(archive / schema.SWEEP_COHORTS).set_index("cohort_id")["cohort_label"]
     assert not labels.str.contains("=|\\?").any() and labels.str.startswith("model ").all(), labels.tolist()
-    assert labels.str.contains("parallel world 4, TP1, PP1, DP4").sum() == 2  # train and deep
+    assert labels.str.contains("parallel world 4, TP1, PP1, DP4").sum() == 3  # train, deep and moe
+    assert labels.str.contains("DP4, EP4").sum() == 1, labels.tolist()
     assert labels.str.contains("parallel world 4, TP4, PP1, DP1").sum() == 1, labels.tolist()
 
 
@@ -65,6 +71,10 @@ def test_the_sweep_is_a_dataset_for_sql_and_the_python_api(planted):
     assert pd.read_csv(archive.parent / "cards.csv").shape == cards.shape
     sweep = Sweep(archive)
     assert sweep.fleet_suspects()["host_name"].tolist() == [card["host_name"]]
+    assert sweep.fleet_link_suspects()["host_a"].tolist() == [truth["fleet_link_suspect"]["host_name"]]
+    # every link of every root is a row, so a person can look at what the suspect was compared with
+    links = sweep.query("SELECT COUNT(DISTINCT slug) AS roots, MIN(bandwidth_ratio) AS lowest FROM links")
+    assert links["roots"].iloc[0] == len(truth["roots"]) and links["lowest"].iloc[0] < 0.5
     slow = sweep.query(
         "SELECT DISTINCT f.slug FROM findings f JOIN roots r USING (slug) "
         "WHERE f.finding_type = 'slow_rank_suspected' AND r.outlier_score IS NOT NULL"
@@ -100,7 +110,7 @@ def test_sweep_report_opens_from_file_with_plots_links_and_no_console_error(plan
     browser.get(page.as_uri())
     assert browser.title == "npuprof sweep"
     plots = browser.find_elements(By.CSS_SELECTOR, "div.js-plotly-plot")
-    assert len(plots) == 3  # one per cohort, drawn by the inlined plotly.js (no network)
+    assert len(plots) == len({r["cohort"] for r in truth["roots"]})  # one per cohort, inlined plotly.js
     # each point under its capture's name, in series order: the train cohort's builds 1..10
     ticks = browser.execute_script(
         "return [...document.querySelectorAll('div.js-plotly-plot')].map(p => p.layout.xaxis.ticktext)"
@@ -108,6 +118,13 @@ def test_sweep_report_opens_from_file_with_plots_links_and_no_console_error(plan
     builds = [t for t in ticks if t and t[0].startswith("train-build")]
     assert builds and builds[0] == sorted(builds[0]) and len(builds[0]) == 10, ticks
     assert f"host {card['host_name']}, device {card['device_id']}" in browser.find_element(By.TAG_NAME, "body").text
+    link = truth["fleet_link_suspect"]
+    heads = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
+    assert (
+        "Link suspects" in heads
+        and f"host {link['host_name']} device {link['devices'][0]} <-> "
+        in browser.find_element(By.TAG_NAME, "body").text
+    )
     links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "td a")]
     assert links and all(Path(link.removeprefix("file://")).is_file() for link in links)
     # outliers told in people's terms: how far off in ms and % of the cohort median (the robust z stays

@@ -30,6 +30,7 @@ SWEEP_COHORTS = "sweep_cohorts.csv"  # one row per cohort: its roots and baselin
 SWEEP_COHORT_BASELINES = "sweep_cohort_baselines.csv"  # per cohort × class / operator / collective: median, spread
 SWEEP_OUTLIERS = "sweep_outliers.csv"  # roots off their cohort, by metric, with what moved
 FLEET_SUSPECTS = "fleet_suspects.csv"  # machines' cards that findings name again and again
+FLEET_LINK_SUSPECTS = "fleet_link_suspects.csv"  # links slow against their peers capture after capture
 SWEEP_TRENDS = "sweep_trends.csv"  # change points in a cohort's series
 SWEEP_REPORT_HTML = "sweep_report.html"
 SWEEP_DATA_DIR = "sweep_data"  # the sweep as Parquet datasets (one file per table) for DuckDB and friends

@@ -83,16 +83,22 @@ def cohort_of(rollup: pd.DataFrame) -> pd.DataFrame:
 
 def root_metrics(rollup: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The metrics a root is scored on, long form (slug, metric, value, ms per step): the step wall,
-    where the step's time went (compute by bound family, exposed communication by kind, idle by window)
-    and exposed communication by parallel role and kind."""
+    where the step's time went (compute as one, exposed communication by kind, idle by window) and
+    exposed communication by parallel role and kind.
+
+    Compute is the kernels' own time, not split by bound family: a kernel near a family's threshold
+    (a grouped matmul whose rows per expert follow the routing) moves between families from capture to
+    capture while its time does not change; what moved inside compute is named by its operators."""
     walls = rollup[["slug", "top_step_class_wall_ms_mean"]].dropna()
     parts = [walls.rename(columns={"top_step_class_wall_ms_mean": "value"}).assign(metric="step wall")]
     split = tables.get("time_split", pd.DataFrame())
     if len(split):
         named = split[split["breakdown"].isin(["primary", "comm_by_role_kind"])]
-        head = named["category"].where(named["breakdown"] == "primary", "exposed")
-        metric = head + " " + named["component"]
-        parts.append(pd.DataFrame({"slug": named["slug"], "metric": metric, "value": named["ms_per_step"]}))
+        primary = named["breakdown"] == "primary"
+        head = named["category"].where(primary, "exposed")
+        metric = (head + " " + named["component"]).where(~primary | (named["category"] != "compute"), "compute")
+        found = pd.DataFrame({"slug": named["slug"], "metric": metric, "value": named["ms_per_step"]})
+        parts.append(found.groupby(["slug", "metric"], as_index=False, sort=False)["value"].sum())
     return pd.concat(parts, ignore_index=True)[["slug", "metric", "value"]]
 
 
@@ -123,7 +129,9 @@ def robust_scores(metrics: pd.DataFrame, cohorts: pd.DataFrame) -> pd.DataFrame:
 
 
 def outlying(scores: pd.DataFrame) -> pd.DataFrame:
-    """The scores that make their root an outlier (``sweep_rules.yaml outliers``), largest |z| first."""
+    """The scores that make their root an outlier (``sweep_rules.yaml outliers``), per root the largest
+    move in ms per step first: effect before significance (a 0.27 ms overlap at z 8 is not the headline
+    of a root whose compute grew 1.3 ms at z 4.6)."""
     rules = knowledge.load("sweep_rules")["outliers"]
     relative = scores["delta"].abs() / scores["median"].abs().where(scores["median"] != 0, np.inf)
     passing = (
@@ -132,8 +140,8 @@ def outlying(scores: pd.DataFrame) -> pd.DataFrame:
         & ((relative >= float(rules["min_relative_change"])) | (scores["median"] == 0))
     )
     found = scores[passing].copy()
-    found["abs_z"] = found["z"].abs()
-    return found.sort_values(["slug", "abs_z"], ascending=[True, False]).drop(columns="abs_z")
+    found["effect"] = found["delta"].abs()
+    return found.sort_values(["slug", "effect"], ascending=[True, False]).drop(columns="effect")
 
 
 def _per_step_classes(tables: dict[str, pd.DataFrame], rollup: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -188,7 +196,7 @@ def what_moved(slug: str, metric: str, delta_ms: float, deltas: dict[str, pd.Dat
 
 
 def outlier_digest(outliers: pd.DataFrame) -> pd.DataFrame:
-    """One row per outlying root (``outlier_rows`` lists its metrics largest |z| first): its most
+    """One row per outlying root (``outlier_rows`` lists its metrics largest move first): its largest
     outlying metric, how far off in people's terms (``off_by``: ms and % of the cohort's median; the
     robust z stays in sweep_outliers.csv), what moved ("block attention", or the whole step where no
     narrower part moved enough), and its other outlying metrics."""

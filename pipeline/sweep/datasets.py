@@ -28,6 +28,8 @@ DATASETS = {
     "cohort_baselines": "one thing of a cohort (metric, class, operator, collective): median and robust spread",
     "outliers": "one outlying metric of a root, with what moved",
     "fleet_suspects": "one card that findings name again and again",
+    "links": "one link of a root (global ranks, transport): its bandwidth against its comparable links",
+    "fleet_link_suspects": "one link (hosts, cards, transport) slow against its peers capture after capture",
     "trends": "one change point in a cohort's series",
 }
 
@@ -40,6 +42,7 @@ def sweep_files() -> list[str]:
         schema.SWEEP_COHORT_BASELINES,
         schema.SWEEP_OUTLIERS,
         schema.FLEET_SUSPECTS,
+        schema.FLEET_LINK_SUSPECTS,
         schema.SWEEP_TRENDS,
     ]
     datasets = [f"{schema.SWEEP_DATA_DIR}/{name}.parquet" for name in DATASETS]

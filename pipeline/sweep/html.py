@@ -109,26 +109,38 @@ def _figures(rollup: pd.DataFrame, trends: pd.DataFrame) -> str:
     return "\n".join(blocks) or '<p class="none">no finished root to plot</p>'
 
 
-def render_sweep_report(archive: Path, rollup: pd.DataFrame, parts: dict[str, pd.DataFrame], summary: dict) -> Path:
-    """Write ``ARCHIVE/sweep_report.html`` (atomically) and return its path."""
-    from plotly.offline import get_plotlyjs
-
+def _kpis(rollup: pd.DataFrame, parts: dict[str, pd.DataFrame], summary: dict) -> list[tuple[str, int]]:
+    """The counts at the top of the page."""
     counts = summary.get("status_counts", {})
-    links = report_links(archive, rollup["slug"].dropna().tolist())
-    kpis = [
+    return [
         ("roots", summary.get("root_count", len(rollup))),
         ("analyzed", counts.get("ok", 0)),
         ("failed", counts.get("failed", 0)),
         ("cohorts", len(parts["cohorts"])),
         ("outlier roots", parts["outliers"]["slug"].nunique() if len(parts["outliers"]) else 0),
         ("fleet suspects", len(parts["fleet_suspects"])),
+        ("link suspects", len(parts["fleet_link_suspects"])),
         ("change points", len(parts["trends"])),
     ]
+
+
+def render_sweep_report(archive: Path, rollup: pd.DataFrame, parts: dict[str, pd.DataFrame], summary: dict) -> Path:
+    """Write ``ARCHIVE/sweep_report.html`` (atomically) and return its path."""
+    from plotly.offline import get_plotlyjs
+
+    links = report_links(archive, rollup["slug"].dropna().tolist())
+    kpis = _kpis(rollup, parts, summary)
     body = [
         "<h1>npuprof sweep</h1>",
         "".join(f'<span class="kpi"><b>{value:,}</b>{html.escape(name)}</span>' for name, value in kpis),
         "<h2>Fleet suspects</h2>",
         _table(parts["fleet_suspects"], ["summary", "flagged", "appearances", "roots"], "no card is named again"),
+        "<h2>Link suspects</h2>",
+        _table(
+            parts["fleet_link_suspects"],
+            ["summary", "flagged", "appearances", "cohorts", "roots"],
+            "no link is slow again",
+        ),
         "<h2>Outliers</h2>",
         _table(
             outlier_digest(parts["outliers"]),

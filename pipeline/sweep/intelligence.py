@@ -22,6 +22,7 @@ from npuprof.pipeline.sweep.cohorts import (
 )
 from npuprof.pipeline.sweep.datasets import write_datasets
 from npuprof.pipeline.sweep.fleet import fleet_suspects
+from npuprof.pipeline.sweep.fleet_links import fleet_link_suspects
 from npuprof.pipeline.sweep.html import render_sweep_report
 from npuprof.pipeline.sweep.root_tables import TABLE_COLUMNS
 from npuprof.pipeline.sweep.trends import sweep_trends
@@ -40,7 +41,7 @@ def sweep_tables(tables_by_slug: dict[str, dict[str, list[dict]]]) -> dict[str, 
 
 
 def _rollup_columns(rollup: pd.DataFrame, cohorts: pd.DataFrame, outliers: pd.DataFrame) -> pd.DataFrame:
-    """The rollup with each root's cohort, its largest |z| among outlying metrics, and what moved."""
+    """The rollup with each root's cohort, the |z| of its largest outlying move, and what moved."""
     keyed = rollup.drop(columns=[c for c in COHORT_COLUMNS if c in rollup]).merge(
         cohorts[["slug", "cohort_id", "cohort_label", "cohort_size"]], on="slug", how="left"
     )
@@ -72,15 +73,17 @@ class SweepFindings:
 
     rollup: pd.DataFrame  # the rollup with its cohort, outlier and series columns
     tables: dict[str, pd.DataFrame]  # the roots' rows of each sweep table
-    parts: dict[str, pd.DataFrame]  # cohorts, cohort_baselines, outliers, fleet_suspects, trends
+    parts: dict[str, pd.DataFrame]  # cohorts, cohort_baselines, outliers, fleet_suspects, fleet_link_suspects, trends
 
     def summary(self, archive: Path) -> dict:
         """The additions to sweep_summary.json."""
         outliers, fleet, trends = self.parts["outliers"], self.parts["fleet_suspects"], self.parts["trends"]
+        fleet_links = self.parts["fleet_link_suspects"]
         return {
             "cohort_count": len(self.parts["cohorts"]),
             "outlier_roots": sorted(outliers["slug"].unique().tolist()) if len(outliers) else [],
             "fleet_suspects": fleet["summary"].tolist(),
+            "fleet_link_suspects": fleet_links["summary"].tolist(),
             "trends": trends["summary"].tolist(),
             "sweep_report": str(archive / schema.SWEEP_REPORT_HTML),
             "datasets": str(archive / schema.SWEEP_DATA_DIR),
@@ -90,7 +93,7 @@ class SweepFindings:
 def analyze_sweep(
     rollup: pd.DataFrame, tables_by_slug: dict[str, dict[str, list[dict]]], series_key: str | None
 ) -> SweepFindings:
-    """Cohorts, outliers, fleet suspects and trends of a merged sweep (nothing written)."""
+    """Cohorts, outliers, fleet suspects (cards and links) and trends of a merged sweep (nothing written)."""
     tables = sweep_tables(tables_by_slug)
     cohorts = cohort_of(rollup)
     metrics = root_metrics(rollup, tables)
@@ -104,6 +107,7 @@ def analyze_sweep(
         "cohort_baselines": cohort_baselines(metrics, tables, cohorts),
         "outliers": outliers,
         "fleet_suspects": fleet,
+        "fleet_link_suspects": fleet_link_suspects(tables["links"], tables["ranks"], cohorts),
         "trends": trends,
     }
     return SweepFindings(rollup, tables, parts)
@@ -115,12 +119,14 @@ PART_FILES = {
     "cohort_baselines": schema.SWEEP_COHORT_BASELINES,
     "outliers": schema.SWEEP_OUTLIERS,
     "fleet_suspects": schema.FLEET_SUSPECTS,
+    "fleet_link_suspects": schema.FLEET_LINK_SUSPECTS,
     "trends": schema.SWEEP_TRENDS,
 }
 
 
 def write_sweep_findings(archive: Path, found: SweepFindings, summary: dict) -> None:
-    """sweep_cohorts.csv, sweep_outliers.csv, fleet_suspects.csv, sweep_trends.csv, sweep_data/*.parquet
+    """sweep_cohorts.csv, sweep_outliers.csv, fleet_suspects.csv, fleet_link_suspects.csv, sweep_trends.csv,
+    sweep_data/*.parquet
     and sweep_report.html, each atomically. When the archive fills up on the way, every one of them is
     removed (they hang together; the rollup, written before, stays) and the OSError is raised."""
     try:

@@ -1,6 +1,6 @@
 """The rows one analyzed root adds to a sweep's tables: its ranks (with the machine and card each
-ran on), its step / layer / block classes, its top operators, its collectives, its time split and its
-findings — read from the root's own summary files, in ms per step so roots of different lengths
+ran on), its step / layer / block classes, its top operators, its collectives, its time split, its
+links and its findings — read from the root's own summary files, in ms per step so roots of different lengths
 compare.
 
 They are cached beside the root's rollup row (``rollup.root_rollup``) so that merging a sweep of
@@ -16,6 +16,8 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.summaries.communication import global_ranks_by_group_hash
+from npuprof.pipeline.summaries.links import link_bandwidths
 
 # sweep table -> the columns kept from the root's summary CSV
 CLASS_COLUMNS = {
@@ -50,6 +52,18 @@ TABLE_COLUMNS = {
     "operators": ["name", "type", "primary_category", "call_count", "ms_per_step", "rank_max_ms_per_step"],
     "collectives": ["collective", "call_count", "ms_per_step", "rank_skew_ratio"],
     "time_split": ["breakdown", "category", "component", "ms_per_step"],
+    "links": [
+        "src_rank",
+        "dst_rank",
+        "transport",
+        "parallel_role",
+        "op_kind",
+        "bandwidth_gbps",
+        "comparable_median_gbps",
+        "bandwidth_ratio",
+        "comparable_links",
+        "ops",
+    ],
     "findings": [
         "finding_id",
         "finding_type",
@@ -166,6 +180,29 @@ def time_split_rows(out_dir: Path) -> list[dict]:
     return sums.to_dict("records")
 
 
+def link_rows(out_dir: Path) -> list[dict]:
+    """Each link of the root (global ranks, transport, role, op kind) with its median bandwidth and its
+    ratio to its comparable links' median — what slow_link_suspected judges, kept for every link so the
+    sweep can see a link that is a little slow again and again (``fleet.fleet_link_suspects``)."""
+    path = out_dir / schema.COMMUNICATION_LINKS.path
+    if not path.exists():
+        return []
+    wanted = ["rank_id", "tier", "src_local_rank", "dst_local_rank", "bandwidth_gbps", "group_hash"]
+    links = pd.read_parquet(path, columns=[*wanted, "parallel_role", "op_kind", "transport", "op_name", "size_mb"])
+    capture = io.read_json_or_empty(out_dir / schema.CAPTURE_INFO)
+    group_ranks = global_ranks_by_group_hash([r.get("parallel_group_info") for r in capture.get("ranks", [])])
+    per_link = link_bandwidths(links.assign(rank_id=links["rank_id"].astype(int)), group_ranks)
+    named = {
+        "src": "src_rank",
+        "dst": "dst_rank",
+        "bandwidth": "bandwidth_gbps",
+        "median": "comparable_median_gbps",
+        "ratio": "bandwidth_ratio",
+        "peers": "comparable_links",
+    }
+    return per_link.rename(columns=named)[TABLE_COLUMNS["links"]].to_dict("records")
+
+
 def finding_rows(out_dir: Path) -> list[dict]:
     """Every finding: type, ranks, recoverable time, its metrics as JSON, its text."""
     listed = io.read_json_or_empty(out_dir / schema.DIAGNOSIS_FINDINGS).get("diagnosis_findings", [])
@@ -201,5 +238,6 @@ def root_tables(out_dir: Path) -> dict[str, list[dict]]:
         "operators": operator_rows(out_dir, ranks, steps, top),
         "collectives": collective_rows(out_dir, ranks, steps),
         "time_split": time_split_rows(out_dir),
+        "links": link_rows(out_dir),
         "findings": finding_rows(out_dir),
     }

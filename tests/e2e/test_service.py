@@ -45,6 +45,7 @@ MERGED_VIEWS = [
     schema.SWEEP_COHORT_BASELINES,
     schema.SWEEP_OUTLIERS,
     schema.FLEET_SUSPECTS,
+    schema.FLEET_LINK_SUSPECTS,
     schema.SWEEP_TRENDS,
 ]
 

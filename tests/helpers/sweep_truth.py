@@ -52,6 +52,26 @@ def assert_planted_truth(archive: Path, truth: dict) -> None:
     assert suspect["throttled_count"] == len(throttled) == 1
     assert suspect["aicore_freq_mhz_median"] == pytest.approx(NOMINAL_AICORE_MHZ / throttled[0]["factor"], abs=1)
 
+    # the link slow again and again across two jobs is the one link suspect; the decoy, a third as fast
+    # once, is that capture's own finding only; no capture's analysis names the suspect link on its own
+    link = truth["fleet_link_suspect"]
+    link_suspects = pd.read_csv(archive / schema.FLEET_LINK_SUSPECTS)
+    ends = link_suspects[["host_a", "device_a", "host_b", "device_b"]].to_dict("records")
+    assert ends == [
+        {"host_a": link["host_name"], "device_a": link["devices"][0]}
+        | {"host_b": link["host_name"], "device_b": link["devices"][1]}
+    ], link_suspects
+    on_link = {slugs[r["name"]] for r in roots if r["host"] == link["host_name"]}
+    row = link_suspects.iloc[0]
+    assert set(row["roots"].split(";")) == on_link and row["appearances"] == row["flagged"] == len(on_link)
+    assert row["cohorts"] == len({r["cohort"] for r in roots if r["host"] == link["host_name"]}) >= 2
+    factor = next(r["slow_link"]["factor"] for r in roots if r["host"] == link["host_name"])
+    assert row["bandwidth_ratio_median"] == pytest.approx(1 / factor, rel=0.02)
+    findings = pd.read_parquet(archive / schema.SWEEP_DATA_DIR / "findings.parquet")
+    said = set(findings.loc[findings["finding_type"] == "slow_link_suspected", "slug"])
+    decoys = {slugs[r["name"]] for r in roots if r.get("slow_link") and r["host"] != link["host_name"]}
+    assert decoys and said == decoys
+
     regression = truth["regression"]
     trends = pd.read_csv(archive / schema.SWEEP_TRENDS)
     wall = trends[trends["metric"] == "step wall"]
@@ -89,6 +109,17 @@ def assert_planted_truth(archive: Path, truth: dict) -> None:
             assert row["root_top_finding"] == f"slow_rank_suspected (ranks {root['rank']})"
     regressed = {slugs[r["name"]] for r in roots if r["cohort"] == "train" and r["planted"]}
     assert named & regressed, "no regressed build is named an outlier"
+
+    # the healthy MoE cohort is quiet although its captures differ as real ones do: its all-to-all time
+    # follows each capture's routing, and its grouped matmuls' bound family flips in some captures only
+    moe = {slugs[r["name"]] for r in roots if r["cohort"] == "moe"}
+    assert moe and not moe & named and not moe & set(trends["change_at"])
+    split = pd.read_parquet(archive / schema.SWEEP_DATA_DIR / "time_split.parquet")
+    split = split[split["slug"].isin(moe) & (split["breakdown"] == "primary")]
+    families = split[split["category"] == "compute"].groupby("component")["slug"].nunique()
+    assert 0 < families.get("aic_mte", 0) < len(moe), families
+    alltoall = split[split["component"] == "alltoallv"]["ms_per_step"]
+    assert alltoall.max() / alltoall.min() > 1.15, alltoall
 
     rollup = pd.read_csv(archive / schema.SWEEP_ROLLUP)
     assert rollup["cohort_id"].notna().all() and set(rollup.loc[rollup["outlier_score"].notna(), "slug"]) == named

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import scaled_transit
-
-
-def _global(group_ranks: dict[str, list[int]], group_hash: object, local: pd.Series) -> np.ndarray:
-    ranks = group_ranks.get(str(group_hash))
-    if not ranks:
-        return local.to_numpy(np.int64)  # no parallel_group_info: local ranks stand for themselves
-    table = np.asarray(ranks, dtype=np.int64)
-    return np.where(local < len(table), table[np.minimum(local, len(table) - 1)], local)
+from npuprof.pipeline.summaries.links import link_bandwidths
 
 
 def _at_median_bandwidth(inputs: DiagnosisContext, src: int, dst: int, ratio: float) -> dict:
@@ -52,32 +44,11 @@ def _at_median_bandwidth(inputs: DiagnosisContext, src: int, dst: int, ratio: fl
 def slow_link(inputs: DiagnosisContext) -> list[Finding]:
     """Links whose bandwidth is far below comparable links (same group, op kind, transport, size)."""
     spec = rule("slow_link_suspected")
-    links = inputs.links[
-        (inputs.links["tier"] == "total") & (inputs.links["src_local_rank"] != inputs.links["dst_local_rank"])
-    ]
-    links = links[links["bandwidth_gbps"] > 0]
-    if links.empty:
-        return []
-    keys = ["group_hash", "parallel_role", "op_kind", "transport", "src_local_rank", "dst_local_rank"]
-    per_link = (
-        links.groupby(keys, dropna=False)
-        .agg(
-            bandwidth=("bandwidth_gbps", "median"),
-            ops=("op_name", "size"),
-            size=("size_mb", "median"),
-            reporter=("rank_id", "first"),
-            op_name=("op_name", "first"),
-        )
-        .reset_index()
-    )
-    comparable = ["group_hash", "op_kind", "transport"]
-    per_link["median"] = per_link.groupby(comparable, dropna=False)["bandwidth"].transform("median")
-    per_link["peers"] = per_link.groupby(comparable, dropna=False)["bandwidth"].transform("size")
-    per_link["ratio"] = per_link["bandwidth"] / per_link["median"]
+    per_link = link_bandwidths(inputs.links, inputs.group_ranks)
     slow = per_link[(per_link["peers"] >= spec["min_comparable"]) & (per_link["ratio"] <= spec["bandwidth_ratio_max"])]
     findings = []
     for row in slow.itertuples(index=False):  # a loop over slow links
-        src, dst = _global(inputs.group_ranks, row.group_hash, pd.Series([row.src_local_rank, row.dst_local_rank]))
+        src, dst = int(row.src), int(row.dst)
         ops = inputs.alignment[(inputs.alignment["rank_id"] == row.reporter)]
         family = str(row.op_name).rsplit("_", 2)[0]
         evidence = ops[ops["name"].str.startswith(family)]["evidence_id"].head(4).tolist()
