@@ -7,6 +7,8 @@ archive through SQL, the Python API and sweep_report.html in a real headless Chr
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,10 @@ from helpers.sweep_truth import assert_planted_truth, roots_on_the_suspect_card
 from npuprof.api import Sweep
 from npuprof.pipeline import schema
 from npuprof.pipeline.runner import StageRange, analyze
+from npuprof.pipeline.sweep.intelligence import PART_FILES
 from npuprof.pipeline.sweep.local import run_sweep
+from npuprof.pipeline.sweep.merge_state import forget_state
+from npuprof.pipeline.sweep.rollup import merge_sweep
 from npuprof.pipeline.sweep.trends import cohort_trends
 from npuprof.synth import generate
 from npuprof.synth.sweep import generate_sweep
@@ -272,3 +277,55 @@ def test_a_trend_needs_an_effect_worth_reading_and_a_class_from_nothing_has_no_r
     assert pd.isna(appeared["relative_change"]) and "appeared" in appeared["summary"]
     assert rows.set_index("metric").loc["step wall", "relative_change"] == pytest.approx(2 / 30, abs=0.01)
     assert not rows["summary"].str.contains("inf").any()
+
+
+def _finished_copy(analyzed: Path, archive: Path) -> list[tuple[str, str]]:
+    """A finished root's files the merge reads (manifest, cached rows) for each root of ``analyzed``."""
+    roots = []
+    for source in sorted(p for p in analyzed.iterdir() if (p / schema.ROLLUP_ROW_CACHE).exists()):
+        (archive / source.name).mkdir(parents=True)
+        for name in (schema.TOP_MANIFEST, schema.ROLLUP_ROW_CACHE):
+            shutil.copy2(source / name, archive / source.name / name)
+        roots.append((json.loads((source / schema.ROLLUP_ROW_CACHE).read_text())["row"]["root"], source.name))
+    return roots
+
+
+def _merged_files(archive: Path) -> dict[str, bytes]:
+    names = [*PART_FILES.values(), schema.SWEEP_ROLLUP, schema.SWEEP_SUMMARY, schema.SWEEP_REPORT_HTML]
+    return {name: (archive / name).read_bytes() for name in names}
+
+
+def test_a_grown_archive_merges_from_its_datasets_and_says_what_a_fresh_merge_says(planted, tmp_path):
+    """A merge reads the cached rows of new and changed roots only: the rest come from the last merge's
+    datasets. Planted: the unchanged roots' caches are overwritten with garbage of the same size and
+    mtime, so a merge that read them would fail; it must say byte for byte what a merge from scratch
+    says. A root whose cache changed is read again."""
+    archive, truth = planted
+    grown = tmp_path / "archive"
+    roots = _finished_copy(archive, grown)
+    meta = {"mode": "local", "series_key": truth["series_key"]}
+    merge_sweep(grown, roots[:30], meta)
+    originals = {}
+    for _, slug in roots[:30]:  # what the first merge took: unchanged, so never read again
+        cache = grown / slug / schema.ROLLUP_ROW_CACHE
+        originals[slug], stat = cache.read_bytes(), cache.stat()
+        cache.write_bytes(b"\0" * stat.st_size)
+        os.utime(cache, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    merge_sweep(grown, roots, meta)
+    incremental = _merged_files(grown)
+    for slug, content in originals.items():
+        (grown / slug / schema.ROLLUP_ROW_CACHE).write_bytes(content)
+    forget_state(grown)
+    merge_sweep(grown, roots, meta)
+    assert _merged_files(grown) == incremental
+    assert len(pd.read_parquet(grown / schema.SWEEP_DATA_DIR / "ranks.parquet")["slug"].unique()) == len(roots)
+
+    # a re-analyzed root (its cache rewritten): its new rows replace the old
+    slug = roots[0][1]
+    cache = grown / slug / schema.ROLLUP_ROW_CACHE
+    cached = json.loads(cache.read_text())
+    cached["row"]["top_step_class_wall_ms_mean"] = 123.456
+    cache.write_text(json.dumps(cached))
+    merge_sweep(grown, roots, meta)
+    walls = pd.read_csv(grown / schema.SWEEP_ROLLUP).set_index("slug")["top_step_class_wall_ms_mean"]
+    assert walls[slug] == 123.456

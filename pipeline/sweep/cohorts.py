@@ -67,10 +67,19 @@ def cohort_of(rollup: pd.DataFrame) -> pd.DataFrame:
     and ``cohort_size``. Roots that did not finish are in no cohort."""
     rules = knowledge.load("sweep_rules")
     fields, words = rules["cohort_fields"], rules.get("cohort_words", {})
-    keys, labels = [], []
-    for _, row in rollup.iterrows():  # one row per root: hundreds, not events
-        keys.append(" ".join(f"{g}=" + "/".join(_field_text(row.get(c)) for c in cs) for g, cs in fields.items()))
-        labels.append(_label(row, fields, words))
+    # a key and a label per distinct configuration (a few), not per root (thousands)
+    keyed = rollup.reindex(columns=[c for cs in fields.values() for c in cs])
+    configuration = keyed.astype(str).groupby(list(keyed.columns), dropna=False, sort=False).ngroup().to_numpy()
+    firsts = keyed.groupby(configuration, sort=True).head(1)
+    named = {
+        int(config): (
+            " ".join(f"{g}=" + "/".join(_field_text(row.get(c)) for c in cs) for g, cs in fields.items()),
+            _label(row, fields, words),
+        )
+        for config, (_, row) in zip(configuration[firsts.index.to_numpy()], firsts.iterrows())
+    }
+    keys = [named[int(config)][0] for config in configuration]
+    labels = [named[int(config)][1] for config in configuration]
     finished = (rollup["status"] == "ok").to_numpy()
     labels = [label if done else None for label, done in zip(labels, finished)]
     ids = [
@@ -176,23 +185,47 @@ def mover_deltas(tables: dict[str, pd.DataFrame], cohorts: pd.DataFrame) -> dict
     return deltas
 
 
-def what_moved(slug: str, metric: str, delta_ms: float, deltas: dict[str, pd.DataFrame]) -> tuple[str, str, float]:
-    """The most specific thing that moved ``metric`` of root ``slug`` against its cohort: (level, name,
-    delta ms per step) — the first level that can move that metric (``METRIC_MOVERS``: an operator for
-    compute, a collective for communication) whose largest move in the direction of ``delta_ms``
-    explains ``explain_min_share`` of it; else the metric itself (the step, or that part of it)."""
+def explain_moves(found: pd.DataFrame, deltas: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """For each outlying score of ``found`` (slug, metric, delta), the most specific thing that moved
+    it against its cohort: ``level``, ``name`` and ``moved`` (ms per step) — the first level that can
+    move that metric (``METRIC_MOVERS``: an operator for compute, a collective for communication) whose
+    largest move in the direction of the delta explains ``explain_min_share`` of it; else the metric
+    itself (the step, or that part of it). One array operation per level over all the scores."""
     share = float(knowledge.load("sweep_rules")["outliers"]["explain_min_share"])
-    levels = next((levels for head, levels in METRIC_MOVERS if metric.startswith(head)), ())
-    for level in levels:
-        wide = deltas.get(level)
-        if wide is None or slug not in wide.index:
+    metric, delta = found["metric"].astype(str), found["delta"].to_numpy(dtype=float)
+    count, sign = len(found), np.sign(delta)
+    level = np.full(count, None, dtype=object)
+    name = np.full(count, None, dtype=object)
+    moved = delta.copy()
+    # each metric takes the movers of the first head it starts with (METRIC_MOVERS' order)
+    head_of = np.full(count, -1)
+    for index in reversed(range(len(METRIC_MOVERS))):
+        head_of = np.where(metric.str.startswith(METRIC_MOVERS[index][0]).to_numpy(), index, head_of)
+    for current, *_ in MOVER_LEVELS:  # most specific first: the order every head's levels follow
+        wide = deltas.get(current)
+        heads = [index for index, (_, levels) in enumerate(METRIC_MOVERS) if current in levels]
+        can = np.isin(head_of, heads)
+        if wide is None or wide.shape[1] == 0:
             continue
-        moves = wide.loc[slug].dropna() * np.sign(delta_ms)
-        if len(moves) and moves.max() >= share * abs(delta_ms):
-            return level, str(moves.idxmax()), float(moves.max() * np.sign(delta_ms))
-    if metric == "step wall":
-        return "step", "step wall", float(delta_ms)
-    return "time split", metric, float(delta_ms)
+        values = wide.reindex(found["slug"]).to_numpy(dtype=float) * sign[:, None]
+        values = np.where(np.isnan(values), -np.inf, values)
+        best = values.argmax(axis=1)
+        top = values[np.arange(count), best]
+        hit = can & pd.isna(level) & np.isfinite(top) & (top >= share * np.abs(delta))
+        level = np.where(hit, current, level)
+        name = np.where(hit, wide.columns.to_numpy(dtype=object)[best].astype(str), name)
+        moved = np.where(hit, top * sign, moved)
+    unexplained = pd.isna(level)
+    step = unexplained & (metric == "step wall").to_numpy()
+    level = np.where(step, "step", np.where(unexplained, "time split", level))
+    name = np.where(unexplained, metric.to_numpy(dtype=object), name)
+    return pd.DataFrame({"level": level, "name": name, "moved": moved}, index=found.index)
+
+
+def what_moved(slug: str, metric: str, delta_ms: float, deltas: dict[str, pd.DataFrame]) -> tuple[str, str, float]:
+    """``explain_moves`` of one score: (level, name, delta ms per step)."""
+    one = explain_moves(pd.DataFrame({"slug": [slug], "metric": [metric], "delta": [delta_ms]}), deltas).iloc[0]
+    return str(one["level"]), str(one["name"]), float(one["moved"])
 
 
 def outlier_digest(outliers: pd.DataFrame) -> pd.DataFrame:
@@ -234,28 +267,29 @@ def outlier_rows(
     found = outlying(scores)
     deltas = mover_deltas(_per_step_classes(tables, rollup), cohorts)
     top_finding = _top_findings(rollup)
-    rows = []
-    for slug, metrics in found.groupby("slug", sort=True):  # outlying roots: few
-        for metric in metrics.itertuples(index=False):  # each metric explained by what can move it
-            level, name, moved_ms = what_moved(slug, metric.metric, float(metric.delta), deltas)
-            rows.append(
-                {
-                    "slug": slug,
-                    "cohort_id": metric.cohort_id,
-                    "metric": metric.metric,
-                    "value_ms": round(float(metric.value), 6),
-                    "cohort_median_ms": round(float(metric.median), 6),
-                    "robust_z": round(float(metric.z), 3),
-                    "delta_ms": round(float(metric.delta), 6),
-                    "what_moved_level": level,
-                    "what_moved": name,
-                    "what_moved_delta_ms": round(moved_ms, 6),
-                    "evidence": f"{slug}/{MOVER_EVIDENCE[level]}",
-                    "root_top_finding": top_finding.get(slug),
-                }
-            )
-    columns = list(rows[0]) if rows else ["slug", "cohort_id", "metric", "robust_z", "what_moved_level", "what_moved"]
-    return pd.DataFrame(rows, columns=columns), scores
+    moves = explain_moves(found, deltas)
+    rounded = {
+        column: found[column].astype(float).map(lambda v, d=digits: round(v, d))
+        for column, digits in (("value", 6), ("median", 6), ("z", 3), ("delta", 6))
+    }
+    level = moves["level"].astype(object)
+    table = pd.DataFrame(
+        {
+            "slug": found["slug"],
+            "cohort_id": found["cohort_id"],
+            "metric": found["metric"],
+            "value_ms": rounded["value"],
+            "cohort_median_ms": rounded["median"],
+            "robust_z": rounded["z"],
+            "delta_ms": rounded["delta"],
+            "what_moved_level": level,
+            "what_moved": moves["name"].astype(object),
+            "what_moved_delta_ms": moves["moved"].map(lambda v: round(float(v), 6)),
+            "evidence": found["slug"].astype(str) + "/" + level.map(MOVER_EVIDENCE),
+            "root_top_finding": found["slug"].map(top_finding),
+        }
+    )
+    return table.reset_index(drop=True), scores
 
 
 def cohort_table(cohorts: pd.DataFrame, rollup: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:

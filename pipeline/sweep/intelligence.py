@@ -90,11 +90,9 @@ class SweepFindings:
         }
 
 
-def analyze_sweep(
-    rollup: pd.DataFrame, tables_by_slug: dict[str, dict[str, list[dict]]], series_key: str | None
-) -> SweepFindings:
-    """Cohorts, outliers, fleet suspects (cards and links) and trends of a merged sweep (nothing written)."""
-    tables = sweep_tables(tables_by_slug)
+def analyze_sweep(rollup: pd.DataFrame, tables: dict[str, pd.DataFrame], series_key: str | None) -> SweepFindings:
+    """Cohorts, outliers, fleet suspects (cards and links) and trends of a merged sweep (nothing written);
+    ``tables``: each sweep table's rows of every root (``sweep_tables``)."""
     cohorts = cohort_of(rollup)
     metrics = root_metrics(rollup, tables)
     outliers, scores = outlier_rows(rollup, tables, cohorts, metrics)

@@ -16,8 +16,9 @@ import pandas as pd
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import no_space
 from npuprof.pipeline.stages.report.headline import headline_costs, top_cost
-from npuprof.pipeline.sweep.intelligence import COHORT_COLUMNS, analyze_sweep, write_sweep_findings
-from npuprof.pipeline.sweep.root_tables import root_tables
+from npuprof.pipeline.sweep.intelligence import COHORT_COLUMNS, analyze_sweep, sweep_tables, write_sweep_findings
+from npuprof.pipeline.sweep.merge_state import forget_state, layout_key, previous_merge, write_state
+from npuprof.pipeline.sweep.root_tables import TABLE_COLUMNS, root_tables
 
 # rollup column <- profiler_metadata distributed_args key
 PARALLEL_SIZES = {
@@ -341,45 +342,78 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
     return row
 
 
+def _in_root_order(frame: pd.DataFrame, order: dict[str, int]) -> pd.DataFrame:
+    """Rows by their root's place in the sweep (stable: a root's own rows keep their order)."""
+    return frame.iloc[frame["slug"].map(order).argsort(kind="stable")].reset_index(drop=True)
+
+
+def _joined(parts: list[pd.DataFrame], columns: list[str], order: dict[str, int]) -> pd.DataFrame:
+    """Reused and fresh rows of one table as one frame in root order."""
+    present = [p for p in parts if len(p)]
+    if not present:
+        return pd.DataFrame(columns=columns)
+    return _in_root_order(pd.concat(present, ignore_index=True) if len(present) > 1 else present[0], order)
+
+
+def _sweep_summary(frame: pd.DataFrame, meta: dict, archive: Path) -> dict:
+    """sweep_summary.json's record of the roots (before what the intelligence adds)."""
+    failed = frame[frame["status"] == "failed"]
+    layers = [int(v) for v in frame["layers_per_pass"].dropna() if v]
+    return {
+        **meta,
+        "root_count": len(frame),
+        "status_counts": dict(Counter(frame["status"])),
+        "failed_roots": [
+            {"root": root, "phase": None if pd.isna(phase) else phase, "error": None if pd.isna(error) else error}
+            for root, phase, error in zip(failed["root"], failed["phase"], failed["error"])
+        ],
+        "missing_roots": frame.loc[frame["status"] == "missing", "root"].tolist(),
+        "layer_inventory": dict(Counter(layers)),
+        "analysis_seconds_sum": round(float(frame["elapsed_s"].fillna(0).sum()), 3),
+        "rollup": str(archive / schema.SWEEP_ROLLUP),
+    }
+
+
 def merge_sweep(archive: Path, roots: list[tuple[str, str]], meta: dict) -> dict:
     """Write sweep_class_rollup.csv, sweep_summary.json and what the sweep says beyond one row per root
     (``intelligence.analyze_sweep``: cohorts, outliers, fleet suspects, trends, datasets, sweep_report.html)
-    for ``roots`` [(root, slug)] from the archive. ``meta["series_key"]`` orders the roots of a series."""
-    entries = [root_entry(root, slug, archive / slug) for root, slug in sorted(roots)]
-    rows = [row for row, _ in entries]
-    frame = pd.DataFrame(rows, columns=[c for c in ROLLUP_COLUMNS if c not in COHORT_COLUMNS])
+    for ``roots`` [(root, slug)] from the archive. ``meta["series_key"]`` orders the roots of a series.
+
+    Roots the last merge took and that have not changed since come from its datasets; only new and
+    re-analyzed roots' cached rows are read (``merge_state``)."""
+    roots = sorted(roots)
+    order = {slug: index for index, (_, slug) in enumerate(roots)}
+    layout = layout_key(ROLLUP_COLUMNS)
+    base_columns = [c for c in ROLLUP_COLUMNS if c not in COHORT_COLUMNS]
+    previous = previous_merge(archive, roots, layout, base_columns)
+    reused = previous.slugs
+    entries = [root_entry(root, slug, archive / slug) for root, slug in roots if slug not in reused]
+    fresh = pd.DataFrame([row for row, _ in entries], columns=base_columns)
     for column in INTEGER_COLUMNS:
-        frame[column] = pd.array(frame[column], dtype="Int64")
-    statuses = Counter(r["status"] for r in rows)
-    inventory = Counter(r.get("layers_per_pass") for r in rows if r.get("layers_per_pass"))
-    summary = {
-        **meta,
-        "root_count": len(rows),
-        "status_counts": dict(statuses),
-        "failed_roots": [
-            {"root": r["root"], "phase": r.get("phase"), "error": r.get("error")}
-            for r in rows
-            if r["status"] == "failed"
-        ],
-        "missing_roots": [r["root"] for r in rows if r["status"] == "missing"],
-        "layer_inventory": dict(inventory),
-        "analysis_seconds_sum": round(sum(r.get("elapsed_s") or 0 for r in rows), 3),
-        "rollup": str(archive / schema.SWEEP_ROLLUP),
+        fresh[column] = pd.array(fresh[column], dtype="Int64")
+    frame = _joined([previous.rollup, fresh], base_columns, order)
+    fresh_tables = sweep_tables({row["slug"]: tables for row, tables in entries})
+    tables = {
+        name: _joined([previous.tables.get(name, pd.DataFrame()), fresh_tables[name]], ["slug", *columns], order)
+        for name, columns in TABLE_COLUMNS.items()
     }
+    summary = _sweep_summary(frame, meta, archive)
     try:
-        found = analyze_sweep(frame, {row["slug"]: tables for row, tables in entries}, meta.get("series_key"))
+        found = analyze_sweep(frame, tables, meta.get("series_key"))
     except Exception as exc:  # noqa: BLE001 — the rollup is the sweep's record; what is derived from it may fail
         found = None
         summary["not_written"] = f"cohorts, outliers, fleet and trends not computed: {type(exc).__name__}: {exc}"
-    frame = (found.rollup if found else frame).reindex(columns=ROLLUP_COLUMNS)
-    for column in frame.select_dtypes("float").columns:
-        frame[column] = frame[column].round(6)
+    rollup = (found.rollup if found else frame).reindex(columns=ROLLUP_COLUMNS)
+    for column in rollup.select_dtypes("float").columns:
+        rollup[column] = rollup[column].round(6)
     # small; pandas keeps NA cells empty
-    io.write_with(archive / schema.SWEEP_ROLLUP, lambda tmp: io.formula_safe(frame).to_csv(tmp, index=False))
+    io.write_with(archive / schema.SWEEP_ROLLUP, lambda tmp: io.formula_safe(rollup).to_csv(tmp, index=False))
+    forget_state(archive)  # the datasets are about to change: until they have, no merge may trust them
     if found:
         summary.update(found.summary(archive))
         try:
             write_sweep_findings(archive, found, summary)
+            write_state(archive, frame, layout)
         except OSError as exc:
             if not no_space(exc):
                 raise

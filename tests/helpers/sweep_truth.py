@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -120,6 +121,11 @@ def assert_planted_truth(archive: Path, truth: dict) -> None:
     assert 0 < families.get("aic_mte", 0) < len(moe), families
     alltoall = split[split["component"] == "alltoallv"]["ms_per_step"]
     assert alltoall.max() / alltoall.min() > 1.15, alltoall
+
+    # no ratio of nothing reaches a row: every number in every merged table is finite or empty
+    for name in (schema.SWEEP_ROLLUP, schema.SWEEP_OUTLIERS, schema.SWEEP_TRENDS, schema.SWEEP_COHORT_BASELINES):
+        numbers = pd.read_csv(archive / name).select_dtypes("number").to_numpy(dtype=float)
+        assert not np.isinf(numbers).any(), name
 
     rollup = pd.read_csv(archive / schema.SWEEP_ROLLUP)
     assert rollup["cohort_id"].notna().all() and set(rollup.loc[rollup["outlier_score"].notna(), "slug"]) == named
