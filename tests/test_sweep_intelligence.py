@@ -329,3 +329,24 @@ def test_a_grown_archive_merges_from_its_datasets_and_says_what_a_fresh_merge_sa
     merge_sweep(grown, roots, meta)
     walls = pd.read_csv(grown / schema.SWEEP_ROLLUP).set_index("slug")["top_step_class_wall_ms_mean"]
     assert walls[slug] == 123.456
+
+
+def test_an_outlier_needs_an_effect_worth_reading_against_its_cohorts_step():
+    """Eight captures of one cohort with a 1 s step: a part that moved 2 ms at z 5 (10 % of itself) is
+    no outlier of that step (under 0.5 % of it); one that moved 8 ms is."""
+    from npuprof.pipeline.sweep.cohorts import outlying, robust_scores
+
+    slugs = [f"r{i}" for i in range(8)]
+    idle = [20.0] * 7 + [22.0]  # r7: +2 ms
+    exposed = [40.0] * 7 + [48.0]  # r7: +8 ms
+    metrics = pd.DataFrame(
+        {
+            "slug": slugs * 3,
+            "metric": ["step wall"] * 8 + ["idle internal"] * 8 + ["exposed DP allreduce"] * 8,
+            "value": [1000.0] * 8 + idle + exposed,
+        }
+    )
+    cohorts = pd.DataFrame({"slug": slugs, "cohort_id": "c", "cohort_size": 8})
+    scores = robust_scores(metrics, cohorts)
+    assert scores.set_index(["slug", "metric"]).loc[("r7", "idle internal"), "z"] > 3.5  # significant, small
+    assert outlying(scores)[["slug", "metric"]].values.tolist() == [["r7", "exposed DP allreduce"]]

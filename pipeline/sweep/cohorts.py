@@ -143,9 +143,14 @@ def outlying(scores: pd.DataFrame) -> pd.DataFrame:
     of a root whose compute grew 1.3 ms at z 4.6)."""
     rules = knowledge.load("sweep_rules")["outliers"]
     relative = scores["delta"].abs() / scores["median"].abs().where(scores["median"] != 0, np.inf)
+    # the least move worth a row: in ms per step, and as a share of the cohort's median step wall
+    walls = scores[scores["metric"] == "step wall"].groupby("cohort_id")["median"].first()
+    least_ms = np.maximum(
+        float(rules["min_delta_ms"]), float(rules["min_wall_share"]) * scores["cohort_id"].map(walls).fillna(0.0)
+    )
     passing = (
         (scores["z"].abs() >= float(rules["z_min"]))
-        & (scores["delta"].abs() >= float(rules["min_delta_ms"]))
+        & (scores["delta"].abs() >= least_ms)
         & ((relative >= float(rules["min_relative_change"])) | (scores["median"] == 0))
     )
     found = scores[passing].copy()
