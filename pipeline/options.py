@@ -15,7 +15,8 @@ class AnalyzeOptions:
     model_config: str | None = None  # a HuggingFace-style config.json (num_hidden_layers, ...)
     model_id: str | None = None  # a key of knowledge/model_catalog.yaml
     host_trace: bool = True  # label idle windows from trace_view.json (streams the whole file)
-    mode: str = "fast"  # fast: summary, markdown, trace; full: also the Excel workbook and the HTML report
+    mode: str = "fast"  # fast: summary, markdown; full: also the Perfetto trace, the Excel workbook and the HTML report
+    trace: bool = False  # the Perfetto trace.json in fast mode too (a few hundred MB on a big root)
     html_single_file: bool = False  # inline the HTML report's assets (opens from file://)
     hardware_model: str | None = None  # a SoC of knowledge/hardware_profiles.yaml (or of the host's CANN)
     hardware_profile: str | None = None  # a JSON file of peaks ({"cube_tflops": {"bf16": ...}, ...})
@@ -28,6 +29,7 @@ class AnalyzeOptions:
         "model_id",
         "host_trace",
         "mode",
+        "trace",
         "html_single_file",
         "hardware_model",
         "hardware_profile",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,7 @@ def summary_of(out: Path) -> dict:
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_every_scenario_gets_a_small_summary_a_full_report_and_a_trace(planted_outputs, name):
+def test_every_scenario_gets_a_small_summary_and_a_full_report(planted_outputs, name):
     root, out = planted_outputs[name]
     summary = summary_of(out)
     assert len((out / schema.ANALYSIS_SUMMARY).read_bytes()) <= 50_000
@@ -70,6 +71,21 @@ def test_every_scenario_gets_a_small_summary_a_full_report_and_a_trace(planted_o
     assert tuple(headers) == SECTIONS
     for finding in findings:  # every finding appears with its evidence ids in the markdown
         assert all(f"`{e}`" in report for e in finding["evidence_ids"][:1]), finding["finding_type"]
+    # fast mode writes no Perfetto trace unless asked (--trace): it is as large as the kernels it draws
+    assert not (out / schema.REPORT_TRACE).exists() and "trace" not in summary["artifacts"]
+
+
+TRACED = ["slow_rank", "pipeline_parallel", "host_stalls", "mixed", "ep_imbalance"]
+
+
+@pytest.mark.parametrize("name", TRACED)
+def test_the_trace_asked_for_in_fast_mode_draws_every_rank_and_finding(planted_outputs, name, tmp_path):
+    root, planted = planted_outputs[name]
+    out = tmp_path / "out"
+    shutil.copytree(planted, out)
+    analyze(None, out, jobs=1, options=AnalyzeOptions(trace=True), stage_range=StageRange(only_stage="report"))
+    assert summary_of(out)["artifacts"]["trace"] == schema.REPORT_TRACE
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
     trace = json.loads((out / schema.REPORT_TRACE).read_text())
     events = trace["traceEvents"]
     assert all(isinstance(e["ts"], (int, float)) for e in events if "ts" in e)
@@ -117,7 +133,8 @@ def test_analyze_prints_the_status_and_where_the_report_is(planted_outputs):
     _, out = planted_outputs["slow_rank"]
     manifest = json.loads((out / schema.REPORT_MANIFEST).read_text())
     assert manifest["status"] == "ok" and manifest["xlsx_status"].startswith("skipped")
-    assert set(manifest["files"]) >= {schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE}
+    assert set(manifest["files"]) >= {schema.ANALYSIS_SUMMARY, schema.REPORT_MD}
+    assert schema.REPORT_TRACE not in manifest["files"]  # fast mode: only with --trace
 
 
 def test_segmentation_errors_make_a_root_degraded_not_ok():
@@ -377,7 +394,7 @@ def test_the_streamed_trace_is_the_held_one_and_caps_each_rank(tmp_path, monkeyp
     monkeypatch.setattr(report_stage, "MAX_KERNELS_PER_RANK", 300)
     root = Path(generate(tmp_path / "root", "host_stalls", seed=3, ranks=2)["root"])
     out = tmp_path / "out"
-    analyze(root, out, jobs=1)
+    analyze(root, out, jobs=1, options=AnalyzeOptions(trace=True))
     streamed = (out / schema.REPORT_TRACE).read_bytes()
     analyze(None, out, jobs=1, options=AnalyzeOptions(mode="full"), stage_range=StageRange(only_stage="report"))
     assert (out / schema.REPORT_TRACE).read_bytes() == streamed

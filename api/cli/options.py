@@ -173,7 +173,12 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
         "--mode",
         choices=("fast", "full"),
         default="fast",
-        help="fast: analysis_summary.json, report.md, trace.json; full: also report.xlsx, report.html (default: fast)",
+        help="fast: analysis_summary.json, report.md; full: also trace.json, report.xlsx, report.html (default: fast)",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="with --mode fast: write the Perfetto trace.json too (full mode always does; it is large on a big root)",
     )
     parser.add_argument(
         "--html-single-file",
@@ -200,6 +205,7 @@ def analyze_options(args: argparse.Namespace) -> "AnalyzeOptions":
         model_id=args.model_id,
         host_trace=not args.no_host_trace,
         mode=args.mode,
+        trace=args.trace,
         html_single_file=args.html_single_file,
         hardware_model=args.hardware_model,
         hardware_profile=args.hardware_profile,

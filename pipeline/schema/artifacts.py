@@ -17,6 +17,7 @@ REPORT_DIR = "report"
 ANALYSIS_SUMMARY = f"{REPORT_DIR}/analysis_summary.json"
 REPORT_MD = f"{REPORT_DIR}/report.md"
 REPORT_TRACE = f"{REPORT_DIR}/trace.json"  # Chrome trace / Perfetto, all ranks
+REPORT_CITED_EVIDENCE = f"{REPORT_DIR}/cited_evidence.csv"  # every evidence row a finding cites
 REPORT_XLSX = f"{REPORT_DIR}/report.xlsx"  # full mode
 REPORT_HTML = f"{REPORT_DIR}/report.html"
 REPORT_MANIFEST = f"{REPORT_DIR}/manifest.json"  # what the report stage wrote, and the root's status

@@ -167,6 +167,9 @@ def reduce_root(ctx: RootContext) -> StageResult:
             schema.EVIDENCE_INDEX.name: "step segments, idle windows, operator_summary, communication_events",
         },
         "limitations": limitations,
+        # what bubble_windows.jsonl and evidence_index.csv list of each rank's idle windows (the
+        # Parquet tables hold them all; report/cited_evidence.csv every one a finding cites)
+        "windows_listed_per_rank": windows_listed(ctx) or "all",
         "unreadable_inputs": unreadable,
         "host_trace": {
             "ranks_attributed": traced,
@@ -193,18 +196,45 @@ def _accounting(ctx: RootContext) -> pd.DataFrame:
     return schema.join_view(schema.STEP_TIME_ACCOUNTING_CSV, [pd.concat([r for r in rows if len(r)] or rows[:1])])
 
 
+def windows_listed(ctx: RootContext) -> int | None:
+    """How many idle windows per rank the text views list: all in full mode, the longest
+    ``views.fast_windows_per_rank`` in fast mode (evidence_rules.yaml)."""
+    if ctx.options.mode == "full":
+        return None
+    return int(knowledge.load("evidence_rules")["views"]["fast_windows_per_rank"])
+
+
+def _listed_windows(bubbles: pd.DataFrame, listed: int | None) -> pd.DataFrame:
+    """One rank's idle windows the views list: all, or its ``listed`` longest (ties: the earlier)."""
+    if listed is None or len(bubbles) <= listed:
+        return bubbles
+    duration = bubbles["end_ns"] - bubbles["start_ns"]
+    return bubbles.loc[duration.sort_values(ascending=False, kind="stable").index[:listed].sort_values()]
+
+
 def _bubble_jsonl_chunks(ctx: RootContext) -> Iterator[bytes]:
-    """evidence/bubble_windows.jsonl: every rank's idle windows by start time, ranks in order."""
+    """evidence/bubble_windows.jsonl: each rank's idle windows (all, or its longest in fast mode) by
+    start time, ranks in order."""
+    listed = windows_listed(ctx)
     for bubbles in ctx.rank_frames(schema.BUBBLE_WINDOWS):
-        yield bubble_windows_jsonl(bubbles.sort_values("start_ns", kind="stable"))
+        yield bubble_windows_jsonl(_listed_windows(bubbles, listed).sort_values("start_ns", kind="stable"))
 
 
 def _evidence_csv_chunks(ctx: RootContext) -> Iterator[bytes]:
-    """evidence_index.csv, rank by rank (the header once)."""
-    header = True
+    """evidence_index.csv, rank by rank (the header once): every row, but in fast mode only the idle
+    windows bubble_windows.jsonl lists (``windows_listed``)."""
+    listed, header = windows_listed(ctx), True
+    with_windows = set(io.partition_ranks(ctx.out_dir, schema.BUBBLE_WINDOWS))
     for frame in ctx.rank_frames(schema.EVIDENCE_INDEX):
         if frame.empty:
             continue
+        if listed is not None:
+            rank_id, shown = int(frame[schema.RANK_PARTITION_KEY].iloc[0]), set()
+            if rank_id in with_windows:
+                columns = ["evidence_id", "start_ns", "end_ns"]
+                bubbles = io.read_dataset(ctx.out_dir, schema.BUBBLE_WINDOWS, rank_id, columns=columns).to_pandas()
+                shown = set(_listed_windows(bubbles, listed)["evidence_id"])
+            frame = frame[(frame["kind"] != "bubble_window") | frame["evidence_id"].isin(shown)]
         yield from io.csv_chunks(schema.join_view(schema.EVIDENCE_INDEX_CSV, [frame]), header=header)
         header = False
     if header:  # no rank has evidence: the declared columns

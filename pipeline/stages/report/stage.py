@@ -1,5 +1,6 @@
-"""report (per root): analysis_summary.json, report.md and trace.json (fast mode), plus the Excel
-workbook in full mode; report/manifest.json says what was written and the root's status.
+"""report (per root): analysis_summary.json and report.md (fast mode), plus the Perfetto trace.json
+(fast mode with ``--trace``), the Excel workbook and report.html in full mode; report/manifest.json
+says what was written and the root's status.
 
 A root ends ``degraded`` (never a plain ``ok``) when segmentation had hard errors or interior
 islands, or a finding cites evidence that does not resolve; the required artifacts of the mode are
@@ -34,7 +35,7 @@ MANIFEST_STAGES = STAGE_NAMES[: STAGE_NAMES.index("report")]
 TRACE_COLUMNS = ["stream_id", "name", "start_ns", "end_ns"]  # what trace.json draws of a kernel
 BUBBLE_TRACE_COLUMNS = ["start_ns", "end_ns", "kind", "evidence_id"]
 REQUIRED = {
-    "fast": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE),
+    "fast": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD),
     "full": (schema.ANALYSIS_SUMMARY, schema.REPORT_MD, schema.REPORT_TRACE, schema.REPORT_XLSX, schema.REPORT_HTML),
 }
 
@@ -97,6 +98,20 @@ def _cited_evidence(ctx: RootContext, findings: list[dict]) -> tuple[pd.DataFram
     rows = ctx.read_table(schema.EVIDENCE_INDEX, filter=pc.field("evidence_id").isin(cited)).to_pandas()
     kinds = ctx.read_table(schema.EVIDENCE_INDEX, columns=["kind"]).column("kind").to_pandas()
     return int_ranks(rows), kinds.value_counts().to_dict()
+
+
+def cited_evidence_csv(evidence: pd.DataFrame, findings: list[dict]) -> Iterable[bytes]:
+    """report/cited_evidence.csv: every evidence row a finding cites — rank, kind, step, source rows,
+    time window, source file — and the findings that cite it (``cited_by``): in fast mode the
+    evidence views list only each rank's longest idle windows, and every cited id resolves here."""
+    citing: dict[str, list[str]] = {}
+    for finding in findings:
+        for evidence_id in finding["evidence_ids"]:
+            citing.setdefault(evidence_id, []).append(str(finding.get("claim_id")))
+    columns = ["rank_id", *(c for c in schema.EVIDENCE_INDEX.columns)]
+    rows = evidence.reindex(columns=columns).sort_values(["rank_id", "evidence_id"], kind="stable")
+    rows = rows.assign(cited_by=rows["evidence_id"].map(lambda e: ";".join(citing.get(e, []))))
+    return io.csv_chunks(rows.reset_index(drop=True))
 
 
 # the workbook's sheets, titled by their CSV: (view, row cap; None keeps a class table whole)
@@ -282,17 +297,25 @@ def reduce_root(ctx: RootContext) -> StageResult:
     """Render the report artifacts of the mode, check they are all there, give the status."""
     inputs = _inputs(ctx)
     status, reasons = _status(inputs)
+    # the Perfetto trace is as large as the kernels it draws: full mode, or fast mode when asked
+    traced = inputs.mode == "full" or ctx.options.trace
     artifacts = {
         "report_md": schema.REPORT_MD,
         "analysis_summary": schema.ANALYSIS_SUMMARY,
-        "trace": schema.REPORT_TRACE,
+        "cited_evidence": schema.REPORT_CITED_EVIDENCE,
+        **({"trace": schema.REPORT_TRACE} if traced else {}),
         "diagnosis_findings": schema.DIAGNOSIS_FINDINGS,
     }
     summary = analysis_summary(inputs, status, artifacts)
     offsets = inputs.manifest("cross_rank").get("clock_offsets_us") or {}
-    spans = _trace_spans(ctx, inputs.events)
-    trace = trace_json(spans, inputs.steps, inputs.layers, inputs.findings, inputs.evidence, offsets, inputs.pp_passes)
-    rendered: dict[str, bytes | str | Iterable[bytes]] = {schema.REPORT_TRACE: trace}
+    rendered: dict[str, bytes | str | Iterable[bytes]] = {
+        schema.REPORT_CITED_EVIDENCE: cited_evidence_csv(inputs.evidence, inputs.findings)
+    }
+    if traced:
+        spans = _trace_spans(ctx, inputs.events)
+        steps, layers, passes = inputs.steps, inputs.layers, inputs.pp_passes
+        trace = trace_json(spans, steps, layers, inputs.findings, inputs.evidence, offsets, passes)
+        rendered[schema.REPORT_TRACE] = trace
     statuses = {"xlsx": "skipped (fast mode)", "html": "skipped (fast mode)"}
     if inputs.mode == "full":
         bubbles = _longest_bubbles(ctx)
@@ -304,9 +327,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
             statuses["xlsx"] = "ok"
         except (ValueError, TypeError, OSError) as error:  # the workbook must never cost the root its report
             statuses["xlsx"] = f"error: {' '.join(str(error).split())}"
-    missing = [
-        n for n in REQUIRED[inputs.mode] if n not in rendered and n not in (schema.REPORT_MD, schema.ANALYSIS_SUMMARY)
-    ]
+    required = (*REQUIRED[inputs.mode], *((schema.REPORT_TRACE,) if traced else ()))
+    missing = [n for n in required if n not in rendered and n not in (schema.REPORT_MD, schema.ANALYSIS_SUMMARY)]
     if missing:
         status, reasons = "degraded", [*reasons, f"required artifacts missing: {missing}"]
     summary.update(status=status, limitations=reasons + [t for t in summary["limitations"] if t not in reasons])
