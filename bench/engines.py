@@ -13,6 +13,7 @@ On a rank of ``--rows`` events (a synth rank's normalized events tiled in time) 
 the median of ``--repeats`` runs in this process, from the Arrow table a stage holds after its read to
 the Arrow table the runner writes as Parquet: the pandas variant converts at both ends, as the stages
 do today.
+Needs polars, which npuprof does not depend on (``pip install polars``).
 Usage: ``python bench/engines.py [--rows 250000] [--small-rows 1250] [--repeats 7]``.
 """
 
