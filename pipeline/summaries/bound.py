@@ -19,8 +19,9 @@ def bound_labels(op_type: pd.Series, stages: pd.DataFrame) -> pd.DataFrame:
     rules = knowledge.load("summary_rules")["bound"]
     margin = rules["mixed_margin"]
     stage_names = list(rules["stages"])
-    values = stages.reindex(columns=stage_names).astype(float).fillna(0.0).to_numpy()
-    signal = stages.reindex(columns=stage_names).notna().any(axis=1).to_numpy() & (values.sum(axis=1) > 0)
+    times = stages.reindex(columns=stage_names).astype(float).to_numpy()
+    values = np.where(np.isnan(times), 0.0, times)
+    signal = (~np.isnan(times)).any(axis=1) & (values.sum(axis=1) > 0)
     top_stage = np.array(stage_names, dtype=object)[values.argmax(axis=1)]
 
     families = sorted(set(rules["stages"].values()))

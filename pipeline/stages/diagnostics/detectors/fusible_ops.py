@@ -71,7 +71,8 @@ def sequence_windows(ctx: RootContext) -> SequenceWindows:
             unpiped.append(rank)
             continue
         lengths = range(int(spec["min_length"]), int(spec["max_length"]) + 1)
-        parts += [_windows_of_length(kernels, length).assign(rank_id=rank) for length in lengths]
+        sums = _cumulative(kernels)  # once per rank, for every length
+        parts += [_windows_of_length(kernels, length, sums).assign(rank_id=rank) for length in lengths]
     parts = [part for part in parts if len(part)]
     windows = pd.concat(parts, ignore_index=True)[WINDOW_COLUMNS] if parts else pd.DataFrame(columns=WINDOW_COLUMNS)
     return SequenceWindows(windows, unpiped)
@@ -123,13 +124,21 @@ def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: l
     }
 
 
-def _windows_of_length(kernels: dict[str, np.ndarray], length: int) -> pd.DataFrame:
+def _cumulative(kernels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The running sums of ``_SUMMED`` over a rank's tasks (a leading 0): any window's sum in two reads."""
+    return {key: np.r_[0.0, np.cumsum(kernels[key], dtype=float)] for key in _SUMMED}
+
+
+def _windows_of_length(
+    kernels: dict[str, np.ndarray], length: int, sums: dict[str, np.ndarray] | None = None
+) -> pd.DataFrame:
     """The chains of ``length`` memory-bound kernels: no break inside, each kernel reading its
-    predecessor's output, not one kernel repeated (a batch, not a chain)."""
+    predecessor's output, not one kernel repeated (a batch, not a chain). ``sums``: ``_cumulative``
+    of ``kernels`` when the caller has it."""
     count = len(kernels["code"]) - length + 1
     if count <= 0:
         return pd.DataFrame()
-    sums = {key: np.r_[0.0, np.cumsum(kernels[key], dtype=float)] for key in _SUMMED}
+    sums = _cumulative(kernels) if sums is None else sums
     first = np.arange(count)
     last = first + length - 1
     valid = (

@@ -54,6 +54,14 @@ def chain_starts(types: np.ndarray, patterns: dict[str, dict]) -> list[tuple[str
     order), no kernel in two chains: each variant's matches found with one comparison per position."""
     taken = np.zeros(len(types), dtype=bool)
     found = []
+    codes, uniques = pd.factorize(types)
+    accepting: dict[frozenset[str], np.ndarray] = {}  # per accepted set, where a type it accepts runs
+
+    def accepts(accepted: frozenset[str]) -> np.ndarray:
+        if accepted not in accepting:
+            accepting[accepted] = np.isin(codes, np.flatnonzero(pd.Index(uniques).isin(list(accepted))))
+        return accepting[accepted]
+
     for name, spec in patterns.items():
         for variant in pattern_variants(spec["sequence"]):
             width = len(variant)
@@ -62,7 +70,7 @@ def chain_starts(types: np.ndarray, patterns: dict[str, dict]) -> list[tuple[str
             span = len(types) - width + 1
             match = np.ones(span, dtype=bool)
             for offset, accepted in enumerate(variant):
-                match &= np.isin(types[offset : offset + span], list(accepted)) & ~taken[offset : offset + span]
+                match &= accepts(accepted)[offset : offset + span] & ~taken[offset : offset + span]
             for start in np.flatnonzero(match):  # a loop over matches (a few per layer), not events
                 if not taken[start : start + width].any():
                     taken[start : start + width] = True
