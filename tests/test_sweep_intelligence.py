@@ -350,3 +350,18 @@ def test_an_outlier_needs_an_effect_worth_reading_against_its_cohorts_step():
     scores = robust_scores(metrics, cohorts)
     assert scores.set_index(["slug", "metric"]).loc[("r7", "idle internal"), "z"] > 3.5  # significant, small
     assert outlying(scores)[["slug", "metric"]].values.tolist() == [["r7", "exposed DP allreduce"]]
+
+
+def test_the_sweep_report_lists_failed_roots_then_outliers_then_the_rest_up_to_its_cap(monkeypatch):
+    from npuprof import knowledge
+    from npuprof.pipeline.sweep.html import listed_roots
+
+    monkeypatch.setitem(knowledge.load("sweep_rules")["report"], "roots_listed", 3)
+    rollup = pd.DataFrame(
+        {
+            "slug": ["a", "b", "c", "d", "e"],
+            "status": ["ok", "ok", "failed", "ok", "ok"],
+            "outlier_score": [None, 4.0, None, 9.0, None],
+        }
+    )
+    assert listed_roots(rollup)["slug"].tolist() == ["c", "d", "b"]

@@ -9,8 +9,10 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from npuprof import knowledge
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.sweep.cohorts import outlier_digest
 
@@ -109,6 +111,25 @@ def _figures(rollup: pd.DataFrame, trends: pd.DataFrame) -> str:
     return "\n".join(blocks) or '<p class="none">no finished root to plot</p>'
 
 
+def listed_roots(rollup: pd.DataFrame) -> pd.DataFrame:
+    """The roots the page lists: failed ones first, then outliers (largest score first), then the rest
+    by name, at most ``report.roots_listed`` (sweep_rules.yaml): a 10,000-row table is for the CSV."""
+    most = int(knowledge.load("sweep_rules")["report"]["roots_listed"])
+    failed = rollup["status"].ne("ok")
+    ordered = rollup.assign(_failed=~failed, _score=-rollup["outlier_score"].astype(float).fillna(-np.inf))
+    ordered = ordered.sort_values(["_failed", "_score", "slug"], kind="stable").drop(columns=["_failed", "_score"])
+    return ordered.head(most)
+
+
+def _more_roots(total: int, listed: int) -> str:
+    if listed >= total:
+        return ""
+    return (
+        f'<p class="none">{listed:,} of {total:,} roots listed (failed, then outliers, then by name); '
+        f"every root is in {html.escape(schema.SWEEP_ROLLUP)} and sweep_data/roots.parquet</p>"
+    )
+
+
 def _kpis(rollup: pd.DataFrame, parts: dict[str, pd.DataFrame], summary: dict) -> list[tuple[str, int]]:
     """The counts at the top of the page."""
     counts = summary.get("status_counts", {})
@@ -128,7 +149,9 @@ def render_sweep_report(archive: Path, rollup: pd.DataFrame, parts: dict[str, pd
     """Write ``ARCHIVE/sweep_report.html`` (atomically) and return its path."""
     from plotly.offline import get_plotlyjs
 
-    links = report_links(archive, rollup["slug"].dropna().tolist())
+    listed = listed_roots(rollup)
+    outlying = parts["outliers"]["slug"].tolist() if len(parts["outliers"]) else []
+    links = report_links(archive, sorted(set(listed["slug"].dropna()) | set(outlying)))
     kpis = _kpis(rollup, parts, summary)
     body = [
         "<h1>npuprof sweep</h1>",
@@ -163,8 +186,9 @@ def render_sweep_report(archive: Path, rollup: pd.DataFrame, parts: dict[str, pd
         "<h2>Cohorts</h2>",
         _table(parts["cohorts"], ["cohort_id", "root_count", "step_wall_ms_median", "cohort_label"], "no cohort"),
         "<h2>Roots</h2>",
+        _more_roots(len(rollup), len(listed)),
         _table(
-            rollup,
+            listed,
             ["slug", "status", "cohort_id", "host_names", "top_step_class_wall_ms_mean", "outlier_score", "error"],
             "no root",
             links,
