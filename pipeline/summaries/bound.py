@@ -9,6 +9,28 @@ import pandas as pd
 from npuprof import knowledge
 
 
+def pipe_families(stages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: (its stage times as a float array, 0 where not captured; the family of its pipeline
+    stages with the most time — ``mixed`` when the top two are within ``mixed_margin`` of the total —;
+    whether it has a pipeline signal at all). What a kernel's bound is judged by, before its op type
+    overrides it (``bound_labels``)."""
+    rules = knowledge.load("summary_rules")["bound"]
+    stage_names = list(rules["stages"])
+    times = stages.reindex(columns=stage_names).astype(float).to_numpy()
+    values = np.where(np.isnan(times), 0.0, times)
+    signal = (~np.isnan(times)).any(axis=1) & (values.sum(axis=1) > 0)
+    families = sorted(set(rules["stages"].values()))
+    family_time = np.column_stack(
+        [values[:, [i for i, s in enumerate(stage_names) if rules["stages"][s] == f]].sum(axis=1) for f in families]
+    )
+    order = np.sort(family_time, axis=1)
+    total = family_time.sum(axis=1)
+    gap = (order[:, -1] - order[:, -2]) / np.where(total > 0, total, 1.0)
+    top = np.array(families, dtype=object)[family_time.argmax(axis=1)]
+    family = np.where(gap < rules["mixed_margin"], "mixed", top)
+    return values, family, signal
+
+
 def bound_labels(op_type: pd.Series, stages: pd.DataFrame) -> pd.DataFrame:
     """bound_stage, bound_family, dominant_core, pipeline_signal for each row.
 
@@ -19,19 +41,8 @@ def bound_labels(op_type: pd.Series, stages: pd.DataFrame) -> pd.DataFrame:
     rules = knowledge.load("summary_rules")["bound"]
     margin = rules["mixed_margin"]
     stage_names = list(rules["stages"])
-    times = stages.reindex(columns=stage_names).astype(float).to_numpy()
-    values = np.where(np.isnan(times), 0.0, times)
-    signal = (~np.isnan(times)).any(axis=1) & (values.sum(axis=1) > 0)
+    values, family, signal = pipe_families(stages)
     top_stage = np.array(stage_names, dtype=object)[values.argmax(axis=1)]
-
-    families = sorted(set(rules["stages"].values()))
-    family_time = np.column_stack(
-        [values[:, [i for i, s in enumerate(stage_names) if rules["stages"][s] == f]].sum(axis=1) for f in families]
-    )
-    order = np.sort(family_time, axis=1)
-    total = family_time.sum(axis=1)
-    gap = (order[:, -1] - order[:, -2]) / np.where(total > 0, total, 1.0)
-    family = np.where(gap < margin, "mixed", np.array(families, dtype=object)[family_time.argmax(axis=1)])
 
     aic = values[:, [stage_names.index(s) for s in rules["aic_stages"]]].sum(axis=1)
     aiv = values[:, [stage_names.index(s) for s in rules["aiv_stages"]]].sum(axis=1)

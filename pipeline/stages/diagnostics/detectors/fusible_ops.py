@@ -24,7 +24,7 @@ from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, 
 from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
-from npuprof.pipeline.summaries.bound import bound_labels
+from npuprof.pipeline.summaries.bound import pipe_families
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
@@ -84,11 +84,12 @@ def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: l
     stage columns and their families. Shapes are read for the memory-bound kernels only: no other task
     can be in a chain."""
     kernel = np.flatnonzero(events["op_type"].isin(COMPUTE_OP_TYPES).to_numpy())
-    labels = bound_labels(events["op_type"].iloc[kernel], events[list(stages)].iloc[kernel])
-    if not labels["pipeline_signal"].any():
+    # a kernel is memory-bound the way summarize labels it (bound_labels: a compute kernel's op type
+    # overrides nothing): its memory pipes' family has the most time
+    _, family, signal = pipe_families(events[list(stages)].iloc[kernel])
+    if not signal.any():
         return None
-    # a kernel is memory-bound the way summarize labels it: its memory pipes' family has the most time
-    rows = kernel[(labels["bound_family"].isin(memory_families) & labels["pipeline_signal"]).to_numpy()]
+    rows = kernel[np.isin(family, memory_families) & signal]
     count = len(events)
     candidates = events.iloc[rows]
     traffic = kernel_traffic(candidates)
