@@ -68,6 +68,17 @@ def _summary(row: pd.Series, types: dict[str, dict]) -> str:
     return f"host {row['host_name']}, device {row['device_id']}: " + ", ".join(parts)
 
 
+def flagged_again(table: pd.DataFrame, rules: dict) -> pd.DataFrame:
+    """The rows of ``table`` (appearances, flagged, flagged_share per thing) flagged again and again:
+    in ``min_appearances`` captures at least, flagged in ``min_flagged`` and in ``min_flagged_share``
+    of them — one capture's finding is that capture's, repetition makes a fleet suspect."""
+    return table[
+        (table["appearances"] >= int(rules["min_appearances"]))
+        & (table["flagged"] >= int(rules["min_flagged"]))
+        & (table["flagged_share"] >= float(rules["min_flagged_share"]))
+    ].reset_index()
+
+
 def fleet_suspects(ranks: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
     """fleet_suspects.csv: the cards findings name again and again, most flagged first; each with the
     roots (slugs) and finding ids that support it. Ranks with no host name or device id are not joined."""
@@ -94,11 +105,7 @@ def fleet_suspects(ranks: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
     table["finding_ids"] = (
         flags.groupby(card)["finding_id"].agg(lambda s: ";".join(sorted(set(s)))).reindex(table.index)
     )
-    suspects = table[
-        (table["appearances"] >= int(rules["min_appearances"]))
-        & (table["flagged"] >= int(rules["min_flagged"]))
-        & (table["flagged_share"] >= float(rules["min_flagged_share"]))
-    ].reset_index()
+    suspects = flagged_again(table, rules)
     if suspects.empty:
         return pd.DataFrame(columns=fleet_columns())
     suspects["summary"] = suspects.apply(_summary, axis=1, types=types)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.sweep.fleet import flagged_again
 
 LINK = ["host_a", "device_a", "host_b", "device_b", "transport"]
 LINK_SUSPECT_COLUMNS = [
@@ -68,11 +69,7 @@ def fleet_link_suspects(links: pd.DataFrame, ranks: pd.DataFrame, cohorts: pd.Da
     table["cohorts"] = low.groupby(LINK)["cohort_id"].nunique().reindex(table.index).fillna(0).astype(int)
     table["bandwidth_ratio_median"] = low.groupby(LINK)["bandwidth_ratio"].median().reindex(table.index).round(4)
     table["roots"] = low.groupby(LINK)["slug"].agg(lambda s: ";".join(sorted(set(s)))).reindex(table.index)
-    suspects = table[
-        (table["appearances"] >= int(rules["min_appearances"]))
-        & (table["flagged"] >= int(rules["min_flagged"]))
-        & (table["flagged_share"] >= float(rules["min_flagged_share"]))
-    ].reset_index()
+    suspects = flagged_again(table, rules)
     if suspects.empty:
         return pd.DataFrame(columns=LINK_SUSPECT_COLUMNS)
     suspects["summary"] = [
