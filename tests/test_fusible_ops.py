@@ -17,6 +17,7 @@ from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.detectors.fusible_ops import (
     FINDING,
     SequenceWindows,
+    _cumulative,
     _per_kernel,
     _windows_of_length,
     chosen_chains,
@@ -54,7 +55,7 @@ def _kernel(kind: str, start_us: float, us: float, inputs: str = X, dtypes: str 
 
 def _chains(rows: list[dict], length: int) -> pd.DataFrame:
     kernels = _per_kernel(pd.DataFrame(rows), STAGES, RULES["memory_families"])
-    return _windows_of_length(kernels, length)
+    return _windows_of_length(kernels, length, _cumulative(kernels))
 
 
 def test_a_chain_is_priced_by_the_traffic_one_fused_kernel_still_moves():

@@ -79,6 +79,11 @@ def global_ranks_by_group_hash(group_infos: list[dict | None]) -> dict[str, list
     return found
 
 
+def captured_group_ranks(capture: dict) -> dict[str, list[int]]:
+    """``global_ranks_by_group_hash`` over the ranks of a capture_info.json."""
+    return global_ranks_by_group_hash([rank.get("parallel_group_info") for rank in capture.get("ranks", [])])
+
+
 def group_ranks_of_names(names: pd.Series, group_infos: list[dict | None]) -> list[list[int] | None]:
     """The global ranks of each HCCL op's group, from the group-hash digits in its name (None when
     the name or the metadata cannot tell)."""

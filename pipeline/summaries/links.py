@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 
 LINK_KEYS = ["group_hash", "parallel_role", "op_kind", "transport", "src_local_rank", "dst_local_rank"]
+# what link_bandwidths reads of the communication_links table
+LINK_INPUT_COLUMNS = ("rank_id", "tier", *LINK_KEYS, "bandwidth_gbps", "op_name", "size_mb")
 COMPARABLE = ["group_hash", "op_kind", "transport"]
 
 

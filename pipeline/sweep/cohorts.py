@@ -137,17 +137,21 @@ def robust_scores(metrics: pd.DataFrame, cohorts: pd.DataFrame) -> pd.DataFrame:
     return long
 
 
+def least_move_ms(rules: dict, cohort_wall_ms):
+    """The least move worth a row (an outlier's or a trend's, ``rules`` their section of
+    sweep_rules.yaml): ``min_delta_ms`` per step, and ``min_wall_share`` of the cohort's median step
+    wall (a number, or an array of them; an unknown wall leaves ``min_delta_ms``)."""
+    return np.fmax(float(rules["min_delta_ms"]), float(rules["min_wall_share"]) * cohort_wall_ms)
+
+
 def outlying(scores: pd.DataFrame) -> pd.DataFrame:
     """The scores that make their root an outlier (``sweep_rules.yaml outliers``), per root the largest
     move in ms per step first: effect before significance (a 0.27 ms overlap at z 8 is not the headline
     of a root whose compute grew 1.3 ms at z 4.6)."""
     rules = knowledge.load("sweep_rules")["outliers"]
     relative = scores["delta"].abs() / scores["median"].abs().where(scores["median"] != 0, np.inf)
-    # the least move worth a row: in ms per step, and as a share of the cohort's median step wall
     walls = scores[scores["metric"] == "step wall"].groupby("cohort_id")["median"].first()
-    least_ms = np.maximum(
-        float(rules["min_delta_ms"]), float(rules["min_wall_share"]) * scores["cohort_id"].map(walls).fillna(0.0)
-    )
+    least_ms = least_move_ms(rules, scores["cohort_id"].map(walls).fillna(0.0))
     passing = (
         (scores["z"].abs() >= float(rules["z_min"]))
         & (scores["delta"].abs() >= least_ms)

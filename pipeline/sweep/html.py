@@ -115,9 +115,9 @@ def listed_roots(rollup: pd.DataFrame) -> pd.DataFrame:
     """The roots the page lists: failed ones first, then outliers (largest score first), then the rest
     by name, at most ``report.roots_listed`` (sweep_rules.yaml): a 10,000-row table is for the CSV."""
     most = int(knowledge.load("sweep_rules")["report"]["roots_listed"])
-    failed = rollup["status"].ne("ok")
-    ordered = rollup.assign(_failed=~failed, _score=-rollup["outlier_score"].astype(float).fillna(-np.inf))
-    ordered = ordered.sort_values(["_failed", "_score", "slug"], kind="stable").drop(columns=["_failed", "_score"])
+    # ascending sort keys: a finished root after a failed one, a larger score before a smaller
+    keys = {"_finished": rollup["status"].eq("ok"), "_score": -rollup["outlier_score"].astype(float).fillna(-np.inf)}
+    ordered = rollup.assign(**keys).sort_values([*keys, "slug"], kind="stable").drop(columns=list(keys))
     return ordered.head(most)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -55,8 +56,9 @@ class PreviousMerge:
     rollup: pd.DataFrame = field(default_factory=pd.DataFrame)  # rollup rows (no cohort columns)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # each sweep table's rows of those roots
 
-    @property
+    @cached_property
     def slugs(self) -> set[str]:
+        """The reused roots (a set built once: the merge asks it of every root)."""
         return set(self.rollup["slug"]) if len(self.rollup) else set()
 
 

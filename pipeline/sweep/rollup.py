@@ -386,8 +386,7 @@ def merge_sweep(archive: Path, roots: list[tuple[str, str]], meta: dict) -> dict
     layout = layout_key(ROLLUP_COLUMNS)
     base_columns = [c for c in ROLLUP_COLUMNS if c not in COHORT_COLUMNS]
     previous = previous_merge(archive, roots, layout, base_columns)
-    reused = previous.slugs
-    entries = [root_entry(root, slug, archive / slug) for root, slug in roots if slug not in reused]
+    entries = [root_entry(root, slug, archive / slug) for root, slug in roots if slug not in previous.slugs]
     fresh = pd.DataFrame([row for row, _ in entries], columns=base_columns)
     for column in INTEGER_COLUMNS:
         fresh[column] = pd.array(fresh[column], dtype="Int64")

@@ -16,8 +16,8 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
-from npuprof.pipeline.summaries.communication import global_ranks_by_group_hash
-from npuprof.pipeline.summaries.links import link_bandwidths
+from npuprof.pipeline.summaries.communication import captured_group_ranks
+from npuprof.pipeline.summaries.links import LINK_INPUT_COLUMNS, link_bandwidths
 
 # sweep table -> the columns kept from the root's summary CSV
 CLASS_COLUMNS = {
@@ -183,15 +183,12 @@ def time_split_rows(out_dir: Path) -> list[dict]:
 def link_rows(out_dir: Path) -> list[dict]:
     """Each link of the root (global ranks, transport, role, op kind) with its median bandwidth and its
     ratio to its comparable links' median — what slow_link_suspected judges, kept for every link so the
-    sweep can see a link that is a little slow again and again (``fleet.fleet_link_suspects``)."""
-    path = out_dir / schema.COMMUNICATION_LINKS.path
-    if not path.exists():
+    sweep can see a link that is a little slow again and again (``fleet_links.fleet_link_suspects``)."""
+    if not (out_dir / schema.COMMUNICATION_LINKS.path).exists():
         return []
-    wanted = ["rank_id", "tier", "src_local_rank", "dst_local_rank", "bandwidth_gbps", "group_hash"]
-    links = pd.read_parquet(path, columns=[*wanted, "parallel_role", "op_kind", "transport", "op_name", "size_mb"])
-    capture = io.read_json_or_empty(out_dir / schema.CAPTURE_INFO)
-    group_ranks = global_ranks_by_group_hash([r.get("parallel_group_info") for r in capture.get("ranks", [])])
-    per_link = link_bandwidths(links.assign(rank_id=links["rank_id"].astype(int)), group_ranks)
+    links = io.int_ranks(io.read_dataset(out_dir, schema.COMMUNICATION_LINKS, columns=LINK_INPUT_COLUMNS).to_pandas())
+    group_ranks = captured_group_ranks(io.read_json_or_empty(out_dir / schema.CAPTURE_INFO))
+    per_link = link_bandwidths(links, group_ranks)
     named = {
         "src": "src_rank",
         "dst": "dst_rank",

@@ -18,7 +18,7 @@ import pandas as pd
 import ruptures
 
 from npuprof import knowledge
-from npuprof.pipeline.sweep.cohorts import MAD_TO_SIGMA
+from npuprof.pipeline.sweep.cohorts import MAD_TO_SIGMA, least_move_ms
 
 TREND_COLUMNS = [
     "cohort_id",
@@ -118,8 +118,7 @@ def cohort_trends(
     rules = knowledge.load("sweep_rules")["trends"]
     slugs = list(order.index)
     classes = _class_series(slugs, tables, int(rules["top_classes"]))
-    # the least move worth a row: in ms per step, and as a share of the cohort's step wall
-    least_ms = max(float(rules["min_delta_ms"]), float(rules["min_wall_share"]) * float(walls.reindex(slugs).median()))
+    least_ms = float(least_move_ms(rules, float(walls.reindex(slugs).median())))
     rows = []
     for metric, series in {"step wall": walls.reindex(slugs), **classes}.items():
         values = series.to_numpy(dtype=float)

@@ -19,7 +19,7 @@ from npuprof.pipeline.stages.diagnostics.retiming import ALIGNMENT_COLUMNS, HEAD
 from npuprof.pipeline.stages.diagnostics.slow_card import CARD_PROFILE_READS, card_profile
 from npuprof.pipeline.stages.diagnostics.step_tags import STEP_TAG_COLUMNS, step_anomaly_tags
 from npuprof.pipeline.stages.diagnostics.streams import BESIDE
-from npuprof.pipeline.summaries.communication import global_ranks_by_group_hash
+from npuprof.pipeline.summaries.communication import captured_group_ranks
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
@@ -43,8 +43,7 @@ def _steps(ctx: RootContext, columns: tuple[str, ...] | None) -> pd.DataFrame:
 
 
 def _group_ranks(ctx: RootContext, columns: tuple[str, ...] | None) -> dict[str, list[int]]:
-    capture = io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO)
-    return global_ranks_by_group_hash([r.get("parallel_group_info") for r in capture.get("ranks", [])])
+    return captured_group_ranks(io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO))
 
 
 def _hardware(ctx: RootContext, columns: tuple[str, ...] | None) -> dict:

@@ -177,9 +177,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
         },
         "rank_summaries": rank_manifests,
     }
+    listed = listed_window_ids(ctx)
     rendered = {
-        schema.BUBBLE_WINDOWS_JSONL: _bubble_jsonl_chunks(ctx),
-        schema.EVIDENCE_INDEX_CSV.file: _evidence_csv_chunks(ctx),
+        schema.BUBBLE_WINDOWS_JSONL: _bubble_jsonl_chunks(ctx, listed),
+        schema.EVIDENCE_INDEX_CSV.file: _evidence_csv_chunks(ctx, listed),
     }
     views = {
         schema.STEP_TIME_ACCOUNTING_CSV: _accounting(ctx),
@@ -204,37 +205,45 @@ def windows_listed(ctx: RootContext) -> int | None:
     return int(knowledge.load("evidence_rules")["views"]["fast_windows_per_rank"])
 
 
-def _listed_windows(bubbles: pd.DataFrame, listed: int | None) -> pd.DataFrame:
-    """One rank's idle windows the views list: all, or its ``listed`` longest (ties: the earlier)."""
-    if listed is None or len(bubbles) <= listed:
-        return bubbles
-    duration = bubbles["end_ns"] - bubbles["start_ns"]
-    return bubbles.loc[duration.sort_values(ascending=False, kind="stable").index[:listed].sort_values()]
-
-
-def _bubble_jsonl_chunks(ctx: RootContext) -> Iterator[bytes]:
-    """evidence/bubble_windows.jsonl: each rank's idle windows (all, or its longest in fast mode) by
-    start time, ranks in order."""
+def listed_window_ids(ctx: RootContext) -> dict[int, set[str]] | None:
+    """Per rank, the ids of the idle windows the text views list (``windows_listed``): its longest,
+    ties to the earlier; None where they list every window. One narrow read of each rank's windows
+    serves both views."""
     listed = windows_listed(ctx)
+    if listed is None:
+        return None
+    ids = {}
+    for rank_id in io.partition_ranks(ctx.out_dir, schema.BUBBLE_WINDOWS):
+        columns = ["evidence_id", "start_ns", "end_ns"]
+        bubbles = io.read_dataset(ctx.out_dir, schema.BUBBLE_WINDOWS, rank_id, columns=columns).to_pandas()
+        longest = (bubbles["end_ns"] - bubbles["start_ns"]).sort_values(ascending=False, kind="stable").index[:listed]
+        ids[int(rank_id)] = set(bubbles.loc[longest, "evidence_id"])
+    return ids
+
+
+def _shown(frame: pd.DataFrame, listed: dict[int, set[str]] | None, windows: pd.Series | None = None) -> pd.DataFrame:
+    """``frame`` (one rank's rows) without the idle windows the views do not list; ``windows``: which
+    of its rows are idle windows (None: all of them)."""
+    if listed is None or frame.empty:
+        return frame
+    kept = frame["evidence_id"].isin(listed.get(int(frame[schema.RANK_PARTITION_KEY].iloc[0]), set()))
+    return frame[kept if windows is None else ~windows | kept]
+
+
+def _bubble_jsonl_chunks(ctx: RootContext, listed: dict[int, set[str]] | None) -> Iterator[bytes]:
+    """evidence/bubble_windows.jsonl: each rank's idle windows (all, or those ``listed``) by start time,
+    ranks in order."""
     for bubbles in ctx.rank_frames(schema.BUBBLE_WINDOWS):
-        yield bubble_windows_jsonl(_listed_windows(bubbles, listed).sort_values("start_ns", kind="stable"))
+        yield bubble_windows_jsonl(_shown(bubbles, listed).sort_values("start_ns", kind="stable"))
 
 
-def _evidence_csv_chunks(ctx: RootContext) -> Iterator[bytes]:
-    """evidence_index.csv, rank by rank (the header once): every row, but in fast mode only the idle
-    windows bubble_windows.jsonl lists (``windows_listed``)."""
-    listed, header = windows_listed(ctx), True
-    with_windows = set(io.partition_ranks(ctx.out_dir, schema.BUBBLE_WINDOWS))
+def _evidence_csv_chunks(ctx: RootContext, listed: dict[int, set[str]] | None) -> Iterator[bytes]:
+    """evidence_index.csv, rank by rank (the header once): every row but the idle windows not ``listed``."""
+    header = True
     for frame in ctx.rank_frames(schema.EVIDENCE_INDEX):
         if frame.empty:
             continue
-        if listed is not None:
-            rank_id, shown = int(frame[schema.RANK_PARTITION_KEY].iloc[0]), set()
-            if rank_id in with_windows:
-                columns = ["evidence_id", "start_ns", "end_ns"]
-                bubbles = io.read_dataset(ctx.out_dir, schema.BUBBLE_WINDOWS, rank_id, columns=columns).to_pandas()
-                shown = set(_listed_windows(bubbles, listed)["evidence_id"])
-            frame = frame[(frame["kind"] != "bubble_window") | frame["evidence_id"].isin(shown)]
+        frame = _shown(frame, listed, frame["kind"] == "bubble_window")
         yield from io.csv_chunks(schema.join_view(schema.EVIDENCE_INDEX_CSV, [frame]), header=header)
         header = False
     if header:  # no rank has evidence: the declared columns

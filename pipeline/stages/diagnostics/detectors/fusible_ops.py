@@ -130,16 +130,13 @@ def _cumulative(kernels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {key: np.r_[0.0, np.cumsum(kernels[key], dtype=float)] for key in _SUMMED}
 
 
-def _windows_of_length(
-    kernels: dict[str, np.ndarray], length: int, sums: dict[str, np.ndarray] | None = None
-) -> pd.DataFrame:
+def _windows_of_length(kernels: dict[str, np.ndarray], length: int, sums: dict[str, np.ndarray]) -> pd.DataFrame:
     """The chains of ``length`` memory-bound kernels: no break inside, each kernel reading its
     predecessor's output, not one kernel repeated (a batch, not a chain). ``sums``: ``_cumulative``
-    of ``kernels`` when the caller has it."""
+    of ``kernels``, computed once for every length."""
     count = len(kernels["code"]) - length + 1
     if count <= 0:
         return pd.DataFrame()
-    sums = _cumulative(kernels) if sums is None else sums
     first = np.arange(count)
     last = first + length - 1
     valid = (

@@ -8,7 +8,7 @@ from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import scaled_transit
-from npuprof.pipeline.summaries.links import link_bandwidths
+from npuprof.pipeline.summaries.links import LINK_INPUT_COLUMNS, link_bandwidths
 
 
 def _at_median_bandwidth(inputs: DiagnosisContext, src: int, dst: int, ratio: float) -> dict:
@@ -23,19 +23,7 @@ def _at_median_bandwidth(inputs: DiagnosisContext, src: int, dst: int, ratio: fl
 @detector(
     finding_types=("slow_link_suspected",),
     reads={
-        "links": (
-            "rank_id",
-            "tier",
-            "src_local_rank",
-            "dst_local_rank",
-            "bandwidth_gbps",
-            "group_hash",
-            "parallel_role",
-            "op_kind",
-            "transport",
-            "op_name",
-            "size_mb",
-        ),
+        "links": LINK_INPUT_COLUMNS,
         "alignment": ("alignment_id", "rank_id", "name", "evidence_id"),
         "group_ranks": (),
         "step_model": (),
