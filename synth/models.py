@@ -222,6 +222,37 @@ def _bucket_layers(w: Workload) -> frozenset[int]:
     return frozenset(int(g[-1]) for g in groups[:-1])
 
 
+NORM_TENSORS_PER_LAYER = 9  # a dense layer's parameter tensors (norms, q / k / v / o, gate-up, down ...)
+NORM_BYTES = 4  # one fp32 norm
+
+
+def _gradient_norm(p: Program, w: Workload, tensors: int) -> None:
+    """Gradient clipping's norm over ``tensors`` parameter tensors: one LpNorm over all of them (the ranks
+    hold synced gradients: no communication), or (planted) each tensor's norm all-reduced on its own over
+    the data-parallel group — a per-tensor clip or overflow check: as many 4-byte all-reduces as tensors,
+    back to back behind their norms, each only the collective's 200 µs start."""
+    if not w.planted("small_packet_collective"):
+        p.add(
+            aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{tensors}", "1"),
+            TAIL,
+            block="optimizer",
+            joins=w.overlap_gradients,
+        )
+        return
+    for tensor in range(tensors):
+        p.add(
+            aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0 / tensors, "vector", "1", "1"),
+            TAIL,
+            block="optimizer",
+            joins=w.overlap_gradients and tensor == 0,
+        )
+        p.add(
+            hccl("allReduce", "dp", 200.0 + NORM_BYTES / GRADIENT_BYTES_PER_US, NORM_BYTES / 1e6),
+            TAIL,
+            block="optimizer",
+        )
+
+
 def _optimizer(p: Program, w: Workload) -> None:
     """Gradient all-reduce (reduce-scatter) over the data-parallel group in 4 buckets (unless they
     overlapped the backward), gradient-norm clipping, AdamW: each as long as the parameters the rank
@@ -232,12 +263,7 @@ def _optimizer(p: Program, w: Workload) -> None:
     parameters = _gradient_parameters(w)[1] / (w.world // w.tp if w.distributed_optimizer else 1)
     for _bucket in range(0 if w.overlap_gradients else 4):
         _gradient_bucket(p, w)
-    p.add(
-        aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{layers * 9}", "1"),
-        TAIL,
-        block="optimizer",
-        joins=w.overlap_gradients,
-    )
+    _gradient_norm(p, w, layers * NORM_TENSORS_PER_LAYER)
     # one fused AdamW per ~25 M parameters
     for _param in range(max(round(parameters / 25e6), 1)):
         p.add(

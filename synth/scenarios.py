@@ -34,6 +34,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "dynamic_shape_recompile": ("ranks", "steps", "layer", "gap_us"),
     "memcpy_in_step": ("ranks", "steps", "layer", "gap_us"),
     "env_setting": ("ranks", "gap_us"),
+    "small_packet_collective": (),
 }
 
 
@@ -76,7 +77,10 @@ class Fault:
     moves; the attention's RmsNorm of the same shape stays fused), fusible_op_sequence (both residual
     adds of every dense layer's FFN on ``ranks``, every rank when empty, as muls / add / muls: three
     memory-bound kernels, each reading the one before's result, whose times follow the bytes each moves;
-    one Add with its scales moves what the single Add does).
+    one Add with its scales moves what the single Add does), small_packet_collective (training's gradient
+    clipping all-reduces each parameter tensor's 4-byte norm on its own over the data-parallel group, one
+    after another behind each tensor's norm kernel; without it the norm is one kernel over every tensor,
+    with no communication).
     """
 
     kind: str
@@ -289,6 +293,12 @@ SCENARIOS: dict[str, Scenario] = {
             tokens=64,
             micro_batches=1,
             faults=(Fault("env_setting", gap_us=25.0),),
+        ),
+        Scenario(
+            "small_packets",
+            "dense training; gradient clipping all-reduces each parameter tensor's norm on its own over the "
+            "data-parallel group: 36 four-byte all-reduces back to back before the optimizer",
+            faults=(Fault("small_packet_collective"),),
         ),
         Scenario(
             "fusible_chain",

@@ -255,16 +255,30 @@ def write_step_trace_time(path: Path, rows: list[dict]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+IDLE_TRANSPORT = {
+    "Transit Size(MB)": 0,
+    "Transit Time(ms)": 0,
+    "Bandwidth(GB/s)": 0,
+    "Large Packet Ratio": 0,
+    "Size Distribution": {},
+}
+
+
 def _bandwidth_block(size_mb: float, transit_ms: float, transport: str) -> dict:
-    bandwidth = size_mb / transit_ms / 1000 if transit_ms > 0 else 0.0
+    """An op's bandwidth info as torch_npu writes it: every transport, the idle ones zero; SDMA repeats
+    what the on-chip transports (HCCS, PCIE, SIO) moved, as on the real captures."""
+    bandwidth = size_mb / transit_ms if transit_ms > 0 else 0.0  # MB per ms is GB/s
+    moved = {
+        "Transit Size(MB)": round(size_mb, 6),
+        "Transit Time(ms)": round(transit_ms, 6),
+        "Bandwidth(GB/s)": round(bandwidth, 4),
+        "Large Packet Ratio": 1.0 if size_mb > 1 else 0.0,
+        "Size Distribution": {f"{size_mb:.6f}": [1, round(transit_ms, 6)]},
+    }
+    sdma = transport in ("HCCS", "PCIE", "SIO")
     return {
-        transport: {
-            "Transit Size(MB)": round(size_mb, 6),
-            "Transit Time(ms)": round(transit_ms, 6),
-            "Bandwidth(GB/s)": round(bandwidth, 4),
-            "Large Packet Ratio": 1.0 if size_mb > 1 else 0.0,
-            "Size Distribution": {f"{size_mb:.6f}": [1, round(transit_ms, 6)]},
-        }
+        name: moved if name == transport or (sdma and name == "SDMA") else IDLE_TRANSPORT
+        for name in ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
     }
 
 
@@ -342,7 +356,7 @@ def communication_records(
                     "Transport Type": transport,
                     "Transit Size(MB)": round(total_mb, 6),
                     "Transit Time(ms)": round(total_ms, 6),
-                    "Bandwidth(GB/s)": round(total_mb / total_ms / 1000, 4) if total_ms else 0.0,
+                    "Bandwidth(GB/s)": round(total_mb / total_ms, 4) if total_ms else 0.0,
                     "Op Name": names[c.ordinal],
                 }
     for step in comm.values():

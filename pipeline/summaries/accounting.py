@@ -351,6 +351,27 @@ def _queued_behind_waits(
 
 
 LINK_TIME_COLUMNS = ("rdma_time_ms", "hccs_time_ms", "pcie_time_ms", "sdma_time_ms", "sio_time_ms")
+LINK_SIZE_COLUMNS = ("rdma_size_mb", "hccs_size_mb", "pcie_size_mb", "sdma_size_mb", "sio_size_mb")
+
+
+def op_size_mb(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per op of ``communication_ops``, what its busiest transport moved (``size_mb``: SDMA and HCCS count
+    one transfer twice, so not the sum) and that transport (``transport``: RDMA, HCCS, ...; None where no
+    transport recorded a size)."""
+    present = [c for c in LINK_SIZE_COLUMNS if c in ops]
+    if not present:
+        return pd.DataFrame({"size_mb": np.nan, "transport": None}, index=ops.index)
+    sizes = ops[present].apply(pd.to_numeric, errors="coerce").to_numpy(float)
+    moved = np.where(sizes > 0, sizes, -1.0)  # NaN and 0: moved nothing
+    recorded = (moved > 0).any(axis=1)
+    names = np.array([c.split("_")[0].upper() for c in present], dtype=object)
+    return pd.DataFrame(
+        {
+            "size_mb": np.where(recorded, moved.max(axis=1), np.nan),
+            "transport": np.where(recorded, names[moved.argmax(axis=1)], None),
+        },
+        index=ops.index,
+    )
 
 
 def op_transfer_ms(ops: pd.DataFrame) -> pd.Series:

@@ -1,31 +1,45 @@
-"""communication_collective_slow: collective instances that transmit far slower than comparable ones."""
+"""communication_collective_slow: collective instances that transmit far slower than comparable ones: the
+same kind, role and op family, moving as much (within a factor of two) — a 4-byte all-reduce of the same
+communicator is no yardstick for a 100 MB gradient bucket."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import scaled_transit
+from npuprof.pipeline.summaries.accounting import LINK_SIZE_COLUMNS, op_size_mb
+
+UNKNOWN_SIZE = -1000  # the size class of an instance no member's communication.json sizes
 
 
-def _transmit_per_instance(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per instance: its transmit time (the fastest member's), kind, role and op family (the name
-    without its sequence digits: the same op of the same group)."""
+def _transmit_per_instance(frame: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.DataFrame:
+    """Per instance: its transmit time (the fastest member's), kind, role, op family (the name without
+    its sequence digits: the same op of the same group) and size class (log2 of the MB its busiest
+    transport moved, ``UNKNOWN_SIZE`` where no member says)."""
     transmit = frame["transit_us"].where(frame["transit_us"].notna(), frame["duration_us"] - frame["late_by_us"])
-    per_instance = (
-        frame.assign(transmit_us=transmit)
-        .groupby("alignment_id")
-        .agg(
-            transmit_us=("transmit_us", "min"),
-            kind=("kind", "first"),
-            role=("parallel_role", "first"),
-            family=("name", "first"),
-        )
+    sized = frame.assign(transmit_us=transmit)
+    if len(comm_ops):
+        sizes = pd.concat([comm_ops[["rank_id", "op_name"]], op_size_mb(comm_ops)["size_mb"]], axis=1)
+        sizes = sizes.drop_duplicates(["rank_id", "op_name"]).rename(columns={"op_name": "name"})
+        sized = sized.merge(sizes, on=["rank_id", "name"], how="left")
+    else:
+        sized = sized.assign(size_mb=np.nan)
+    per_instance = sized.groupby("alignment_id").agg(
+        transmit_us=("transmit_us", "min"),
+        kind=("kind", "first"),
+        role=("parallel_role", "first"),
+        family=("name", "first"),
+        size_mb=("size_mb", "max"),
     )
     per_instance["family"] = per_instance["family"].str.replace(r"_\d+_\d+$", "", regex=True)
-    return per_instance
+    with np.errstate(divide="ignore", invalid="ignore"):
+        size_class = np.floor(np.log2(per_instance["size_mb"].to_numpy(float)))
+    per_instance["size_class"] = np.where(np.isfinite(size_class), size_class, UNKNOWN_SIZE)
+    return per_instance.drop(columns="size_mb")
 
 
 @detector(
@@ -43,11 +57,13 @@ def _transmit_per_instance(frame: pd.DataFrame) -> pd.DataFrame:
             "name",
             "evidence_id",
         ),
+        "comm_ops": ("rank_id", "op_name", *LINK_SIZE_COLUMNS),
         "step_model": (),
     },
 )
 def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
-    """Instances whose transmit time is far above that of comparable ones (same kind, role, name family).
+    """Instances whose transmit time is far above that of comparable ones (same kind, role, name family and
+    size class).
 
     Transmit is communication.json's transit where the rank has it, else the duration minus the
     wait for the last member (``late_by_us``): waiting is never mistaken for slow transmission.
@@ -56,8 +72,8 @@ def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
     frame = inputs.alignment[inputs.alignment["member_count"] >= 2]
     if frame.empty:
         return []
-    per_instance = _transmit_per_instance(frame)
-    keys = ["kind", "role", "family"]
+    per_instance = _transmit_per_instance(frame, inputs.comm_ops)
+    keys = ["kind", "role", "family", "size_class"]
     sizes = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("size")
     median = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("median")
     per_instance["median"] = median
@@ -68,7 +84,7 @@ def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
         & (per_instance["transmit_us"] - median >= spec["excess_us_min"])
     ]
     findings = []
-    for (kind, role, _), group in slow.groupby(keys, dropna=False):  # a loop over op families
+    for (kind, role, _), group in slow.groupby(keys[:3], dropna=False):  # a loop over op families
         ids = group.sort_values("ratio", ascending=False).index
         members = frame[frame["alignment_id"].isin(ids)]
         findings.append(
