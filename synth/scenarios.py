@@ -35,6 +35,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "memcpy_in_step": ("ranks", "steps", "layer", "gap_us"),
     "env_setting": ("ranks", "gap_us"),
     "small_packet_collective": (),
+    "bandwidth_contention": ("factor",),
 }
 
 
@@ -80,7 +81,8 @@ class Fault:
     one Add with its scales moves what the single Add does), small_packet_collective (training's gradient
     clipping all-reduces each parameter tensor's 4-byte norm on its own over the data-parallel group, one
     after another behind each tensor's norm kernel; without it the norm is one kernel over every tensor,
-    with no communication).
+    with no communication), bandwidth_contention (a collective on the communication stream beside compute
+    transfers factor × as long as it does alone: the compute takes its share of the memory bandwidth).
     """
 
     kind: str
@@ -299,6 +301,12 @@ SCENARIOS: dict[str, Scenario] = {
             "dense training; gradient clipping all-reduces each parameter tensor's norm on its own over the "
             "data-parallel group: 36 four-byte all-reduces back to back before the optimizer",
             faults=(Fault("small_packet_collective"),),
+        ),
+        Scenario(
+            "contended_buckets",
+            "dense training; the gradient buckets' all-reduces that run beside the backward transfer 2.5x as "
+            "long as the last one, alone: the backward's kernels take their share of the memory bandwidth",
+            faults=(Fault("bandwidth_contention", factor=2.5),),
         ),
         Scenario(
             "fusible_chain",

@@ -338,6 +338,19 @@ class _Simulation:
             self.next_comm[r] += 1
             self.cursor[r] = comm + 1
 
+    def _contended(self, members: list[int], start: float, transfer: float) -> float:
+        """An op on the communication stream: while its members still compute (until each has reached its
+        join; a member not there yet computes on) it moves at 1 / factor of its speed alone (planted
+        bandwidth_contention: the compute takes its share of the memory bandwidth), then at full speed."""
+        factor = float(np.prod([f.factor for f in _faults(self.scenario, "bandwidth_contention")]))
+        if factor == 1.0:
+            return transfer
+        compute_ends = max(self.clock[m] if self.blocked_at_join[m] else np.inf for m in members)
+        beside = max(compute_ends - start, 0.0)
+        if beside >= transfer * factor:
+            return transfer * factor
+        return beside + transfer - beside / factor
+
     def _complete(self, key: tuple[str, int], arrived: dict[int, tuple[float, int]]) -> list[int]:
         """End one communication op on all its members at the last start plus the transfer; returns the
         ranks that may run on (every member of a blocking op; those it released from a join)."""
@@ -354,6 +367,8 @@ class _Simulation:
         # an overlapped op starts when its stream is free; a blocking one when the rank arrives
         starts = {m: max(a, self.stream_free[m]) if overlapped else a for m, (a, _) in arrived.items()}
         last = max(starts.values())
+        if overlapped:
+            transfer = self._contended(list(arrived), last, transfer)
         ordinal = len(self.collectives)
         ends = {}
         for m, start in starts.items():

@@ -32,6 +32,8 @@ TWINS: tuple[tuple[str, str], ...] = (
     # the twin takes the clipping norm as one kernel with no all-reduce: one 4-byte all-reduce's latency
     # (1 in 36) more than bucketing the norms into one all-reduce saves
     ("small_packets", "small_packet_collective"),
+    # the twin's buckets transfer beside the backward as fast as alone
+    ("contended_buckets", "bandwidth_contention"),
     ("throttled_card", "aicore_freq_throttled"),
     ("launch_bound", "host_launch_bound"),  # the twin's launches are ahead of the device
     ("launch_blocking", "env_setting"),  # the twin runs without ASCEND_LAUNCH_BLOCKING: launches ahead

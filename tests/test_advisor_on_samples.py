@@ -13,7 +13,13 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.runner import analyze
 
-CHECKS = ("block_dim_underuse", "unfused_op_pattern", "fusible_op_sequence", "small_packet_collective")
+CHECKS = (
+    "block_dim_underuse",
+    "unfused_op_pattern",
+    "fusible_op_sequence",
+    "small_packet_collective",
+    "bandwidth_contention",
+)
 
 
 @pytest.fixture(scope="module")

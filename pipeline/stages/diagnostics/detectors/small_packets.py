@@ -169,7 +169,7 @@ def _finding(family: pd.DataFrame, per_run: pd.DataFrame, role: str, kind: str, 
             "kind": kind,
             "ops_per_step": ops_per_step,
             "runs_per_step": len(per_run) / slots,
-            "median_size": _size_words(float(family["size_mb"].median())),
+            "median_size": size_words(float(family["size_mb"].median())),
             "latency_us": float(first["latency_us"]),
             "buckets_per_run": float(per_run["buckets"].mean()),
             "ms_per_step": claim["recoverable_ms_per_step"],
@@ -180,7 +180,7 @@ def _finding(family: pd.DataFrame, per_run: pd.DataFrame, role: str, kind: str, 
     )
 
 
-def _size_words(size_mb: float) -> str:
+def size_words(size_mb: float) -> str:
     """A transfer's size as people read it: 4 B, 12.5 KB, 3.2 MB."""
     size = size_mb * 1e6
     return f"{size:.0f} B" if size < 1e3 else f"{size / 1e3:.1f} KB" if size < 1e6 else f"{size_mb:.1f} MB"
