@@ -12,7 +12,8 @@ import pytest
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
-from npuprof.pipeline.stages.diagnostics.detectors.small_packets import FINDING, latencies, sized_ops, small_runs
+from npuprof.pipeline.stages.diagnostics.collective_sizes import sized_ops
+from npuprof.pipeline.stages.diagnostics.detectors.small_packets import FINDING, latencies, small_runs
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from npuprof.pipeline.stages.diagnostics.collective_sizes import SIZE_COLUMNS, op_sizes
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import scaled_transit
-from npuprof.pipeline.summaries.accounting import LINK_SIZE_COLUMNS, op_size_mb
 
 UNKNOWN_SIZE = -1000  # the size class of an instance no member's communication.json sizes
 
@@ -23,9 +23,7 @@ def _transmit_per_instance(frame: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.Da
     transmit = frame["transit_us"].where(frame["transit_us"].notna(), frame["duration_us"] - frame["late_by_us"])
     sized = frame.assign(transmit_us=transmit)
     if len(comm_ops):
-        sizes = pd.concat([comm_ops[["rank_id", "op_name"]], op_size_mb(comm_ops)["size_mb"]], axis=1)
-        sizes = sizes.drop_duplicates(["rank_id", "op_name"]).rename(columns={"op_name": "name"})
-        sized = sized.merge(sizes, on=["rank_id", "name"], how="left")
+        sized = sized.merge(op_sizes(comm_ops)[["rank_id", "name", "size_mb"]], on=["rank_id", "name"], how="left")
     else:
         sized = sized.assign(size_mb=np.nan)
     per_instance = sized.groupby("alignment_id").agg(
@@ -57,7 +55,7 @@ def _transmit_per_instance(frame: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.Da
             "name",
             "evidence_id",
         ),
-        "comm_ops": ("rank_id", "op_name", *LINK_SIZE_COLUMNS),
+        "comm_ops": SIZE_COLUMNS,
         "step_model": (),
     },
 )

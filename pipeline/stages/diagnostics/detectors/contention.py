@@ -21,8 +21,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from npuprof.pipeline.stages.diagnostics.collective_sizes import (
+    FAMILY,
+    INSTANCE_COLUMNS,
+    SIZE_COLUMNS,
+    size_words,
+    sized_ops,
+)
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
-from npuprof.pipeline.stages.diagnostics.detectors.small_packets import FAMILY, OP_COLUMNS, size_words, sized_ops
 from npuprof.pipeline.stages.diagnostics.findings import Finding, evidence_cap, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import scaled_transit
@@ -63,21 +69,8 @@ def slowdowns(ops: pd.DataFrame, spec: dict) -> pd.DataFrame:
 @detector(
     finding_types=(FINDING,),
     reads={
-        "alignment": (
-            "alignment_id",
-            "rank_id",
-            "step_id",
-            "name",
-            "kind",
-            "parallel_role",
-            "member_count",
-            "start_us",
-            "duration_us",
-            "transit_us",
-            "compute_beside_us",
-            "evidence_id",
-        ),
-        "comm_ops": OP_COLUMNS,
+        "alignment": (*INSTANCE_COLUMNS, "duration_us", "compute_beside_us"),
+        "comm_ops": SIZE_COLUMNS,
         "accounting": ("rank_id", "step_id", "complete", "breakdown", "component", "ms"),
         "steps": ("rank_id", "step_ordinal", "complete", "wall_ms"),
         "step_model": (),

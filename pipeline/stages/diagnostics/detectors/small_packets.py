@@ -20,27 +20,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from npuprof.pipeline.stages.diagnostics.collective_sizes import (
+    FAMILY,
+    INSTANCE_COLUMNS,
+    SIZE_COLUMNS,
+    size_words,
+    sized_ops,
+)
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, evidence_cap, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf
 from npuprof.pipeline.stages.diagnostics.step_scale import mean_step_wall_ms
-from npuprof.pipeline.summaries.accounting import LINK_SIZE_COLUMNS, op_size_mb
 
 FINDING = "small_packet_collective"
-FAMILY = ["parallel_role", "kind"]
-OP_COLUMNS = ("rank_id", "op_name", "transit_ms", *LINK_SIZE_COLUMNS)
-
-
-def sized_ops(alignment: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.DataFrame:
-    """Each rank's collective instances (alignment rows of two or more members) with what their busiest
-    transport moved (``size_mb``, ``transport``) and their transit in µs, in rank and start order."""
-    ops = alignment[alignment["member_count"] >= 2]
-    sizes = pd.concat([comm_ops[["rank_id", "op_name"]], op_size_mb(comm_ops)], axis=1)
-    sizes = sizes.drop_duplicates(["rank_id", "op_name"]).rename(columns={"op_name": "name"})
-    ops = ops.merge(sizes, on=["rank_id", "name"], how="left")
-    ops["parallel_role"] = ops["parallel_role"].fillna("unknown").astype(str)
-    return ops.sort_values(["rank_id", "start_us"], kind="stable").reset_index(drop=True)
 
 
 def latencies(ops: pd.DataFrame, small: np.ndarray) -> pd.DataFrame:
@@ -98,20 +91,8 @@ def bucketed(model: StepModel, runs: pd.DataFrame, bucket_mb: float) -> tuple[Wh
 @detector(
     finding_types=(FINDING,),
     reads={
-        "alignment": (
-            "alignment_id",
-            "rank_id",
-            "step_id",
-            "name",
-            "kind",
-            "parallel_role",
-            "member_count",
-            "start_us",
-            "end_us",
-            "transit_us",
-            "evidence_id",
-        ),
-        "comm_ops": OP_COLUMNS,
+        "alignment": INSTANCE_COLUMNS,
+        "comm_ops": SIZE_COLUMNS,
         "steps": ("rank_id", "wall_ms"),
         "step_model": (),
     },
@@ -178,9 +159,3 @@ def _finding(family: pd.DataFrame, per_run: pd.DataFrame, role: str, kind: str, 
         confidence=None if measured else "low",
         **claim,
     )
-
-
-def size_words(size_mb: float) -> str:
-    """A transfer's size as people read it: 4 B, 12.5 KB, 3.2 MB."""
-    size = size_mb * 1e6
-    return f"{size:.0f} B" if size < 1e3 else f"{size / 1e3:.1f} KB" if size < 1e6 else f"{size_mb:.1f} MB"
