@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.runner import analyze
 from npuprof.synth import SCENARIOS, generate
 from npuprof.synth.twins import TWINS, twin_of
@@ -31,7 +32,7 @@ def analyzed(scenario, seed: int, work: Path) -> Path:
     out = work / f"{scenario.name}_out"
     if not out.exists():
         root = Path(generate(work / scenario.name, scenario, seed=seed)["root"])
-        analyze(root, out, jobs=2)
+        analyze(root, out, jobs=2, options=AnalyzeOptions(hardware_model=scenario.card))
     return out
 
 

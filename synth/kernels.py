@@ -38,6 +38,9 @@ VECTOR_CORES = 48
 # than it multiplies them: profile cube_mte2): the card's ridge, ~350 TFLOP/s of fp16 cube over ~1.6 TB/s
 # of HBM ≈ 220 FLOP per byte, and a GEMM of m rows against its weights does about m FLOPs per weight byte
 CUBE_RIDGE_ROWS = 200
+# what an aligned bf16 matmul sustains on the card of a calibrated scenario: 75 % of a 910B1's sustained
+# roof (24 cube cores × 1,850 MHz × 4,096 MACs × 2 = 363.7 TFLOP/s peak; 0.95 sustained)
+CALIBRATED_TFLOPS = 0.75 * 0.95 * 24 * 1850e6 * 4096 * 2 / 1e12
 
 
 @dataclass(frozen=True)

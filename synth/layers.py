@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from npuprof.synth.kernels import CUBE_CORES, CUBE_RIDGE_ROWS, VECTOR_CORES, Kernel, aclnn, hccl
+from npuprof.synth.kernels import CALIBRATED_TFLOPS, CUBE_CORES, CUBE_RIDGE_ROWS, VECTOR_CORES, Kernel, aclnn, hccl
 from npuprof.synth.program import LAYER, Program, Workload, scale_us
 
 
@@ -26,6 +26,11 @@ def _matmul(
 ) -> Kernel:
     """A cube-core matmul launched through aclnnMatmul."""
     return aclnn("Matmul", op, "AI_CORE", base_us, "cube", shapes_in, shapes_out, block_dim=block_dim)
+
+
+def _matmul_us(w: Workload, base_us: float, m: int, n: int, k: int) -> float:
+    """A matmul's time: ``base_us``, or in a calibrated scenario its 2·m·n·k FLOPs at CALIBRATED_TFLOPS."""
+    return 2.0 * m * n * k / (CALIBRATED_TFLOPS * 1e6) if w.calibrated else base_us
 
 
 def _fused(op: str, core: str, base_us: float, profile: str, shapes_in: str, shapes_out: str, **kw) -> Kernel:
@@ -50,7 +55,7 @@ def _dense_attention(w: Workload) -> list[Kernel]:
     q, kv = f"{t},{heads * m.head_dim}", f"{t},{kv_heads * m.head_dim}"
     return [
         _vector("RmsNorm", scale_us(t, 14), f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"),
-        _matmul(scale_us(t, 95), f"{t},{m.hidden};{qkv},{m.hidden}", f"{t},{qkv}"),
+        _matmul(_matmul_us(w, scale_us(t, 95), t, qkv, m.hidden), f"{t},{m.hidden};{qkv},{m.hidden}", f"{t},{qkv}"),
         _vector("RmsNorm", scale_us(t, 9), f"{t},{heads},{m.head_dim};{m.head_dim}", f"{t},{heads},{m.head_dim}"),
         _vector("RmsNorm", scale_us(t, 6), f"{t},{kv_heads},{m.head_dim};{m.head_dim}", f"{t},{kv_heads},{m.head_dim}"),
         _vector(
@@ -61,7 +66,11 @@ def _dense_attention(w: Workload) -> list[Kernel]:
             "vector_mte",
         ),
         aclnn(flash, flash, "MIX_AIC", flash_us, "mix", f"{q};{kv};{kv}", q, **FULL_WIDTH_MIX),
-        _matmul(scale_us(t, 60), f"{t},{heads * m.head_dim};{m.hidden},{heads * m.head_dim}", f"{t},{m.hidden}"),
+        _matmul(
+            _matmul_us(w, scale_us(t, 60), t, m.hidden, heads * m.head_dim),
+            f"{t},{heads * m.head_dim};{m.hidden},{heads * m.head_dim}",
+            f"{t},{m.hidden}",
+        ),
         *_tp_all_reduce(w),
     ]
 
@@ -104,18 +113,32 @@ def _residual_add(w: Workload) -> list[Kernel]:
     ]
 
 
+UNALIGNED_BY = 4  # a planted unaligned FFN is this much narrower than the model's (not a multiple of 16)
+UNALIGNED_SPEED = 0.4  # ... and its matmuls run at this share of the aligned ones' speed
+
+
 def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
+    """The FFN block; (planted) its width ``UNALIGNED_BY`` short of the model's, off the cube's 16 × 16
+    fractal: both matmuls pad every tile and convert their operands' format, at ``UNALIGNED_SPEED`` of
+    the aligned speed (the width's own FLOPs, a few per thousand, are left as they are)."""
     m, t = w.model, w.tokens
     ffn = m.ffn // w.tp * (2 if layer in w.wide_ffn_layers else 1)
     # the down projection's work over fewer cube cores takes as much longer (a planted narrow launch)
     narrow = math.prod(f.factor for f in w.planted("block_dim_underuse"))
+    slow = 1.0
+    if w.planted("operator_low_efficiency"):
+        ffn, slow = ffn - UNALIGNED_BY, 1.0 / UNALIGNED_SPEED
     return [
         *_residual_add(w),
         *_rms_norm(w),
-        _matmul(scale_us(t, 210), f"{t},{m.hidden};{2 * ffn},{m.hidden}", f"{t},{2 * ffn}"),
+        _matmul(
+            _matmul_us(w, scale_us(t, 210), t, 2 * ffn, m.hidden) * slow,
+            f"{t},{m.hidden};{2 * ffn},{m.hidden}",
+            f"{t},{2 * ffn}",
+        ),
         _vector("SwiGlu", scale_us(t, 25), f"{t},{2 * ffn}", f"{t},{ffn}"),
         _matmul(
-            scale_us(t, 110) * narrow,
+            _matmul_us(w, scale_us(t, 110), t, m.hidden, ffn) * narrow * slow,
             f"{t},{ffn};{m.hidden},{ffn}",
             f"{t},{m.hidden}",
             block_dim=round(CUBE_CORES / narrow),

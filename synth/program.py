@@ -112,6 +112,8 @@ class Workload:
     # a distributed optimizer (ZeRO-1, Megatron's): buckets reduce-scatter the gradients, each rank updates
     # its shard of the parameters, and the updated shards are all-gathered after the update
     distributed_optimizer: bool = False
+    # matmuls sized from their FLOPs at one speed (kernels.CALIBRATED_TFLOPS) rather than each its own
+    calibrated: bool = False
     # the faults planted on this rank that change its kernels (synth/scenarios.py): a layer builder asks
     # ``planted(kind)`` and plants its mechanism, so a new planting is its kind and its mechanism
     faults: tuple = ()

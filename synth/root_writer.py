@@ -17,6 +17,7 @@ from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db
 from npuprof.synth.groups import Topology
 from npuprof.synth.host_side import PLANTED_GAPS, RECORDED_ENV
 from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES
+from npuprof.synth.layers import UNALIGNED_BY
 from npuprof.synth.program import DENSE, LAYER, MOE
 from npuprof.synth.scenarios import FAULT_PARAMETERS, STEP_TOP, Fault, Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
@@ -187,13 +188,16 @@ def planted_config(sc: Scenario) -> dict:
     published configs do.
     """
     spec = DENSE if sc.model == "dense" else MOE
+    ffn = spec.ffn
+    if any(f.kind == "operator_low_efficiency" for f in sc.faults):  # a planted unaligned FFN is narrower
+        ffn -= UNALIGNED_BY * topology_of(sc).tp
     config = {
         "num_hidden_layers": sc.layers,
         "hidden_size": spec.hidden,
         "num_attention_heads": spec.heads,
         "num_key_value_heads": spec.kv_heads,
         "head_dim": spec.head_dim,
-        "intermediate_size": spec.ffn if sc.model == "dense" else None,
+        "intermediate_size": ffn if sc.model == "dense" else None,
         "vocab_size": spec.vocab,
         "n_routed_experts": spec.experts or None,
         "num_experts_per_tok": spec.top_k or None,

@@ -36,6 +36,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "env_setting": ("ranks", "gap_us"),
     "small_packet_collective": (),
     "bandwidth_contention": ("factor",),
+    "operator_low_efficiency": ("ranks",),
 }
 
 
@@ -82,7 +83,10 @@ class Fault:
     clipping all-reduces each parameter tensor's 4-byte norm on its own over the data-parallel group, one
     after another behind each tensor's norm kernel; without it the norm is one kernel over every tensor,
     with no communication), bandwidth_contention (a collective on the communication stream beside compute
-    transfers factor × as long as it does alone: the compute takes its share of the memory bandwidth).
+    transfers factor × as long as it does alone: the compute takes its share of the memory bandwidth),
+    operator_low_efficiency (every dense layer's FFN on ``ranks``, every rank when empty, 4 columns short
+    of the model's width, off the cube's 16 × 16 fractal: its two matmuls run at 0.4 of the speed their
+    aligned shapes run at).
     """
 
     kind: str
@@ -124,6 +128,12 @@ class Scenario:
     wide_ffn_layers: tuple[int, ...] = ()  # a planted shape change: these dense layers' FFN is twice as wide
     # ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered, parameters all-gathered
     distributed_optimizer: bool = False
+    # the decoder layers' matmuls take their FLOPs at one speed, kernels.CALIBRATED_TFLOPS (the synthetic
+    # card's aligned bf16 matmul), instead of each shape its own: an operator's speed against its siblings'
+    calibrated: bool = False
+    # the NPU the capture ran on, as its user names it to the analysis (--hardware-model): a torch_npu text
+    # capture does not say; None: the card is not named
+    card: str | None = None
     # how a healthy router spreads the routed tokens in this capture: each rank's weight in its expert
     # group (empty: even); a hot rank's fault factor multiplies on top, the group's total stays the same
     routing_weights: tuple[float, ...] = ()
@@ -276,6 +286,17 @@ SCENARIOS: dict[str, Scenario] = {
             phase="prefill",
             micro_batches=1,
             faults=(Fault("block_dim_underuse", factor=3.0),),
+        ),
+        Scenario(
+            "unaligned_ffn",
+            "dense prefill; every layer's FFN is 4 columns short of the model's width, off the cube's 16 x 16 "
+            "fractal: its gate-up and down projections run at 0.4 of the aligned speed",
+            training=False,
+            phase="prefill",
+            micro_batches=1,
+            calibrated=True,
+            card="Ascend910B1",
+            faults=(Fault("operator_low_efficiency"),),
         ),
         Scenario(
             "unfused_rmsnorm",

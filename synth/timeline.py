@@ -116,6 +116,7 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         next((f.layer for f in _faults(scenario, "pp_stage_imbalance")), None),
         overlap_gradients=scenario.training and not _faults(scenario, "gradient_allreduce_exposed"),
         distributed_optimizer=scenario.distributed_optimizer,
+        calibrated=scenario.calibrated,
         faults=tuple(f for f in scenario.faults if rank in f.ranks or not f.ranks),
     )
 

@@ -108,13 +108,16 @@ def copy_sample(src: Path, dst: Path) -> Path:
 
 def analyze_scenarios(base: Path, names, to_stage: str, seed: int) -> dict[str, tuple[Path, Path]]:
     """Generate each synthetic scenario and analyze it up to ``to_stage``: {name: (root, output dir)}."""
+    from npuprof.pipeline.options import AnalyzeOptions
     from npuprof.pipeline.runner import StageRange, analyze
-    from npuprof.synth import generate
+    from npuprof.synth import SCENARIOS, generate
 
     out = {}
     for name in names:
         root = Path(generate(base / f"{name}_root", name, seed=seed)["root"])
-        analyze(root, base / f"{name}_out", jobs=2, stage_range=StageRange(to_stage=to_stage))
+        # a scenario that names its card is analyzed as its user would: --hardware-model
+        options = AnalyzeOptions(hardware_model=SCENARIOS[name].card)
+        analyze(root, base / f"{name}_out", jobs=2, stage_range=StageRange(to_stage=to_stage), options=options)
         out[name] = (root, base / f"{name}_out")
     return out
 

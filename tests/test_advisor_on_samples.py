@@ -19,7 +19,15 @@ CHECKS = (
     "fusible_op_sequence",
     "small_packet_collective",
     "bandwidth_contention",
+    "operator_low_efficiency",
 )
+# what a check finds on a real capture, where it finds something: (sample, check) -> the operator's shapes
+FOUND_ON_SAMPLES = {
+    # Qwen3's LM-head input gradient (dY · W: K = the 151,936-token vocabulary, N = 1,024) runs at 69
+    # TFLOP/s, a third of the 216 its fastest heavy matmul reaches (its forward on the same weight: 172);
+    # aligned, bf16: the cause is not in the shape, so the finding is low confidence
+    ("qwen3_training", "operator_low_efficiency"): "4096,151936;151936,1024",
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +49,18 @@ def sample_findings(tmp_path_factory) -> dict[str, dict]:
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("sample", ["qwen3_training", "text_level2"])
 def test_the_real_captures_run_their_kernels_fused_and_full_width(sample_findings, sample, check):
-    assert not [f for f in sample_findings[sample]["diagnosis_findings"] if f["finding_type"] == check]
+    found = [f for f in sample_findings[sample]["diagnosis_findings"] if f["finding_type"] == check]
+    if (sample, check) not in FOUND_ON_SAMPLES:
+        assert not found
+        return
+    (finding,) = found
+    assert finding["metrics"]["shapes"] == FOUND_ON_SAMPLES[(sample, check)] and finding["confidence"] == "low"
 
 
 def test_a_capture_that_names_no_cores_is_not_judged_on_block_dims(sample_findings):
     assert "not_judged" not in sample_findings["qwen3_training"]
-    (unjudged,) = sample_findings["text_level2"]["not_judged"]
+    unjudged = {u["finding_type"]: u for u in sample_findings["text_level2"]["not_judged"]}
+    assert set(unjudged) == {"block_dim_underuse", "operator_low_efficiency"}  # the CNN capture names no card
+    assert "--hardware-model" in unjudged["operator_low_efficiency"]["reason"]
+    unjudged = unjudged["block_dim_underuse"]
     assert unjudged["finding_type"] == "block_dim_underuse" and "--hardware-model" in unjudged["reason"]

@@ -99,8 +99,8 @@ def rank_by_cost(findings: list[dict], step_wall_ms: float | None) -> list[dict]
 
 def link_causes(findings: list[dict]) -> list[dict]:
     """Name a finding as the likely cause of another on the same rank where the rules say it explains
-    that type (``explains: {finding_type: sentence}``): the explained finding gains a ``likely_causes``
-    entry and the sentence at the end of its summary."""
+    that type (``explains: {finding_type: sentence}``) — of the same kernel where both name one: the
+    explained finding gains a ``likely_causes`` entry and the sentence at the end of its summary."""
     rules = knowledge.load("diagnosis_rules")["findings"]
     for cause in findings:
         only = cause.get("metrics", {}).get("explains_only")  # a cause that names the one symptom it causes
@@ -109,12 +109,22 @@ def link_causes(findings: list[dict]) -> list[dict]:
                 continue
             text = " ".join(sentence.format(**_worded(cause["metrics"])).split())
             for effect in findings:
-                if effect["finding_type"] == explained_type and set(effect["rank_ids"]) & set(cause["rank_ids"]):
-                    effect["likely_causes"].append(
-                        {"claim_id": cause["claim_id"], "finding_type": cause["finding_type"], "text": text}
-                    )
-                    effect["summary"] = f"{effect['summary']}; likely cause: {text}"
+                if effect["finding_type"] != explained_type or not set(effect["rank_ids"]) & set(cause["rank_ids"]):
+                    continue
+                if not _same_kernel(cause, effect):
+                    continue
+                effect["likely_causes"].append(
+                    {"claim_id": cause["claim_id"], "finding_type": cause["finding_type"], "text": text}
+                )
+                effect["summary"] = f"{effect['summary']}; likely cause: {text}"
     return findings
+
+
+def _same_kernel(cause: dict, effect: dict) -> bool:
+    """Can ``cause`` explain ``effect``: where both name a kernel (metrics ``name``: a narrow launch, a slow
+    matmul), only the same kernel's."""
+    named = cause.get("metrics", {}).get("name"), effect.get("metrics", {}).get("name")
+    return None in named or named[0] == named[1]
 
 
 MERGED_KEYS = (

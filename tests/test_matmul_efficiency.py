@@ -1,0 +1,70 @@
+"""operator_low_efficiency: a heavy matmul shape far slower than the capture's fastest heavy matmul is
+found, its cause read from the shape (a dimension off the cube's fractal, fp32 inputs) and priced at
+the reference speed; a fast shape too small to matter sets no reference."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from npuprof import knowledge
+from npuprof.pipeline import schema
+from npuprof.pipeline.stages.diagnostics.detectors.matmul_efficiency import (
+    FINDING,
+    likely_cause,
+    reference_speeds,
+    slow_shapes,
+)
+from npuprof.synth.layers import UNALIGNED_BY, UNALIGNED_SPEED
+
+pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
+
+RULES = knowledge.load("diagnosis_rules")["findings"][FINDING]
+
+
+def _shapes(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
+    """(input shapes, achieved TFLOP/s, µs over all calls) of bf16 matmul shapes, 10 calls each."""
+    frame = pd.DataFrame(rows, columns=["input_shapes", "achieved_tflops", "duration_sum_us"])
+    flops = frame["achieved_tflops"] * 1e6 * frame["duration_sum_us"] / 10
+    return frame.assign(name="aclnnMatmul", compute_dtype="bf16", call_count=10, flops_per_call=flops, rank_count=1)
+
+
+def test_the_reference_is_the_fastest_shape_that_holds_a_share_of_the_matmul_time():
+    shapes = _shapes(
+        [("64,64;64,64", 400.0, 10.0), ("4096,1024;1024,1024", 250.0, 5000.0), ("4096,1024;1528,1024", 100.0, 5000.0)]
+    )
+    # the 400 TFLOP/s shape is 0.1 % of the time: no yardstick
+    assert reference_speeds(shapes, RULES["reference_share_min"]).to_dict() == {"bf16": 250.0}
+    (slow,) = slow_shapes(shapes, RULES).itertuples(index=False)
+    assert slow.input_shapes == "4096,1024;1528,1024" and slow.ratio == pytest.approx(0.4)
+    assert slow.excess_us == pytest.approx(5000.0 * 0.6)  # its time beyond its FLOPs at 250 TFLOP/s
+
+
+def test_the_cause_is_read_from_the_shape_and_dtype():
+    assert likely_cause("4096,1024;1528,1024", "DT_BF16;DT_BF16", 16)[0] == "fractal"
+    assert "1528" in likely_cause("4096,1024;1528,1024", "DT_BF16;DT_BF16", 16)[1]
+    assert likely_cause("4096,1024;1536,1024", "FLOAT;FLOAT", 16)[0] == "fp32"
+    assert likely_cause("4096,1024;1536,1024", "DT_BF16;DT_BF16", 16)[0] == "unknown"
+
+
+def test_the_planted_unaligned_ffn_is_found_with_both_its_matmuls(planted_outputs):
+    root, out = planted_outputs["unaligned_ffn"]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    (finding,) = [f for f in findings if f["finding_type"] == FINDING]
+    assert finding["rank_ids"] == sorted(int(r) for r in truth["ranks"])
+    config, ranks = truth["model"]["config"], truth["workload"]["ranks"]
+    ffn = config["intermediate_size"] // ranks  # the planted width on each tensor-parallel rank
+    assert ffn % 16 and (ffn + UNALIGNED_BY) % 16 == 0
+    metrics = finding["metrics"]
+    assert f"dimension {ffn}, {2 * ffn} is not a multiple" in metrics["cause"]
+    assert metrics["ratio"] == pytest.approx(UNALIGNED_SPEED, rel=0.02)
+    assert metrics["calls"] == 2 * truth["workload"]["layers"] * len(truth["ranks"]) * truth["workload"]["steps"]
+    assert finding["confidence"] == "medium"
+    operators = pd.read_csv(out / schema.OPERATOR_SUMMARY_CSV.file)
+    assert set(operators.loc[operators["evidence_id"].isin(finding["evidence_ids"]), "name"]) == {metrics["name"]}
+    ledger = pd.read_csv(out / schema.STEP_LEDGER_CSV.file)
+    explained = ledger[ledger["finding_type"] == FINDING]
+    assert len(explained) and explained["line"].str.startswith("compute ").all()
