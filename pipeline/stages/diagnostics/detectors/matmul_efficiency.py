@@ -69,15 +69,21 @@ def slow_shapes(shapes: pd.DataFrame, spec: dict) -> pd.DataFrame:
     return table[table["ratio"] <= spec["speed_ratio_max"]].reset_index(drop=True)
 
 
+def off_fractal(input_shapes: str, fractal: int) -> list[int]:
+    """The dimensions of ``input_shapes`` that are not a multiple of the cube's fractal edge."""
+    return sorted({int(d) for d in re.findall(r"\d+", str(input_shapes)) if int(d) > 1 and int(d) % fractal})
+
+
+def fractal_words(dims: list[int], fractal: int) -> str:
+    return f"dimension {', '.join(map(str, dims))} is not a multiple of the cube's {fractal} x {fractal} fractal"
+
+
 def likely_cause(input_shapes: str, input_dtypes: str, fractal: int) -> tuple[str, str]:
     """What the shape itself says — (kind, words): a dimension off the cube's fractal (``fractal``), fp32
     inputs (``fp32``), or nothing (``unknown``)."""
-    off = sorted({int(d) for d in re.findall(r"\d+", str(input_shapes)) if int(d) > 1 and int(d) % fractal})
+    off = off_fractal(input_shapes, fractal)
     if off:
-        return (
-            "fractal",
-            f"dimension {', '.join(map(str, off))} is not a multiple of the cube's {fractal} x {fractal} fractal",
-        )
+        return "fractal", fractal_words(off, fractal)
     if str(input_dtypes).split(";")[0].strip().upper() in ("FLOAT", "DT_FLOAT", "FLOAT32"):
         return "fp32", "its inputs are fp32 where the cube runs fastest on bf16 / fp16"
     return "unknown", "the capture does not show why"
@@ -162,14 +168,10 @@ def _finding(group: pd.DataFrame, ranks: list[int], spec: dict, claim: dict) -> 
     flops = float((group["flops_per_call"] * group["call_count"]).sum())
     tflops = flops / float(group["duration_sum_us"].sum()) / 1e6
     ratio = tflops / float(first["reference_tflops"])
-    kinds = {"fractal": "dimension(s) off", "fp32": "fp32", "unknown": None}
-    dims = sorted({d for text in group["cause"] for d in re.findall(r"\d+", text.split(" is ")[0])}, key=int)
-    cause = (
-        f"dimension {', '.join(dims)} is not a multiple of the cube's {spec['cube_fractal']} x "
-        f"{spec['cube_fractal']} fractal"
-        if first["cause_kind"] == "fractal"
-        else first["cause"]
-    )
+    identified = first["cause_kind"] != "unknown"
+    fractal = spec["cube_fractal"]
+    dims = sorted({d for shapes in group["input_shapes"] for d in off_fractal(shapes, fractal)})
+    cause = fractal_words(dims, fractal) if first["cause_kind"] == "fractal" else first["cause"]
     roofline = pd.to_numeric(group["roofline_efficiency"], errors="coerce") if "roofline_efficiency" in group else None
     quoted = (
         ""
@@ -201,12 +203,8 @@ def _finding(group: pd.DataFrame, ranks: list[int], spec: dict, claim: dict) -> 
         },
         limitations=[
             "priced at the speed of the fastest heavy matmul shape of this capture, not at the card's roof",
-            *(
-                []
-                if kinds[first["cause_kind"]]
-                else ["no cause in the shape or dtype: compare its kernel's tiling and formats"]
-            ),
+            *([] if identified else ["no cause in the shape or dtype: compare its kernel's tiling and formats"]),
         ],
-        confidence=None if kinds[first["cause_kind"]] else "low",
+        confidence=None if identified else "low",
         **claim,
     )
