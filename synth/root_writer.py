@@ -19,7 +19,7 @@ from npuprof.synth.host_side import PLANTED_GAPS, RECORDED_ENV
 from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES
 from npuprof.synth.layers import UNALIGNED_BY
 from npuprof.synth.program import DENSE, LAYER, MOE
-from npuprof.synth.scenarios import FAULT_PARAMETERS, STEP_TOP, Fault, Scenario
+from npuprof.synth.scenarios import FAULT_PARAMETERS, RDMA_TIMEOUT_EXPONENT, STEP_TOP, Fault, Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
 from npuprof.synth.text_export import (
     communication_records,
@@ -40,6 +40,7 @@ ALSO_REPORTED = {
     "aicore_freq_throttled": ("slow_rank_suspected",),  # late at every collective it is throttled in
     "env_setting": ("host_launch_bound",),  # launches made blocking: the device waits for each
     "device_idle_bubble": ("blocking_sync_in_step",),  # the planted host bubble is a blocking .item()
+    "rdma_retransmission": ("communication_collective_slow",),  # the op it holds is a slow collective
 }
 # ... and these plant a second one when they hit some ranks only: those ranks come last to every
 # collective (when every rank is hit, none is later than the others)
@@ -270,9 +271,11 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
 
 def _recorded_env(sc: Scenario, rank: int) -> dict[str, str]:
     """The environment torch_npu records for ``rank``: a well-set job's, with ASCEND_LAUNCH_BLOCKING=1
-    where an env_setting fault makes its launches blocking."""
+    where an env_setting fault makes its launches blocking, and HCCL_RDMA_TIMEOUT where groups cross
+    machines."""
     blocking = any(f.kind == "env_setting" and (not f.ranks or rank in f.ranks) for f in sc.faults)
-    return {**RECORDED_ENV, **({"ASCEND_LAUNCH_BLOCKING": "1"} if blocking else {})}
+    rdma = {"HCCL_RDMA_TIMEOUT": str(RDMA_TIMEOUT_EXPONENT)} if sc.rdma_groups else {}
+    return {**RECORDED_ENV, **({"ASCEND_LAUNCH_BLOCKING": "1"} if blocking else {}), **rdma}
 
 
 def _host_stalls(sc: Scenario, t: RankTimeline) -> list[tuple[int, int, str]]:
@@ -366,7 +369,7 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
     kept = set(int(o) for o in t.collective[t.collective >= 0])
     slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link_suspected"), None)
     communication, matrix = communication_records(
-        t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept
+        t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept, sc.rdma_groups
     )
     if "text" in kinds:
         write_kernel_details(

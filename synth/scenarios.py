@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+# one RDMA retransmission timeout at HCCL_RDMA_TIMEOUT=14: 4.096 µs × 2^14 (the QP's local ACK timeout)
+RDMA_TIMEOUT_EXPONENT = 14
+RDMA_TIMEOUT_US = 4.096 * 2**RDMA_TIMEOUT_EXPONENT
 STEP_TOP = -1  # a host stall's layer: at the top of the step, inside ProfilerStep#N before its first kernel
 
 
@@ -37,6 +40,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "small_packet_collective": (),
     "bandwidth_contention": ("factor",),
     "operator_low_efficiency": ("ranks",),
+    "rdma_retransmission": ("ranks", "steps", "gap_us"),
 }
 
 
@@ -86,7 +90,9 @@ class Fault:
     transfers factor × as long as it does alone: the compute takes its share of the memory bandwidth),
     operator_low_efficiency (every dense layer's FFN on ``ranks``, every rank when empty, 4 columns short
     of the model's width, off the cube's 16 × 16 fractal: its two matmuls run at 0.4 of the speed their
-    aligned shapes run at).
+    aligned shapes run at), rdma_retransmission (the first op over RDMA — a group of ``rdma_groups``, of
+    ``ranks`` — in each of ``steps`` loses a packet and waits ``gap_us``, one RDMA retransmission timeout,
+    before it ends; the capture records the HCCL_RDMA_TIMEOUT that makes it that long).
     """
 
     kind: str
@@ -134,6 +140,9 @@ class Scenario:
     # the NPU the capture ran on, as its user names it to the analysis (--hardware-model): a torch_npu text
     # capture does not say; None: the card is not named
     card: str | None = None
+    # the parallel groups whose ops cross machines, over RDMA (communication.json's RDMA transport); the
+    # rest run over HCCS inside one machine
+    rdma_groups: tuple[str, ...] = ()
     # how a healthy router spreads the routed tokens in this capture: each rank's weight in its expert
     # group (empty: even); a hot rank's fault factor multiplies on top, the group's total stays the same
     routing_weights: tuple[float, ...] = ()
@@ -159,6 +168,17 @@ SCENARIOS: dict[str, Scenario] = {
             pp=2,
             layers=6,
             micro_batches=8,
+        ),
+        Scenario(
+            "rdma_retransmission",
+            "pipeline_balanced with its two stages on two machines (the pipeline's send / recv over RDMA, "
+            "HCCL_RDMA_TIMEOUT=14 recorded): step 11's first send / recv between ranks 1 and 3 loses a packet "
+            "and waits one retransmission timeout, 67.1 ms",
+            pp=2,
+            layers=6,
+            micro_batches=8,
+            rdma_groups=("pp",),
+            faults=(Fault("rdma_retransmission", ranks=(1, 3), steps=(1,), gap_us=RDMA_TIMEOUT_US),),
         ),
         Scenario(
             "clean_inference",

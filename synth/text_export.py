@@ -304,6 +304,7 @@ def communication_records(
     clock_offset_ns: int,
     slow_link: tuple[tuple[int, int], float] | None,
     kept: set[int],
+    rdma_groups: tuple[str, ...] = (),
 ) -> tuple[dict, dict]:
     """The content of communication.json and communication_matrix.json of one rank (times in ms)."""
     comm: dict = {}
@@ -317,11 +318,12 @@ def communication_records(
         elapse_ms = (c.end_ns[rank] - c.arrive_ns[rank]) / 1e6
         wait_ms = (c.last_arrival_ns - c.arrive_ns[rank]) / 1e6
         transit_ms = c.transfer_ns / 1e6
+        op_transport = "RDMA" if c.group.name in rdma_groups else "HCCS"  # a group across machines: RDMA
         entry = {
             "Communication Time Info": _time_info(
                 (c.arrive_ns[rank] + clock_offset_ns) / 1000, elapse_ms, transit_ms, wait_ms
             ),
-            "Communication Bandwidth Info": _bandwidth_block(c.kernel.transfer_mb, transit_ms, "HCCS"),
+            "Communication Bandwidth Info": _bandwidth_block(c.kernel.transfer_mb, transit_ms, op_transport),
         }
         comm.setdefault(step_key, {"collective": {}, "p2p": {}})[section][f"{names[c.ordinal]}@{group_hash}"] = entry
         op_type = c.kernel.type.lower()
@@ -342,7 +344,7 @@ def communication_records(
         slowed_group = slow_link is not None and set(slow_link[0]) <= set(members)
         link_ms = transit_ms / slow_link[1] if slowed_group and not on_slow_link else transit_ms
         if len(members) > 1:
-            links[f"{local}-{peer}"] = ("HCCS", c.kernel.transfer_mb, link_ms)
+            links[f"{local}-{peer}"] = (op_transport, c.kernel.transfer_mb, link_ms)
         step_matrix = matrix.setdefault(step_key, {"collective": {}, "p2p": {}})[section]
         for tag in ("top1", "middle", "bottom1", "total"):
             bucket = step_matrix.setdefault(f"{kind}-{tag}@{group_hash}", {})
@@ -366,12 +368,17 @@ def communication_records(
             total_ms = sum(v["Communication Time Info"]["Elapse Time(ms)"] for v in ops.values())
             transit = sum(v["Communication Time Info"]["Transit Time(ms)"] for v in ops.values())
             wait = sum(v["Communication Time Info"]["Wait Time(ms)"] for v in ops.values())
-            size = sum(v["Communication Bandwidth Info"]["HCCS"]["Transit Size(MB)"] for v in ops.values())
+            transport = (
+                "RDMA"
+                if any(v["Communication Bandwidth Info"]["RDMA"]["Transit Size(MB)"] for v in ops.values())
+                else "HCCS"
+            )
+            size = sum(v["Communication Bandwidth Info"][transport]["Transit Size(MB)"] for v in ops.values())
             info = _time_info(0.0, total_ms, transit, wait)
             info.pop("Start Timestamp(us)")
             ops["Total Op Info"] = {
                 "Communication Time Info": info,
-                "Communication Bandwidth Info": _bandwidth_block(size, transit, "HCCS"),
+                "Communication Bandwidth Info": _bandwidth_block(size, transit, transport),
             }
     return comm, matrix
 

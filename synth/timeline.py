@@ -281,6 +281,7 @@ class _Simulation:
         self.stream_free = np.zeros(len(plans))  # when each rank's communication stream is free again
         self.blocked_at_join = [False] * len(plans)
         self.collectives: list[Collective] = []
+        self.retransmitted: set[int] = set()  # steps whose planted RDMA retransmission has happened
         self.rng = np.random.default_rng([seed, 10_000])
 
     def run(self) -> None:
@@ -339,6 +340,20 @@ class _Simulation:
             self.next_comm[r] += 1
             self.cursor[r] = comm + 1
 
+    def _retransmission(self, group: GroupInstance, step: int) -> float:
+        """The wait of a planted RDMA retransmission: the first op over RDMA (a group of ``rdma_groups``; of
+        the fault's ranks where it names them) in each of the fault's steps waits ``gap_us`` more; 0 for
+        every other op."""
+        if group.name not in self.scenario.rdma_groups:
+            return 0.0
+        for fault in _faults(self.scenario, "rdma_retransmission"):
+            if fault.ranks and not set(group.members) <= set(fault.ranks):
+                continue
+            if step in fault.steps and step not in self.retransmitted:
+                self.retransmitted.add(step)
+                return fault.gap_us
+        return 0.0
+
     def _contended(self, members: list[int], start: float, transfer: float) -> float:
         """An op on the communication stream: while its members still compute (until each has reached its
         join; a member not there yet computes on) it moves at 1 / factor of its speed alone (planted
@@ -368,6 +383,7 @@ class _Simulation:
         # an overlapped op starts when its stream is free; a blocking one when the rank arrives
         starts = {m: max(a, self.stream_free[m]) if overlapped else a for m, (a, _) in arrived.items()}
         last = max(starts.values())
+        transfer += self._retransmission(group, int(pos_of[any_rank] // plans[any_rank].n_step))
         if overlapped:
             transfer = self._contended(list(arrived), last, transfer)
         ordinal = len(self.collectives)

@@ -36,6 +36,8 @@ TWINS: tuple[tuple[str, str], ...] = (
     ("contended_buckets", "bandwidth_contention"),
     # the twin's FFN is the model's width, its matmuls at the aligned speed (a few per thousand more FLOPs)
     ("unaligned_ffn", "operator_low_efficiency"),
+    # the twin's send / recv deliver every packet the first time
+    ("rdma_retransmission", "rdma_retransmission"),
     ("throttled_card", "aicore_freq_throttled"),
     ("launch_bound", "host_launch_bound"),  # the twin's launches are ahead of the device
     ("launch_blocking", "env_setting"),  # the twin runs without ASCEND_LAUNCH_BLOCKING: launches ahead

@@ -20,6 +20,7 @@ CHECKS = (
     "small_packet_collective",
     "bandwidth_contention",
     "operator_low_efficiency",
+    "rdma_retransmission",
 )
 # what a check finds on a real capture, where it finds something: (sample, check) -> the operator's shapes
 FOUND_ON_SAMPLES = {

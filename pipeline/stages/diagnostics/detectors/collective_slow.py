@@ -16,22 +16,25 @@ from npuprof.pipeline.stages.diagnostics.retiming import scaled_transit
 UNKNOWN_SIZE = -1000  # the size class of an instance no member's communication.json sizes
 
 
-def _transmit_per_instance(frame: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.DataFrame:
+def transmit_per_instance(frame: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.DataFrame:
     """Per instance: its transmit time (the fastest member's), kind, role, op family (the name without
-    its sequence digits: the same op of the same group) and size class (log2 of the MB its busiest
-    transport moved, ``UNKNOWN_SIZE`` where no member says)."""
+    its sequence digits: the same op of the same group), size class (log2 of the MB its busiest
+    transport moved, ``UNKNOWN_SIZE`` where no member says) and that transport."""
     transmit = frame["transit_us"].where(frame["transit_us"].notna(), frame["duration_us"] - frame["late_by_us"])
     sized = frame.assign(transmit_us=transmit)
     if len(comm_ops):
-        sized = sized.merge(op_sizes(comm_ops)[["rank_id", "name", "size_mb"]], on=["rank_id", "name"], how="left")
+        sized = sized.merge(
+            op_sizes(comm_ops)[["rank_id", "name", "size_mb", "transport"]], on=["rank_id", "name"], how="left"
+        )
     else:
-        sized = sized.assign(size_mb=np.nan)
+        sized = sized.assign(size_mb=np.nan, transport=None)
     per_instance = sized.groupby("alignment_id").agg(
         transmit_us=("transmit_us", "min"),
         kind=("kind", "first"),
         role=("parallel_role", "first"),
         family=("name", "first"),
         size_mb=("size_mb", "max"),
+        transport=("transport", "first"),
     )
     per_instance["family"] = per_instance["family"].str.replace(r"_\d+_\d+$", "", regex=True)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -70,7 +73,7 @@ def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
     frame = inputs.alignment[inputs.alignment["member_count"] >= 2]
     if frame.empty:
         return []
-    per_instance = _transmit_per_instance(frame, inputs.comm_ops)
+    per_instance = transmit_per_instance(frame, inputs.comm_ops)
     keys = ["kind", "role", "family", "size_class"]
     sizes = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("size")
     median = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("median")
