@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.synth.kernels import PROFILES
+from npuprof.synth.kernels import PROFILES, Kernel
 from npuprof.synth.timeline import Collective, RankTimeline
 
 KERNEL_DETAILS_HEADER = (
@@ -312,75 +312,85 @@ def communication_records(
     for c in collectives:
         if c.ordinal not in kept or rank not in c.arrive_ns:
             continue
-        group_hash = c.group.hash
         step_key = f"step{step_ids[c.step]}"
         section = "p2p" if c.group.name == "pp" else "collective"
         elapse_ms = (c.end_ns[rank] - c.arrive_ns[rank]) / 1e6
         wait_ms = (c.last_arrival_ns - c.arrive_ns[rank]) / 1e6
         transit_ms = c.transfer_ns / 1e6
-        op_transport = "RDMA" if c.group.name in rdma_groups else "HCCS"  # a group across machines: RDMA
+        transport = "RDMA" if c.group.name in rdma_groups else "HCCS"  # a group across machines: RDMA
         entry = {
             "Communication Time Info": _time_info(
                 (c.arrive_ns[rank] + clock_offset_ns) / 1000, elapse_ms, transit_ms, wait_ms
             ),
-            "Communication Bandwidth Info": _bandwidth_block(c.kernel.transfer_mb, transit_ms, op_transport),
+            "Communication Bandwidth Info": _bandwidth_block(c.kernel.transfer_mb, transit_ms, transport),
         }
-        comm.setdefault(step_key, {"collective": {}, "p2p": {}})[section][f"{names[c.ordinal]}@{group_hash}"] = entry
-        op_type = c.kernel.type.lower()
-        kind = (
-            "batchsendrecv"
-            if "batchsendrecv" in op_type
-            else "alltoall"
-            if "alltoall" in op_type or c.kernel.name.startswith("MoeDistribute")
-            else "allreduce"
-        )
-        members = c.group.members
-        local = members.index(rank)
-        links = {f"{local}-{local}": ("LOCAL", c.kernel.transfer_mb, transit_ms / 4)}
-        peer = (local + 1) % len(members)
-        # A ring is as slow as its slowest link: with a slowed link, that link takes the whole
-        # transit time and every other link moves the same bytes factor-times faster.
-        on_slow_link = slow_link is not None and {members[local], members[peer]} == set(slow_link[0])
-        slowed_group = slow_link is not None and set(slow_link[0]) <= set(members)
-        link_ms = transit_ms / slow_link[1] if slowed_group and not on_slow_link else transit_ms
-        if len(members) > 1:
-            links[f"{local}-{peer}"] = (op_transport, c.kernel.transfer_mb, link_ms)
+        comm.setdefault(step_key, {"collective": {}, "p2p": {}})[section][f"{names[c.ordinal]}@{c.group.hash}"] = entry
         step_matrix = matrix.setdefault(step_key, {"collective": {}, "p2p": {}})[section]
-        for tag in ("top1", "middle", "bottom1", "total"):
-            bucket = step_matrix.setdefault(f"{kind}-{tag}@{group_hash}", {})
-            for link, (transport, size_mb, ms) in links.items():
-                previous = bucket.get(link)
-                if previous and tag != "total":
-                    continue  # one representative instance per tag is enough for a synthetic capture
-                total_mb = size_mb + (previous["Transit Size(MB)"] if previous else 0.0)
-                total_ms = ms + (previous["Transit Time(ms)"] if previous else 0.0)
-                bucket[link] = {
-                    "Transport Type": transport,
-                    "Transit Size(MB)": round(total_mb, 6),
-                    "Transit Time(ms)": round(total_ms, 6),
-                    "Bandwidth(GB/s)": round(total_mb / total_ms, 4) if total_ms else 0.0,
-                    "Op Name": names[c.ordinal],
-                }
+        links = _op_links(c, rank, transit_ms, transport, slow_link)
+        _add_to_matrix(step_matrix, _matrix_kind(c.kernel), c.group.hash, links, names[c.ordinal])
     for step in comm.values():
         for ops in step.values():
-            if not ops:
-                continue
-            total_ms = sum(v["Communication Time Info"]["Elapse Time(ms)"] for v in ops.values())
-            transit = sum(v["Communication Time Info"]["Transit Time(ms)"] for v in ops.values())
-            wait = sum(v["Communication Time Info"]["Wait Time(ms)"] for v in ops.values())
-            transport = (
-                "RDMA"
-                if any(v["Communication Bandwidth Info"]["RDMA"]["Transit Size(MB)"] for v in ops.values())
-                else "HCCS"
-            )
-            size = sum(v["Communication Bandwidth Info"][transport]["Transit Size(MB)"] for v in ops.values())
-            info = _time_info(0.0, total_ms, transit, wait)
-            info.pop("Start Timestamp(us)")
-            ops["Total Op Info"] = {
-                "Communication Time Info": info,
-                "Communication Bandwidth Info": _bandwidth_block(size, transit, transport),
-            }
+            if ops:
+                ops["Total Op Info"] = _total_op_info(ops)
     return comm, matrix
+
+
+def _matrix_kind(kernel: Kernel) -> str:
+    """The op kind communication_matrix.json keys an op by."""
+    op_type = kernel.type.lower()
+    if "batchsendrecv" in op_type:
+        return "batchsendrecv"
+    return "alltoall" if "alltoall" in op_type or kernel.name.startswith("MoeDistribute") else "allreduce"
+
+
+def _op_links(
+    c: Collective, rank: int, transit_ms: float, transport: str, slow_link: tuple[tuple[int, int], float] | None
+) -> dict[str, tuple[str, float, float]]:
+    """The links one op of ``rank`` moves its bytes over, "src-dst" (local ranks) → (transport, MB, ms):
+    itself and the next member of its ring."""
+    members = c.group.members
+    local = members.index(rank)
+    links = {f"{local}-{local}": ("LOCAL", c.kernel.transfer_mb, transit_ms / 4)}
+    peer = (local + 1) % len(members)
+    # A ring is as slow as its slowest link: with a slowed link, that link takes the whole
+    # transit time and every other link moves the same bytes factor-times faster.
+    on_slow_link = slow_link is not None and {members[local], members[peer]} == set(slow_link[0])
+    slowed_group = slow_link is not None and set(slow_link[0]) <= set(members)
+    link_ms = transit_ms / slow_link[1] if slowed_group and not on_slow_link else transit_ms
+    if len(members) > 1:
+        links[f"{local}-{peer}"] = (transport, c.kernel.transfer_mb, link_ms)
+    return links
+
+
+def _add_to_matrix(step_matrix: dict, kind: str, group_hash: str, links: dict, op_name: str) -> None:
+    """One op's links into its step's matrix: the first op of a kind per tag, summed into "total"."""
+    for tag in ("top1", "middle", "bottom1", "total"):
+        bucket = step_matrix.setdefault(f"{kind}-{tag}@{group_hash}", {})
+        for link, (transport, size_mb, ms) in links.items():
+            previous = bucket.get(link)
+            if previous and tag != "total":
+                continue  # one representative instance per tag is enough for a synthetic capture
+            total_mb = size_mb + (previous["Transit Size(MB)"] if previous else 0.0)
+            total_ms = ms + (previous["Transit Time(ms)"] if previous else 0.0)
+            bucket[link] = {
+                "Transport Type": transport,
+                "Transit Size(MB)": round(total_mb, 6),
+                "Transit Time(ms)": round(total_ms, 6),
+                "Bandwidth(GB/s)": round(total_mb / total_ms, 4) if total_ms else 0.0,
+                "Op Name": op_name,
+            }
+
+
+def _total_op_info(ops: dict) -> dict:
+    """A step section's "Total Op Info": its ops' times and bytes summed, over RDMA where they went so."""
+    times = [v["Communication Time Info"] for v in ops.values()]
+    bandwidth = [v["Communication Bandwidth Info"] for v in ops.values()]
+    transport = "RDMA" if any(b["RDMA"]["Transit Size(MB)"] for b in bandwidth) else "HCCS"
+    transit = sum(t["Transit Time(ms)"] for t in times)
+    info = _time_info(0.0, sum(t["Elapse Time(ms)"] for t in times), transit, sum(t["Wait Time(ms)"] for t in times))
+    info.pop("Start Timestamp(us)")
+    size = sum(b[transport]["Transit Size(MB)"] for b in bandwidth)
+    return {"Communication Time Info": info, "Communication Bandwidth Info": _bandwidth_block(size, transit, transport)}
 
 
 def write_communication(out_dir: Path, comm: dict, matrix: dict) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from npuprof.synth.comm_faults import contended_transfer, retransmission_wait, slow_link_factor
 from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.host_side import PLANTED_GAPS
 from npuprof.synth.kernels import Kernel
@@ -251,14 +252,6 @@ def _freq_samples(scenario: Scenario, rank: int, step_start_ns: np.ndarray, step
     return sorted(samples)
 
 
-def _slow_link_factor(scenario: Scenario, group: GroupInstance) -> float:
-    factor = 1.0
-    for fault in _faults(scenario, "slow_link_suspected"):
-        if set(fault.link) <= set(group.members):
-            factor = max(factor, fault.factor)
-    return factor
-
-
 class _Simulation:
     """The event-by-event simulation of every rank: compute runs up to the next communication op, which
     completes when its last member has arrived (plus the transfer). An overlapped op (a gradient bucket)
@@ -340,33 +333,6 @@ class _Simulation:
             self.next_comm[r] += 1
             self.cursor[r] = comm + 1
 
-    def _retransmission(self, group: GroupInstance, step: int) -> float:
-        """The wait of a planted RDMA retransmission: the first op over RDMA (a group of ``rdma_groups``; of
-        the fault's ranks where it names them) in each of the fault's steps waits ``gap_us`` more; 0 for
-        every other op."""
-        if group.name not in self.scenario.rdma_groups:
-            return 0.0
-        for fault in _faults(self.scenario, "rdma_retransmission"):
-            if fault.ranks and not set(group.members) <= set(fault.ranks):
-                continue
-            if step in fault.steps and step not in self.retransmitted:
-                self.retransmitted.add(step)
-                return fault.gap_us
-        return 0.0
-
-    def _contended(self, members: list[int], start: float, transfer: float) -> float:
-        """An op on the communication stream: while its members still compute (until each has reached its
-        join; a member not there yet computes on) it moves at 1 / factor of its speed alone (planted
-        bandwidth_contention: the compute takes its share of the memory bandwidth), then at full speed."""
-        factor = float(np.prod([f.factor for f in _faults(self.scenario, "bandwidth_contention")]))
-        if factor == 1.0:
-            return transfer
-        compute_ends = max(self.clock[m] if self.blocked_at_join[m] else np.inf for m in members)
-        beside = max(compute_ends - start, 0.0)
-        if beside >= transfer * factor:
-            return transfer * factor
-        return beside + transfer - beside / factor
-
     def _complete(self, key: tuple[str, int], arrived: dict[int, tuple[float, int]]) -> list[int]:
         """End one communication op on all its members at the last start plus the transfer; returns the
         ranks that may run on (every member of a blocking op; those it released from a join)."""
@@ -379,13 +345,15 @@ class _Simulation:
         # tokens; any other collective moves the same volume on every member
         member_us = [plans[m].dur_us[pos_of[m]] for m in arrived]
         busiest = group.name == "exp"
-        transfer = float(np.max(member_us) if busiest else np.mean(member_us)) * _slow_link_factor(self.scenario, group)
+        transfer = float(np.max(member_us) if busiest else np.mean(member_us)) * slow_link_factor(self.scenario, group)
         # an overlapped op starts when its stream is free; a blocking one when the rank arrives
         starts = {m: max(a, self.stream_free[m]) if overlapped else a for m, (a, _) in arrived.items()}
         last = max(starts.values())
-        transfer += self._retransmission(group, int(pos_of[any_rank] // plans[any_rank].n_step))
-        if overlapped:
-            transfer = self._contended(list(arrived), last, transfer)
+        step = int(pos_of[any_rank] // plans[any_rank].n_step)
+        transfer += retransmission_wait(self.scenario, group, step, self.retransmitted)
+        if overlapped:  # members at their join have finished computing; the others compute on
+            compute_ends = max(self.clock[m] if self.blocked_at_join[m] else np.inf for m in arrived)
+            transfer = contended_transfer(self.scenario, last, compute_ends, transfer)
         ordinal = len(self.collectives)
         ends = {}
         for m, start in starts.items():

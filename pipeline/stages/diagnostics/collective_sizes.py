@@ -4,6 +4,7 @@ and how a size reads."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.summaries.accounting import LINK_SIZE_COLUMNS, op_size_mb
@@ -39,6 +40,13 @@ def sized_ops(alignment: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.DataFrame:
     ops = alignment[alignment["member_count"] >= 2].merge(op_sizes(comm_ops), on=["rank_id", "name"], how="left")
     ops["parallel_role"] = ops["parallel_role"].fillna("unknown").astype(str)
     return ops.sort_values(["rank_id", "start_us"], kind="stable").reset_index(drop=True)
+
+
+def size_classes(size_mb: pd.Series) -> np.ndarray:
+    """Each size's class: log2 of its MB, floored — sizes within a factor of two share it (NaN: unknown)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        classes = np.floor(np.log2(size_mb.to_numpy(float)))
+    return np.where(np.isfinite(classes), classes, np.nan)
 
 
 def size_words(size_mb: float) -> str:

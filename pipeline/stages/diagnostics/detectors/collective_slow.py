@@ -7,13 +7,27 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.stages.diagnostics.collective_sizes import SIZE_COLUMNS, op_sizes
+from npuprof.pipeline.stages.diagnostics.collective_sizes import SIZE_COLUMNS, op_sizes, size_classes
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import scaled_transit
 
 UNKNOWN_SIZE = -1000  # the size class of an instance no member's communication.json sizes
+# the alignment columns the per-instance transmit reads (this detector's, and rdma_retransmission's)
+TRANSMIT_READS = (
+    "alignment_id",
+    "rank_id",
+    "member_count",
+    "transit_us",
+    "duration_us",
+    "late_by_us",
+    "kind",
+    "parallel_role",
+    "name",
+    "evidence_id",
+)
+COMPARABLE = ["kind", "role", "family", "size_class"]
 
 
 def transmit_per_instance(frame: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.DataFrame:
@@ -37,27 +51,22 @@ def transmit_per_instance(frame: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.Dat
         transport=("transport", "first"),
     )
     per_instance["family"] = per_instance["family"].str.replace(r"_\d+_\d+$", "", regex=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        size_class = np.floor(np.log2(per_instance["size_mb"].to_numpy(float)))
-    per_instance["size_class"] = np.where(np.isfinite(size_class), size_class, UNKNOWN_SIZE)
+    per_instance["size_class"] = np.nan_to_num(size_classes(per_instance["size_mb"]), nan=UNKNOWN_SIZE)
     return per_instance.drop(columns="size_mb")
+
+
+def against_comparables(frame: pd.DataFrame, comm_ops: pd.DataFrame) -> pd.DataFrame:
+    """``transmit_per_instance`` with each instance's comparable median transmit (``median``) and how many
+    instances it is the median of (``comparable``): same kind, role, op family and size class."""
+    per_instance = transmit_per_instance(frame, comm_ops)
+    grouped = per_instance.groupby(COMPARABLE, dropna=False)["transmit_us"]
+    return per_instance.assign(median=grouped.transform("median"), comparable=grouped.transform("size"))
 
 
 @detector(
     finding_types=("communication_collective_slow",),
     reads={
-        "alignment": (
-            "alignment_id",
-            "rank_id",
-            "member_count",
-            "transit_us",
-            "duration_us",
-            "late_by_us",
-            "kind",
-            "parallel_role",
-            "name",
-            "evidence_id",
-        ),
+        "alignment": TRANSMIT_READS,
         "comm_ops": SIZE_COLUMNS,
         "step_model": (),
     },
@@ -73,19 +82,16 @@ def collective_slow(inputs: DiagnosisContext) -> list[Finding]:
     frame = inputs.alignment[inputs.alignment["member_count"] >= 2]
     if frame.empty:
         return []
-    per_instance = transmit_per_instance(frame, inputs.comm_ops)
-    keys = ["kind", "role", "family", "size_class"]
-    sizes = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("size")
-    median = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("median")
-    per_instance["median"] = median
+    per_instance = against_comparables(frame, inputs.comm_ops)
+    median = per_instance["median"]
     per_instance["ratio"] = per_instance["transmit_us"] / median.where(median > 0)
     slow = per_instance[
-        (sizes >= spec["min_comparable"])
+        (per_instance["comparable"] >= spec["min_comparable"])
         & (per_instance["ratio"] >= spec["transit_ratio_min"])
         & (per_instance["transmit_us"] - median >= spec["excess_us_min"])
     ]
     findings = []
-    for (kind, role, _), group in slow.groupby(keys[:3], dropna=False):  # a loop over op families
+    for (kind, role, _), group in slow.groupby(COMPARABLE[:3], dropna=False):  # a loop over op families
         ids = group.sort_values("ratio", ascending=False).index
         members = frame[frame["alignment_id"].isin(ids)]
         findings.append(

@@ -18,13 +18,13 @@ and is not reported.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.stages.diagnostics.collective_sizes import (
     FAMILY,
     INSTANCE_COLUMNS,
     SIZE_COLUMNS,
+    size_classes,
     size_words,
     sized_ops,
 )
@@ -42,11 +42,9 @@ def beside_shares(ops: pd.DataFrame) -> pd.DataFrame:
     """``ops`` (sized_ops rows) with ``beside`` (the share of each instance's life its rank computed
     beside it) and ``size_class`` (log2 of the MB it moved; NaN where unknown)."""
     life = ops["duration_us"].where(ops["duration_us"] > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        size_class = np.floor(np.log2(ops["size_mb"].to_numpy(float)))
     return ops.assign(
         beside=(ops["compute_beside_us"] / life).clip(0.0, 1.0).fillna(0.0),
-        size_class=np.where(np.isfinite(size_class), size_class, np.nan),
+        size_class=size_classes(ops["size_mb"]),
     ).dropna(subset=["size_class", "transit_us"])
 
 

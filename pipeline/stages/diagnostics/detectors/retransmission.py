@@ -17,7 +17,7 @@ import pandas as pd
 
 from npuprof.pipeline.stages.diagnostics.collective_sizes import SIZE_COLUMNS
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
-from npuprof.pipeline.stages.diagnostics.detectors.collective_slow import transmit_per_instance
+from npuprof.pipeline.stages.diagnostics.detectors.collective_slow import TRANSMIT_READS, against_comparables
 from npuprof.pipeline.stages.diagnostics.findings import Finding, evidence_cap, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import scaled_transit
@@ -39,18 +39,7 @@ def timeout_us(rank_env: dict[int, dict[str, str]], ranks: list[int], default_ex
 @detector(
     finding_types=(FINDING,),
     reads={
-        "alignment": (
-            "alignment_id",
-            "rank_id",
-            "member_count",
-            "transit_us",
-            "duration_us",
-            "late_by_us",
-            "kind",
-            "parallel_role",
-            "name",
-            "evidence_id",
-        ),
+        "alignment": TRANSMIT_READS,
         "comm_ops": SIZE_COLUMNS,
         "rank_env": (),
         "step_model": (),
@@ -62,10 +51,7 @@ def rdma_retransmission(inputs: DiagnosisContext) -> list[Finding]:
     frame = inputs.alignment[inputs.alignment["member_count"] >= 2]
     if frame.empty or not len(inputs.comm_ops):
         return []
-    per_instance = transmit_per_instance(frame, inputs.comm_ops)
-    keys = ["kind", "role", "family", "size_class"]
-    per_instance["median"] = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("median")
-    per_instance["comparable"] = per_instance.groupby(keys, dropna=False)["transmit_us"].transform("size")
+    per_instance = against_comparables(frame, inputs.comm_ops)
     rdma = per_instance[(per_instance["transport"] == "RDMA") & (per_instance["comparable"] >= spec["min_comparable"])]
     findings = []
     for (kind, role), family in rdma.groupby(["kind", "role"], dropna=False):  # a loop over RDMA op kinds
