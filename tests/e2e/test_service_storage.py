@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from service_client import build_search_root, wait_state
+from service_harness import wait_until
 
 from npuprof.workers import records
 from npuprof.workers.app import make_app
@@ -62,9 +63,11 @@ def test_messages_naming_paths_outside_the_served_storage_are_refused(redis_serv
             result.get(timeout=60)
     assert _listing(outside) == before
     (worker,) = started
+    # the result reaches the backend before the worker logs the failure: wait for the line, not the result
+    escaped = "\\x1b]0;owned\\x07"  # the title and clear-screen sequence named in a task, shown as escapes
+    wait_until(lambda: escaped in worker.log_text(), 30, "the escaped task failure in the worker's log")
     log = worker.log_text()
-    assert "\x1b" not in log and "\x07" not in log  # a title and clear-screen sequence named in a task
-    assert "\\x1b]0;owned\\x07" in log  # shown as escapes
+    assert "\x1b" not in log and "\x07" not in log
     assert (victim / "precious.txt").read_text() == "keep me"
     assert _listing(served) == ["link"]
 
