@@ -1,8 +1,9 @@
 """The planted faults of synth's communication: how a fault changes one op's transfer time.
 
 A slow link stretches every op of the groups it joins; a lost RDMA packet holds one op a retransmission
-timeout; contention slows an op on the communication stream while its members compute beside it. The
-simulation (timeline.py) asks these for each op it completes.
+timeout; contention slows an op on the communication stream while its members compute beside it; a buffer
+that is not 512-byte aligned leaves one slice that moves slower than the others. The simulation
+(timeline.py) asks these for each op it completes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from npuprof.synth.groups import GroupInstance
+from npuprof.synth.kernels import Kernel
 from npuprof.synth.scenarios import Scenario
 
 
@@ -48,3 +50,20 @@ def contended_transfer(scenario: Scenario, start: float, compute_ends: float, tr
     if beside >= transfer * factor:
         return transfer * factor
     return beside + transfer - beside / factor
+
+
+DATA_SHARE = 0.9  # of an aligned op's transit, the part its slices move data (the rest: start handshakes)
+
+
+def misaligned_factor(scenario: Scenario) -> float:
+    """How many times longer a planted misaligned slice moves than an aligned one of its size."""
+    return float(np.prod([f.factor for f in scenario.faults if f.kind == "sdma_misaligned"]))
+
+
+def misaligned_transit(scenario: Scenario, kernel: Kernel, transfer: float) -> float:
+    """An op's transit with its misaligned slice (if its kernel has one, ``Kernel.misaligned_bytes``) at
+    1 / factor of the rate: the data part (DATA_SHARE of the aligned transit) takes factor × as long on
+    its slowest plane."""
+    if not kernel.misaligned_bytes:
+        return transfer
+    return transfer * (1.0 + (misaligned_factor(scenario) - 1.0) * DATA_SHARE)

@@ -63,6 +63,8 @@ class Kernel:
     # Communication kernels: HCCL op type (hcom_<op>_) and which parallel group runs it.
     hccl_group: str | None = None
     transfer_mb: float = 0.0
+    # a buffer that is not 512-byte aligned: its last slice is this many bytes past a multiple (0: aligned)
+    misaligned_bytes: int = 0
 
 
 def aclnn(api: str, op: str, core: str, base_us: float, profile: str, shapes_in: str, shapes_out: str, **kw) -> Kernel:

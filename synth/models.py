@@ -7,6 +7,8 @@ micro-batch, pipeline stages exchanging activations, gradient all-reduce, AdamW 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl
@@ -187,14 +189,21 @@ def _bucket_count(w: Workload) -> int:
     return min(4, len(w.stage_layers)) if w.overlap_gradients else 4
 
 
-def _gradient_bucket(p: Program, w: Workload) -> None:
+MISALIGNED_BYTES = 256  # past a 512-byte multiple: the planted last bucket's last slice (the real CNN's offset)
+
+
+def _gradient_bucket(p: Program, w: Workload, last: bool = False) -> None:
     """One bucket's all-reduce over the data-parallel group (bf16 gradients), or its reduce-scatter under a
     distributed optimizer (half the bus traffic): during the backward on the communication stream when
-    gradients overlap, else in line before the optimizer."""
+    gradients overlap, else in line before the optimizer. The ``last`` bucket (the embedding's gradients)
+    is cut at a size that is not 512-byte aligned where sdma_misaligned is planted."""
     bucket_bytes = _gradient_parameters(w)[0] * 2 / _bucket_count(w)
     op, traffic = ("reduceScatter", 0.5) if w.distributed_optimizer else ("allReduce", 1.0)
+    kernel = hccl(op, "dp", 200.0 + traffic * bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6)
+    if last and w.planted("sdma_misaligned"):
+        kernel = replace(kernel, misaligned_bytes=MISALIGNED_BYTES)
     p.add(
-        hccl(op, "dp", 200.0 + traffic * bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6),
+        kernel,
         TAIL,
         block="optimizer",
         overlapped=w.overlap_gradients,
@@ -328,6 +337,6 @@ def build_step(w: Workload) -> Program:
             else:
                 p.add(_p2p(w), HEAD, micro_batch=mb, block="pipeline")
     if w.overlap_gradients:
-        _gradient_bucket(p, w)  # the last bucket: the embedding's (or first layers') gradients, once ready
+        _gradient_bucket(p, w, last=True)  # the last bucket: the embedding's (or first layers') gradients, once ready
     _optimizer(p, w)
     return p

@@ -15,6 +15,7 @@ import numpy as np
 
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
 from npuprof.synth.groups import Topology
+from npuprof.synth.hccl_planes import plane_tasks
 from npuprof.synth.host_side import PLANTED_GAPS, RECORDED_ENV
 from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES
 from npuprof.synth.layers import UNALIGNED_BY
@@ -41,6 +42,7 @@ ALSO_REPORTED = {
     "env_setting": ("host_launch_bound",),  # launches made blocking: the device waits for each
     "device_idle_bubble": ("blocking_sync_in_step",),  # the planted host bubble is a blocking .item()
     "rdma_retransmission": ("communication_collective_slow",),  # the op it holds is a slow collective
+    "sdma_misaligned": ("communication_collective_slow",),  # its slow slice holds the op: a slow collective
 }
 # ... and these plant a second one when they hit some ranks only: those ranks come last to every
 # collective (when every rank is hit, none is later than the others)
@@ -378,7 +380,8 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
         write_step_trace_time(output / "step_trace_time.csv", step_rows)
         write_communication(output, communication, matrix)
         if capture.trace:
-            write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_stalls(sc, t))
+            planes = plane_tasks(t, collectives, sc)
+            write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_stalls(sc, t), planes)
     if "db" in kinds:
         group_of = np.array([c.group for c in collectives] + [None], dtype=object)
         write_profiler_db(

@@ -41,6 +41,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "bandwidth_contention": ("factor",),
     "operator_low_efficiency": ("ranks",),
     "rdma_retransmission": ("ranks", "steps", "gap_us"),
+    "sdma_misaligned": ("factor",),
 }
 
 
@@ -92,7 +93,10 @@ class Fault:
     of the model's width, off the cube's 16 × 16 fractal: its two matmuls run at 0.4 of the speed their
     aligned shapes run at), rdma_retransmission (the first op over RDMA — a group of ``rdma_groups``, of
     ``ranks`` — in each of ``steps`` loses a packet and waits ``gap_us``, one RDMA retransmission timeout,
-    before it ends; the capture records the HCCL_RDMA_TIMEOUT that makes it that long).
+    before it ends; the capture records the HCCL_RDMA_TIMEOUT that makes it that long), sdma_misaligned
+    (training's last gradient bucket, the embedding's, is cut at a size that is not 512-byte aligned: the
+    last slice of its all-reduce is 256 bytes past a multiple and moves at 1 / factor of its aligned
+    siblings' rate, so the op runs until that slice ends).
     """
 
     kind: str
@@ -348,6 +352,13 @@ SCENARIOS: dict[str, Scenario] = {
             "dense training; the gradient buckets' all-reduces that run beside the backward transfer 2.5x as "
             "long as the last one, alone: the backward's kernels take their share of the memory bandwidth",
             faults=(Fault("bandwidth_contention", factor=2.5),),
+        ),
+        Scenario(
+            "misaligned_bucket",
+            "dense training; the last gradient bucket (the embedding's) is cut at a size that is not 512-byte "
+            "aligned, so one slice of its all-reduce moves at a third of its aligned siblings' rate and the "
+            "optimizer waits for it",
+            faults=(Fault("sdma_misaligned", factor=3.0),),
         ),
         Scenario(
             "fusible_chain",

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npuprof.synth.comm_faults import contended_transfer, retransmission_wait, slow_link_factor
+from npuprof.synth.comm_faults import (
+    contended_transfer,
+    misaligned_transit,
+    retransmission_wait,
+    slow_link_factor,
+)
 from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.host_side import PLANTED_GAPS
 from npuprof.synth.kernels import Kernel
@@ -346,6 +351,8 @@ class _Simulation:
         member_us = [plans[m].dur_us[pos_of[m]] for m in arrived]
         busiest = group.name == "exp"
         transfer = float(np.max(member_us) if busiest else np.mean(member_us)) * slow_link_factor(self.scenario, group)
+        kernel = plans[any_rank].program.kernels[plans[any_rank].kernel_id[pos_of[any_rank]]]
+        transfer = misaligned_transit(self.scenario, kernel, transfer)
         # an overlapped op starts when its stream is free; a blocking one when the rank arrives
         starts = {m: max(a, self.stream_free[m]) if overlapped else a for m, (a, _) in arrived.items()}
         last = max(starts.values())
@@ -374,7 +381,7 @@ class _Simulation:
         self.collectives.append(
             Collective(
                 ordinal,
-                plan.program.kernels[plan.kernel_id[pos]],
+                kernel,
                 int(pos // plan.n_step),
                 group,
                 key[1],

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from npuprof.synth.hccl_planes import PlaneTasks
 from npuprof.synth.host_side import COPY_GBPS, DEVICE_COPY, STALL_SPANS, host_span
 from npuprof.synth.text_export import us_text
 from npuprof.synth.timeline import HOST_LEAD_NS, RankTimeline
@@ -161,8 +162,9 @@ def _process_sort(pid: int, sort_index: int) -> list[dict]:
     return [{"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort_index}}]
 
 
-def _metadata_events(t: RankTimeline, lanes: _Lanes) -> list[dict]:
-    """The M events naming every lane, and the AI Core frequency counter samples."""
+def _metadata_events(t: RankTimeline, lanes: _Lanes, planes: int) -> list[dict]:
+    """The M events naming every lane (``planes`` HCCL Plane lanes), and the AI Core frequency counter
+    samples."""
     pid = lanes.pid
     overlap_threads = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
     freq_ts = us_text(np.array([ns for ns, _ in t.aicore_freq]))
@@ -178,7 +180,7 @@ def _metadata_events(t: RankTimeline, lanes: _Lanes) -> list[dict]:
         *_thread("Stream 2", lanes.hw, 2, 2),
         *_process("HCCL", lanes.hccl, "NPU"),
         *_thread("Group 0 Communication", lanes.hccl, 0, 0),
-        *_thread("Plane 0", lanes.hccl, 1),
+        *(event for plane in range(planes) for event in _thread(f"Plane {plane}", lanes.hccl, plane + 1)),
         *_process("Overlap Analysis", lanes.overlap, "NPU"),
         *(event for i, name in enumerate(overlap_threads) for event in _thread(name, lanes.overlap, i)),
         *_process("AI Core Freq", lanes.freq),
@@ -302,20 +304,35 @@ def _task_events(b: _Batch, cores: np.ndarray, lanes: _Lanes) -> pa.Array:
     return pc.if_else(b.comm, op_lane, device)
 
 
-def _plane_and_overlap_events(b: _Batch, is_comm: np.ndarray, lanes: _Lanes) -> list[pa.Array]:
-    """The HCCL plane's Memcpy under each communication op, and the Overlap Analysis lane."""
-    plane = _join(
-        '{"name": "Memcpy", "pid": ',
-        str(lanes.hccl),
-        ', "tid": 1, "ts": "',
-        b.ts,
+def _plane_events(planes: PlaneTasks, lo: int, hi: int, lanes: _Lanes) -> pa.Array:
+    """The data moves (HCCL_TASKS' source) of the ops among events [lo, hi) on their Plane lanes."""
+    first, last = np.searchsorted(planes.event, [lo, hi])
+    chosen = slice(first, last)
+    rdma = pa.array(planes.rdma[chosen])
+    return _join(
+        '{"name": "',
+        pc.if_else(rdma, pa.scalar("RDMASend"), pa.scalar("Memcpy")),
+        f'", "pid": {lanes.hccl}, "tid": ',
+        pa.array(planes.plane[chosen] + 1).cast(pa.string()),
+        ', "ts": "',
+        us_text(planes.start_ns[chosen]),
         '", "dur": ',
-        b.dur,
-        ', "args": {"notify_id": "0", "stream id": 4, "task id": 1, "context id": 0, "task type": "Memcpy", '
-        '"src rank": 0, "dst rank": 1, "transport type": "SDMA", "size(Byte)": 1048576, "data type": "BFP16", '
-        '"link type": "HCCS", "model id": 4294967295}, "ph": "X"}',
+        pa.array(np.round(planes.duration_ns[chosen] / 1000, 3)).cast(pa.string()),
+        ', "args": {"notify_id": "0", "stream id": 4, "task id": 1, "context id": 0, "task type": "',
+        pc.if_else(rdma, pa.scalar("RDMASend"), pa.scalar("Memcpy")),
+        '", "src rank": 0, "dst rank": 1, "transport type": "',
+        pc.if_else(rdma, pa.scalar("RDMA"), pa.scalar("SDMA")),
+        '", "size(Byte)": ',
+        pa.array(planes.bytes[chosen]).cast(pa.string()),
+        ', "data type": "BFP16", "link type": "',
+        pc.if_else(rdma, pa.scalar("ROCE"), pa.scalar("HCCS")),
+        '", "model id": 4294967295}, "ph": "X"}',
     )
-    overlap_lane = _join(
+
+
+def _overlap_events(b: _Batch, lanes: _Lanes) -> pa.Array:
+    """The Overlap Analysis lane: each event as Computing or Communication."""
+    return _join(
         '{"name": ',
         pc.if_else(b.comm, pa.scalar('"Communication"'), pa.scalar('"Computing"')),
         f', "pid": {lanes.overlap}, "tid": ',
@@ -326,7 +343,6 @@ def _plane_and_overlap_events(b: _Batch, is_comm: np.ndarray, lanes: _Lanes) -> 
         b.dur,
         ', "ph": "X"}',
     )
-    return [plane.take(pa.array(np.flatnonzero(is_comm[b.lo : b.hi]))), overlap_lane]
 
 
 def _free_events(t: RankTimeline, b: _Batch, lanes: _Lanes) -> pa.Array | None:
@@ -351,12 +367,13 @@ def write_trace_view(
     step_ids: list[int],
     device: int,
     host_stalls: list[tuple[int, int, str]],
+    planes: PlaneTasks,
 ) -> int:
     """Write trace_view.json for one rank; ``host_stalls`` are the (start_ns, end_ns, fault kind)
-    host stalls planted by faults."""
+    host stalls planted by faults, ``planes`` the data moves of its communication ops."""
     lanes = _Lanes.of(t.rank, device)
     writer = JsonArrayWriter(path)
-    writer.write_objects(_metadata_events(t, lanes))
+    writer.write_objects(_metadata_events(t, lanes, int(planes.plane.max(initial=0)) + 1))
     writer.write_objects(_step_events(t, step_ids, lanes.pid))
     writer.write_objects([e for start, end, kind in host_stalls for e in _stall_events(kind, start, end, lanes)])
     n = len(t.start_ns)
@@ -369,7 +386,8 @@ def write_trace_view(
         for lines in (
             *_launch_events(t, batch, types, lanes),
             _task_events(batch, cores, lanes),
-            *_plane_and_overlap_events(batch, is_comm, lanes),
+            _plane_events(planes, lo, batch.hi, lanes),
+            _overlap_events(batch, lanes),
         ):
             writer.write(lines)
         free = _free_events(t, batch, lanes)

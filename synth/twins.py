@@ -34,6 +34,8 @@ TWINS: tuple[tuple[str, str], ...] = (
     ("small_packets", "small_packet_collective"),
     # the twin's buckets transfer beside the backward as fast as alone
     ("contended_buckets", "bandwidth_contention"),
+    # the twin's last bucket is 512-byte aligned: every slice of its all-reduce at the same rate
+    ("misaligned_bucket", "sdma_misaligned"),
     # the twin's FFN is the model's width, its matmuls at the aligned speed (a few per thousand more FLOPs)
     ("unaligned_ffn", "operator_low_efficiency"),
     # the twin's send / recv deliver every packet the first time

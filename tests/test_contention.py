@@ -8,6 +8,7 @@ import json
 
 import pandas as pd
 import pytest
+from helpers.planted import planted_finding
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
@@ -60,11 +61,8 @@ def test_instances_of_other_sizes_are_not_each_others_yardstick():
 
 
 def test_the_planted_slow_buckets_beside_the_backward_are_found(planted_outputs):
-    root, out = planted_outputs["contended_buckets"]
-    truth = json.loads((root / "ground_truth.json").read_text())
-    (fault,) = [f for f in truth["faults"] if f["kind"] == FINDING]
-    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
-    (finding,) = [f for f in findings if f["finding_type"] == FINDING]
+    planted = planted_finding(planted_outputs, "contended_buckets", FINDING)
+    out, truth, fault, finding = planted.out, planted.truth, planted.fault, planted.finding
     assert finding["rank_ids"] == sorted(int(r) for r in truth["ranks"])
     assert (finding["metrics"]["role"], finding["metrics"]["kind"]) == ("DP", "allreduce")
     assert finding["statistic"]["value"] == pytest.approx(1 / fault["factor"], rel=0.1)

@@ -4,10 +4,9 @@ as the cause of the slow collective it makes."""
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import pytest
+from helpers.planted import planted_finding
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.stages.diagnostics.detectors.retransmission import FINDING, QP_TIMEOUT_UNIT_US, timeout_us
@@ -24,11 +23,8 @@ def test_the_timeout_is_the_recorded_exponent_or_hccl_s_default():
 
 
 def test_the_planted_retransmission_is_found_and_causes_the_slow_send_recv(planted_outputs):
-    root, out = planted_outputs["rdma_retransmission"]
-    truth = json.loads((root / "ground_truth.json").read_text())
-    (fault,) = [f for f in truth["faults"] if f["kind"] == FINDING]
-    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
-    (finding,) = [f for f in findings if f["finding_type"] == FINDING]
+    planted = planted_finding(planted_outputs, "rdma_retransmission", FINDING)
+    out, fault, findings, finding = planted.out, planted.fault, planted.findings, planted.finding
     metrics = finding["metrics"]
     assert (metrics["kind"], metrics["role"], metrics["count"], metrics["retries"]) == ("send_recv", "PP", 1, 1)
     assert metrics["timeout_ms"] == pytest.approx(fault["gap_us"] / 1e3)

@@ -79,6 +79,25 @@ DEVICE_COPIES = Table(
         ]
     ),
 )
+# HCCL's data moves inside the rank's steps (the Memcpy / Reduce_Inline … tasks of its collectives'
+# planes, from trace_view.json's HCCL lanes or the db's COMMUNICATION_TASK_INFO): what each moved, over
+# what, in how long
+HCCL_TASKS = Table(
+    "hccl_tasks",
+    pa.schema(
+        [
+            ("step_ordinal", pa.int64()),
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("duration_us", pa.float64()),
+            ("task_type", pa.string()),  # Memcpy, Reduce_Inline, RDMASend …
+            ("plane", pa.int64()),  # its Plane lane (trace_view's thread id; the db's planeId + 1)
+            ("transport", pa.string()),  # SDMA | RDMA
+            ("link_type", pa.string()),  # ON_CHIP | HCCS | PCIE | ROCE | SIO …
+            ("bytes", pa.float64()),
+        ]
+    ),
+)
 EVIDENCE_INDEX = Table(
     "evidence_index",
     pa.schema(

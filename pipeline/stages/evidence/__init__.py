@@ -25,6 +25,7 @@ STAGE = Stage(
         schema.BUBBLE_WINDOWS,
         schema.HOST_IDLE_GAPS,
         schema.DEVICE_COPIES,
+        schema.HCCL_TASKS,
         schema.IDLE_BY_CAUSE,
         schema.HOST_API_SUMMARY,
         schema.HOST_API_SUMMARY_CSV,

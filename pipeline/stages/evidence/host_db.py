@@ -6,7 +6,8 @@ copies, allocations) and, through ``connectionId``, which call launched each dev
 ``read_db_host_events`` gives the same HostTrace as ``host_trace.read_host_events``: host events
 (named as trace_view names them: a CANN call of the acl level is ``AscendCL@<name>``) over a span,
 and each task's launch time, so a db root's idle gaps get their host causes like a text root's, and the
-device's memory copies (``TASK`` rows of type MEMCPY_ASYNC).
+device's memory copies (``TASK`` rows of type MEMCPY_ASYNC) and HCCL's data moves in its collectives
+(``COMMUNICATION_TASK_INFO``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pandas as pd
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.profiler_db import connect_readonly, resolve_strings, string_values, table_names
 from npuprof.pipeline.stages.evidence.host_trace import COLUMNS, COPY_TASK, LAUNCH_COLUMNS, HostTrace
+from npuprof.pipeline.stages.evidence.trace_hccl import HCCL_TASK_COLUMNS, empty_hccl_tasks, joined_hccl_tasks
 
 PYTHON_PROCESS, CANN_PROCESS = "Python", "CANN"
 # ENUM_API_TYPE ids of CANN_API rows, and the prefix trace_view gives their names
@@ -47,6 +49,19 @@ SELECT CAST(t.startNs AS INTEGER) AS start_ns, CAST(t.endNs AS INTEGER) AS end_n
 FROM TASK t JOIN STRING_IDS s ON s.id = t.taskType
 WHERE s.value = ? AND CAST(t.endNs AS INTEGER) >= ? AND CAST(t.startNs AS INTEGER) <= ?
 ORDER BY CAST(t.startNs AS INTEGER)
+"""
+
+# HCCL's data moves in its collectives (COMMUNICATION_TASK_INFO, timed by TASK), as trace_view's Plane
+# lanes hold them: the notifies between them (no bytes) are not kept
+HCCL_TASK_TABLES = ("COMMUNICATION_TASK_INFO", "ENUM_HCCL_TRANSPORT_TYPE", "ENUM_HCCL_LINK_TYPE")
+_HCCL_TASKS = """
+SELECT CAST(t.startNs AS INTEGER) AS start_ns, CAST(t.endNs AS INTEGER) AS end_ns, c.taskType AS task_type,
+       c.planeId AS plane, tr.name AS transport, lk.name AS link_type, CAST(c.size AS REAL) AS bytes
+FROM COMMUNICATION_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId
+LEFT JOIN ENUM_HCCL_TRANSPORT_TYPE tr ON tr.id = c.transportType
+LEFT JOIN ENUM_HCCL_LINK_TYPE lk ON lk.id = c.linkType
+WHERE c.size > 0 AND CAST(t.endNs AS INTEGER) >= ? AND CAST(t.startNs AS INTEGER) <= ?
+ORDER BY CAST(t.startNs AS INTEGER), c.planeId
 """
 
 
@@ -87,6 +102,7 @@ def read_db_host_events(path: str | Path, span_start_us: float, span_end_us: flo
         cann = _spans(con, "CANN_API", "h.type", bounds, cap, strings)
         launches = pd.read_sql_query(_LAUNCHES, con, params=bounds)
         copies = pd.read_sql_query(_COPIES, con, params=(COPY_TASK, *bounds))
+        tasks = _hccl_tasks(con, bounds, strings) if set(HCCL_TASK_TABLES) <= table_names(con) else None
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         raise BadInput(path, f"cannot read its host tables: {exc}") from None
     finally:
@@ -128,4 +144,18 @@ def read_db_host_events(path: str | Path, span_start_us: float, span_end_us: flo
             "stream": pd.to_numeric(copies["stream"], errors="coerce").fillna(-1).to_numpy(np.int64),
         }
     )
-    return HostTrace(events, dropped, 0, flows[LAUNCH_COLUMNS], copies)
+    return HostTrace(events, dropped, 0, flows[LAUNCH_COLUMNS], copies, empty_hccl_tasks() if tasks is None else tasks)
+
+
+def _hccl_tasks(con: sqlite3.Connection, bounds: tuple[int, int], strings: pd.Series) -> pd.DataFrame:
+    """HCCL's data moves over ``bounds`` as trace_view's reader gives them (HCCL_TASK_COLUMNS): the
+    task type named through STRING_IDS, the plane as its trace lane (Plane N is thread N + 1)."""
+    tasks = pd.read_sql_query(_HCCL_TASKS, con, params=bounds)
+    resolve_strings(tasks, ["task_type"], strings)
+    tasks = tasks.assign(
+        start_us=tasks["start_ns"].to_numpy(np.int64) / 1000.0,
+        end_us=tasks["end_ns"].to_numpy(np.int64) / 1000.0,
+        duration_us=(tasks["end_ns"].to_numpy(np.int64) - tasks["start_ns"].to_numpy(np.int64)) / 1000.0,
+        plane=pd.to_numeric(tasks["plane"], errors="coerce").fillna(-2).to_numpy(np.int64) + 1,
+    )
+    return joined_hccl_tasks([], [tasks[HCCL_TASK_COLUMNS]])

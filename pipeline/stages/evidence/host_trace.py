@@ -39,6 +39,17 @@ from npuprof.pipeline.stages.evidence.trace_copies import (
     empty_copies,
     joined_copies,
 )
+from npuprof.pipeline.stages.evidence.trace_hccl import (
+    TASK_LINK,
+    TASK_SIZE,
+    TASK_TRANSPORT,
+    block_task_mask,
+    empty_hccl_tasks,
+    hccl_task_row,
+    hccl_task_rows,
+    is_data_task,
+    joined_hccl_tasks,
+)
 
 HOST_CATEGORIES = frozenset({"cpu_op", "python_function", "ascendcl"})
 HOST_PROCESS_NAMES = frozenset({"Python", "CANN", "Python GC"})
@@ -60,6 +71,7 @@ class HostTrace:
     bytes_read: int
     launches: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LAUNCH_COLUMNS))  # per kernel start
     copies: pd.DataFrame = field(default_factory=empty_copies)  # the device's memory copies
+    hccl_tasks: pd.DataFrame = field(default_factory=empty_hccl_tasks)  # HCCL's data moves in its collectives
 
 
 def _prefix(path: Path) -> str:
@@ -96,6 +108,8 @@ class _Kept:
         self.flow_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
         self.copies: list[tuple] = []  # the device's memory copies (COPY_COLUMNS), event by event
         self.copy_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
+        self.hccl_tasks: list[tuple] = []  # HCCL's data moves (HCCL_TASK_COLUMNS), event by event
+        self.hccl_task_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
 
     def add(self, event: object) -> None:
         """One parsed event (the event-by-event reader)."""
@@ -127,12 +141,14 @@ class _Kept:
             return
         category = str(event.get("cat") or "").lower()
         if category not in HOST_CATEGORIES and self._device_lane(event.get("pid")):
+            args = event.get("args") if isinstance(event.get("args"), dict) else {}
             if event.get("name") == COPY_TASK:
-                args = event.get("args") if isinstance(event.get("args"), dict) else {}
                 stream = event.get("tid") if isinstance(event.get("tid"), int) else -1
                 self.copies.append(
                     (start, start + duration, _number(args.get(COPY_SIZE)), args.get(COPY_DIRECTION), stream)
                 )
+            elif is_data_task(args):
+                self.hccl_tasks.append(hccl_task_row(event, start, duration))
             return  # neither kept nor counted at the cap
         if self.kept() >= self.cap:
             self.dropped += 1
@@ -221,6 +237,9 @@ _EVENT_SCHEMA = pa.schema(
                     ("labels", pa.string()),
                     (COPY_SIZE, pa.float64()),
                     (COPY_DIRECTION, pa.string()),
+                    (TASK_SIZE, pa.float64()),
+                    (TASK_TRANSPORT, pa.string()),
+                    (TASK_LINK, pa.string()),
                 ]
             ),
         ),
@@ -358,9 +377,9 @@ def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
             on_device = pc.and_(
                 pa.array(device_lanes), pc.invert(pc.is_in(category, pa.array(sorted(HOST_CATEGORIES))))
             )
-            _block_copies(
-                events, pc.and_(pc.and_(is_complete, on_device), pc.equal(events.column("name"), COPY_TASK)), kept
-            )
+            device_complete = pc.and_(is_complete, on_device)
+            _block_copies(events, pc.and_(device_complete, pc.equal(events.column("name"), COPY_TASK)), kept)
+            _block_hccl_tasks(events, pc.and_(device_complete, block_task_mask(events.column("args"))), kept)
             is_complete = pc.and_(is_complete, pc.invert(on_device))
         complete = events.filter(is_complete)
         start = _timestamps(complete, "dur")
@@ -398,6 +417,14 @@ def _block_copies(events: pa.Table, is_copy: pa.Array, kept: _Kept) -> None:
         kept.copy_blocks.append(copy_rows(copies, _timestamps(copies, "dur"), kept.span))
 
 
+def _block_hccl_tasks(events: pa.Table, is_task: pa.Array, kept: _Kept) -> None:
+    """HCCL's data moves of a block (``is_task``: X events on a device lane whose args name a transport
+    and bytes) into ``kept``, as the event reader takes them."""
+    tasks = events.filter(is_task)
+    if tasks.num_rows:
+        kept.hccl_task_blocks.append(hccl_task_rows(tasks, _timestamps(tasks, "dur"), kept.span))
+
+
 def _native_file(path: Path) -> pa.NativeFile:
     """Arrow's own reader of ``path``; through a Python file where the name is not UTF-8 (Arrow
     takes names as UTF-8 text only)."""
@@ -425,4 +452,5 @@ def read_host_events(path: str | Path, span_start_us: float, span_end_us: float,
     if kept.not_events:
         raise BadInput(path, f"{kept.not_events} items of the trace are not events (JSON objects)")
     copies = joined_copies(kept.copies, kept.copy_blocks)
-    return HostTrace(kept.frame(), kept.dropped, path.stat().st_size, kept.launches(), copies)
+    tasks = joined_hccl_tasks(kept.hccl_tasks, kept.hccl_task_blocks)
+    return HostTrace(kept.frame(), kept.dropped, path.stat().st_size, kept.launches(), copies, tasks)

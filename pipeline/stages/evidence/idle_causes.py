@@ -138,23 +138,49 @@ def queued_gap_floor_us(causes: pd.DataFrame) -> float:
     return float(np.median(queued)) if len(queued) else 0.0
 
 
-def device_copies(copies: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """The device's memory copies (HostTrace.copies) that start inside one of the rank's steps, with
-    that step's ordinal (DEVICE_COPIES' columns)."""
-    start_ns = np.round(copies["start_us"].to_numpy(float) * 1000).astype(np.int64)
-    end_ns = np.round(copies["end_us"].to_numpy(float) * 1000).astype(np.int64)
+def _within_steps(start_us: np.ndarray, end_us: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
+    """Spans (µs) that start inside one of the rank's steps: their position, that step's ordinal and the
+    span in ns."""
+    start_ns = np.round(start_us * 1000).astype(np.int64)
+    end_ns = np.round(end_us * 1000).astype(np.int64)
     ordered = steps.sort_values("start_ns")
     first, last = ordered["start_ns"].to_numpy(np.int64), ordered["end_ns"].to_numpy(np.int64)
     at = np.searchsorted(first, start_ns, side="right") - 1
-    inside = (at >= 0) & (start_ns < last[np.clip(at, 0, None)])
+    inside = np.flatnonzero((at >= 0) & (start_ns < last[np.clip(at, 0, None)]))
     return pd.DataFrame(
         {
+            "position": inside,
             "step_ordinal": ordered["step_ordinal"].to_numpy(np.int64)[np.clip(at, 0, None)][inside],
             "start_ns": start_ns[inside],
             "end_ns": end_ns[inside],
             "duration_us": (end_ns - start_ns)[inside] / 1000.0,
-            "bytes": copies["bytes"].to_numpy(float)[inside],
-            "direction": copies["direction"].to_numpy(object)[inside],
-            "stream_id": copies["stream"].to_numpy(np.int64)[inside],
         }
+    )
+
+
+def device_copies(copies: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """The device's memory copies (HostTrace.copies) that start inside one of the rank's steps, with
+    that step's ordinal (DEVICE_COPIES' columns)."""
+    spans = _within_steps(copies["start_us"].to_numpy(float), copies["end_us"].to_numpy(float), steps)
+    inside = spans.pop("position").to_numpy()
+    return spans.assign(
+        bytes=copies["bytes"].to_numpy(float)[inside],
+        direction=copies["direction"].to_numpy(object)[inside],
+        stream_id=copies["stream"].to_numpy(np.int64)[inside],
+    )
+
+
+def hccl_tasks_in_steps(tasks: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """HCCL's data moves (HostTrace.hccl_tasks) that start inside one of the rank's steps, with that
+    step's ordinal (HCCL_TASKS' columns)."""
+    spans = _within_steps(tasks["start_us"].to_numpy(float), tasks["end_us"].to_numpy(float), steps)
+    inside = spans.pop("position").to_numpy()
+    chosen = tasks.iloc[inside]
+    return spans.assign(
+        duration_us=chosen["duration_us"].to_numpy(float),  # as written: the ns of an epoch float are not
+        task_type=chosen["task_type"].to_numpy(object),
+        plane=chosen["plane"].to_numpy(np.int64),
+        transport=chosen["transport"].to_numpy(object),
+        link_type=chosen["link_type"].to_numpy(object),
+        bytes=chosen["bytes"].to_numpy(float),
     )

@@ -29,6 +29,7 @@ from npuprof.pipeline.stages.evidence.idle_causes import (
     class_masks,
     device_copies,
     gap_causes,
+    hccl_tasks_in_steps,
     idle_by_cause,
     launch_times,
     queued_gap_floor_us,
@@ -73,12 +74,14 @@ def map_rank(ctx: RankContext) -> StageResult:
         "unreadable_inputs": [host_trace["note"]] if "note" in host_trace else [],
     }
     api = _host_api(events, host, steps, masks, launch_us) if host is not None and len(steps) else pd.DataFrame()
+    traced = host is not None and len(steps)
     tables = {
         schema.HOST_API_SUMMARY: api,
         schema.BUBBLE_WINDOWS: bubbles,
         schema.EVIDENCE_INDEX: evidence,
         schema.HOST_IDLE_GAPS: host_gaps,
-        schema.DEVICE_COPIES: device_copies(host.copies, steps) if host is not None and len(steps) else pd.DataFrame(),
+        schema.DEVICE_COPIES: device_copies(host.copies, steps) if traced else pd.DataFrame(),
+        schema.HCCL_TASKS: hccl_tasks_in_steps(host.hccl_tasks, steps) if traced else pd.DataFrame(),
         schema.IDLE_BY_CAUSE: by_cause,
     }
     return StageResult(tables=tables, manifest=manifest)

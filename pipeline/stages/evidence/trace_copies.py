@@ -26,19 +26,28 @@ def empty_copies() -> pd.DataFrame:
     )
 
 
+def device_task_fields(
+    tasks: pa.Table, start: np.ndarray, span: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray, pa.StructArray, np.ndarray]:
+    """Of a block's device task events (``start``: their ``ts`` as µs): which overlap ``span``, their
+    durations, their args and their lane (tid; -1 where none), for the rows a reader keeps."""
+    duration = tasks.column("dur").to_numpy()
+    inside = (duration > 0) & ~(start > span[1]) & ~(start + duration < span[0])
+    tid = tasks.column("tid").to_numpy(zero_copy_only=False)
+    lane = np.where(pd.isna(tid), -1, tid).astype(np.int64)
+    return inside, duration, tasks.column("args").combine_chunks(), lane
+
+
 def copy_rows(copies: pa.Table, start: np.ndarray, span: tuple[float, float]) -> pd.DataFrame:
     """A block's copy events (``start``: their ``ts`` as µs) that overlap ``span``, as COPY_COLUMNS."""
-    duration = copies.column("dur").to_numpy()
-    inside = (duration > 0) & ~(start > span[1]) & ~(start + duration < span[0])
-    args = copies.column("args").combine_chunks()
-    tid = copies.column("tid").to_numpy(zero_copy_only=False)
+    inside, duration, args, stream = device_task_fields(copies, start, span)
     return pd.DataFrame(
         {
             "start_us": start[inside],
             "end_us": (start + duration)[inside],
             "bytes": args.field(COPY_SIZE).to_numpy(zero_copy_only=False)[inside],
             "direction": np.asarray(args.field(COPY_DIRECTION).to_pylist(), dtype=object)[inside],
-            "stream": np.where(pd.isna(tid), -1, tid)[inside].astype(np.int64),
+            "stream": stream[inside],
         }
     )
 
