@@ -7,7 +7,8 @@ use, so the scenario list (``npuprof synth --help``) costs no numpy or pyarrow i
 
 from typing import TYPE_CHECKING, Any
 
-from npuprof.synth.scenarios import SCENARIOS, Fault, Scenario, scenario
+from npuprof.synth.faults import Fault
+from npuprof.synth.scenarios import SCENARIOS, Scenario, scenario
 
 if TYPE_CHECKING:
     from npuprof.synth.root_writer import generate

@@ -65,6 +65,8 @@ class Kernel:
     transfer_mb: float = 0.0
     # a buffer that is not 512-byte aligned: its last slice is this many bytes past a multiple (0: aligned)
     misaligned_bytes: int = 0
+    # the framework op the host launches this kernel inside (trace_view's cpu_op span), "" for none
+    host_scope: str = ""
 
 
 def aclnn(api: str, op: str, core: str, base_us: float, profile: str, shapes_in: str, shapes_out: str, **kw) -> Kernel:

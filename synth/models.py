@@ -14,6 +14,7 @@ import numpy as np
 from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl
 from npuprof.synth.layers import backward_of, dense_layer, moe_layer
 from npuprof.synth.program import HEAD, LAYER, TAIL, Program, Workload, scale_us
+from npuprof.synth.vision import vision_stem, vision_stem_backward
 
 
 def _p2p(w: Workload) -> Kernel:
@@ -305,12 +306,14 @@ def build_step(w: Workload) -> Program:
     if w.pp_size == 1:
         # Gradient accumulation: forward and backward of each micro-batch in turn.
         for mb in range(w.micro_batches):
+            vision_stem(p, w, mb)
             _head(p, w, mb)
             forward = _forward_layers(p, w, mb)
             lm_head = _tail_forward(p, w, mb)
             _loss_and_lm_head_backward(p, w, mb, lm_head)
             _backward_layers(p, w, mb, forward, last_buckets if mb == w.micro_batches - 1 else frozenset())
             _embedding_backward(p, w, mb)
+            vision_stem_backward(p, w, mb)
     else:
         # Pipeline parallel (GPipe order): every micro-batch forward, then every micro-batch backward;
         # neighbouring stages exchange activations and gradients with batchSendRecv.

@@ -114,7 +114,8 @@ class Workload:
     distributed_optimizer: bool = False
     # matmuls sized from their FLOPs at one speed (kernels.CALIBRATED_TFLOPS) rather than each its own
     calibrated: bool = False
-    # the faults planted on this rank that change its kernels (synth/scenarios.py): a layer builder asks
+    vision_blocks: int = 0  # a vision encoder's conv + BatchNorm + ReLU blocks ahead of the decoder (synth/vision.py)
+    # the faults planted on this rank that change its kernels (synth/faults.py): a layer builder asks
     # ``planted(kind)`` and plants its mechanism, so a new planting is its kind and its mechanism
     faults: tuple = ()
 

@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
+from npuprof.synth.faults import FAULT_PARAMETERS, RDMA_TIMEOUT_EXPONENT, STEP_TOP, Fault
 from npuprof.synth.groups import Topology
 from npuprof.synth.hccl_planes import plane_tasks
 from npuprof.synth.host_side import PLANTED_GAPS, RECORDED_ENV
 from npuprof.synth.kernels import CUBE_CORES, VECTOR_CORES
 from npuprof.synth.layers import UNALIGNED_BY
 from npuprof.synth.program import DENSE, LAYER, MOE
-from npuprof.synth.scenarios import FAULT_PARAMETERS, RDMA_TIMEOUT_EXPONENT, STEP_TOP, Fault, Scenario
+from npuprof.synth.scenarios import Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
 from npuprof.synth.text_export import (
     communication_records,

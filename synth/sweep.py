@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from npuprof.synth.faults import Fault
 from npuprof.synth.root_writer import generate
-from npuprof.synth.scenarios import Fault, Scenario
+from npuprof.synth.scenarios import Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
 
 HOSTS = ("node-a", "node-b", "node-c", "node-d")  # the inference cluster

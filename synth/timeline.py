@@ -20,12 +20,13 @@ from npuprof.synth.comm_faults import (
     retransmission_wait,
     slow_link_factor,
 )
+from npuprof.synth.faults import STEP_TOP, Fault
 from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.host_side import PLANTED_GAPS
 from npuprof.synth.kernels import Kernel
 from npuprof.synth.models import build_step
 from npuprof.synth.program import DENSE, LAYER, MOE, Program, Workload
-from npuprof.synth.scenarios import STEP_TOP, Fault, Scenario
+from npuprof.synth.scenarios import Scenario
 
 STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
 # ... of which this much falls inside the next step: the host enters ProfilerStep#N and launches its
@@ -123,6 +124,7 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
         overlap_gradients=scenario.training and not _faults(scenario, "gradient_allreduce_exposed"),
         distributed_optimizer=scenario.distributed_optimizer,
         calibrated=scenario.calibrated,
+        vision_blocks=scenario.vision_blocks,
         faults=tuple(f for f in scenario.faults if rank in f.ranks or not f.ranks),
     )
 

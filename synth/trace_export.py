@@ -304,6 +304,26 @@ def _task_events(b: _Batch, cores: np.ndarray, lanes: _Lanes) -> pa.Array:
     return pc.if_else(b.comm, op_lane, device)
 
 
+def _scope_events(t: RankTimeline, pid: int) -> list[dict]:
+    """The framework ops the host launched kernels inside (``Kernel.host_scope``): one cpu_op span per run of
+    in-line events of one scope, from just before its first launch to just after its last launch ends."""
+    scope = np.array([k.host_scope for k in t.kernels], dtype=object)[t.kernel_id]
+    in_line = np.flatnonzero(~t.overlapped) if t.overlapped is not None else np.arange(len(scope))
+    scope = scope[in_line]
+    starts = np.flatnonzero((scope != "") & np.r_[True, scope[1:] != scope[:-1]])
+    ends = np.r_[starts[1:], len(scope)]
+    launch_ns = (t.start_ns - t.launch_lead_ns)[in_line]
+    events = []
+    for first, stop in zip(starts, ends):  # a loop over the runs (a few per step)
+        last = first + np.flatnonzero(scope[first:stop] == scope[first])[-1]
+        begin, finish = int(launch_ns[first]) - 1_000, int(launch_ns[last]) + 7_500
+        ts = us_text(np.array([begin]))[0].as_py()
+        args = {"Sequence number": -1, "Fwd thread id": 0}
+        span = {"ph": "X", "name": str(scope[first]), "pid": pid, "tid": pid, "ts": ts, "cat": "cpu_op"}
+        events.append({**span, "dur": round((finish - begin) / 1000, 3), "args": args})
+    return events
+
+
 def _plane_events(planes: PlaneTasks, lo: int, hi: int, lanes: _Lanes) -> pa.Array:
     """The data moves (HCCL_TASKS' source) of the ops among events [lo, hi) on their Plane lanes."""
     first, last = np.searchsorted(planes.event, [lo, hi])
@@ -376,6 +396,7 @@ def write_trace_view(
     writer.write_objects(_metadata_events(t, lanes, int(planes.plane.max(initial=0)) + 1))
     writer.write_objects(_step_events(t, step_ids, lanes.pid))
     writer.write_objects([e for start, end, kind in host_stalls for e in _stall_events(kind, start, end, lanes)])
+    writer.write_objects(_scope_events(t, lanes.pid))
     n = len(t.start_ns)
     types = np.array([k.type for k in t.kernels], dtype=object)[t.kernel_id]
     cores = np.array([k.core for k in t.kernels], dtype=object)[t.kernel_id]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from npuprof.synth.scenarios import SCENARIOS, Fault, Scenario
+from npuprof.synth.faults import Fault
+from npuprof.synth.scenarios import SCENARIOS, Scenario
 
 # (scenario, the finding whose fault the twin leaves out: a fault is named by the finding it plants)
 TWINS: tuple[tuple[str, str], ...] = (
@@ -36,6 +37,8 @@ TWINS: tuple[tuple[str, str], ...] = (
     ("contended_buckets", "bandwidth_contention"),
     # the twin's last bucket is 512-byte aligned: every slice of its all-reduce at the same rate
     ("misaligned_bucket", "sdma_misaligned"),
+    # the twin's vision stem runs plain BatchNorm: the same kernels, no statistics collectives
+    ("syncbn_vision", "syncbn"),
     # the twin's FFN is the model's width, its matmuls at the aligned speed (a few per thousand more FLOPs)
     ("unaligned_ffn", "operator_low_efficiency"),
     # the twin's send / recv deliver every packet the first time

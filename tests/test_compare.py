@@ -15,7 +15,8 @@ from npuprof.pipeline.compare.run import compare
 from npuprof.pipeline.errors import UsageError
 from npuprof.pipeline.runner import StageRange, analyze
 from npuprof.synth import generate
-from npuprof.synth.scenarios import Fault, scenario
+from npuprof.synth.faults import Fault
+from npuprof.synth.scenarios import scenario
 
 pytestmark = pytest.mark.xdist_group("compare")
 

@@ -23,7 +23,7 @@ from npuprof.pipeline.stages.diagnostics import registry
 from npuprof.pipeline.stages.diagnostics.cited_evidence import check_evidence
 from npuprof.pipeline.stages.diagnostics.outliers import low_outliers
 from npuprof.synth import SCENARIOS, generate
-from npuprof.synth.scenarios import Fault
+from npuprof.synth.faults import Fault
 
 pytestmark = pytest.mark.xdist_group("planted")  # one worker: shares its fixtures
 

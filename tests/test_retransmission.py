@@ -10,7 +10,7 @@ from helpers.planted import planted_finding
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.stages.diagnostics.detectors.retransmission import FINDING, QP_TIMEOUT_UNIT_US, timeout_us
-from npuprof.synth.scenarios import RDMA_TIMEOUT_EXPONENT
+from npuprof.synth.faults import RDMA_TIMEOUT_EXPONENT
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 

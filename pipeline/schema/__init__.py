@@ -100,6 +100,7 @@ from npuprof.pipeline.schema.evidence import (
     HOST_API_SUMMARY_CSV,
     HOST_IDLE_GAPS,
     IDLE_BY_CAUSE,
+    LAUNCH_SCOPES,
     STEP_TIME_ACCOUNTING_CSV,
 )
 from npuprof.pipeline.schema.model import (
@@ -196,6 +197,7 @@ TABLES: tuple[Table, ...] = (
     HOST_IDLE_GAPS,
     DEVICE_COPIES,
     HCCL_TASKS,
+    LAUNCH_SCOPES,
     IDLE_BY_CAUSE,
     HOST_API_SUMMARY,
     EVIDENCE_INDEX,
@@ -339,6 +341,7 @@ __all__ = [
     "HOST_IDLE_GAPS",
     "DEVICE_COPIES",
     "HCCL_TASKS",
+    "LAUNCH_SCOPES",
     "IDLE_BY_CAUSE",
     "HOST_API_SUMMARY",
     "HOST_API_SUMMARY_CSV",

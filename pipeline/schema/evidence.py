@@ -98,6 +98,22 @@ HCCL_TASKS = Table(
         ]
     ),
 )
+# What chosen framework ops (evidence_rules.framework_scopes: SyncBatchNorm) put on the device: each kernel the
+# host launched inside such an op's span, with the span
+LAUNCH_SCOPES = Table(
+    "launch_scopes",
+    pa.schema(
+        [
+            ("step_ordinal", pa.int64()),
+            ("scope", pa.string()),  # the configured scope the span's name holds
+            ("span_start_ns", pa.int64()),  # the framework op's span on the host (one call)
+            ("span_end_ns", pa.int64()),
+            ("row_idx", pa.int64()),  # the kernel: its normalized event row
+            ("start_ns", pa.int64()),  # ... and its device start
+            ("name", pa.string()),
+        ]
+    ),
+)
 EVIDENCE_INDEX = Table(
     "evidence_index",
     pa.schema(

@@ -26,6 +26,7 @@ STAGE = Stage(
         schema.HOST_IDLE_GAPS,
         schema.DEVICE_COPIES,
         schema.HCCL_TASKS,
+        schema.LAUNCH_SCOPES,
         schema.IDLE_BY_CAUSE,
         schema.HOST_API_SUMMARY,
         schema.HOST_API_SUMMARY_CSV,

@@ -35,6 +35,7 @@ from npuprof.pipeline.stages.evidence.idle_causes import (
     queued_gap_floor_us,
 )
 from npuprof.pipeline.stages.evidence.index import bubble_windows, bubble_windows_jsonl, evidence_index
+from npuprof.pipeline.stages.evidence.launch_scopes import scoped_launches
 from npuprof.pipeline.stages.rank_reads import layer_spans, rank_steps, step_of_events
 from npuprof.pipeline.summaries.accounting import idle_gaps
 
@@ -82,6 +83,7 @@ def map_rank(ctx: RankContext) -> StageResult:
         schema.HOST_IDLE_GAPS: host_gaps,
         schema.DEVICE_COPIES: device_copies(host.copies, steps) if traced else pd.DataFrame(),
         schema.HCCL_TASKS: hccl_tasks_in_steps(host.hccl_tasks, steps) if traced else pd.DataFrame(),
+        schema.LAUNCH_SCOPES: scoped_launches(events, launch_us, host.events) if traced else pd.DataFrame(),
         schema.IDLE_BY_CAUSE: by_cause,
     }
     return StageResult(tables=tables, manifest=manifest)

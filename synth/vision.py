@@ -1,0 +1,61 @@
+"""A vision encoder's convolutional stem ahead of the decoder (a multimodal model's image tower): blocks of
+convolution, BatchNorm and ReLU per micro-batch, and their backward after the embedding's.
+
+Converted with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` (planted syncbn), each BatchNorm is a
+SyncBatchNorm: its forward gathers every data-parallel rank's batch statistics (a small blocking
+all-gather between the statistics and the normalisation) and its backward all-reduces the gradient sums,
+each inside the framework op the host trace names (``SyncBatchNorm``, and autograd's
+``SyncBatchNormBackward``). Plain BatchNorm runs the same kernels without the collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl
+from npuprof.synth.program import HEAD, Program, Workload
+
+IMAGE = "16,256,56,56"  # a micro-batch's feature maps: images, channels, height, width
+CHANNELS = 256
+SYNC_SCOPE = "SyncBatchNorm"
+SYNC_BACKWARD_SCOPE = "autograd::engine::evaluate_function: SyncBatchNormBackward"
+STATS_US = 200.0  # a statistics collective: its start alone (the bytes are a few KB)
+
+
+def _vector(op: str, base_us: float) -> Kernel:
+    return aclnn(op, op, "AI_VECTOR_CORE", base_us, "vector_mte", IMAGE, IMAGE)
+
+
+def _stats_collective(op: str, w: Workload, scope: str) -> Kernel:
+    """The per-channel statistics a SyncBatchNorm syncs over data parallel: sum, sum of squares, count."""
+    stats_mb = (2 * CHANNELS + 1) * 4 * (w.world if op == "allGather" else 1) / 1e6
+    return replace(hccl(op, "dp", STATS_US, stats_mb), host_scope=scope)
+
+
+def vision_stem(p: Program, w: Workload, mb: int) -> None:
+    """The stem's forward of one micro-batch: conv, BatchNorm's statistics and normalisation, ReLU."""
+    synced = bool(w.planted("syncbn"))
+    for _block in range(w.vision_blocks):
+        conv = aclnn("Convolution", "Conv2D", "AI_CORE", 120.0, "cube", f"{IMAGE};256,256,3,3", IMAGE)
+        p.add(replace(conv, block_dim=CUBE_CORES), HEAD, micro_batch=mb, block="vision")
+        scope = SYNC_SCOPE if synced else ""
+        p.add(replace(_vector("BNTrainingReduce", 30.0), host_scope=scope), HEAD, micro_batch=mb, block="vision")
+        if synced:
+            p.add(_stats_collective("allGather", w, SYNC_SCOPE), HEAD, micro_batch=mb, block="vision")
+        p.add(replace(_vector("BNTrainingUpdate", 35.0), host_scope=scope), HEAD, micro_batch=mb, block="vision")
+        p.add(_vector("Relu", 15.0), HEAD, micro_batch=mb, block="vision")
+
+
+def vision_stem_backward(p: Program, w: Workload, mb: int) -> None:
+    """The stem's backward of one micro-batch, last block first."""
+    synced = bool(w.planted("syncbn"))
+    scope = SYNC_BACKWARD_SCOPE if synced else ""
+    for _block in range(w.vision_blocks):
+        p.add(_vector("ReluGrad", 15.0), HEAD, micro_batch=mb, block="vision")
+        p.add(replace(_vector("BNTrainingUpdateGrad", 35.0), host_scope=scope), HEAD, micro_batch=mb, block="vision")
+        if synced:
+            p.add(_stats_collective("allReduce", w, SYNC_BACKWARD_SCOPE), HEAD, micro_batch=mb, block="vision")
+        p.add(replace(_vector("BNTrainingReduceGrad", 30.0), host_scope=scope), HEAD, micro_batch=mb, block="vision")
+        for op in ("Conv2DBackpropInput", "Conv2DBackpropFilter"):
+            grad = aclnn("ConvolutionBackward", op, "AI_CORE", 120.0, "cube", f"{IMAGE};256,256,3,3", IMAGE)
+            p.add(replace(grad, block_dim=CUBE_CORES), HEAD, micro_batch=mb, block="vision")
