@@ -60,6 +60,8 @@ COLUMNS = ["name", "pid", "tid", "start_us", "end_us", "duration_us", "process"]
 # queue's launch thread submitted it); the later of the two is when the device could have it
 FLOW_CATEGORIES = ("async_npu", "hosttodevice")
 LAUNCH_COLUMNS = ["device_start_us", "launch_us"]
+# a flow event kept: its category (index in FLOW_CATEGORIES), id, whether it starts (s) or ends (f) the flow
+FLOW_SCHEMA = pa.schema([("category", pa.int64()), ("id", pa.string()), ("is_start", pa.bool_()), ("ts", pa.float64())])
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class _Kept:
         self.dropped = 0
         self.not_events = 0  # items that are not JSON objects: the file is not a trace
         self.flows: list[tuple[int, str, bool, float]] = []  # (category, id, is_start, ts_us), event by event
-        self.flow_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
+        self.flow_blocks: list[pa.Table] = []  # the same columns (FLOW_SCHEMA), a block at a time
         self.copies: list[tuple] = []  # the device's memory copies (COPY_COLUMNS), event by event
         self.copy_blocks: list[pd.DataFrame] = []  # the same columns, a block at a time
         self.hccl_tasks: list[tuple] = []  # HCCL's data moves (HCCL_TASK_COLUMNS), event by event
@@ -179,15 +181,19 @@ class _Kept:
     def launches(self) -> pd.DataFrame:
         """Per device start (f) in the span: the latest launch (s) of the same flow id among the
         categories; kernels whose flows are cut off by the cap have none."""
-        flows = pd.concat(
-            [pd.DataFrame(self.flows, columns=["category", "id", "is_start", "ts"]), *self.flow_blocks],
-            ignore_index=True,
-        ).astype({"category": "int64", "is_start": bool, "ts": "float64"})  # typed: the empty list is not
-        is_start = flows["is_start"].to_numpy(bool)
-        starts = flows.loc[is_start].drop_duplicates(["category", "id"])
-        ends = flows.loc[~is_start].drop_duplicates(["category", "id"])
-        paired = ends.merge(starts, on=["category", "id"], suffixes=("_device", "_launch"))
-        per_kernel = paired.groupby("ts_device", sort=True)["ts_launch"].max()
+        rows = pa.Table.from_pylist([dict(zip(FLOW_SCHEMA.names, row)) for row in self.flows], schema=FLOW_SCHEMA)
+        flows = pa.concat_tables([rows, *self.flow_blocks]).combine_chunks()
+        # each (category, id) as one integer: the ids hashed once (in Arrow), then every step on numbers
+        codes = pc.dictionary_encode(flows.column("id")).combine_chunks().indices.to_numpy()
+        key = codes.astype(np.int64) * len(FLOW_CATEGORIES) + flows.column("category").to_numpy()
+        is_start, ts = flows.column("is_start").to_numpy(zero_copy_only=False), flows.column("ts").to_numpy()
+        launch = np.full(int(key.max(initial=-1)) + 1, np.nan)
+        started, first = np.unique(key[is_start], return_index=True)  # the first start of each flow
+        launch[started] = ts[is_start][first]
+        ended, first = np.unique(key[~is_start], return_index=True)  # ... and its first end
+        device, launched = ts[~is_start][first], launch[ended]
+        paired = ~np.isnan(launched)
+        per_kernel = pd.Series(launched[paired]).groupby(device[paired], sort=True).max()
         return pd.DataFrame(
             {"device_start_us": per_kernel.index.to_numpy(float), "launch_us": per_kernel.to_numpy(float)}
         )
@@ -292,9 +298,12 @@ def _block_flows(events: pa.Table, category: pa.ChunkedArray, kept: _Kept) -> No
     is_start = pc.equal(flows.column("ph"), "s").to_numpy()
     in_span = (ts <= kept.span[1]) & (is_start | (ts >= kept.span[0]))
     codes = pc.index_in(category.filter(is_flow), pa.array(FLOW_CATEGORIES)).to_numpy()
-    ids = np.asarray(flows.column("id").to_numpy(zero_copy_only=False), dtype=object)
+    chosen = pa.array(in_span)
     kept.flow_blocks.append(
-        pd.DataFrame({"category": codes[in_span], "id": ids[in_span], "is_start": is_start[in_span], "ts": ts[in_span]})
+        pa.table(
+            [pa.array(codes[in_span], pa.int64()), flows.column("id").filter(chosen), is_start[in_span], ts[in_span]],
+            schema=FLOW_SCHEMA,
+        )
     )
 
 

@@ -133,8 +133,12 @@ def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, 
     files, file_source, unreadable = _communication_files(ctx)
     ops, links, source = communication_ops(*files, events[events["is_comm"]], step_ids, rank_info, file_source)
     if len(ops):
-        agreed = agreed_roles(events["name"], events["parallel_role"], ops["op_name"], ops["parallel_role"])
-        events["parallel_role"], ops["parallel_role"] = np.where(events["is_comm"], agreed[0], None), agreed[1]
+        is_comm = events["is_comm"].to_numpy(bool)  # only communication events have a role to agree on
+        named = events.loc[is_comm, "name"]
+        agreed = agreed_roles(named, events.loc[is_comm, "parallel_role"], ops["op_name"], ops["parallel_role"])
+        roles = np.full(len(events), None, dtype=object)
+        roles[is_comm] = agreed[0]
+        events["parallel_role"], ops["parallel_role"] = roles, agreed[1]
     comm = events[events["is_comm"]]
     comm_rows = comm.assign(
         duration_us=comm["duration_ns"] / 1000.0,
