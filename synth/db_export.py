@@ -16,6 +16,7 @@ from npuprof.synth.groups import GroupInstance
 from npuprof.synth.host_side import DEVICE_COPY, STALL_SPANS, host_span
 from npuprof.synth.text_export import STEP_TRACE_COLUMNS, pmu_values
 from npuprof.synth.timeline import RankTimeline
+from npuprof.synth.vision import host_scope_spans
 
 CARDS_PER_HOST = 8
 
@@ -282,6 +283,16 @@ def _insert_host_stalls(
     )
 
 
+def _insert_scope_spans(con: sqlite3.Connection, t: RankTimeline, strings: _Strings) -> None:
+    """PYTORCH_API rows of the framework ops the host launched kernels inside (``vision.host_scope_spans``)."""
+    tid = (2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)
+    rows = [
+        (str(start), str(end), tid, None, strings(name), -1, 0, None, None, None, 1)
+        for name, start, end in host_scope_spans(t)
+    ]
+    con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
 def write_profiler_db(
     path: Path,
     t: RankTimeline,
@@ -307,6 +318,7 @@ def write_profiler_db(
     _insert_communication_ops(con, t, np.flatnonzero(comm), names, groups, connection, strings, k_type)
     _insert_cann_api(con, t, comm, connection, strings)
     _insert_host_stalls(con, t, list(host_stalls), strings)
+    _insert_scope_spans(con, t, strings)
     con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(i, v) for v, i in strings.ids.items()])
     con.commit()
     con.close()

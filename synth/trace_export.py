@@ -19,6 +19,7 @@ from npuprof.synth.hccl_planes import PlaneTasks
 from npuprof.synth.host_side import COPY_GBPS, DEVICE_COPY, STALL_SPANS, host_span
 from npuprof.synth.text_export import us_text
 from npuprof.synth.timeline import HOST_LEAD_NS, RankTimeline
+from npuprof.synth.vision import host_scope_spans
 
 BATCH = 100_000
 GC_PID_OFFSET = 500_000  # the Python GC process's pid, apart from the Python process's
@@ -305,23 +306,21 @@ def _task_events(b: _Batch, cores: np.ndarray, lanes: _Lanes) -> pa.Array:
 
 
 def _scope_events(t: RankTimeline, pid: int) -> list[dict]:
-    """The framework ops the host launched kernels inside (``Kernel.host_scope``): one cpu_op span per run of
-    in-line events of one scope, from just before its first launch to just after its last launch ends."""
-    scope = np.array([k.host_scope for k in t.kernels], dtype=object)[t.kernel_id]
-    in_line = np.flatnonzero(~t.overlapped) if t.overlapped is not None else np.arange(len(scope))
-    scope = scope[in_line]
-    starts = np.flatnonzero((scope != "") & np.r_[True, scope[1:] != scope[:-1]])
-    ends = np.r_[starts[1:], len(scope)]
-    launch_ns = (t.start_ns - t.launch_lead_ns)[in_line]
-    events = []
-    for first, stop in zip(starts, ends):  # a loop over the runs (a few per step)
-        last = first + np.flatnonzero(scope[first:stop] == scope[first])[-1]
-        begin, finish = int(launch_ns[first]) - 1_000, int(launch_ns[last]) + 7_500
-        ts = us_text(np.array([begin]))[0].as_py()
-        args = {"Sequence number": -1, "Fwd thread id": 0}
-        span = {"ph": "X", "name": str(scope[first]), "pid": pid, "tid": pid, "ts": ts, "cat": "cpu_op"}
-        events.append({**span, "dur": round((finish - begin) / 1000, 3), "args": args})
-    return events
+    """The framework ops the host launched kernels inside (``vision.host_scope_spans``) as cpu_op spans."""
+    args = {"Sequence number": -1, "Fwd thread id": 0}
+    return [
+        {
+            "ph": "X",
+            "name": name,
+            "pid": pid,
+            "tid": pid,
+            "ts": us_text(np.array([begin]))[0].as_py(),
+            "cat": "cpu_op",
+            "dur": round((finish - begin) / 1000, 3),
+            "args": args,
+        }
+        for name, begin, finish in host_scope_spans(t)
+    ]
 
 
 def _plane_events(planes: PlaneTasks, lo: int, hi: int, lanes: _Lanes) -> pa.Array:

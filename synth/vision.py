@@ -11,9 +11,15 @@ each inside the framework op the host trace names (``SyncBatchNorm``, and autogr
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl
 from npuprof.synth.program import HEAD, Program, Workload
+
+if TYPE_CHECKING:
+    from npuprof.synth.timeline import RankTimeline
 
 IMAGE = "16,256,56,56"  # a micro-batch's feature maps: images, channels, height, width
 CHANNELS = 256
@@ -59,3 +65,20 @@ def vision_stem_backward(p: Program, w: Workload, mb: int) -> None:
         for op in ("Conv2DBackpropInput", "Conv2DBackpropFilter"):
             grad = aclnn("ConvolutionBackward", op, "AI_CORE", 120.0, "cube", f"{IMAGE};256,256,3,3", IMAGE)
             p.add(replace(grad, block_dim=CUBE_CORES), HEAD, micro_batch=mb, block="vision")
+
+
+def host_scope_spans(t: RankTimeline) -> list[tuple[str, int, int]]:
+    """(name, start_ns, end_ns) of each framework op the host launched kernels inside (``Kernel.host_scope``),
+    for the trace and the db alike: one span per run of in-line events of one scope, from just before its
+    first launch to just after its last launch ends."""
+    scope = np.array([k.host_scope for k in t.kernels], dtype=object)[t.kernel_id]
+    in_line = np.flatnonzero(~t.overlapped) if t.overlapped is not None else np.arange(len(scope))
+    scope = scope[in_line]
+    starts = np.flatnonzero((scope != "") & np.r_[True, scope[1:] != scope[:-1]])
+    ends = np.r_[starts[1:], len(scope)]
+    launch_ns = (t.start_ns - t.launch_lead_ns)[in_line]
+    spans = []
+    for first, stop in zip(starts, ends):  # a loop over the runs (a few per step)
+        last = first + np.flatnonzero(scope[first:stop] == scope[first])[-1]
+        spans.append((str(scope[first]), int(launch_ns[first]) - 1_000, int(launch_ns[last]) + 7_500))
+    return spans

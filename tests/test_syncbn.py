@@ -77,3 +77,17 @@ def test_plain_batchnorm_is_silent_and_a_run_without_the_host_trace_is_not_judge
     analyze(root, tmp_path / "bare", jobs=2, options=AnalyzeOptions(host_trace=False))
     unjudged = json.loads((tmp_path / "bare" / schema.DIAGNOSIS_FINDINGS).read_text())["not_judged"]
     assert FINDING in {u["finding_type"] for u in unjudged}
+
+
+def test_a_db_capture_that_links_no_collective_to_its_launch_is_not_judged(tmp_path):
+    """The synthetic db, like torch_npu's, links compute tasks to their launches (TASK ↔ CANN_API) but not the
+    collectives: the calls and their statistics kernels are found, what they cost is not measured."""
+    root = Path(generate(tmp_path / "root", "syncbn_vision", seed=7, export="db")["root"])
+    analyze(root, tmp_path / "out", jobs=2)
+    found = json.loads((tmp_path / "out" / schema.DIAGNOSIS_FINDINGS).read_text())
+    assert not [f for f in found["diagnosis_findings"] if f["finding_type"] == FINDING]
+    (reason,) = [u["reason"] for u in found["not_judged"] if u["finding_type"] == FINDING]
+    scenario = SCENARIOS["syncbn_vision"]
+    assert f"{2 * scenario.vision_blocks * scenario.micro_batches} SyncBatchNorm calls per step" in reason
+    launched = pd.read_parquet(tmp_path / "out" / schema.LAUNCH_SCOPES.path)
+    assert len(launched) and launched["name"].str.contains("BNTraining").all()  # the kernels, not the collectives

@@ -71,6 +71,10 @@ def syncbn(inputs: DiagnosisContext) -> list[Finding]:
         return []
     synced = scoped_instances(launches, alignment[alignment["member_count"] >= 2], spec["scope"])
     if not len(synced):
+        # calls but no collective inside them: a group of one rank syncs nothing, or the capture does not
+        # link its collectives to their launches (a db export): either way nothing is measured to price
+        per_step = len(calls) / max(calls.groupby(["rank_id", "step_ordinal"]).ngroups, 1)
+        inputs.not_judging(FINDING, spec["no_collectives"].format(calls_per_step=per_step))
         return []
     factors = pd.Series(0.0, index=synced["alignment_id"].unique())
     claim = priced(inputs.step_model, scaled_transit(inputs.step_model, factors))
