@@ -254,19 +254,29 @@ def _insert_cann_api(
     )
 
 
+def _host_tid(t: RankTimeline) -> int:
+    """The global thread id of the rank's Python thread (pid << 32 | tid, as torch_npu stores it)."""
+    return (2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)
+
+
+def _framework_row(name: str, start: int, end: int, tid: int, strings: _Strings) -> tuple:
+    """A PYTORCH_API row of a framework op (times as text, as torch_npu stores them)."""
+    return (str(start), str(end), tid, None, strings(name), -1, 0, None, None, None, 1)
+
+
 def _insert_host_stalls(
     con: sqlite3.Connection, t: RankTimeline, stalls: list[tuple[int, int, str]], strings: _Strings
 ) -> None:
     """PYTORCH_API (times as text, as torch_npu stores them) and CANN_API rows of each planted host stall,
     and for a planted device copy its TASK row (MEMCPY_ASYNC on the compute stream) besides its launch."""
-    tid = (2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)
+    tid = _host_tid(t)
     framework, cann, copies = [], [], []
     for start, end, kind in stalls:
         ops, calls = STALL_SPANS.get(kind, STALL_SPANS["device_idle_bubble"])
         if kind == DEVICE_COPY:
             copies.append((start, end))
         start, end = host_span(kind, start, end)
-        framework += [(str(start), str(end), tid, None, strings(name), -1, 0, None, None, None, 1) for name, _ in ops]
+        framework += [_framework_row(name, start, end, tid, strings) for name, _ in ops]
         cann += [(start, end, 20000, tid, strings(name)) for name, _ in calls]
     con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", framework)
     # connection ids past the launches': a blocking call launches no task
@@ -285,11 +295,8 @@ def _insert_host_stalls(
 
 def _insert_scope_spans(con: sqlite3.Connection, t: RankTimeline, strings: _Strings) -> None:
     """PYTORCH_API rows of the framework ops the host launched kernels inside (``vision.host_scope_spans``)."""
-    tid = (2_000_000 + t.rank) << 32 | (2_000_000 + t.rank)
-    rows = [
-        (str(start), str(end), tid, None, strings(name), -1, 0, None, None, None, 1)
-        for name, start, end in host_scope_spans(t)
-    ]
+    tid = _host_tid(t)
+    rows = [_framework_row(name, start, end, tid, strings) for name, start, end in host_scope_spans(t)]
     con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
 

@@ -13,7 +13,7 @@ from npuprof.synth.kernels import CALIBRATED_TFLOPS, CUBE_CORES, CUBE_RIDGE_ROWS
 from npuprof.synth.program import LAYER, Program, Workload, scale_us
 
 
-def _vector(op: str, base_us: float, shapes_in: str, shapes_out: str, profile: str = "vector") -> Kernel:
+def vector_kernel(op: str, base_us: float, shapes_in: str, shapes_out: str, profile: str = "vector") -> Kernel:
     """A vector-core aclnn kernel whose API is named like its op."""
     return aclnn(op, op, "AI_VECTOR_CORE", base_us, profile, shapes_in, shapes_out)
 
@@ -54,11 +54,13 @@ def _dense_attention(w: Workload) -> list[Kernel]:
     flash_us = scale_us(t, 160) * (1.0 if w.phase != "decode" else 0.4)
     q, kv = f"{t},{heads * m.head_dim}", f"{t},{kv_heads * m.head_dim}"
     return [
-        _vector("RmsNorm", scale_us(t, 14), f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"),
+        vector_kernel("RmsNorm", scale_us(t, 14), f"{t},{m.hidden};{m.hidden}", f"{t},{m.hidden};{t},1"),
         _matmul(_matmul_us(w, scale_us(t, 95), t, qkv, m.hidden), f"{t},{m.hidden};{qkv},{m.hidden}", f"{t},{qkv}"),
-        _vector("RmsNorm", scale_us(t, 9), f"{t},{heads},{m.head_dim};{m.head_dim}", f"{t},{heads},{m.head_dim}"),
-        _vector("RmsNorm", scale_us(t, 6), f"{t},{kv_heads},{m.head_dim};{m.head_dim}", f"{t},{kv_heads},{m.head_dim}"),
-        _vector(
+        vector_kernel("RmsNorm", scale_us(t, 9), f"{t},{heads},{m.head_dim};{m.head_dim}", f"{t},{heads},{m.head_dim}"),
+        vector_kernel(
+            "RmsNorm", scale_us(t, 6), f"{t},{kv_heads},{m.head_dim};{m.head_dim}", f"{t},{kv_heads},{m.head_dim}"
+        ),
+        vector_kernel(
             "RotaryPositionEmbedding",
             scale_us(t, 11),
             f"{t},{heads},{m.head_dim};{t},1,{m.head_dim}",
@@ -82,16 +84,16 @@ def _rms_norm(w: Workload) -> list[Kernel]:
     m, t = w.model, w.tokens
     x, row = f"{t},{m.hidden}", f"{t},1"
     if not w.planted("unfused_op_pattern"):
-        return [_vector("RmsNorm", scale_us(t, 14), f"{x};{m.hidden}", f"{x};{row}")]
+        return [vector_kernel("RmsNorm", scale_us(t, 14), f"{x};{m.hidden}", f"{x};{row}")]
     per_th = scale_us(t, 7)  # µs per t·h moved once
     tiny = scale_us(t, 0.5)  # a (t, 1) vector: the launch's own time
     return [
-        _vector("Pow", 2 * per_th, x, x),
-        _vector("ReduceMean", per_th, x, row),
-        _vector("Adds", tiny, row, row),
-        _vector("Rsqrt", tiny, row, row),
-        _vector("Mul", 2 * per_th, f"{x};{row}", x),
-        _vector("Mul", 2 * per_th, f"{x};{m.hidden}", x),
+        vector_kernel("Pow", 2 * per_th, x, x),
+        vector_kernel("ReduceMean", per_th, x, row),
+        vector_kernel("Adds", tiny, row, row),
+        vector_kernel("Rsqrt", tiny, row, row),
+        vector_kernel("Mul", 2 * per_th, f"{x};{row}", x),
+        vector_kernel("Mul", 2 * per_th, f"{x};{m.hidden}", x),
     ]
 
 
@@ -104,12 +106,12 @@ def _residual_add(w: Workload) -> list[Kernel]:
     m, t = w.model, w.tokens
     x, add_us = f"{t},{m.hidden}", scale_us(t, 7)
     if not w.planted("fusible_op_sequence"):
-        return [_vector("Add", add_us, f"{x};{x}", x, "vector_mte")]
+        return [vector_kernel("Add", add_us, f"{x};{x}", x, "vector_mte")]
     per_th = add_us / 3  # µs per t·h moved once
     return [
-        _vector("Muls", 2 * per_th, x, x, "elementwise"),
+        vector_kernel("Muls", 2 * per_th, x, x, "elementwise"),
         aclnn("Add", "Add", "AI_VECTOR_CORE", 3 * per_th, "elementwise", f"{x};{x}", x, input_dtypes="DT_BF16;DT_BF16"),
-        _vector("Muls", 2 * per_th, x, x, "elementwise"),
+        vector_kernel("Muls", 2 * per_th, x, x, "elementwise"),
     ]
 
 
@@ -136,7 +138,7 @@ def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
             f"{t},{m.hidden};{2 * ffn},{m.hidden}",
             f"{t},{2 * ffn}",
         ),
-        _vector("SwiGlu", scale_us(t, 25), f"{t},{2 * ffn}", f"{t},{ffn}"),
+        vector_kernel("SwiGlu", scale_us(t, 25), f"{t},{2 * ffn}", f"{t},{ffn}"),
         _matmul(
             _matmul_us(w, scale_us(t, 110), t, m.hidden, ffn) * narrow * slow,
             f"{t},{ffn};{m.hidden},{ffn}",
@@ -178,7 +180,7 @@ def _expert_exchange(w: Workload, step: str, shapes_in: str, shapes_out: str, ro
 def _mla_attention(w: Workload) -> list[Kernel]:
     m, t = w.model, w.tokens
     return [
-        _vector("AddRmsNorm", scale_us(t, 16), f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"),
+        vector_kernel("AddRmsNorm", scale_us(t, 16), f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"),
         _fused(
             "MlaPrologV2",
             "MIX_AIC",
@@ -220,7 +222,9 @@ def _experts(w: Workload, routed: int) -> list[Kernel]:
             f"{routed},{2 * m.moe_ffn}",
             block_dim=CUBE_CORES,
         ),
-        _vector("SwiGlu", scale_us(routed, 4) if routed else 2.0, f"{routed},{2 * m.moe_ffn}", f"{routed},{m.moe_ffn}"),
+        vector_kernel(
+            "SwiGlu", scale_us(routed, 4) if routed else 2.0, f"{routed},{2 * m.moe_ffn}", f"{routed},{m.moe_ffn}"
+        ),
         _fused(
             "GroupedMatmul",
             "AI_CORE",
@@ -238,7 +242,7 @@ def _moe_block(w: Workload) -> list[Kernel]:
     routed = 0 if w.reduced_work else max(1, int(round(t * m.top_k * w.tokens_factor)))
     gating = f"{t},{m.experts}"
     return [
-        _vector("AddRmsNorm", scale_us(t, 16), f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"),
+        vector_kernel("AddRmsNorm", scale_us(t, 16), f"{t},{m.hidden};{t},{m.hidden};{m.hidden}", f"{t},{m.hidden}"),
         _matmul(scale_us(t, 12), f"{t},{m.hidden};{m.experts},{m.hidden}", gating, op="MatMulV2", block_dim=8),
         _fused("MoeGatingTopK", "AI_VECTOR_CORE", scale_us(t, 10), "vector", gating, f"{t},{m.top_k};{t},{m.top_k}"),
         _expert_exchange(w, "Dispatch", f"{t},{m.hidden};{t},{m.top_k}", f"{routed},{m.hidden}", routed),

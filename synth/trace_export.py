@@ -66,6 +66,13 @@ def _join(*parts) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
+def _host_op(name: str, start: int, end: int, pid: int, category: str = "cpu_op") -> dict:
+    """A framework op on the host's Python thread, [start, end) in ns."""
+    ts, dur = us_text(np.array([start]))[0].as_py(), round((end - start) / 1000, 3)
+    args = {"Sequence number": -1, "Fwd thread id": 0}
+    return {"ph": "X", "name": name, "pid": pid, "tid": pid, "ts": ts, "dur": dur, "cat": category, "args": args}
+
+
 def _stall_events(kind: str, start: int, end: int, lanes: _Lanes) -> list[dict]:
     """The events of one planted gap: the host's in a blocking sync (``device_idle_bubble``), the
     dataloader fetching a batch, a device memory allocation, an operator compile, or a garbage collection
@@ -74,24 +81,10 @@ def _stall_events(kind: str, start: int, end: int, lanes: _Lanes) -> list[dict]:
     device = [] if kind != DEVICE_COPY else [_device_copy(start, end, lanes.hw)]
     start, end = host_span(kind, start, end)
     ts, dur = us_text(np.array([start]))[0].as_py(), round((end - start) / 1000, 3)
-    op_args = {"Sequence number": -1, "Fwd thread id": 0}
-
-    def op(name: str, category: str = "cpu_op", process: int = pid) -> dict:
-        return {
-            "ph": "X",
-            "name": name,
-            "pid": process,
-            "tid": pid,
-            "ts": ts,
-            "dur": dur,
-            "cat": category,
-            "args": op_args,
-        }
-
     if kind == "gc_pause":
         return [{"ph": "X", "name": "GC", "pid": pid + GC_PID_OFFSET, "tid": pid, "ts": ts, "dur": dur, "args": {}}]
     framework, calls = STALL_SPANS.get(kind, STALL_SPANS["device_idle_bubble"])
-    events = [op(name, category) for name, category in framework]
+    events = [_host_op(name, start, end, pid, category) for name, category in framework]
     for call, extra in calls:
         args = {"Thread Id": pid, "Mode": "ACL_RTS", "level": "acl", "id": call, "item_id": "0", **extra}
         events.append(
@@ -307,20 +300,7 @@ def _task_events(b: _Batch, cores: np.ndarray, lanes: _Lanes) -> pa.Array:
 
 def _scope_events(t: RankTimeline, pid: int) -> list[dict]:
     """The framework ops the host launched kernels inside (``vision.host_scope_spans``) as cpu_op spans."""
-    args = {"Sequence number": -1, "Fwd thread id": 0}
-    return [
-        {
-            "ph": "X",
-            "name": name,
-            "pid": pid,
-            "tid": pid,
-            "ts": us_text(np.array([begin]))[0].as_py(),
-            "cat": "cpu_op",
-            "dur": round((finish - begin) / 1000, 3),
-            "args": args,
-        }
-        for name, begin, finish in host_scope_spans(t)
-    ]
+    return [_host_op(name, begin, finish, pid) for name, begin, finish in host_scope_spans(t)]
 
 
 def _plane_events(planes: PlaneTasks, lo: int, hi: int, lanes: _Lanes) -> pa.Array:
@@ -328,9 +308,10 @@ def _plane_events(planes: PlaneTasks, lo: int, hi: int, lanes: _Lanes) -> pa.Arr
     first, last = np.searchsorted(planes.event, [lo, hi])
     chosen = slice(first, last)
     rdma = pa.array(planes.rdma[chosen])
+    task = pc.if_else(rdma, pa.scalar("RDMASend"), pa.scalar("Memcpy"))
     return _join(
         '{"name": "',
-        pc.if_else(rdma, pa.scalar("RDMASend"), pa.scalar("Memcpy")),
+        task,
         f'", "pid": {lanes.hccl}, "tid": ',
         pa.array(planes.plane[chosen] + 1).cast(pa.string()),
         ', "ts": "',
@@ -338,7 +319,7 @@ def _plane_events(planes: PlaneTasks, lo: int, hi: int, lanes: _Lanes) -> pa.Arr
         '", "dur": ',
         pa.array(np.round(planes.duration_ns[chosen] / 1000, 3)).cast(pa.string()),
         ', "args": {"notify_id": "0", "stream id": 4, "task id": 1, "context id": 0, "task type": "',
-        pc.if_else(rdma, pa.scalar("RDMASend"), pa.scalar("Memcpy")),
+        task,
         '", "src rank": 0, "dst rank": 1, "transport type": "',
         pc.if_else(rdma, pa.scalar("RDMA"), pa.scalar("SDMA")),
         '", "size(Byte)": ',

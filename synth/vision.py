@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl
+from npuprof.synth.layers import vector_kernel
 from npuprof.synth.program import HEAD, Program, Workload
 
 if TYPE_CHECKING:
@@ -28,8 +29,15 @@ SYNC_BACKWARD_SCOPE = "autograd::engine::evaluate_function: SyncBatchNormBackwar
 STATS_US = 200.0  # a statistics collective: its start alone (the bytes are a few KB)
 
 
-def _vector(op: str, base_us: float) -> Kernel:
-    return aclnn(op, op, "AI_VECTOR_CORE", base_us, "vector_mte", IMAGE, IMAGE)
+def _bn_kernel(op: str, base_us: float, scope: str = "") -> Kernel:
+    """A vector kernel over the stem's feature maps (BatchNorm, ReLU and their gradients), launched inside
+    the framework op ``scope`` ("" for none)."""
+    return replace(vector_kernel(op, base_us, IMAGE, IMAGE, "vector_mte"), host_scope=scope)
+
+
+def _conv_kernel(api: str, op: str) -> Kernel:
+    """A 3 × 3 convolution (or one of its gradients) over the stem's feature maps, on every cube core."""
+    return aclnn(api, op, "AI_CORE", 120.0, "cube", f"{IMAGE};256,256,3,3", IMAGE, block_dim=CUBE_CORES)
 
 
 def _stats_collective(op: str, w: Workload, scope: str) -> Kernel:
@@ -42,14 +50,13 @@ def vision_stem(p: Program, w: Workload, mb: int) -> None:
     """The stem's forward of one micro-batch: conv, BatchNorm's statistics and normalisation, ReLU."""
     synced = bool(w.planted("syncbn"))
     for _block in range(w.vision_blocks):
-        conv = aclnn("Convolution", "Conv2D", "AI_CORE", 120.0, "cube", f"{IMAGE};256,256,3,3", IMAGE)
-        p.add(replace(conv, block_dim=CUBE_CORES), HEAD, micro_batch=mb, block="vision")
+        p.add(_conv_kernel("Convolution", "Conv2D"), HEAD, micro_batch=mb, block="vision")
         scope = SYNC_SCOPE if synced else ""
-        p.add(replace(_vector("BNTrainingReduce", 30.0), host_scope=scope), HEAD, micro_batch=mb, block="vision")
+        p.add(_bn_kernel("BNTrainingReduce", 30.0, scope), HEAD, micro_batch=mb, block="vision")
         if synced:
             p.add(_stats_collective("allGather", w, SYNC_SCOPE), HEAD, micro_batch=mb, block="vision")
-        p.add(replace(_vector("BNTrainingUpdate", 35.0), host_scope=scope), HEAD, micro_batch=mb, block="vision")
-        p.add(_vector("Relu", 15.0), HEAD, micro_batch=mb, block="vision")
+        p.add(_bn_kernel("BNTrainingUpdate", 35.0, scope), HEAD, micro_batch=mb, block="vision")
+        p.add(_bn_kernel("Relu", 15.0), HEAD, micro_batch=mb, block="vision")
 
 
 def vision_stem_backward(p: Program, w: Workload, mb: int) -> None:
@@ -57,14 +64,13 @@ def vision_stem_backward(p: Program, w: Workload, mb: int) -> None:
     synced = bool(w.planted("syncbn"))
     scope = SYNC_BACKWARD_SCOPE if synced else ""
     for _block in range(w.vision_blocks):
-        p.add(_vector("ReluGrad", 15.0), HEAD, micro_batch=mb, block="vision")
-        p.add(replace(_vector("BNTrainingUpdateGrad", 35.0), host_scope=scope), HEAD, micro_batch=mb, block="vision")
+        p.add(_bn_kernel("ReluGrad", 15.0), HEAD, micro_batch=mb, block="vision")
+        p.add(_bn_kernel("BNTrainingUpdateGrad", 35.0, scope), HEAD, micro_batch=mb, block="vision")
         if synced:
             p.add(_stats_collective("allReduce", w, SYNC_BACKWARD_SCOPE), HEAD, micro_batch=mb, block="vision")
-        p.add(replace(_vector("BNTrainingReduceGrad", 30.0), host_scope=scope), HEAD, micro_batch=mb, block="vision")
+        p.add(_bn_kernel("BNTrainingReduceGrad", 30.0, scope), HEAD, micro_batch=mb, block="vision")
         for op in ("Conv2DBackpropInput", "Conv2DBackpropFilter"):
-            grad = aclnn("ConvolutionBackward", op, "AI_CORE", 120.0, "cube", f"{IMAGE};256,256,3,3", IMAGE)
-            p.add(replace(grad, block_dim=CUBE_CORES), HEAD, micro_batch=mb, block="vision")
+            p.add(_conv_kernel("ConvolutionBackward", op), HEAD, micro_batch=mb, block="vision")
 
 
 def host_scope_spans(t: RankTimeline) -> list[tuple[str, int, int]]:

@@ -4,10 +4,9 @@ the reference speed; a fast shape too small to matter sets no reference."""
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import pytest
+from helpers.planted import planted_finding
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
@@ -50,10 +49,8 @@ def test_the_cause_is_read_from_the_shape_and_dtype():
 
 
 def test_the_planted_unaligned_ffn_is_found_with_both_its_matmuls(planted_outputs):
-    root, out = planted_outputs["unaligned_ffn"]
-    truth = json.loads((root / "ground_truth.json").read_text())
-    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
-    (finding,) = [f for f in findings if f["finding_type"] == FINDING]
+    planted = planted_finding(planted_outputs, "unaligned_ffn", FINDING)
+    truth, finding, out = planted.truth, planted.finding, planted.out
     assert finding["rank_ids"] == sorted(int(r) for r in truth["ranks"])
     config, ranks = truth["model"]["config"], truth["workload"]["ranks"]
     ffn = config["intermediate_size"] // ranks  # the planted width on each tensor-parallel rank

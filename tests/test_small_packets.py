@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.planted import planted_finding
 
 from npuprof import knowledge
 from npuprof.pipeline import schema
@@ -79,10 +80,8 @@ def test_a_run_is_small_ops_of_one_communicator_with_less_work_between_them_than
 
 
 def test_the_planted_per_tensor_norm_all_reduces_are_found_with_their_start(planted_outputs):
-    root, out = planted_outputs["small_packets"]
-    truth = json.loads((root / "ground_truth.json").read_text())
-    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
-    (finding,) = [f for f in findings if f["finding_type"] == FINDING]
+    planted = planted_finding(planted_outputs, "small_packets", FINDING)
+    truth, finding, out = planted.truth, planted.finding, planted.out
     assert finding["rank_ids"] == sorted(int(r) for r in truth["ranks"])
     metrics = finding["metrics"]
     # synth's norm: 9 parameter tensors per layer, each all-reduced alone (4 bytes) over data parallel

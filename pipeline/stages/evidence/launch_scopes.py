@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
-
-SCOPE_COLUMNS = ["step_ordinal", "scope", "span_start_ns", "span_end_ns", "row_idx", "start_ns", "name"]
+from npuprof.pipeline import schema
 
 
 def scope_spans(host: pd.DataFrame) -> pd.DataFrame:
@@ -27,11 +26,11 @@ def scope_spans(host: pd.DataFrame) -> pd.DataFrame:
 def scoped_launches(events: pd.DataFrame, launch_us: np.ndarray, host: pd.DataFrame) -> pd.DataFrame:
     """Per kernel of ``events`` (row_idx, start_ns, name, step_ordinal; ``launch_us``: its launch, NaN when
     unknown) launched inside a scope span: the span (the latest starting one holding the launch) and the
-    kernel (SCOPE_COLUMNS)."""
+    kernel (LAUNCH_SCOPES' columns)."""
     spans = scope_spans(host)
     launched = events.assign(launch_us=launch_us).dropna(subset=["launch_us"])
     if not len(spans) or not len(launched):
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in _DTYPES.items()})
+        return pd.DataFrame(columns=list(schema.LAUNCH_SCOPES.columns))  # the writer gives it the schema's types
     placed = pd.merge_asof(
         launched.sort_values("launch_us"), spans, left_on="launch_us", right_on="start_us", direction="backward"
     )
@@ -47,14 +46,3 @@ def scoped_launches(events: pd.DataFrame, launch_us: np.ndarray, host: pd.DataFr
             "name": placed["name_x"].to_numpy(object),
         }
     ).sort_values("start_ns", kind="stable", ignore_index=True)
-
-
-_DTYPES = {
-    "step_ordinal": "int64",
-    "scope": object,
-    "span_start_ns": "int64",
-    "span_end_ns": "int64",
-    "row_idx": "int64",
-    "start_ns": "int64",
-    "name": object,
-}

@@ -10,20 +10,30 @@ import pyarrow as pa
 
 COPY_TASK = "MEMCPY_ASYNC"  # CANN's task name
 COPY_SIZE, COPY_DIRECTION = "data size(Byte)", "memcpy direction"  # its args: bytes, "host to device" …
-COPY_COLUMNS = ["start_us", "end_us", "bytes", "direction", "stream"]
+COPY_DTYPES = {"start_us": float, "end_us": float, "bytes": float, "direction": object, "stream": "int64"}
+COPY_COLUMNS = list(COPY_DTYPES)
+
+
+def typed_empty(dtypes: dict) -> pd.DataFrame:
+    """A table with no row, with ``dtypes``' columns and types."""
+    return pd.DataFrame({column: pd.Series(dtype=kind) for column, kind in dtypes.items()})
+
+
+def joined_rows(rows: list[tuple], blocks: list[pd.DataFrame], dtypes: dict, order: list[str]) -> pd.DataFrame:
+    """The device tasks one reader kept (event by event as ``rows``, or a block at a time as ``blocks``)
+    as one table of ``dtypes`` (text columns object, a missing text None), sorted by ``order``."""
+    frames = [frame for frame in (pd.DataFrame(rows, columns=list(dtypes)), *blocks) if len(frame)]
+    if not frames:
+        return typed_empty(dtypes)
+    joined = pd.concat(frames, ignore_index=True).astype({c: kind for c, kind in dtypes.items() if kind is not object})
+    for column in [c for c, kind in dtypes.items() if kind is object]:
+        joined[column] = joined[column].astype(object).where(joined[column].notna(), None)
+    return joined.sort_values(order, kind="stable", ignore_index=True)
 
 
 def empty_copies() -> pd.DataFrame:
     """A copies table with no row (COPY_COLUMNS, typed)."""
-    return pd.DataFrame(
-        {
-            "start_us": pd.Series(dtype=float),
-            "end_us": pd.Series(dtype=float),
-            "bytes": pd.Series(dtype=float),
-            "direction": pd.Series(dtype=object),
-            "stream": pd.Series(dtype="int64"),
-        }
-    )
+    return typed_empty(COPY_DTYPES)
 
 
 def device_task_fields(
@@ -55,9 +65,4 @@ def copy_rows(copies: pa.Table, start: np.ndarray, span: tuple[float, float]) ->
 def joined_copies(rows: list[tuple], blocks: list[pd.DataFrame]) -> pd.DataFrame:
     """The copies one reader kept (event by event as ``rows``, or a block at a time as ``blocks``), in
     time order."""
-    frames = [frame for frame in (pd.DataFrame(rows, columns=COPY_COLUMNS), *blocks) if len(frame)]
-    if not frames:
-        return empty_copies()
-    copies = pd.concat(frames, ignore_index=True).astype({"start_us": float, "end_us": float, "bytes": float})
-    copies["direction"] = copies["direction"].astype(object).where(copies["direction"].notna(), None)
-    return copies.astype({"stream": "int64"}).sort_values("start_us", kind="stable", ignore_index=True)
+    return joined_rows(rows, blocks, COPY_DTYPES, ["start_us"])

@@ -10,28 +10,27 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.pipeline.stages.evidence.trace_copies import device_task_fields
+from npuprof.pipeline.stages.evidence.trace_copies import device_task_fields, joined_rows, typed_empty
 
 # the args CANN writes on every HCCL task: how many bytes it moved, over what, between which chips
 TASK_SIZE, TASK_TRANSPORT, TASK_LINK = "size(Byte)", "transport type", "link type"
 # duration_us as written: end − start of epoch µs in a float loses a quarter of a µs, and tasks are short
-HCCL_TASK_COLUMNS = ["start_us", "end_us", "duration_us", "task_type", "plane", "transport", "link_type", "bytes"]
+HCCL_TASK_DTYPES = {
+    "start_us": float,
+    "end_us": float,
+    "duration_us": float,
+    "task_type": object,
+    "plane": "int64",
+    "transport": object,
+    "link_type": object,
+    "bytes": float,
+}
+HCCL_TASK_COLUMNS = list(HCCL_TASK_DTYPES)
 
 
 def empty_hccl_tasks() -> pd.DataFrame:
     """An HCCL task table with no row (HCCL_TASK_COLUMNS, typed)."""
-    return pd.DataFrame(
-        {
-            "start_us": pd.Series(dtype=float),
-            "end_us": pd.Series(dtype=float),
-            "duration_us": pd.Series(dtype=float),
-            "task_type": pd.Series(dtype=object),
-            "plane": pd.Series(dtype="int64"),
-            "transport": pd.Series(dtype=object),
-            "link_type": pd.Series(dtype=object),
-            "bytes": pd.Series(dtype=float),
-        }
-    )
+    return typed_empty(HCCL_TASK_DTYPES)
 
 
 def is_data_task(args: dict) -> bool:
@@ -76,12 +75,4 @@ def hccl_task_rows(tasks: pa.Table, start: np.ndarray, span: tuple[float, float]
 def joined_hccl_tasks(rows: list[tuple], blocks: list[pd.DataFrame]) -> pd.DataFrame:
     """The tasks one reader kept (event by event as ``rows``, or a block at a time as ``blocks``), in
     time order."""
-    frames = [frame for frame in (pd.DataFrame(rows, columns=HCCL_TASK_COLUMNS), *blocks) if len(frame)]
-    if not frames:
-        return empty_hccl_tasks()
-    tasks = pd.concat(frames, ignore_index=True).astype(
-        {"start_us": float, "end_us": float, "duration_us": float, "bytes": float, "plane": "int64"}
-    )
-    for column in ("task_type", "transport", "link_type"):
-        tasks[column] = tasks[column].astype(object).where(tasks[column].notna(), None)
-    return tasks.sort_values(["start_us", "plane"], kind="stable", ignore_index=True)
+    return joined_rows(rows, blocks, HCCL_TASK_DTYPES, ["start_us", "plane"])

@@ -121,6 +121,7 @@ def sdma_misaligned(inputs: DiagnosisContext) -> list[Finding]:
     slow = slow.assign(saving_us=(slow["duration_us"] - slow["bytes"] / slow["aligned_rate"]).clip(lower=0.0))
     slow["parallel_role"] = slow["parallel_role"].fillna("unknown").astype(str)
     wall_ms = mean_step_wall_ms(inputs.steps) if len(inputs.steps) else 0.0
+    transit = alignment.groupby("alignment_id")["transit_us"].median()  # each instance's, over its members
     findings = []
     for (role, kind), family in slow.groupby(FAMILY):  # a loop over the roles and kinds with misaligned moves
         ratio = float((family["rate"] / family["aligned_rate"]).median())
@@ -128,17 +129,16 @@ def sdma_misaligned(inputs: DiagnosisContext) -> list[Finding]:
             continue
         placed = moves[moves["alignment_id"].isin(family["alignment_id"])]
         savings = instance_savings(placed, family)
-        transit = alignment.groupby("alignment_id")["transit_us"].median().reindex(savings.index)
-        factors = (1.0 - savings / transit.where(transit > 0)).clip(lower=0.0).dropna()
+        op_transit = transit.reindex(savings.index)
+        factors = (1.0 - savings / op_transit.where(op_transit > 0)).clip(lower=0.0).dropna()
         claim = priced(inputs.step_model, scaled_transit(inputs.step_model, factors))
         if wall_ms and claim["recoverable_ms_per_step"] >= spec["share_min"] * wall_ms:
-            findings.append(_finding(family, moves, savings, role, kind, ratio, claim, spec))
+            findings.append(_finding(family, savings, role, kind, ratio, claim, spec))
     return findings
 
 
 def _finding(
     family: pd.DataFrame,
-    moves: pd.DataFrame,
     savings: pd.Series,
     role: str,
     kind: str,

@@ -49,6 +49,11 @@ def scoped_instances(launches: pd.DataFrame, alignment: pd.DataFrame, scope: str
     return matched.dropna(subset=["alignment_id"])
 
 
+def calls_per_step(calls: pd.DataFrame) -> float:
+    """The SyncBatchNorm calls (one row each) per rank and step that has any."""
+    return len(calls) / max(calls.groupby(["rank_id", "step_ordinal"]).ngroups, 1)
+
+
 @detector(
     finding_types=(FINDING,),
     reads={
@@ -73,8 +78,7 @@ def syncbn(inputs: DiagnosisContext) -> list[Finding]:
     if not len(synced):
         # calls but no collective inside them: a group of one rank syncs nothing, or the capture does not
         # link its collectives to their launches (a db export): either way nothing is measured to price
-        per_step = len(calls) / max(calls.groupby(["rank_id", "step_ordinal"]).ngroups, 1)
-        inputs.not_judging(FINDING, spec["no_collectives"].format(calls_per_step=per_step))
+        inputs.not_judging(FINDING, spec["no_collectives"].format(calls_per_step=calls_per_step(calls)))
         return []
     factors = pd.Series(0.0, index=synced["alignment_id"].unique())
     claim = priced(inputs.step_model, scaled_transit(inputs.step_model, factors))
@@ -86,7 +90,6 @@ def syncbn(inputs: DiagnosisContext) -> list[Finding]:
 
 def _finding(calls: pd.DataFrame, synced: pd.DataFrame, claim: dict, spec: dict, wall_ms: float) -> Finding:
     ranks = sorted(int(r) for r in calls["rank_id"].unique())
-    steps = calls.groupby(["rank_id", "step_ordinal"]).ngroups
     rank_steps = synced.groupby(["rank_id", "step_ordinal"]).ngroups
     kinds = (synced.groupby("kind").size() / rank_steps).sort_values(ascending=False)
     role = str(synced["parallel_role"].fillna("unknown").mode().iloc[0])
@@ -104,7 +107,7 @@ def _finding(calls: pd.DataFrame, synced: pd.DataFrame, claim: dict, spec: dict,
         values={
             "ranks": ", ".join(map(str, ranks)),
             "role": role,
-            "calls_per_step": len(calls) / max(steps, 1),
+            "calls_per_step": calls_per_step(calls),
             "collectives_per_step": len(synced) / rank_steps,
             "kinds": ", ".join(f"{n:.0f} {k}" for k, n in kinds.items()),
             "ms_per_step": claim["recoverable_ms_per_step"],
