@@ -50,18 +50,31 @@ def clear_stage_outputs(out_dir: Path, current: Stage) -> None:
 
 
 def write_result(
-    out_dir: Path, current: Stage, result: StageResult, rank_id: int | None, written: dict | None = None
+    out_dir: Path,
+    current: Stage,
+    result: StageResult,
+    rank_id: int | None,
+    written: dict | None = None,
+    rows_only: bool = False,
 ) -> None:
     """Write every part of a stage result atomically (the manifest is the caller's, written last);
     an artifact the stage does not declare is refused before anything is written. ``written`` collects
-    each table as written, by path (a rank's next stages take it from there)."""
+    each table as written, by path (a rank's next stages take it from there). ``rows_only``: a rank's
+    table without rows gets its table's dir but no partition (``io.read_dataset`` reads it as empty)."""
     current.check_declared(result)
     for table, data in result.tables.items():
         target = out_dir / (table.partition(rank_id) if rank_id is not None else table.path)
         conformed = table.conform(data)
-        io.write_parquet(target, conformed)
+        if rows_only and rank_id is not None and conformed.num_rows == 0:
+            (out_dir / table.path).mkdir(parents=True, exist_ok=True)
+        else:
+            io.write_parquet(target, conformed)
         if written is not None:
             written[table.path] = conformed
+    if rows_only and rank_id is not None:  # every table the stage declares exists once it ran
+        for table in current.rank_tables():
+            if table not in result.tables:
+                (out_dir / table.path).mkdir(parents=True, exist_ok=True)
     for view, frame in result.csv_views.items():
         io.write_csv(out_dir / view.file, frame)
     for name, payload in result.json_files.items():
@@ -87,8 +100,11 @@ def run_rank_stage(
     values = {} if derived is None else derived
     ctx = RankContext(Path(out_dir), RankInput(**rank), AnalyzeOptions.from_dict(options), held, values)
     started = time.perf_counter()
-    result = current.map_rank(ctx)
-    write_result(Path(out_dir), current, result, ctx.rank.rank_id, handed_over)
+    # a rank without device events (communication files only) has rows in two or three of its ~24
+    # tables: its empty partitions would be most of a 1,000-rank root's writes and of its reads after
+    eventless = not ctx.rank.has_kernel_source()
+    result = (current.map_eventless if eventless and current.map_eventless else current.map_rank)(ctx)
+    write_result(Path(out_dir), current, result, ctx.rank.rank_id, handed_over, rows_only=eventless)
     manifest = dict(result.manifest)
     manifest.setdefault("rank_id", ctx.rank.rank_id)
     manifest["seconds"] = round(time.perf_counter() - started, 4)
@@ -150,6 +166,9 @@ def _internal(exc: Exception) -> NpuprofError:
 
 
 POOL_MIN_BYTES = 16 * 1024 * 1024  # kernel sources below this run their rank units in-process
+# ... unless the ranks are this many: a chain costs ~10 ms even without events (communication files
+# only), so a few hundred of them take seconds, which a second process halves
+POOL_MIN_RANKS = 128
 
 
 def _main_is_importable() -> bool:
@@ -168,7 +187,8 @@ def _uses_process_pool(inputs: RootInputs, jobs: int) -> bool:
     if min(jobs, len(inputs.ranks)) < 2 or not _main_is_importable():
         return False  # e.g. `python - < script`: a process pool could not re-import __main__
     # starting a process pool costs more than a few MB of kernels take in-process
-    return sum(rank_input_bytes(r) for r in inputs.ranks) >= POOL_MIN_BYTES
+    many = len(inputs.ranks) >= POOL_MIN_RANKS
+    return many or sum(rank_input_bytes(r) for r in inputs.ranks) >= POOL_MIN_BYTES
 
 
 def map_rank_chains(

@@ -307,6 +307,22 @@ def _read_partitions(files: list[tuple[int, Path]], columns: list[str] | None, d
     return pa.concat_tables(tables)
 
 
+def _no_rows(
+    table: schema.Table, columns: list[str] | tuple[str, ...] | None, dictionary: tuple[str, ...], with_rank: bool
+) -> pa.Table:
+    """What reading ``table`` gives where no rank wrote a row (a rank without device events writes
+    only the partitions that have rows): its declared columns, typed as a read would type them."""
+    empty = table.schema.empty_table()
+    for name in dictionary:
+        if name in empty.column_names:
+            coded = pa.dictionary(pa.int32(), empty.schema.field(name).type)
+            empty = empty.set_column(empty.schema.get_field_index(name), name, pa.array([], coded))
+    if with_rank:
+        empty = empty.append_column(schema.RANK_PARTITION_KEY, pa.array([], pa.int32()))
+    wanted = [c for c in columns if with_rank or c != schema.RANK_PARTITION_KEY] if columns is not None else None
+    return empty.select(wanted) if wanted is not None else empty
+
+
 def _listed(columns: list[str] | tuple[str, ...] | None) -> list[str] | None:
     return list(columns) if columns is not None else None
 
@@ -332,10 +348,14 @@ def read_dataset(
     Without a filter the files are read directly (the tables are the same as a scan's).
     """
     path = Path(out_dir) / table.path
-    if filter is None and rank_id is not None and (Path(out_dir) / table.partition(rank_id)).is_file():
+    if rank_id is not None and not (Path(out_dir) / table.partition(rank_id)).is_file():
+        return _no_rows(table, columns, dictionary, with_rank=False)  # a rank without rows writes none
+    if filter is None and rank_id is not None:
         return _read_file(Path(out_dir) / table.partition(rank_id), _listed(columns), dictionary)
-    files = _partition_files(path) if filter is None and rank_id is None else None
-    if files:
+    files = _partition_files(path) if rank_id is None else None
+    if files == []:
+        return _no_rows(table, columns, dictionary, with_rank=True)
+    if files and filter is None:
         try:
             projected = [c for c in columns if c != schema.RANK_PARTITION_KEY] if columns is not None else None
             return _read_partitions(files, projected, dictionary)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from npuprof.pipeline import io
 from npuprof.pipeline.schema.table import Table
 from npuprof.pipeline.stages import STAGES
 
@@ -32,12 +33,18 @@ def _frame_digest(frame: pd.DataFrame) -> str:
 
 
 def table_digests(out_dir: Path, stage_names: tuple[str, ...]) -> dict[str, str]:
-    """{table or table/rank_id=r: digest} of every Parquet table the stages wrote into ``out_dir``."""
+    """{table or table/rank_id=r: digest} of every Parquet table the stages wrote into ``out_dir``; a
+    per-rank table has a digest for every rank any of the tables has a partition of, its rows as
+    ``io.read_dataset`` reads them (a rank without device events writes no empty partitions: it reads
+    as the empty table a written one held)."""
+    tables = stage_tables(stage_names)
+    ranks = sorted({r for t in tables if t.per_rank for r in io.partition_ranks(out_dir, t)})
     digests = {}
-    for table in stage_tables(stage_names):
-        path = out_dir / table.path
-        files = sorted(path.glob("rank_id=*/*.parquet")) if table.per_rank else [path]
-        for file in files:
-            key = f"{table.name}/{file.parent.name}" if table.per_rank else table.name
-            digests[key] = _frame_digest(pq.read_table(file).to_pandas())
+    for table in tables:
+        if not table.per_rank:
+            digests[table.name] = _frame_digest(pq.read_table(out_dir / table.path).to_pandas())
+            continue
+        for rank in ranks:
+            rows = io.read_dataset(out_dir, table, rank).to_pandas()
+            digests[f"{table.name}/rank_id={rank}"] = _frame_digest(rows)
     return digests

@@ -9,6 +9,8 @@ to the step's first device task: where each step starts (segment).
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
 import numpy as np
@@ -29,35 +31,63 @@ COLUMNS = {
 def read_step_trace_time(path: str | Path) -> pd.DataFrame:
     """One row per step: step_id, wall_ms and its parts in ms (compute without overlap, overlap,
     exposed communication, idle), and preparing_ms (before the first task; NaN where not exported).
-    BadInput naming the file and line for anything unreadable."""
+    BadInput naming the file and line for anything unreadable.
+
+    Read with the csv module, not pandas: the file holds a row per step (tens to thousands), and a
+    root of a thousand ranks reads a thousand of them, where pandas' fixed cost per file is most of it."""
     path = Path(path)
-    try:
-        raw = pd.read_csv(path, encoding="utf-8", dtype=str, keep_default_na=False)
-    except UnicodeDecodeError as exc:
-        raise BadInput(path, f"not UTF-8 text (byte {exc.start})") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise BadInput(path, f"not a readable CSV: {' '.join(str(exc).split())}") from None
-    missing = [c for c in COLUMNS if c not in raw.columns]
+    header, rows = _csv_rows(path)
+    missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise BadInput(path, f"missing column(s) {', '.join(missing)}", line=1)
-    values = {}
-    for column, name in COLUMNS.items():
-        parsed = pd.to_numeric(raw[column].str.strip(), errors="coerce")
-        bad = parsed.isna()
-        if bad.any():
-            line = int(bad.to_numpy().argmax()) + 2  # the header is line 1
-            raise BadInput(path, f"{column}: not a number: {raw[column].iloc[line - 2]!r}", line=line)
-        values[name] = parsed
-    frame = pd.DataFrame(values)
-    preparing = pd.to_numeric(raw["Preparing"].str.strip(), errors="coerce") if "Preparing" in raw else np.nan
+    values = {name: _numbers(path, rows, header.index(column), column) for column, name in COLUMNS.items()}
+    preparing = _numbers(path, rows, header.index("Preparing"), None) if "Preparing" in header else np.nan
     return pd.DataFrame(
         {
-            "step_id": frame["step_id"].astype("int64"),
-            "wall_ms": frame["stage_us"] / 1000.0,
-            "compute_ms": (frame["computing_us"] - frame["overlapped_us"]) / 1000.0,
-            "overlap_ms": frame["overlapped_us"] / 1000.0,
-            "exposed_comm_ms": frame["comm_not_overlapped_us"] / 1000.0,
-            "idle_ms": frame["free_us"] / 1000.0,
+            "step_id": values["step_id"].astype("int64"),
+            "wall_ms": values["stage_us"] / 1000.0,
+            "compute_ms": (values["computing_us"] - values["overlapped_us"]) / 1000.0,
+            "overlap_ms": values["overlapped_us"] / 1000.0,
+            "exposed_comm_ms": values["comm_not_overlapped_us"] / 1000.0,
+            "idle_ms": values["free_us"] / 1000.0,
             "preparing_ms": preparing / 1000.0,  # NaN: the export has no Preparing column (or no number)
         }
     )
+
+
+def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """(the header, each non-blank row with its line number); BadInput for another encoding, a NUL
+    byte, a row wider than the header, or no header."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadInput(path, f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        lines = [(reader.line_num, row) for row in reader if row]
+    except csv.Error as exc:
+        raise BadInput(path, f"not a readable CSV: {exc}", line=reader.line_num) from None
+    if not lines:
+        raise BadInput(path, "not a readable CSV: no header")
+    header = [name.strip() for name in lines[0][1]]
+    for line, row in lines[1:]:
+        if len(row) > len(header):
+            raise BadInput(path, f"not a readable CSV: {len(row)} fields, the header has {len(header)}", line=line)
+    return header, lines[1:]
+
+
+def _numbers(path: Path, rows: list[tuple[int, list[str]]], index: int, column: str | None) -> np.ndarray:
+    """Column ``index`` as float64; a cell that is not a finite-or-infinite number is BadInput naming
+    ``column`` and its line, or NaN where ``column`` is None (an optional column)."""
+    values = np.full(len(rows), np.nan)
+    for position, (line, row) in enumerate(rows):
+        cell = row[index].strip() if index < len(row) else ""
+        try:
+            values[position] = float(cell) if "_" not in cell else np.nan
+        except ValueError:
+            pass
+        if column is not None and np.isnan(values[position]):
+            raise BadInput(path, f"{column}: not a number: {cell!r}", line=line)
+    return values

@@ -137,6 +137,10 @@ class Stage:
     map_rank: Callable[[RankContext], StageResult] | None = None
     map_reads: tuple[RankRead, ...] = ()  # what map_rank reads of the rank's tables
     map_uses: tuple[str, ...] = ()  # the chain's derived values map_rank takes or leaves (RankContext.derived)
+    # map_rank for a rank without device events (communication files only): the same manifest, and the
+    # rows its other files give, without the work over events (an empty table may be left out); a
+    # thousand such ranks cost what one rank's events do. None: map_rank runs for it.
+    map_eventless: Callable[[RankContext], StageResult] | None = None
     reduce_root: Callable[[RootContext], StageResult] | None = None
     # The stage's part of the result JSON, from its manifest: (headline dict, warnings).
     headline: Callable[[dict], tuple[dict, list[str]]] | None = None
@@ -154,6 +158,10 @@ class Stage:
         undeclared = [p for p in paths if not any(p == o or p.startswith(o + "/") for o in owned)]
         if undeclared:
             raise RuntimeError(f"stage {self.name} returned artifacts it does not declare: {', '.join(undeclared)}")
+
+    def rank_tables(self) -> list[schema.Table]:
+        """The per-rank tables this stage writes (a partition per rank)."""
+        return [a for a in (*self.produces, *self.optional) if isinstance(a, schema.Table) and a.per_rank]
 
     @property
     def manifest_name(self) -> str:

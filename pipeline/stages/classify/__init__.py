@@ -22,6 +22,7 @@ STAGE = Stage(
         *schema.CLASS_SUMMARY_CSVS,
     ),
     map_rank=stage.map_rank,
+    map_eventless=stage.map_eventless,
     map_reads=(
         RankRead(schema.NORMALIZED_EVENTS, tuple(stage.CLASSIFY_INPUT_COLUMNS)),
         RankRead(schema.STEP_SEGMENTS),

@@ -11,6 +11,7 @@ the CSV views of steps, layers, blocks and anatomy, and the layer and step class
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -151,21 +152,31 @@ def map_rank(ctx: RankContext) -> StageResult:
     layer_classes = _layer_classes(layers, blocks, tokens, has_shape, times, bubble_min_ns) if len(layers) else layers
     step_classes = _step_classes(steps, tokens, has_shape, times, bubble_min_ns) if len(steps) else steps
     anatomy = _anatomy(steps, layers, times, bubble_min_ns) if len(steps) else pd.DataFrame()
-    manifest = {
-        "rank_id": ctx.rank.rank_id,
-        "block_count": len(blocks),
-        "block_kinds": dict(Counter(blocks["block_kind"])) if len(blocks) else {},
-        "step_class_count": int(step_classes["step_class_id"].nunique()) if len(step_classes) else 0,
-        "layer_class_count": int(layer_classes["layer_class_id"].nunique()) if len(layer_classes) else 0,
-        "block_class_count": int(blocks["block_class_id"].nunique()) if len(blocks) else 0,
-    }
     tables = {
         schema.BLOCK_SEGMENTS: blocks,
         schema.STEP_CLASSES: step_classes,
         schema.LAYER_CLASSES: layer_classes,
         schema.STEP_ANATOMY: anatomy,
     }
-    return StageResult(tables=tables, manifest=manifest)
+    return StageResult(tables=tables, manifest=_rank_manifest(ctx.rank.rank_id, blocks, step_classes, layer_classes))
+
+
+def map_eventless(ctx: RankContext) -> StageResult:
+    """map_rank for a rank without device events: no blocks and no classes."""
+    return StageResult(manifest=_rank_manifest(ctx.rank.rank_id, *[pd.DataFrame()] * 3))
+
+
+def _rank_manifest(
+    rank_id: int, blocks: pd.DataFrame, step_classes: pd.DataFrame, layer_classes: pd.DataFrame
+) -> dict[str, Any]:
+    return {
+        "rank_id": rank_id,
+        "block_count": len(blocks),
+        "block_kinds": dict(Counter(blocks["block_kind"])) if len(blocks) else {},
+        "step_class_count": int(step_classes["step_class_id"].nunique()) if len(step_classes) else 0,
+        "layer_class_count": int(layer_classes["layer_class_id"].nunique()) if len(layer_classes) else 0,
+        "block_class_count": int(blocks["block_class_id"].nunique()) if len(blocks) else 0,
+    }
 
 
 def _block_kinds(blocks: pd.DataFrame, layers: pd.DataFrame) -> np.ndarray:

@@ -55,7 +55,8 @@ def reduce_root(ctx: RootContext) -> StageResult:
         offsets, residual, used = pd.Series(0.0, index=rank_ids), float("nan"), 0
         fit_note = "fewer than two ranks communicate: nothing to align, clock offsets assumed 0"
         components = pd.Series({r: r for r in rank_ids}, dtype="int64")
-    aligned = with_communication_split(corrected(instances, offsets), ctx.read_frame(schema.COMMUNICATION_OPS))
+    ops = ctx.read_frame(schema.COMMUNICATION_OPS)  # read once: a root of many ranks has a file per rank
+    aligned = with_communication_split(corrected(instances, offsets), ops)
     parts = [collective_units(aligned), step_units(steps, offsets), layer_units(layers, offsets)]
     parts = [frame for frame in parts if len(frame)]
     units = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=schema.CROSS_RANK_ALIGNMENT.columns)
@@ -70,22 +71,20 @@ def reduce_root(ctx: RootContext) -> StageResult:
         },
         csv_views={
             schema.CROSS_RANK_ALIGNMENT_CSV: schema.CROSS_RANK_ALIGNMENT.conform(units).to_pandas(),
-            **_collective_views(ctx, events),
+            **_collective_views(ctx, events, ops),
         },
         manifest=manifest,
     )
 
 
-def _collective_views(ctx: RootContext, events: pd.DataFrame) -> dict:
-    """The HCCL tables with rank skew, and every rank's communication ops and links in one CSV each."""
+def _collective_views(ctx: RootContext, events: pd.DataFrame, ops: pd.DataFrame) -> dict:
+    """The HCCL tables with rank skew, and every rank's communication ops (``ops``) and links in one CSV each."""
     hccl_ops = hccl_op_summary(events) if len(events) else pd.DataFrame()
     hccl_classes = hccl_class_summary(hccl_ops) if len(hccl_ops) else pd.DataFrame()
     return {
         schema.HCCL_OP_SUMMARY_CSV: conformed(schema.HCCL_OP_SUMMARY, hccl_ops),
         schema.HCCL_CLASS_SUMMARY_CSV: conformed(schema.HCCL_CLASS_SUMMARY, hccl_classes),
-        schema.COMMUNICATION_SUMMARY_CSV: schema.join_view(
-            schema.COMMUNICATION_SUMMARY_CSV, [ctx.read_frame(schema.COMMUNICATION_OPS)]
-        ),
+        schema.COMMUNICATION_SUMMARY_CSV: schema.join_view(schema.COMMUNICATION_SUMMARY_CSV, [ops]),
         schema.COMMUNICATION_LINKS_CSV: schema.join_view(
             schema.COMMUNICATION_LINKS_CSV, [ctx.read_frame(schema.COMMUNICATION_LINKS)]
         ),

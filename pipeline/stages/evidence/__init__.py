@@ -36,6 +36,7 @@ STAGE = Stage(
         schema.STEP_TIME_ACCOUNTING_CSV,  # summarize's rows and the idle time by cause
     ),
     map_rank=stage.map_rank,
+    map_eventless=stage.map_eventless,
     map_reads=(
         RankRead(schema.NORMALIZED_EVENTS, tuple(stage.EVIDENCE_INPUT_COLUMNS)),
         RankRead(schema.STEP_SEGMENTS),

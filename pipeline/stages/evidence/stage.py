@@ -68,12 +68,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     communication = ctx.read_table(schema.COMMUNICATION_EVENTS).to_pandas()
     source_id = events["source_id"].iloc[0] if len(events) else None
     evidence = evidence_index(ctx.rank, source_id, steps, bubbles, operators, communication)
-    manifest = {
-        "rank_id": ctx.rank.rank_id,
-        "bubble_window_count": int(len(bubbles)),
-        "host_trace": {k: v for k, v in host_trace.items() if k != "note"},
-        "unreadable_inputs": [host_trace["note"]] if "note" in host_trace else [],
-    }
+    manifest = _rank_manifest(ctx.rank.rank_id, len(bubbles), host_trace)
     api = _host_api(events, host, steps, masks, launch_us) if host is not None and len(steps) else pd.DataFrame()
     traced = host is not None and len(steps)
     tables = {
@@ -87,6 +82,21 @@ def map_rank(ctx: RankContext) -> StageResult:
         schema.IDLE_BY_CAUSE: by_cause,
     }
     return StageResult(tables=tables, manifest=manifest)
+
+
+def map_eventless(ctx: RankContext) -> StageResult:
+    """map_rank for a rank without device events: no steps, so no idle windows and no host trace read."""
+    _, host_trace = read_rank_host_trace(ctx.rank, None, ctx.options.host_trace)
+    return StageResult(manifest=_rank_manifest(ctx.rank.rank_id, 0, host_trace))
+
+
+def _rank_manifest(rank_id: int, bubble_window_count: int, host_trace: dict) -> dict:
+    return {
+        "rank_id": rank_id,
+        "bubble_window_count": int(bubble_window_count),
+        "host_trace": {k: v for k, v in host_trace.items() if k != "note"},
+        "unreadable_inputs": [host_trace["note"]] if "note" in host_trace else [],
+    }
 
 
 def _host_api(

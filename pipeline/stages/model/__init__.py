@@ -30,6 +30,7 @@ STAGE = Stage(
     ),
     optional=schema.MODEL_CONFIG_CSVS,  # only with --model-config
     map_rank=stage.map_rank,
+    map_eventless=stage.map_eventless,
     map_reads=(
         RankRead(schema.NORMALIZED_EVENTS, tuple(stage.MODEL_INPUT_COLUMNS)),
         RankRead(schema.STEP_SEGMENTS),

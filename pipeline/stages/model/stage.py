@@ -31,7 +31,16 @@ def map_rank(ctx: RankContext) -> StageResult:
     operators = ctx.read_table(schema.OPERATOR_SUMMARY, columns=[*OPERATOR_KEY, "evidence_id"]).to_pandas()
     shapes = _with_operator_ids(shapes, operators)
     tables = {schema.OPERATOR_SHAPES: shapes, schema.STEP_FLOPS: step_flops(events, shape_of_event, shapes, steps)}
-    return StageResult(tables=tables, manifest={"rank_id": ctx.rank.rank_id, "shape_operator_count": len(shapes)})
+    return StageResult(tables=tables, manifest=_rank_manifest(ctx.rank.rank_id, len(shapes)))
+
+
+def map_eventless(ctx: RankContext) -> StageResult:
+    """map_rank for a rank without device events: no shapes, no FLOPs."""
+    return StageResult(manifest=_rank_manifest(ctx.rank.rank_id, 0))
+
+
+def _rank_manifest(rank_id: int, shape_operator_count: int) -> dict[str, int]:
+    return {"rank_id": rank_id, "shape_operator_count": shape_operator_count}
 
 
 def _with_operator_ids(shapes: pd.DataFrame, operators: pd.DataFrame) -> pd.DataFrame:

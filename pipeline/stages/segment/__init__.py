@@ -15,6 +15,7 @@ STAGE = Stage(
     requires=(schema.stage_manifest_name("normalize"), schema.NORMALIZED_EVENTS),
     produces=(schema.STEP_SEGMENTS, schema.LAYER_SEGMENTS),
     map_rank=stage.map_rank,
+    map_eventless=stage.map_eventless,
     map_reads=(RankRead(schema.NORMALIZED_EVENTS, tuple(stage.SEGMENT_INPUT_COLUMNS)),),
     map_uses=(EVENT_FEATURES,),
     reduce_root=stage.reduce_root,

@@ -56,7 +56,10 @@ def _layer_anchors(features: EventFeatures) -> tuple[str, np.ndarray, str]:
     if anchors.any():
         fallback = knowledge.load("segmentation_rules")["fallback_anchors"]["family"]
         return fallback, anchors, "no attention kernels: layers from a periodic fallback anchor (low confidence)"
-    return "", anchors, "no attention kernels: transformer layers cannot be identified"
+    return "", anchors, NO_LAYERS_NOTE
+
+
+NO_LAYERS_NOTE = "no attention kernels: transformer layers cannot be identified"
 
 
 def _layer_counts(step: StepWindow, layers: list[Layer]) -> dict:
@@ -156,12 +159,26 @@ def _started_by_profiler(ctx: RankContext, steps: pd.DataFrame) -> tuple[pd.Data
         head_ms=head / 1e6,
         start_source=np.where(known, source, None),
     )
-    notes = [note_text(unreadable)] if unreadable else []
+    notes = _profiler_notes(unreadable)
     if source and not known.all():
         notes.append(
             f"{int((~known).sum())} of {len(steps)} steps are not in the {source}: they start at their first kernel"
         )
     return steps, notes, [unreadable] if unreadable else []
+
+
+def _profiler_notes(unreadable: dict | None) -> list[str]:
+    return [note_text(unreadable)] if unreadable else []
+
+
+def map_eventless(ctx: RankContext) -> StageResult:
+    """map_rank for a rank without device events: no steps and no layers; the profiler's record of its
+    steps is still read, so an unreadable one is noted as it is for every rank."""
+    _, _, unreadable = profiler_step_starts(ctx.rank)
+    manifest = _rank_manifest(ctx.rank.rank_id, 0, False, "", [], [], [], [], NO_LAYERS_NOTE)
+    manifest["notes"] += _profiler_notes(unreadable)
+    manifest.update(quarantine_notes=[], unreadable_inputs=[unreadable] if unreadable else [], step_start_source=None)
+    return StageResult(manifest=manifest)
 
 
 def map_rank(ctx: RankContext) -> StageResult:

@@ -27,6 +27,7 @@ STAGE = Stage(
         *schema.SUMMARY_CSVS,
     ),
     map_rank=stage.map_rank,
+    map_eventless=stage.map_eventless,
     map_reads=(
         RankRead(schema.NORMALIZED_EVENTS, tuple(stage.SUMMARIZE_INPUT_COLUMNS)),
         RankRead(schema.STEP_SEGMENTS),

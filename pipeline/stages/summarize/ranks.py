@@ -20,9 +20,10 @@ def rank_summary(
     device events takes its walls and shares from its ``step_trace`` rows (step_trace_time.csv)."""
     rules = knowledge.load("summary_rules")["recurring_bubble"]
     rows = []
+    traced_ranks = dict(list(step_trace.groupby("rank_id"))) if step_trace is not None and len(step_trace) else {}
     for manifest in sorted(rank_manifests, key=lambda m: m["rank_id"]):  # a loop over ranks
         rank = manifest["rank_id"]
-        traced = step_trace[step_trace["rank_id"] == rank] if step_trace is not None and len(step_trace) else None
+        traced = traced_ranks.get(rank)
         if not manifest["event_count"] and traced is not None and len(traced):
             rows.append(_from_step_trace(rank, traced))
             continue

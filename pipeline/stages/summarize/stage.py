@@ -104,17 +104,14 @@ def map_rank(ctx: RankContext) -> StageResult:
         accounting = step_time_accounting(events, steps, layer_spans(ctx), parts)
     else:
         accounting = pd.DataFrame()
-    manifest = {
-        "rank_id": ctx.rank.rank_id,
-        "communication_source": comm_source if len(comm) or len(ops) else None,
-        "event_count": int(len(events)),
-        "operator_count": int(len(operators)),
-        "pipeline_event_count": int(events[list(PIPELINE_FIELDS)].notna().any(axis=1).sum()),
-        "communication_event_count": int(len(comm)),
-        "communication_roles": {str(k): int(v) for k, v in comm["parallel_role"].value_counts().items()},
-        "communication_groups_known": bool(rank_info.get("parallel_group_info")),
-        "unreadable_inputs": unreadable,
-    }
+    manifest = _rank_manifest(ctx.rank.rank_id, comm_source if len(comm) or len(ops) else None, rank_info, unreadable)
+    manifest.update(
+        event_count=int(len(events)),
+        operator_count=int(len(operators)),
+        pipeline_event_count=int(events[list(PIPELINE_FIELDS)].notna().any(axis=1).sum()),
+        communication_event_count=int(len(comm)),
+        communication_roles={str(k): int(v) for k, v in comm["parallel_role"].value_counts().items()},
+    )
     tables = {
         schema.OPERATOR_SUMMARY: operators,
         schema.STEP_TIME_ACCOUNTING: accounting,
@@ -124,6 +121,34 @@ def map_rank(ctx: RankContext) -> StageResult:
         schema.BLOCK_CLASS_OPS: block_class_ops(events),
     }
     return StageResult(tables=tables, manifest=manifest)
+
+
+def map_eventless(ctx: RankContext) -> StageResult:
+    """map_rank for a rank without device events: its communication ops and links as its communication
+    files give them (no events to agree roles with)."""
+    rank_info = rank_capture_info(ctx.rank)
+    files, file_source, unreadable = _communication_files(ctx)
+    columns = ("step_ordinal", "kind", "name", "parallel_role", "start_ns", "duration_ns")
+    no_events = pd.DataFrame({c: [] for c in columns})
+    ops, links, source = communication_ops(*files, no_events, pd.Series(dtype="int64"), rank_info, file_source)
+    manifest = _rank_manifest(ctx.rank.rank_id, source if len(ops) else None, rank_info, unreadable)
+    tables = {schema.COMMUNICATION_OPS: ops, schema.COMMUNICATION_LINKS: links}
+    return StageResult(tables=tables, manifest=manifest)
+
+
+def _rank_manifest(rank_id: int, comm_source: str | None, rank_info: dict, unreadable: list[dict]) -> dict:
+    """A rank's manifest, its counts zero (map_rank sets those of a rank with events)."""
+    return {
+        "rank_id": rank_id,
+        "communication_source": comm_source,
+        "event_count": 0,
+        "operator_count": 0,
+        "pipeline_event_count": 0,
+        "communication_event_count": 0,
+        "communication_roles": {},
+        "communication_groups_known": bool(rank_info.get("parallel_group_info")),
+        "unreadable_inputs": unreadable,
+    }
 
 
 def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, rank_info: dict):
@@ -256,20 +281,22 @@ def _step_trace_accounting(ctx: RootContext) -> tuple[pd.DataFrame, list[dict]]:
     the headline and the rank table still cover it (ranks with events are accounted from them); and
     the notes of the files that could not be read."""
     without_events = {int(m["rank_id"]) for m in ctx.rank_manifests if not m["event_count"]}
-    frames, unreadable = [], []
+    frames, ranks, paths, unreadable = [], [], [], []
     fallback = "the rank has no time accounting (no device events, no readable step split)"
     for rank in ctx.inputs.ranks if ctx.inputs else []:
         path = rank.supplemental.get("step_trace_time_csv")
         if rank.rank_id in without_events and path:
             frame, note = read_auxiliary(read_step_trace_time, path, rank.rank_id, fallback)
-            frames += (
-                [frame.drop(columns="preparing_ms").assign(rank_id=rank.rank_id, source_path=path)]
-                if frame is not None
-                else []
-            )
+            if frame is not None:  # each rank's rows labelled once, all together: a root may have thousands
+                frames.append(frame)
+                ranks.append(np.full(len(frame), rank.rank_id))
+                paths.append(np.full(len(frame), path, dtype=object))
             unreadable += [note] if note else []
-    table = conformed(schema.STEP_TRACE_ACCOUNTING, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
-    return table, unreadable
+    if not frames:
+        return conformed(schema.STEP_TRACE_ACCOUNTING, pd.DataFrame()), unreadable
+    table = pd.concat(frames, ignore_index=True).drop(columns="preparing_ms")
+    table = table.assign(rank_id=np.concatenate(ranks), source_path=np.concatenate(paths))
+    return conformed(schema.STEP_TRACE_ACCOUNTING, table), unreadable
 
 
 def headline(manifest: dict) -> tuple[dict, list[str]]:
