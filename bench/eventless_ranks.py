@@ -56,8 +56,10 @@ def build(root: Path, eventless: int) -> Path:
 
 
 def seconds(root: Path, out: Path) -> float:
-    """One `npuprof analyze` of ``root`` as its own process, wall seconds."""
-    argv = [sys.executable, "-m", "npuprof.api.cli", "analyze", str(root), "-o", str(out), "--overwrite"]
+    """One `npuprof analyze` of ``root`` into a new ``out`` as its own process, wall seconds (the last
+    run's output removed before, untimed)."""
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [sys.executable, "-m", "npuprof.api.cli", "analyze", str(root), "-o", str(out)]
     argv += ["--progress", "none", "--hardware-model", "Ascend910B4"]
     started = time.perf_counter()
     run = subprocess.run(argv, capture_output=True, text=True)

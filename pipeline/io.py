@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from npuprof.pipeline import schema
+from npuprof.pipeline import read_cache, schema
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.json_text import json_text  # noqa: F401 (io.json_text: the one JSON writer)
 
@@ -356,11 +356,18 @@ def read_dataset(
     if files == []:
         return _no_rows(table, columns, dictionary, with_rank=True)
     if files and filter is None:
+        projected = [c for c in columns if c != schema.RANK_PARTITION_KEY] if columns is not None else None
+        files_stamp = read_cache.stamp(files)
+        held = read_cache.kept(path, files_stamp, projected, dictionary, schema.RANK_PARTITION_KEY)
+        if held is not None:
+            return held
         try:
-            projected = [c for c in columns if c != schema.RANK_PARTITION_KEY] if columns is not None else None
-            return _read_partitions(files, projected, dictionary)
+            table = _read_partitions(files, projected, dictionary)
         except _NotOneSchema:
             pass
+        else:
+            read_cache.keep(path, files_stamp, projected, dictionary, table)
+            return table
     return _scan(path, rank_id, columns, filter, dictionary)
 
 

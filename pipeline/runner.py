@@ -32,6 +32,7 @@ from npuprof.pipeline.manifests import result_object, write_top_manifest
 from npuprof.pipeline.modelinfo.hardware import check_hardware_model
 from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.progress import Progress, no_progress
+from npuprof.pipeline.read_cache import cached_reads
 from npuprof.pipeline.sources.discovery import RootInputs, discover, is_rank_dir
 from npuprof.pipeline.stage_range import StageRange, check_prerequisites, resolve_stage_range
 from npuprof.pipeline.stages import STAGES
@@ -280,14 +281,15 @@ def finish_root(
     task. A stage's time is its slowest rank's map unit plus its reduce."""
     out = Path(out_dir)
     timings = dict((top or {}).get("stage_timings", {}))
-    for name in stage_names:
-        progress(name, 0, 1, "root")
-        manifests = [r[name] for r in rank_results if name in r]
-        map_seconds = max((m.get("seconds", 0.0) for m in manifests), default=0.0)
-        started = time.perf_counter()
-        guard(name, None, run_root_stage, name, out_dir, inputs, options, manifests, map_seconds)
-        timings[name] = round(map_seconds + time.perf_counter() - started, 4)
-        progress(name, 1, 1, "root")
+    with cached_reads():  # the reduces read the small per-rank tables again and again: once from disk
+        for name in stage_names:
+            progress(name, 0, 1, "root")
+            manifests = [r[name] for r in rank_results if name in r]
+            map_seconds = max((m.get("seconds", 0.0) for m in manifests), default=0.0)
+            started = time.perf_counter()
+            guard(name, None, run_root_stage, name, out_dir, inputs, options, manifests, map_seconds)
+            timings[name] = round(map_seconds + time.perf_counter() - started, 4)
+            progress(name, 1, 1, "root")
     top = write_top_manifest(
         out,
         top or {},
