@@ -18,8 +18,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
-TABLE_BYTES = 64 * 1024 * 1024
-TOTAL_BYTES = 256 * 1024 * 1024
+TABLE_BYTES = 32 * 1024 * 1024
+TOTAL_BYTES = 64 * 1024 * 1024  # the memory targets: a root stage never holds much beside its work
 
 Stamp = tuple[tuple[int, int, int, int], ...]
 Entry = tuple[Stamp, tuple[str, ...] | None, pa.Table, int]  # stamp, columns (None: all), table, its bytes
