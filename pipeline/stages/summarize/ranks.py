@@ -20,12 +20,13 @@ def rank_summary(
     device events takes its walls and shares from its ``step_trace`` rows (step_trace_time.csv)."""
     rules = knowledge.load("summary_rules")["recurring_bubble"]
     rows = []
-    traced_ranks = dict(list(step_trace.groupby("rank_id"))) if step_trace is not None and len(step_trace) else {}
+    traced = step_trace if step_trace is not None and len(step_trace) else pd.DataFrame({"rank_id": []})
+    traced_rows = traced.groupby("rank_id").indices  # a root may hold thousands of such ranks: no frame each
+    traced_columns = {c: traced[c].to_numpy(float) for c in STEP_TRACE_COLUMNS if c in traced}
     for manifest in sorted(rank_manifests, key=lambda m: m["rank_id"]):  # a loop over ranks
         rank = manifest["rank_id"]
-        traced = traced_ranks.get(rank)
-        if not manifest["event_count"] and traced is not None and len(traced):
-            rows.append(_from_step_trace(rank, traced))
+        if not manifest["event_count"] and rank in traced_rows:
+            rows.append(_from_step_trace(rank, {c: v[traced_rows[rank]] for c, v in traced_columns.items()}))
             continue
         steps = step_classes[step_classes["rank_id"] == rank] if len(step_classes) else step_classes
         complete = steps[steps["complete"].astype(bool)] if len(steps) else steps
@@ -60,8 +61,12 @@ def rank_summary(
     return pd.DataFrame(rows)
 
 
-def _from_step_trace(rank: int, traced: pd.DataFrame) -> dict:
-    """A rank's row from its profiler's step split: walls and shares, no kernel-level columns."""
+STEP_TRACE_COLUMNS = ("wall_ms", "compute_ms", "overlap_ms", "exposed_comm_ms", "idle_ms")
+
+
+def _from_step_trace(rank: int, traced: dict[str, np.ndarray]) -> dict:
+    """A rank's row from its profiler's step split (its rows of ``STEP_TRACE_COLUMNS``): walls and
+    shares, no kernel-level columns."""
     wall = traced["wall_ms"]
     total = float(wall.sum())
 
@@ -71,8 +76,8 @@ def _from_step_trace(rank: int, traced: pd.DataFrame) -> dict:
     return {
         "rank_id": rank,
         "event_count": 0,
-        "step_count": int(len(traced)),
-        "complete_step_count": int(len(traced)),
+        "step_count": int(len(wall)),
+        "complete_step_count": int(len(wall)),
         "wall_ms_mean": float(wall.mean()),
         "wall_ms_p50": float(np.percentile(wall, 50)),
         "wall_ms_p90": float(np.percentile(wall, 90)),
