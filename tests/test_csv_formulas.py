@@ -48,3 +48,23 @@ def test_formula_safe_leaves_numbers_and_plain_text_alone():
     assert safe["name"].tolist()[:3] == ["'=1+1", "MatMul", "'-x"] and pd.isna(safe["name"][3])
     assert safe["value"].tolist() == [-1.5, 2.0, -3.0, 4.0]
     assert io.formula_safe(frame[["value"]]) is not None and frame["name"][0] == "=1+1"  # the input is not changed
+
+
+def test_a_csv_view_leads_formulas_in_every_text_column_kind_and_reads_back_raw(tmp_path):
+    names = ["=1+1", "MatMul", "'+x", None, "\tcmd"]
+    frame = pd.DataFrame(
+        {
+            "name": pd.Series(names, dtype="str"),
+            "kind": pd.Series(["@a", "b", "@a", "b", "c"], dtype="category"),
+            "note": pd.Series(["-x", "y", "z", "w", "v"], dtype=object),
+            "value": [-1.5, 2.0, -3.0, 4.0, 5.0],
+        }
+    )
+    path = io.write_csv(tmp_path / "view.csv", frame)
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    assert [row[0] for row in rows[1:]] == ["'=1+1", "MatMul", "''+x", "", "'\tcmd"]
+    assert [row[1] for row in rows[1:]] == ["'@a", "b", "'@a", "b", "c"] and rows[1][2] == "'-x"
+    assert rows[1][3] == "-1.5"  # numbers are not formulas
+    back = io.read_csv_view(path)
+    assert back["name"].tolist()[:3] == names[:3] and back["kind"].tolist()[0] == "@a"
