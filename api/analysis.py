@@ -28,6 +28,10 @@ class Analysis:
         dims, shapes, dtypes, formats, the 11 pipeline fields in µs (null when not captured),
         categories, roles.
         """
+        if rank_id is not None:  # a rank without events reads as none; a rank not in the root is an error
+            known = [r["rank_id"] for r in self.manifest("normalize")["rank_summaries"]]
+            if rank_id not in known:
+                raise KeyError(f"no rank {rank_id} in {self.out_dir}; its ranks: {', '.join(map(str, known))}")
         table = io.read_dataset(self.out_dir, schema.NORMALIZED_EVENTS, rank_id)
         frame = table.to_pandas()
         if rank_id is not None:

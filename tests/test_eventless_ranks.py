@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from conftest import SAMPLE_ROOTS, copy_sample
 
+from npuprof.api.analysis import Analysis
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.options import AnalyzeOptions
@@ -88,6 +89,11 @@ def test_an_eventless_rank_writes_only_rows_and_every_table_reads_whole(qwen3, t
         assert io.read_dataset(out, table, 1).schema.names == list(table.columns)
     ops = io.read_dataset(out, schema.COMMUNICATION_OPS).to_pandas()
     assert set(ops["rank_id"]) == {0, 1, 2, 3} and (ops["rank_id"] == 1).sum() > 0
+    analysis = Analysis(out)
+    assert analysis.events(1).empty and list(analysis.events(1).columns)[0] == "rank_id"
+    assert len(analysis.events(0)) > 0
+    with pytest.raises(KeyError, match="no rank 5 in"):
+        analysis.events(5)  # not a rank of this root: an error, not an empty frame
 
 
 def test_a_root_with_eventless_ranks_resumes_from_a_later_stage(qwen3, tmp_path):
