@@ -131,3 +131,16 @@ def test_a_step_trace_row_wider_than_its_header_is_named(tmp_path):
     read = read_step_trace_time(path)
     assert read["step_id"].tolist() == [1] and read["wall_ms"].tolist() == [0.01]
     assert read["compute_ms"].tolist() == [0.0055] and read["preparing_ms"].isna().all()
+
+
+def test_many_ranks_map_in_the_pool_whatever_their_bytes(tmp_path):
+    from npuprof.pipeline.execution import POOL_MIN_RANKS, _uses_process_pool
+    from npuprof.pipeline.sources.discovery import RankInput, RootInputs
+
+    def root(count: int) -> RootInputs:
+        ranks = [RankInput(rank_id=r, rank_dir=str(tmp_path), rank_id_from="dir") for r in range(count)]
+        return RootInputs(requested_path=str(tmp_path), root=str(tmp_path), ranks=ranks)
+
+    assert _uses_process_pool(root(POOL_MIN_RANKS), jobs=2)  # ~10 ms of chain each, even without bytes
+    assert not _uses_process_pool(root(POOL_MIN_RANKS - 1), jobs=2)  # a few small ranks: no pool start-up
+    assert not _uses_process_pool(root(POOL_MIN_RANKS), jobs=1)  # a sweep's root (jobs 1): never nested
