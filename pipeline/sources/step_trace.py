@@ -85,7 +85,7 @@ def _numbers(path: Path, rows: list[tuple[int, list[str]]], index: int, column: 
     for position, (line, row) in enumerate(rows):
         cell = row[index].strip() if index < len(row) else ""
         try:
-            values[position] = float(cell) if "_" not in cell else np.nan
+            values[position] = float(cell) if "_" not in cell else np.nan  # float() takes "1_000"; CSV does not
         except ValueError:
             pass
         if column is not None and np.isnan(values[position]):
