@@ -371,27 +371,28 @@ def read_dataset(
         return _no_rows(table, columns, dictionary, with_rank=False)  # a rank without rows writes none
     if filter is None and rank_id is not None:
         return _read_file(Path(out_dir) / table.partition(rank_id), _listed(columns), dictionary)
-    files = _partition_files(path) if rank_id is None else None
+    files = _partition_files(path) if filter is None and rank_id is None else None
     if files == []:
         return _no_rows(table, columns, dictionary, with_rank=True)
-    if files and filter is None:
+    if files:
         projected = [c for c in columns if c != schema.RANK_PARTITION_KEY] if columns is not None else None
         files_stamp = read_cache.stamp(files)
         held = read_cache.kept(path, files_stamp, projected, dictionary, schema.RANK_PARTITION_KEY)
         if held is not None:
             return held
         try:
-            table = _read_partitions(files, projected, dictionary)
+            read = _read_partitions(files, projected, dictionary)
         except _NotOneSchema:
             pass
         else:
-            read_cache.keep(path, files_stamp, projected, dictionary, table)
-            return table
-    return _scan(path, rank_id, columns, filter, dictionary)
+            read_cache.keep(path, files_stamp, projected, dictionary, read)
+            return read
+    return _scan(path, table, rank_id, columns, filter, dictionary)
 
 
 def _scan(
     path: Path,
+    table: schema.Table,
     rank_id: int | None,
     columns: list[str] | tuple[str, ...] | None,
     filter: pc.Expression | None,
@@ -404,6 +405,8 @@ def _scan(
             columns=_listed(columns), filter=filter
         )
     dataset = ds.dataset(path, format=file_format, partitioning="hive")
+    if not dataset.files:  # the scan's own listing: no rank wrote a row
+        return _no_rows(table, columns, dictionary, with_rank=True)
     wanted = None
     if columns is not None:
         wanted = [c for c in columns if c != schema.RANK_PARTITION_KEY] + [schema.RANK_PARTITION_KEY]

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from conftest import SAMPLE_ROOTS, copy_sample
 
@@ -115,6 +116,8 @@ def test_a_missing_partition_reads_as_the_declared_empty_table(tmp_path):
     assert whole.num_rows == 0
     assert whole.schema.field("op_name").type == pa.dictionary(pa.int32(), pa.string())
     assert whole.schema.field("rank_id").type == pa.int32()
+    filtered = io.read_dataset(tmp_path, table, columns=["op_name", "rank_id"], filter=pc.field("rank_id") == 2)
+    assert filtered.num_rows == 0 and filtered.schema.names == ["op_name", "rank_id"]
     io.write_parquet(tmp_path / table.partition(2), table.schema.empty_table())
     written = io.read_dataset(tmp_path, table, columns=["op_name", "rank_id"], dictionary=("op_name",))
     assert written.schema.equals(whole.schema)

@@ -70,16 +70,16 @@ def _step_trace_per_rank(step_trace: pd.DataFrame, ranks: set[int]) -> pd.DataFr
     frame = step_trace[step_trace["rank_id"].isin(ranks)] if len(step_trace) else step_trace
     if frame.empty:
         return pd.DataFrame()
-    means = frame.groupby("rank_id")[[c for c, _ in STEP_TRACE_COSTS] + ["wall_ms"]].mean()
+    columns, labels = [c for c, _ in STEP_TRACE_COSTS], [label for _, label in STEP_TRACE_COSTS]
+    means = frame.groupby("rank_id")[[*columns, "wall_ms"]].mean()
     steps = frame.groupby("rank_id")["step_id"].nunique()
-    labels = np.array([label for _, label in STEP_TRACE_COSTS], dtype=object)
     costs = len(STEP_TRACE_COSTS)  # a row per rank and cost, rank by rank: thousands of ranks at once
     rows = pd.DataFrame(
         {
             "rank_id": np.repeat(means.index.to_numpy().astype(int), costs),
             "cost": [f"{STEP_TRACE}: {label}" for label in labels] * len(means),
             "label": [f"{label} ({STEP_TRACE})" for label in labels] * len(means),
-            "ms": means[[c for c, _ in STEP_TRACE_COSTS]].to_numpy(float).ravel(),
+            "ms": means[columns].to_numpy(float).ravel(),
             "wall_ms": np.repeat(means["wall_ms"].to_numpy(float), costs),
             "steps": np.repeat(steps.reindex(means.index).to_numpy().astype(int), costs),
             "complete_only": True,

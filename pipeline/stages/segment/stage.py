@@ -45,6 +45,8 @@ SEGMENT_INPUT_COLUMNS = [
     "roles",
     "primary_category",
 ]
+# a rank's note when it has no anchor to split layers at (also every rank without events)
+NO_LAYERS_NOTE = "no attention kernels: transformer layers cannot be identified"
 
 
 def _layer_anchors(features: EventFeatures) -> tuple[str, np.ndarray, str]:
@@ -57,9 +59,6 @@ def _layer_anchors(features: EventFeatures) -> tuple[str, np.ndarray, str]:
         fallback = knowledge.load("segmentation_rules")["fallback_anchors"]["family"]
         return fallback, anchors, "no attention kernels: layers from a periodic fallback anchor (low confidence)"
     return "", anchors, NO_LAYERS_NOTE
-
-
-NO_LAYERS_NOTE = "no attention kernels: transformer layers cannot be identified"
 
 
 def _layer_counts(step: StepWindow, layers: list[Layer]) -> dict:

@@ -8,6 +8,7 @@ import pandas as pd
 from npuprof import knowledge
 
 IDLE_PATTERNS = {"prelaunch": "prelaunch_gap_ms", "internal": "internal_bubble_total_ms", "tail": "tail_gap_ms"}
+STEP_TRACE_COLUMNS = ("wall_ms", "compute_ms", "overlap_ms", "exposed_comm_ms", "idle_ms")  # what a traced row uses
 
 
 def rank_summary(
@@ -59,9 +60,6 @@ def rank_summary(
         )
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-STEP_TRACE_COLUMNS = ("wall_ms", "compute_ms", "overlap_ms", "exposed_comm_ms", "idle_ms")
 
 
 def _from_step_trace(rank: int, traced: dict[str, np.ndarray]) -> dict:
