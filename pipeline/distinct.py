@@ -3,10 +3,12 @@ across the rows of a capture, so per-row Python would redo the same work thousan
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 
 def map_distinct(values: pd.Series, fn: Callable[[Any], Any]) -> np.ndarray:
@@ -24,3 +26,34 @@ def first_rows(codes: np.ndarray, count: int) -> np.ndarray:
     first = np.full(count, len(codes), dtype=np.int64)
     np.minimum.at(first, codes, np.arange(len(codes)))
     return first
+
+
+def text_codes(values: pd.Series | pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """(int64 code per row, text per code) of a text column, a null read as ``""`` (one code with an
+    empty text): Arrow's dictionary encoding, so no Python string is made per row."""
+    column = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)  # Arrow-backed: no copy
+    if isinstance(column, pa.Array):
+        column = pa.chunked_array([column])
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    chunks = column.unify_dictionaries().chunks
+    texts = chunks[0].dictionary.to_pylist() if chunks else []
+    empty = texts.index("") if "" in texts else len(texts)
+    if empty == len(texts):
+        texts.append("")
+    codes = [chunk.indices.fill_null(empty).to_numpy(zero_copy_only=False).astype(np.int64) for chunk in chunks]
+    return (np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)), texts
+
+
+def combined_codes(columns: Sequence[pd.Series | pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray, list[tuple]]:
+    """Per row, a code for its combination of the columns' texts (null read as ``""``), numbered in order of
+    first appearance — as ``pd.factorize`` numbers the texts joined by a separator none contains —, and
+    each code's texts. Only the distinct combinations become Python strings."""
+    encoded = [text_codes(column) for column in columns]
+    combined = encoded[0][0]
+    for codes, texts in encoded[1:]:  # a loop over a few columns, each re-numbered whole: no overflow
+        combined = pd.factorize(combined * len(texts) + codes)[0].astype(np.int64)
+    combined, _ = pd.factorize(combined)
+    first = first_rows(combined, int(combined.max()) + 1 if len(combined) else 0)
+    combinations = [tuple(texts[codes[row]] for codes, texts in encoded) for row in first.tolist()]
+    return combined.astype(np.int64), combinations

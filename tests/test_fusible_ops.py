@@ -24,6 +24,7 @@ from npuprof.pipeline.stages.diagnostics.detectors.fusible_ops import (
     fusible_op_sequence,
 )
 from npuprof.pipeline.stages.diagnostics.kernel_traffic import reads_previous_output
+from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 
@@ -128,3 +129,13 @@ def test_the_planted_chain_is_found_on_every_rank_once_per_layer(planted_outputs
     operators = pd.read_csv(out / schema.OPERATOR_SUMMARY_CSV.file)
     cited = operators[operators["evidence_id"].isin(finding["evidence_ids"])]
     assert len(cited) and set(cited["type"]) == {"Muls"}
+
+
+def test_a_rank_read_out_of_order_is_put_in_start_order_ties_kept():
+    """The chain detectors walk a rank's tasks in device order: normalize writes them so, and a rank that
+    is not (an older output) is sorted, equal starts in the order they were read."""
+    events = pd.DataFrame({"start_ns": [30, 10, 20, 10], "name": ["c", "a1", "b", "a2"]}, index=[7, 8, 9, 6])
+    ordered = in_start_order(events)
+    assert ordered["name"].tolist() == ["a1", "a2", "b", "c"] and ordered.index.tolist() == [0, 1, 2, 3]
+    already = in_start_order(ordered.iloc[1:])
+    assert already["name"].tolist() == ["a2", "b", "c"] and already.index.tolist() == [0, 1, 2]

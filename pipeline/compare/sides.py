@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.distinct import combined_codes
 from npuprof.pipeline.errors import UsageError
 from npuprof.pipeline.summaries.communication import SPLIT_SOURCES
 
@@ -164,35 +165,11 @@ def _operator_calls(out: Path, steps: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """(code per row, text per code) of a text column; null reads as ``""``."""
-    if not pa.types.is_dictionary(column.type):
-        column = column.dictionary_encode()
-    chunks = column.unify_dictionaries().chunks
-    values = chunks[0].dictionary.to_pylist() if chunks else []
-    empty = values.index("") if "" in values else len(values)
-    if empty == len(values):
-        values.append("")
-    codes = [c.indices.fill_null(empty).to_numpy(zero_copy_only=False).astype(np.int64) for c in chunks]
-    return (np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)), values
-
-
 def _key_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
     """(key code per call, key strings in sorted order): each key column as dictionary codes, the codes
     combined as integers, strings built only for the distinct combinations."""
-    encoded = [_dictionary_codes(table[column]) for column in OPERATOR_KEY]
-    dictionaries = [values for _, values in encoded]
-    combined = encoded[0][0]
-    for (code, _), dictionary in zip(encoded[1:], dictionaries[1:]):
-        combined = combined * len(dictionary) + code
-    inverse, distinct = pd.factorize(combined)  # hashing, not sorting, the calls
-    names = []
-    for value in distinct.tolist():  # one per distinct operator key
-        parts = []
-        for dictionary in reversed(dictionaries[1:]):
-            value, index = divmod(value, len(dictionary))
-            parts.append(dictionary[index])
-        names.append(KEY_SEPARATOR.join([dictionaries[0][value], *reversed(parts)]))
+    inverse, distinct = combined_codes([table[column] for column in OPERATOR_KEY])
+    names = [KEY_SEPARATOR.join(texts) for texts in distinct]  # one per distinct operator key
     order = np.argsort(np.array(names, dtype=object), kind="stable")  # keys in text order
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from npuprof.pipeline.distinct import combined_codes
 from npuprof.pipeline.modelinfo.shapes import parse_dtypes, parse_shapes, tensor_bytes
 
 TRAFFIC_COLUMNS = ["input_shapes", "input_dtypes", "output_shapes", "output_dtypes"]
@@ -13,21 +14,12 @@ TRAFFIC_COLUMNS = ["input_shapes", "input_dtypes", "output_shapes", "output_dtyp
 BYTE_KINDS = ("input_bytes", "later_input_bytes", "output_bytes", "first_output_bytes")
 
 
-def _joined(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
-    """The columns' texts joined per row (one key per distinct combination)."""
-    keys = frame[columns[0]].fillna("").astype(str)
-    for column in columns[1:]:  # a loop over a few columns, each joined whole
-        keys = keys + "\x1f" + frame[column].fillna("").astype(str)
-    return keys
-
-
 def kernel_traffic(frame: pd.DataFrame) -> pd.DataFrame:
     """Per kernel of ``frame`` (TRAFFIC_COLUMNS): BYTE_KINDS, NaN where a dtype is unknown; each distinct
     shape text parsed once."""
-    codes, distinct = pd.factorize(_joined(frame, TRAFFIC_COLUMNS))
+    codes, distinct = combined_codes([frame[column] for column in TRAFFIC_COLUMNS])
     sizes = []
-    for key in distinct:  # a loop over distinct shapes
-        in_shapes, in_dtypes, out_shapes, out_dtypes = key.split("\x1f")
+    for in_shapes, in_dtypes, out_shapes, out_dtypes in distinct:  # a loop over distinct shapes
         shapes, dtypes = parse_shapes(in_shapes), parse_dtypes(in_dtypes)
         outputs, output_dtypes = parse_shapes(out_shapes), parse_dtypes(out_dtypes)
         found = (
@@ -48,18 +40,18 @@ def reads_previous_output(frame: pd.DataFrame) -> np.ndarray:
     linked = np.zeros(len(frame), dtype=bool)
     if len(frame) < 2:
         return linked
-    previous = _joined(frame, ["output_shapes", "output_dtypes"]).to_numpy(object)[:-1]
-    current = _joined(frame, ["input_shapes", "input_dtypes"]).to_numpy(object)[1:]
-    codes, distinct = pd.factorize(pd.Series(previous) + "\x1e" + pd.Series(current))
-    verdicts = np.array([_consumes(*pair.split("\x1e")) for pair in distinct], dtype=bool)  # distinct pairs
-    linked[1:] = verdicts[codes] if len(distinct) else False
+    written, outputs = combined_codes([frame["output_shapes"], frame["output_dtypes"]])
+    read, inputs = combined_codes([frame["input_shapes"], frame["input_dtypes"]])
+    codes, distinct = pd.factorize(written[:-1] * len(inputs) + read[1:])  # (previous's output, own input)
+    verdicts = [_consumes(outputs[pair // len(inputs)], inputs[pair % len(inputs)]) for pair in distinct.tolist()]
+    linked[1:] = np.array(verdicts, dtype=bool)[codes] if len(distinct) else False
     return linked
 
 
-def _consumes(previous: str, current: str) -> bool:
-    """Whether the inputs in ``current`` (shapes \\x1f dtypes) hold the first output in ``previous``."""
-    out_shapes, out_dtypes = previous.split("\x1f")
-    in_shapes, in_dtypes = current.split("\x1f")
+def _consumes(previous: tuple[str, str], current: tuple[str, str]) -> bool:
+    """Whether the inputs in ``current`` (shapes, dtypes) hold the first output in ``previous``."""
+    out_shapes, out_dtypes = previous
+    in_shapes, in_dtypes = current
     outputs = parse_shapes(out_shapes)
     if not outputs or outputs[0] is None:
         return False

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.distinct import combined_codes, text_codes
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
 from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic, reads_previous_output
-from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
+from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
 from npuprof.pipeline.summaries.bound import pipe_families
@@ -65,8 +66,7 @@ def sequence_windows(ctx: RootContext) -> SequenceWindows:
     # the pipeline stages a kernel's bound is judged by, and their families (summary_rules.yaml)
     stages = knowledge.load("summary_rules")["bound"]["stages"]
     for rank, events in kernels_in_steps(ctx, [*SCAN_COLUMNS, *stages], op_types=None):  # a loop over ranks
-        ordered = events.sort_values("start_ns", kind="stable", ignore_index=True)
-        kernels = _per_kernel(ordered, stages, spec["memory_families"])
+        kernels = _per_kernel(in_start_order(events), stages, spec["memory_families"])
         if kernels is None:
             unpiped.append(rank)
             continue
@@ -96,8 +96,8 @@ def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: l
     known = ~traffic.isna().any(axis=1).to_numpy()  # a dtype the capture does not name: no traffic to price
     # linked: reads what the task just before it wrote (only a memory-bound predecessor can be in its chain)
     linked = reads_previous_output(candidates) & np.r_[False, np.diff(rows) == 1]
-    names = candidates["name"].fillna("").astype(str)
-    shapes = candidates["input_shapes"].fillna("").astype(str) + "\x1f" + candidates["output_shapes"].fillna("")
+    names = text_codes(candidates["name"])[0]
+    identity = combined_codes([candidates["name"], candidates["input_shapes"], candidates["output_shapes"]])[0]
     pipes = candidates[list(stages)].astype(float).fillna(0.0)
     mte = pipes[[stage for stage, family in stages.items() if family in memory_families]].sum(axis=1)
 
@@ -110,16 +110,17 @@ def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: l
     return {
         "breaks": spread(~known, True),
         "unlinked": spread(~linked, True),
-        "same": spread(np.r_[False, names.to_numpy()[1:] == names.to_numpy()[:-1]] & linked, False),
+        "same": spread(np.r_[False, names[1:] == names[:-1]] & linked, False),
         "kernel_us": (events["end_ns"] - events["start_ns"]).to_numpy() / 1000.0,
         "pipe_us": spread(pipes.sum(axis=1).to_numpy(), 0.0),
         "mte_us": spread(mte.to_numpy(), 0.0),
         "inputs": spread(traffic["input_bytes"].fillna(0.0).to_numpy(), 0.0),
         "outputs": spread(traffic["output_bytes"].fillna(0.0).to_numpy(), 0.0),
         "written": spread(traffic["first_output_bytes"].fillna(0.0).to_numpy(), 0.0),
-        "code": spread(pd.factorize(names + "\x1f" + shapes)[0], -1),
-        "type": events["type"].fillna(events["name"]).to_numpy(object),
-        "name": events["name"].to_numpy(object),
+        "code": spread(identity, -1),
+        # texts stay Arrow-backed Series: a label is made only for each distinct chain's first occurrence
+        "type": events["type"].fillna(events["name"]),
+        "name": events["name"],
         "start_ns": events["start_ns"].to_numpy(),
         "end_ns": events["end_ns"].to_numpy(),
     }
@@ -137,14 +138,14 @@ def _windows_of_length(kernels: dict[str, np.ndarray], length: int, sums: dict[s
     count = len(kernels["code"]) - length + 1
     if count <= 0:
         return pd.DataFrame()
-    first = np.arange(count)
+
+    def every_window(key: str, skip: int = 0) -> np.ndarray:
+        """The sum of ``key`` over each window's kernels but its first ``skip``: slices, not gathers."""
+        return sums[key][length : length + count] - sums[key][skip : skip + count]
+
+    valid = (every_window("breaks") == 0) & (every_window("unlinked", 1) == 0) & (every_window("same", 1) < length - 1)
+    first = np.flatnonzero(valid)
     last = first + length - 1
-    valid = (
-        (_within(sums, "breaks", first, last) == 0)
-        & (_within(sums, "unlinked", first + 1, last) == 0)
-        & (_within(sums, "same", first + 1, last) < length - 1)
-    )
-    first, last = first[valid], last[valid]
     if not len(first):
         return pd.DataFrame()
     kernel_us = _within(sums, "kernel_us", first, last)
@@ -155,13 +156,14 @@ def _windows_of_length(kernels: dict[str, np.ndarray], length: int, sums: dict[s
     fused_us = kernel_us * needed / np.where(moved > 0, moved, np.nan)
     chains = np.lib.stride_tricks.sliding_window_view(kernels["code"], length)[first]
     distinct, pattern = np.unique(chains, axis=0, return_index=True, return_inverse=True)[1:]
-    labels = np.array([" → ".join(map(str, kernels["type"][f : f + length])) for f in first[distinct]], dtype=object)
+    types = kernels["type"].iloc[(first[distinct][:, None] + np.arange(length)).ravel()].to_numpy(object)
+    labels = [" → ".join(map(str, types[at : at + length])) for at in range(0, len(types), length)]
     return (
         pd.DataFrame(
             {
                 "pattern": [f"{length}:{p}" for p in range(len(distinct))],
-                "kernels": labels,
-                "first_name": kernels["name"][first[distinct]],
+                "kernels": np.array(labels, dtype=object),
+                "first_name": kernels["name"].iloc[first[distinct]].to_numpy(object),
             }
         )
         .iloc[pattern.reshape(-1)]
@@ -196,24 +198,32 @@ def chosen_chains(windows: pd.DataFrame, covered: pd.DataFrame, spec: dict) -> p
     windows = windows[~_inside(windows, covered)]
     chosen = []
     for _rank, own in windows.groupby("rank_id", sort=True):  # a loop over ranks
+        # patterns grouped by integer codes numbered in the texts' order: a tie goes to the same pattern
+        own = own.assign(pattern_code=pd.factorize(own["pattern"], sort=True)[0])
         for _round in range(int(spec["top_patterns"])):  # a loop over the patterns taken
             best = _best_pattern(own, int(spec["min_occurrences"]))
             if best is None:
                 break
-            chosen.append(best)
+            chosen.append(best.drop(columns="pattern_code"))
             own = own[~_overlaps(own, best)]
     return pd.concat(chosen, ignore_index=True) if chosen else windows.iloc[:0]
 
 
 def _best_pattern(windows: pd.DataFrame, min_occurrences: int) -> pd.DataFrame | None:
-    """The occurrences of the pattern that saves the most, each not overlapping the one before it."""
-    previous = windows.groupby("pattern")["first"].shift()
-    windows = windows[previous.isna() | (windows["first"] - previous >= windows["length"])]
-    totals = windows.groupby("pattern").agg(saved_us=("saved_us", "sum"), occurrences=("first", "size"))
-    totals = totals[totals["occurrences"] >= min_occurrences]
-    if totals.empty or totals["saved_us"].max() <= 0:
+    """The occurrences of the pattern that saves the most, each not overlapping the one before it
+    (``windows`` with their ``pattern_code``; its previous occurrence: the row before it of its pattern)."""
+    code, first = windows["pattern_code"].to_numpy(), windows["first"].to_numpy()
+    order = np.argsort(code, kind="stable")
+    follows = code[order[1:]] == code[order[:-1]]  # the same pattern's previous occurrence
+    previous = np.full(len(code), np.nan)
+    previous[order[1:][follows]] = first[order[:-1][follows]]
+    kept = np.isnan(previous) | (first - previous >= windows["length"].to_numpy())
+    occurrences = np.bincount(code[kept], minlength=int(code.max()) + 1 if len(code) else 0)
+    saved = pd.Series(windows["saved_us"].to_numpy()[kept]).groupby(code[kept]).sum()  # pandas' compensated sum
+    saved = saved[occurrences[saved.index] >= min_occurrences]
+    if saved.empty or saved.max() <= 0:
         return None
-    return windows[windows["pattern"] == totals["saved_us"].idxmax()]
+    return windows[kept & (code == saved.idxmax())]
 
 
 def _overlaps(windows: pd.DataFrame, taken: pd.DataFrame) -> np.ndarray:

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from npuprof.pipeline.distinct import text_codes
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
 from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic
-from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
+from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
 
@@ -54,12 +55,12 @@ def chain_starts(types: np.ndarray, patterns: dict[str, dict]) -> list[tuple[str
     order), no kernel in two chains: each variant's matches found with one comparison per position."""
     taken = np.zeros(len(types), dtype=bool)
     found = []
-    codes, uniques = pd.factorize(types)
+    codes, uniques = text_codes(types)
     accepting: dict[frozenset[str], np.ndarray] = {}  # per accepted set, where a type it accepts runs
 
     def accepts(accepted: frozenset[str]) -> np.ndarray:
         if accepted not in accepting:
-            accepting[accepted] = np.isin(codes, np.flatnonzero(pd.Index(uniques).isin(list(accepted))))
+            accepting[accepted] = np.isin(codes, [code for code, text in enumerate(uniques) if text in accepted])
         return accepting[accepted]
 
     for name, spec in patterns.items():
@@ -83,18 +84,17 @@ def unfused_chains(ctx: RootContext) -> pd.DataFrame:
     """Every chain of every rank inside its steps, with its span, kernel time and the fused kernel's
     time (measured or from traffic): CHAIN_COLUMNS."""
     patterns = rule(FINDING)["patterns"]
-    parts = [
-        _rank_chains(rank, events.sort_values("start_ns", kind="stable"), patterns)
-        for rank, events in kernels_in_steps(ctx, CHAIN_INPUT_COLUMNS)
-    ]
+    ranks = kernels_in_steps(ctx, CHAIN_INPUT_COLUMNS)
+    parts = [_rank_chains(rank, in_start_order(events), patterns) for rank, events in ranks]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CHAIN_COLUMNS)
 
 
 def _rank_chains(rank: int, events: pd.DataFrame, patterns: dict[str, dict]) -> pd.DataFrame:
-    types = events["type"].fillna(events["name"]).to_numpy(object)
+    types = events["type"].fillna(events["name"])
     chains = chain_starts(types, patterns)
     if not chains:
         return pd.DataFrame(columns=CHAIN_COLUMNS)
+    types = types.to_numpy(object)
     # the bytes of the chains' kernels only: the rest of the rank's kernels are never priced by traffic
     inputs, rest, outputs = (np.full(len(events), np.nan) for _ in range(3))
     rows = np.concatenate([np.arange(first, first + width) for _, first, width in chains])
@@ -104,7 +104,8 @@ def _rank_chains(rank: int, events: pd.DataFrame, patterns: dict[str, dict]) -> 
     )
     start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     duration = (end - start) / 1000.0
-    leading = events["input_shapes"].fillna("").str.split(";").str[0].to_numpy(object)
+    shape_codes, shapes = text_codes(events["input_shapes"])
+    leading = np.array([shape.split(";")[0] for shape in shapes], dtype=object)[shape_codes]  # distinct shapes
     # per pattern, the fused kernel's median time on each leading input shape the rank runs it on
     fused_medians = {}
     for name in {name for name, _, _ in chains}:  # a loop over the patterns found

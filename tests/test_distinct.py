@@ -1,0 +1,64 @@
+"""Codes for text columns and their combinations: the numbering the detectors and compare rely on is
+pd.factorize's of the texts joined (a null read as an empty text), whatever form the column arrives in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from npuprof.pipeline.distinct import combined_codes, text_codes
+
+SHAPES = ["8,16", None, "", "8,16", "4", None, "4", "8,16", ""]
+DTYPES = ["DT_BF16", "DT_BF16", None, "FLOAT", "DT_BF16", "", "DT_BF16", "DT_BF16", None]
+
+
+def joined_codes(*columns: list) -> tuple[np.ndarray, list[tuple]]:
+    """The reference: each row's texts joined, then numbered in order of first appearance."""
+    texts = [pd.Series(column, dtype=object).fillna("").astype(str) for column in columns]
+    joined = texts[0]
+    for text in texts[1:]:
+        joined = joined + "\x1f" + text
+    codes, distinct = pd.factorize(joined)
+    return codes, [tuple(value.split("\x1f")) for value in distinct]
+
+
+FORMS = {
+    "pandas str": lambda values: pd.Series(values, dtype="str"),
+    "pandas object": lambda values: pd.Series(values, dtype=object),
+    "arrow array": lambda values: pa.array(values, pa.string()),
+    "arrow chunks": lambda values: pa.chunked_array([pa.array(part, pa.string()) for part in (values[:4], values[4:])]),
+    "arrow dictionary": lambda values: pa.array(values, pa.string()).dictionary_encode(),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_combined_codes_number_rows_as_their_joined_texts_would(form: str) -> None:
+    codes, distinct = combined_codes([FORMS[form](SHAPES), FORMS[form](DTYPES)])
+    expected_codes, expected_distinct = joined_codes(SHAPES, DTYPES)
+    assert codes.tolist() == expected_codes.tolist()
+    assert distinct == expected_distinct
+
+
+def test_a_null_and_an_empty_text_share_a_code() -> None:
+    codes, texts = text_codes(pa.array(["a", None, "", "a"], pa.string()))
+    assert codes[1] == codes[2] and texts[codes[1]] == ""
+    assert codes[0] == codes[3] and texts[codes[0]] == "a"
+    only_nulls, texts = text_codes(pa.array([None, None], pa.string()))
+    assert only_nulls.tolist() == [0, 0] and texts == [""]
+
+
+def test_many_distinct_combinations_do_not_overflow() -> None:
+    """Four columns of 50,000 distinct texts each: their product passes int64, the codes must not wrap."""
+    count = 50_000
+    columns = [pa.array([f"{column}:{row}" for row in range(count)]) for column in "abcd"]
+    reversed_last = pa.array([f"d:{row}" for row in reversed(range(count))])
+    codes, distinct = combined_codes([*columns[:3], reversed_last])
+    assert codes.tolist() == list(range(count))
+    assert distinct[-1] == ("a:49999", "b:49999", "c:49999", "d:0")
+
+
+def test_no_rows() -> None:
+    codes, distinct = combined_codes([pa.array([], pa.string()), pd.Series([], dtype="str")])
+    assert len(codes) == 0 and distinct == []
