@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from conftest import SAMPLES
 
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.runner import StageRange, analyze
-from npuprof.pipeline.stages.evidence import host_trace, trace_blocks, trace_copies
+from npuprof.pipeline.stages.evidence import host_trace, trace_batches, trace_copies
 from npuprof.synth import generate
 
 SPANS = [((0.0, 1e20), 200_000), ((0.0, 1e20), 7), ((1_000_100.0, 1_000_400.0), 1_000)]
@@ -38,11 +37,10 @@ def assert_same_as_reference(path: Path) -> None:
 
 def read_columnar(path: Path) -> bool:
     """Whether the columnar reader takes the file on its own (no fallback to the event reader)."""
-    with pa.OSFile(str(path)) as source:
-        try:
-            host_trace._columnar(source, host_trace._Kept(0.0, 1e20, 200_000))
-        except trace_blocks.NeedsEventReader:
-            return False
+    try:
+        host_trace._columnar(path, host_trace._Kept(0.0, 1e20, 200_000))
+    except trace_batches.NeedsEventReader:
+        return False
     return True
 
 
@@ -90,6 +88,26 @@ HOSTILE = {
     "flow_ids_as_numbers_and_text": [*_launched(5), *_launched("77", "HostToDevice"), _event("m")],
     "negative_and_fractional_flow_ids": [*_launched(-5), *_launched(1.5), *_launched(8), _event("m")],
     "id_keys_inside_args": [_event("n", args={"id": "abc"}), _event("m", args={"id": 5}), *_launched(9)],
+    # a value whose JSON type the event reader looks at: text digits for a pid, a flow id of another type
+    "pids_as_text_digits": [_event("n", pid="7"), _event("m", pid=7)],
+    "flow_ids_of_other_types": [*_launched(True), *_launched("0"), *_launched(-0), *_launched({"a": 1}), _event("m")],
+    "escapes_in_texts": [
+        {"ph": "M", "name": "process_name", "pid": 30, "tid": 0, "args": {"name": 'Py"thon\u00e9'}},
+        _event("n\u00e9\\", pid=30),
+        *_launched('a"b'),
+        _event("m", ts="1000\u0031"),
+    ],
+    "a_process_named_by_a_number": [
+        {"ph": "M", "name": "process_name", "pid": 31, "tid": 0, "args": {"name": 5}},
+        _event("n", pid=31, cat=None),
+        _event("m"),
+    ],
+    "sizes_as_text": [
+        {"ph": "M", "name": "process_name", "pid": 32, "tid": 0, "args": {"name": "Ascend Hardware"}},
+        _event("MEMCPY_ASYNC", pid=32, cat=None, args={"data size(Byte)": "4096", "memcpy direction": "h2d"}),
+        _event("hccl", pid=32, cat=None, args={"size(Byte)": "64", "transport type": "SDMA"}),
+        _event("m"),
+    ],
     # a process is a device lane from the M event that names it so on, until one names it the host's
     "device_lanes_named_in_between": [
         *[_event(f"early{i}", pid=20, cat=None) for i in range(4)],
@@ -116,11 +134,10 @@ def test_hostile_traces_read_the_same_both_ways(tmp_path, case, separator, compa
     assert_same_as_reference(path)
 
 
-def test_blocks_cut_small_read_the_same_both_ways(tmp_path, monkeypatch):
-    """Many blocks, separator forms past a block's head, events longer than a block: the block
-    cutting and the per-block fallback, on a real trace and on a trace with every hostile case."""
-    monkeypatch.setattr(trace_blocks, "BLOCK_BYTES", 4096)
-    monkeypatch.setattr(trace_blocks, "HEAD_BYTES", 512)
+def test_batches_cut_small_read_the_same_both_ways(tmp_path, monkeypatch):
+    """Batches of a few rows: an M event's effect and the cap carried from one batch to the next, on a
+    real trace and on a trace with every hostile case."""
+    monkeypatch.setattr(trace_batches, "BATCH_ROWS", 3)
     real = min(SAMPLES.rglob("trace_view.json"), key=lambda path: path.stat().st_size)
     assert_same_as_reference(real)
     events = [json.dumps(e) for e in META + [_event(f"k{i}") for i in range(40)]]
@@ -200,3 +217,13 @@ def test_a_rank_past_the_cap_says_its_host_causes_are_incomplete(tmp_path, monke
     assert status["host_events"] + status["dropped_at_cap"] <= len(span_all.events)  # host events only
     (said,) = [text for text in manifest["limitations"] if "max_events_per_rank" in text]
     assert f"{status['dropped_at_cap']} past it" in said and "ranks [0]" in said
+
+
+def test_an_event_past_duckdbs_buffer_is_read_event_by_event(tmp_path):
+    """An event longer than DuckDB reads at once (its limit is a floor: events of a few MB past it are
+    read whole): the event reader takes the file."""
+    path = tmp_path / "trace_view.json"
+    blob = "x" * (trace_batches.LONGEST_EVENT_BYTES * 5 // 2)
+    path.write_text(json.dumps([*META, _event("big", args={"blob": blob}), _event("m")]))
+    assert not read_columnar(path)
+    assert_same_as_reference(path)

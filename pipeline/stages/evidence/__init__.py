@@ -1,6 +1,6 @@
 """The evidence stage, in one package: its declaration (``STAGE``), its code (``stage.py``: map and
 reduce), and what only it uses — the host trace readers (``host_trace.py`` streamed from
-trace_view.json in the blocks ``trace_blocks.py`` cuts, with the device's copies of ``trace_copies.py``;
+trace_view.json in the batches ``trace_batches.py`` reads, with the device's copies of ``trace_copies.py``;
 ``host_db.py`` from the profiler db), the attribution of idle windows to host
 activity (``attribution.py``, ``host_api.py``), the idle causes (``idle_causes.py``: later stages read
 its cause names) and the evidence index (``index.py``; the ids it resolves are named in

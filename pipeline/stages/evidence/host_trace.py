@@ -1,10 +1,9 @@
 """trace_view.json, streamed: the host-side events that overlap a time span.
 
 The file can be GBs (a top-level array from torch_npu, or ``{"traceEvents": [...]}``); it is never
-held whole. A top-level array is read a block at a time by Arrow's JSON reader (columnar, no Python
-per event; the blocks are cut in ``trace_blocks.py``); any other layout, or anything that reader would
-read differently, is parsed event by event (ijson, C backend), which is the reference the columnar
-path is tested against.
+held whole. A top-level array is read a batch of rows at a time by DuckDB's JSON reader (columnar, no Python
+per event: ``trace_batches.py``); any other layout, or anything that reader would read differently, is
+parsed event by event (ijson, C backend), which is the reference the columnar path is tested against.
 Only complete (``X``) events of host lanes are kept: category cpu_op / python_function / ascendcl,
 or any event of a process labelled CPU (CANN's AscendCL events carry no category), that overlap the
 span, up to a cap. The cap counts host events only: an event of a process that the metadata (``M``)
@@ -30,7 +29,7 @@ import pyarrow.compute as pc
 
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.sources.json_depth import refuse_too_deep
-from npuprof.pipeline.stages.evidence.trace_blocks import NeedsEventReader, exact_ndjson, prepared_blocks, read_ndjson
+from npuprof.pipeline.stages.evidence.trace_batches import NeedsEventReader, event_batches
 from npuprof.pipeline.stages.evidence.trace_copies import (
     COPY_DIRECTION,
     COPY_SIZE,
@@ -251,28 +250,6 @@ _EVENT_SCHEMA = pa.schema(
         ),
     ]
 )
-# the fast conversion's: numeric flow ids under id, text ones under sid
-_FAST_SCHEMA = _EVENT_SCHEMA.set(_EVENT_SCHEMA.get_field_index("id"), pa.field("id", pa.int64())).append(
-    pa.field("sid", pa.string())
-)
-
-
-def _block_events(events: pa.Buffer, converted: pa.Buffer) -> pa.Table:
-    """A block's events as a table: from its fast conversion, or by the exact conversion where
-    Arrow refuses that (or a numeric flow id does not fit an int64)."""
-    if not len(events):
-        return _EVENT_SCHEMA.empty_table()
-    refused = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
-    try:
-        table = read_ndjson(converted, _FAST_SCHEMA)
-        flow_id = pc.coalesce(table.column("sid"), pc.cast(table.column("id"), pa.string()))
-        return table.drop_columns("sid").set_column(_EVENT_SCHEMA.get_field_index("id"), "id", flow_id)
-    except refused:
-        pass
-    try:
-        return read_ndjson(pa.py_buffer(exact_ndjson(events.to_pybytes())), _EVENT_SCHEMA)
-    except refused:
-        raise NeedsEventReader from None
 
 
 def _timestamps(events: pa.Table, also_required: str) -> np.ndarray:
@@ -370,13 +347,12 @@ def _block_lanes(events: pa.Table, phase: pa.ChunkedArray, kept: _Kept) -> np.nd
     return device_lanes
 
 
-def _columnar(source: pa.NativeFile, kept: _Kept) -> None:
-    """Host events of a top-level array, block by block through Arrow's JSON reader: no Python per
-    event. Anything the event reader would read differently (text durations, missing times, ids
-    that are not integers) raises NeedsEventReader, and the caller reads the file event by event."""
+def _columnar(path: Path, kept: _Kept) -> None:
+    """Host events of a top-level array, a batch at a time through DuckDB's JSON reader: no Python per
+    event. Anything the event reader would read differently (missing times, ids that are neither
+    integers nor texts) raises NeedsEventReader, and the caller reads the file event by event."""
     span_start, span_end = kept.span
-    for block, converted in prepared_blocks(source):
-        events = _block_events(block, converted)
+    for events in event_batches(path, _EVENT_SCHEMA):
         phase = events.column("ph")
         device_lanes = _block_lanes(events, phase, kept)
         category = pc.utf8_lower(pc.fill_null(events.column("cat"), ""))
@@ -434,16 +410,6 @@ def _block_hccl_tasks(events: pa.Table, is_task: pa.Array, kept: _Kept) -> None:
         kept.hccl_task_blocks.append(hccl_task_rows(tasks, _timestamps(tasks, "dur"), kept.span))
 
 
-def _native_file(path: Path) -> pa.NativeFile:
-    """Arrow's own reader of ``path``; through a Python file where the name is not UTF-8 (Arrow
-    takes names as UTF-8 text only)."""
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return pa.PythonFile(open(path, "rb"), mode="r")
-    return pa.OSFile(str(path))
-
-
 def read_host_events(path: str | Path, span_start_us: float, span_end_us: float, cap: int) -> HostTrace:
     """Host X events of ``path`` overlapping [span_start_us, span_end_us], at most ``cap`` of them."""
     path = Path(path)
@@ -452,8 +418,7 @@ def read_host_events(path: str | Path, span_start_us: float, span_end_us: float,
     try:
         if layout != "item":
             raise NeedsEventReader
-        with _native_file(path) as source:
-            _columnar(source, kept)
+        _columnar(path, kept)
     except NeedsEventReader:  # from the start, event by event: the reference reader
         kept = _Kept(span_start_us, span_end_us, cap)
         with open(path, "rb") as handle:
