@@ -11,6 +11,8 @@ communication kinds and roles, so every nanosecond is counted exactly once.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -122,12 +124,9 @@ def step_time_accounting(
     def split(breakdown: str, category: str, column, selector: np.ndarray, where: np.ndarray, total) -> None:
         # int codes: one compare per label, not per string
         codes, labels = pd.factorize(inside[column]) if isinstance(column, str) else column
-        running = np.where(total > 0, total, 1)
-        for code in np.unique(codes[selector]):
-            # Σ length × (active of the label / active in total) over the stretches in ``where``
-            active = np.cumsum(deltas(selector & (codes == code)))[:-1]
-            label = labels[code] if code >= 0 else None
-            add(breakdown, category, str(label), np.where(where, length * active / running, 0.0))
+        stretches = _Stretches(position, length, event_of, sign, len(steps))
+        for code, per_step in _label_sums(codes, selector, where, total, stretches):
+            rows.append((breakdown, category, str(labels[code] if code >= 0 else None), per_step))
 
     split("primary", "compute", "bound_family", ~is_comm, compute_only, compute_active)
     split("primary", COMMUNICATION, "kind", is_comm, comm_only, comm_active)
@@ -147,6 +146,33 @@ def step_time_accounting(
     for name, in_window in _idle_windows(step, time, layer_spans):
         add("primary", "idle", name, np.where(idle & in_window, length, 0.0))
     return _per_step([*rows, ("primary", "idle", head_idle_name(), _head_ns(step, time, steps))], steps)
+
+
+class _Stretches(NamedTuple):
+    """Stretches between boundaries: each one's step position and length, each boundary's event and sign."""
+
+    position: np.ndarray
+    length: np.ndarray
+    event_of: np.ndarray
+    sign: np.ndarray
+    step_count: int
+
+
+def _label_sums(
+    codes: np.ndarray, selector: np.ndarray, where: np.ndarray, total: np.ndarray, stretches: _Stretches
+) -> list[tuple[int, np.ndarray]]:
+    """(label code, per step: Σ length × (active of the label / active in ``total``) over the stretches in
+    ``where``) for each label of the events in ``selector``. Only the stretches in ``where`` are summed:
+    the others would add exact zeros, in the same order."""
+    counted = np.flatnonzero(where)
+    at, length = stretches.position[counted], stretches.length[counted]
+    running = np.where(total > 0, total, 1)[counted]
+    boundary_code = np.where(selector, codes, -2)[stretches.event_of]  # -2: not selected (-1: a null label)
+    sums = []
+    for code in np.unique(codes[selector]):  # a loop over labels
+        active = np.cumsum(np.where(boundary_code == code, stretches.sign, 0.0))[:-1][counted]
+        sums.append((code, np.bincount(at, weights=length * active / running, minlength=stretches.step_count)))
+    return sums
 
 
 def _first_boundaries(step: np.ndarray) -> np.ndarray:

@@ -67,12 +67,18 @@ def _labelled_events(ctx: RankContext, rank_info: dict) -> pd.DataFrame:
     for column in ("categories", "roles"):
         events[column] = pc.fill_null(pc.binary_join(table.column(column), "|"), "").to_pandas()
     events["is_comm"] = events["op_type"].isin(COMMUNICATION_OP_TYPES)
-    identity = events["type"].fillna(events["name"])
-    events["kind"] = np.where(events["is_comm"], communication_kinds(identity), None)
-    roles = parallel_roles(
-        events["name"], rank_info.get("parallel_group_info"), rank_info.get("distributed_args"), events["kind"]
+    # kind and role are the communication events' alone: named for them only (a few in a thousand)
+    comm = events.loc[events["is_comm"], ["type", "name"]]
+    kinds, roles = (np.full(len(events), None, dtype=object) for _ in range(2))
+    kinds[events["is_comm"].to_numpy()] = communication_kinds(comm["type"].fillna(comm["name"]))
+    events["kind"] = kinds
+    roles[events["is_comm"].to_numpy()] = parallel_roles(
+        comm["name"],
+        rank_info.get("parallel_group_info"),
+        rank_info.get("distributed_args"),
+        pd.Series(kinds[events["is_comm"].to_numpy()], index=comm.index, dtype=object),
     )
-    events["parallel_role"] = np.where(events["is_comm"], roles, None)
+    events["parallel_role"] = roles
     return events
 
 
