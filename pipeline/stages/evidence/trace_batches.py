@@ -11,15 +11,20 @@ half the CPU of Arrow's JSON reader over blocks cut at the events' separators, w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+if TYPE_CHECKING:
+    import duckdb
+
 BATCH_ROWS = 1 << 17
-# DuckDB's default object limit, which sizes its read buffer (32 MB peaked 8 % higher on a 1 GB trace, 128 MB
-# 55 %); an event too long for the buffer is read by the event reader
+# DuckDB's default object limit: a larger one grows its read buffer (on a 1 GB trace 32 MB peaked 8 % higher,
+# 128 MB 55 %); an event past the buffer (32 MB at this limit) is read by the event reader
 LONGEST_EVENT_BYTES = 16 << 20
 INTEGERS = ("pid", "tid")  # JSON integers, as the event reader's process keys
 NUMBERS = ("dur",)  # JSON numbers
@@ -48,13 +53,25 @@ def event_batches(path: Path, schema: pa.Schema) -> Iterator[pa.Table]:
         f"SELECT * FROM read_json($path, format = 'array', columns = {{{columns}}}, "
         f"maximum_object_size = {LONGEST_EVENT_BYTES})"
     )
-    settings = {"threads": 1, "autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    with duckdb.connect(":memory:", config=settings) as con:
-        try:
-            for batch in con.sql(query, params={"path": name}).to_arrow_reader(BATCH_ROWS):
-                yield _typed(pa.Table.from_batches([batch]), schema)
-        except (duckdb.Error, OSError, pa.ArrowException):  # an error mid-stream comes through Arrow's reader
-            raise NeedsEventReader from None
+    try:
+        for batch in _connection().sql(query, params={"path": name}).to_arrow_reader(BATCH_ROWS):
+            yield _typed(pa.Table.from_batches([batch]), schema)
+    except (duckdb.Error, OSError, pa.ArrowException):  # an error mid-stream comes through Arrow's reader
+        raise NeedsEventReader from None
+
+
+_CONNECTIONS: dict[int, duckdb.DuckDBPyConnection] = {}
+
+
+def _connection() -> duckdb.DuckDBPyConnection:
+    """This process's DuckDB connection (one thread, no extension loaded or installed): opened once, as
+    opening one costs more than reading a small rank's trace; a forked child opens its own."""
+    import duckdb
+
+    if os.getpid() not in _CONNECTIONS:  # a parent's connection is left as it is: never closed in a child
+        settings = {"threads": 1, "autoinstall_known_extensions": False, "autoload_known_extensions": False}
+        _CONNECTIONS[os.getpid()] = duckdb.connect(":memory:", config=settings)
+    return _CONNECTIONS[os.getpid()]
 
 
 _RAW = frozenset({*INTEGERS, *NUMBERS, *TIMES, *IDS})
