@@ -227,3 +227,10 @@ def test_an_event_past_duckdbs_buffer_is_left_to_the_event_reader(tmp_path):
     blob = "x" * (33 << 20)
     path.write_text(json.dumps([*META, _event("big", args={"blob": blob}), _event("m")]))
     assert not read_columnar(path)
+
+
+def test_the_trace_reader_prints_nothing_of_its_own():
+    """DuckDB draws a progress bar on stdout past 2 s of a query: a big trace would write it into the
+    output of ``npuprof analyze`` (and of a bench's JSON). Its connection has the bar off."""
+    ((drawn,),) = trace_batches._connection().sql("SELECT current_setting('enable_progress_bar')").fetchall()
+    assert drawn is False

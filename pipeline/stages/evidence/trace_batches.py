@@ -64,13 +64,15 @@ _CONNECTIONS: dict[int, duckdb.DuckDBPyConnection] = {}
 
 
 def _connection() -> duckdb.DuckDBPyConnection:
-    """This process's DuckDB connection (one thread, no extension loaded or installed): opened once, as
-    opening one costs more than reading a small rank's trace; a forked child opens its own."""
+    """This process's DuckDB connection (one thread, no extension loaded or installed, no progress bar):
+    opened once, as opening one costs more than reading a small rank's trace; a forked child opens its own."""
     import duckdb
 
     if os.getpid() not in _CONNECTIONS:  # a parent's connection is left as it is: never closed in a child
         settings = {"threads": 1, "autoinstall_known_extensions": False, "autoload_known_extensions": False}
-        _CONNECTIONS[os.getpid()] = duckdb.connect(":memory:", config=settings)
+        connection = duckdb.connect(":memory:", config=settings)
+        connection.execute("SET enable_progress_bar = false")  # DuckDB's bar prints on our stdout past 2 s
+        _CONNECTIONS[os.getpid()] = connection
     return _CONNECTIONS[os.getpid()]
 
 
