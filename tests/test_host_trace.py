@@ -4,6 +4,8 @@ on real traces, on synthetic ones, and on hostile files that must fall back to t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -230,7 +232,11 @@ def test_an_event_past_duckdbs_buffer_is_left_to_the_event_reader(tmp_path):
 
 
 def test_the_trace_reader_prints_nothing_of_its_own():
-    """DuckDB draws a progress bar on stdout past 2 s of a query: a big trace would write it into the
-    output of ``npuprof analyze`` (and of a bench's JSON). Its connection has the bar off."""
-    ((drawn,),) = trace_batches._connection().sql("SELECT current_setting('enable_progress_bar')").fetchall()
-    assert drawn is False
+    """DuckDB draws a progress bar on stdout past 2 s of a query where it takes the session for an
+    interactive one (``python -c``, a notebook; not under pytest): a big trace would write it into an
+    analysis's output, as it did into a bench's JSON. The reader's connection has the bar off."""
+    setting = "SELECT current_setting('enable_progress_bar')"
+    reader = "from npuprof.pipeline.stages.evidence.trace_batches import _connection"
+    check = f"{reader}; print(_connection().sql({setting!r}).fetchall())"
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[(False,)]", run.stdout

@@ -3,6 +3,8 @@ outside sweep_data/, no write, no extension, no configuration change — and say
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,12 @@ def test_a_query_over_the_datasets_answers(archive):
     run = run_cli("query", str(archive), "SELECT count(*) AS n FROM roots")
     assert run.returncode == 0 and run.result["rows"] == [{"n": 1}], run.stderr
     assert len(Sweep(archive).query("DESCRIBE roots")) > 3  # describe and summarize are queries too
+    # DuckDB draws a progress bar on stdout past 2 s of a query in a session it takes for an interactive
+    # one (python -c, a notebook): it would land inside the answer
+    sql = "SELECT current_setting('enable_progress_bar') AS bar"
+    check = f"from npuprof.api import Sweep; print(Sweep({str(archive)!r}).query({sql!r})['bar'].tolist())"
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[False]", run.stdout
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,7 @@ def query(archive: Path, sql: str) -> pd.DataFrame:
         raise UsageError(f"query refused: only queries run over a sweep archive ({what} is not a query)")
     no_extensions = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     with duckdb.connect(":memory:", config=no_extensions) as con:
+        con.execute("SET enable_progress_bar = false")  # DuckDB's bar would print into the answer past 2 s
         for name in DATASETS:
             path = dataset_path(archive, name)
             if path.exists():  # the path is ours (archive/sweep_data/<known name>.parquet)
