@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.device_order import in_device_order
+from npuprof.pipeline.distinct import text_codes
 from npuprof.pipeline.summaries.communication import COMMUNICATION_OP_TYPES
 
 if TYPE_CHECKING:
@@ -64,8 +65,10 @@ def rank_event_features(ctx: RankContext, events: pa.Table) -> EventFeatures:
     return features
 
 
-def _joined(values: pa.ChunkedArray | pa.Array) -> pd.Series:
-    return pd.Series(pc.fill_null(pc.binary_join(values, "|"), "").to_numpy(zero_copy_only=False))
+def _set_codes(values: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """(code per event, its set of labels joined by ``|``) of a list column, no set when null: the
+    sets as dictionary codes, no Python string made per event."""
+    return text_codes(pc.binary_join(values, "|"))
 
 
 def event_features(events: pa.Table) -> EventFeatures:
@@ -77,10 +80,8 @@ def event_features(events: pa.Table) -> EventFeatures:
     opening_roles = set(rules["opening_roles"])
     pass_marker_categories = set(rules["pass_marker_categories"])
 
-    categories = _joined(events.column("categories"))
-    roles = _joined(events.column("roles"))
-    cat_codes, cat_values = pd.factorize(categories)
-    role_codes, role_values = pd.factorize(roles)
+    cat_codes, cat_values = _set_codes(events.column("categories"))
+    role_codes, role_values = _set_codes(events.column("roles"))
 
     def per_category(fn) -> np.ndarray:
         table = np.array([fn(set(v.split("|")) - {""}) for v in cat_values] or [fn(set())])
