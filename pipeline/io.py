@@ -26,6 +26,9 @@ from npuprof.pipeline import read_cache, schema
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.json_text import json_text  # noqa: F401 (io.json_text: the one JSON writer)
 
+# DuckDB's file readers take a name as a glob pattern: a path holding one of these may name other files
+DUCKDB_GLOB_CHARACTERS = frozenset("*?[]{}")
+
 
 def _tmp_path(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.tmp")

@@ -240,3 +240,15 @@ def test_the_trace_reader_prints_nothing_of_its_own():
     check = f"{reader}; print(_connection().sql({setting!r}).fetchall())"
     run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "[(False,)]", run.stdout
+
+
+def test_a_trace_under_a_name_that_globs_reads_only_itself(tmp_path):
+    """DuckDB takes a file name as a glob pattern: a capture dir named ``rank?`` must not read its
+    neighbour ``rankA``'s trace too."""
+    own, neighbour = tmp_path / "rank?", tmp_path / "rankA"
+    for folder, name in ((own, "own"), (neighbour, "neighbour")):
+        folder.mkdir()
+        (folder / "trace_view.json").write_text(json.dumps([*META, _event(name, pid=9)]))
+    path = own / "trace_view.json"
+    assert_same_as_reference(path)
+    assert host_trace.read_host_events(path, 0.0, 1e20, 100).events["name"].tolist() == ["own"]

@@ -12,6 +12,7 @@ from conftest import run_cli
 
 from npuprof.api import Sweep
 from npuprof.pipeline import schema
+from npuprof.pipeline.errors import UsageError
 from npuprof.pipeline.sweep.local import run_sweep
 from npuprof.synth import generate
 
@@ -91,3 +92,16 @@ def test_query_help_lists_its_own_exit_codes_not_the_analysis_ones():
     run = run_cli("query", "--help")
     assert run.returncode == 0 and "is not a query (COPY, ATTACH" in run.stdout
     assert "output dir" not in run.stdout and "degraded" not in run.stdout
+
+
+def test_an_archive_whose_path_globs_is_refused_by_name(archive, tmp_path):
+    """DuckDB takes a file name as a glob pattern: an archive under ``sweep[1]`` would read ``sweep1``'s
+    datasets as its own. Such a path is refused in one line, before any query runs."""
+    import shutil
+
+    globbing = tmp_path / "sweep[1]"
+    shutil.copytree(archive, globbing)
+    with pytest.raises(UsageError, match=r"holds any of"):
+        Sweep(globbing).query("SELECT count(*) FROM roots")
+    run = run_cli("query", str(globbing), "SELECT count(*) FROM roots")
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "holds any of" in run.result["error"]

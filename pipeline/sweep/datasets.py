@@ -96,6 +96,8 @@ def query(archive: Path, sql: str) -> pd.DataFrame:
     folder = archive / schema.SWEEP_DATA_DIR
     if not folder.is_dir():
         raise UsageError(f"{archive} is not a merged sweep archive ({schema.SWEEP_DATA_DIR}/ is missing)")
+    if any(character in str(folder) for character in io.DUCKDB_GLOB_CHARACTERS):  # it would read other files
+        raise UsageError(f"{archive}: query cannot read an archive whose path holds any of * ? [ ] {{ }}: move it")
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from npuprof.pipeline.io import DUCKDB_GLOB_CHARACTERS
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -43,11 +45,13 @@ def event_batches(path: Path, schema: pa.Schema) -> Iterator[pa.Table]:
     time; NeedsEventReader where they must be read event by event."""
     import duckdb
 
-    name = str(path)
+    name = str(Path(path).absolute())  # DuckDB expands a leading ~ and reads scheme:// names remotely
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:  # a name that is not UTF-8: DuckDB takes paths as text
         raise NeedsEventReader from None
+    if any(character in name for character in DUCKDB_GLOB_CHARACTERS):
+        raise NeedsEventReader  # DuckDB reads a name as a glob: rank?/ would take every rank's trace
     columns = ", ".join(f"'{field.name}': '{_duckdb_type(field, raw=field.name in _RAW)}'" for field in schema)
     query = (
         f"SELECT * FROM read_json($path, format = 'array', columns = {{{columns}}}, "
