@@ -14,7 +14,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import pandas as pd
 import pyarrow as pa
@@ -26,8 +26,28 @@ from npuprof.pipeline import read_cache, schema
 from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.json_text import json_text  # noqa: F401 (io.json_text: the one JSON writer)
 
+if TYPE_CHECKING:
+    import duckdb  # imported where a connection is opened: it costs 0.16 s a process
+
 # DuckDB's file readers take a name as a glob pattern: a path holding one of these may name other files
 DUCKDB_GLOB_CHARACTERS = frozenset("*?[]{}")
+
+
+def duckdb_globs(path: str | Path) -> bool:
+    """Whether DuckDB would read ``path`` as a glob pattern (and so maybe as other files than itself)."""
+    return any(character in str(path) for character in DUCKDB_GLOB_CHARACTERS)
+
+
+def duckdb_connection(**settings: object) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB connection (``settings`` added to its configuration) that loads and installs
+    no extension and draws no progress bar: DuckDB prints one on stdout past 2 s of a query in a session
+    it takes for an interactive one (``python -c``, a notebook), inside whatever we print there."""
+    import duckdb
+
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False, **settings}
+    connection = duckdb.connect(":memory:", config=config)
+    connection.execute("SET enable_progress_bar = false")
+    return connection
 
 
 def _tmp_path(target: Path) -> Path:

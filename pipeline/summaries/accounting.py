@@ -116,6 +116,7 @@ def step_time_accounting(
     # each row's stretches are summed per step as soon as they are known: a rank has tens of rows
     # and a stretch per event boundary, too many to hold every row's stretches at once
     position = np.searchsorted(steps["step_ordinal"].to_numpy(np.int64), step[:-1])
+    stretches = _Stretches(position, length, event_of, sign, len(steps))
     rows: list[tuple[str, str, str, np.ndarray]] = []
 
     def add(breakdown: str, category: str, component: str, per_stretch: np.ndarray) -> None:
@@ -124,7 +125,6 @@ def step_time_accounting(
     def split(breakdown: str, category: str, column, selector: np.ndarray, where: np.ndarray, total) -> None:
         # int codes: one compare per label, not per string
         codes, labels = pd.factorize(inside[column]) if isinstance(column, str) else column
-        stretches = _Stretches(position, length, event_of, sign, len(steps))
         for code, per_step in _label_sums(codes, selector, where, total, stretches):
             rows.append((breakdown, category, str(labels[code] if code >= 0 else None), per_step))
 

@@ -96,7 +96,7 @@ def query(archive: Path, sql: str) -> pd.DataFrame:
     folder = archive / schema.SWEEP_DATA_DIR
     if not folder.is_dir():
         raise UsageError(f"{archive} is not a merged sweep archive ({schema.SWEEP_DATA_DIR}/ is missing)")
-    if any(character in str(folder) for character in io.DUCKDB_GLOB_CHARACTERS):  # it would read other files
+    if io.duckdb_globs(folder):  # it would read other files
         raise UsageError(f"{archive}: query cannot read an archive whose path holds any of * ? [ ] {{ }}: move it")
     try:
         statements = duckdb.extract_statements(sql)
@@ -106,9 +106,7 @@ def query(archive: Path, sql: str) -> pd.DataFrame:
     if refused or not statements:
         what = ", ".join(refused) or "nothing"
         raise UsageError(f"query refused: only queries run over a sweep archive ({what} is not a query)")
-    no_extensions = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    with duckdb.connect(":memory:", config=no_extensions) as con:
-        con.execute("SET enable_progress_bar = false")  # DuckDB's bar would print into the answer past 2 s
+    with io.duckdb_connection() as con:
         for name in DATASETS:
             path = dataset_path(archive, name)
             if path.exists():  # the path is ours (archive/sweep_data/<known name>.parquet)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.pipeline.io import DUCKDB_GLOB_CHARACTERS
+from npuprof.pipeline.io import duckdb_connection, duckdb_globs
 
 if TYPE_CHECKING:
     import duckdb
@@ -50,7 +50,7 @@ def event_batches(path: Path, schema: pa.Schema) -> Iterator[pa.Table]:
         name.encode("utf-8")
     except UnicodeEncodeError:  # a name that is not UTF-8: DuckDB takes paths as text
         raise NeedsEventReader from None
-    if any(character in name for character in DUCKDB_GLOB_CHARACTERS):
+    if duckdb_globs(name):
         raise NeedsEventReader  # DuckDB reads a name as a glob: rank?/ would take every rank's trace
     columns = ", ".join(f"'{field.name}': '{_duckdb_type(field, raw=field.name in _RAW)}'" for field in schema)
     query = (
@@ -68,15 +68,10 @@ _CONNECTIONS: dict[int, duckdb.DuckDBPyConnection] = {}
 
 
 def _connection() -> duckdb.DuckDBPyConnection:
-    """This process's DuckDB connection (one thread, no extension loaded or installed, no progress bar):
-    opened once, as opening one costs more than reading a small rank's trace; a forked child opens its own."""
-    import duckdb
-
+    """This process's DuckDB connection (one thread; ``io.duckdb_connection``): opened once, as opening one
+    costs more than reading a small rank's trace; a forked child opens its own."""
     if os.getpid() not in _CONNECTIONS:  # a parent's connection is left as it is: never closed in a child
-        settings = {"threads": 1, "autoinstall_known_extensions": False, "autoload_known_extensions": False}
-        connection = duckdb.connect(":memory:", config=settings)
-        connection.execute("SET enable_progress_bar = false")  # DuckDB's bar prints on our stdout past 2 s
-        _CONNECTIONS[os.getpid()] = connection
+        _CONNECTIONS[os.getpid()] = duckdb_connection(threads=1)
     return _CONNECTIONS[os.getpid()]
 
 
@@ -142,25 +137,25 @@ def _unquoted_numbers(raw: pa.Array) -> pa.Array:
 
 def _texts(raw: pa.Array) -> pa.Array:
     """Raw JSON that must be texts without escapes, as their texts."""
-    if raw.null_count == len(raw):
-        return pc.cast(raw, pa.string())
-    if not pc.all(pc.or_kleene(_quoted(raw), raw.is_null())).as_py():
+    quoted = _quoted(raw)
+    if not pc.all(pc.or_kleene(quoted, raw.is_null())).as_py():
         raise NeedsEventReader
-    return _inside_quotes(raw)
+    return _as_texts(raw, quoted)
 
 
-def _inside_quotes(raw: pa.Array) -> pa.Array:
+def _as_texts(raw: pa.Array, quoted: pa.Array) -> pa.Array:
+    """``raw`` with its ``quoted`` values as the texts they quote (an escape is the event reader's to
+    decode), the others as written."""
+    if not pc.any(quoted).as_py():
+        return pc.cast(raw, pa.string())
     if pc.any(pc.match_substring(raw, "\\")).as_py():
-        raise NeedsEventReader  # an escape: the event reader decodes it
-    return pc.utf8_slice_codeunits(raw, 1, -1)
+        raise NeedsEventReader
+    return pc.if_else(quoted, pc.utf8_slice_codeunits(raw, 1, -1), raw)
 
 
 def _number_texts(raw: pa.Array) -> pa.Array:
     """A time written as a JSON text or number, as text (the caller parses it as a float)."""
-    quoted = _quoted(raw)
-    if not pc.any(quoted).as_py():
-        return pc.cast(raw, pa.string())
-    return pc.if_else(quoted, _inside_quotes(raw), raw)
+    return _as_texts(raw, _quoted(raw))
 
 
 def _ids(raw: pa.Array) -> pa.Array:
@@ -170,6 +165,4 @@ def _ids(raw: pa.Array) -> pa.Array:
     integer = pc.fill_null(pc.match_substring_regex(raw, r"^(0|-?[1-9][0-9]*)$"), False)
     if not pc.all(pc.or_kleene(pc.or_(quoted, integer), raw.is_null())).as_py():
         raise NeedsEventReader
-    if not pc.any(quoted).as_py():
-        return pc.cast(raw, pa.string())
-    return pc.if_else(quoted, _inside_quotes(raw), raw)
+    return _as_texts(raw, quoted)

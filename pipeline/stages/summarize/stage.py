@@ -68,15 +68,16 @@ def _labelled_events(ctx: RankContext, rank_info: dict) -> pd.DataFrame:
         events[column] = pc.fill_null(pc.binary_join(table.column(column), "|"), "").to_pandas()
     events["is_comm"] = events["op_type"].isin(COMMUNICATION_OP_TYPES)
     # kind and role are the communication events' alone: named for them only (a few in a thousand)
-    comm = events.loc[events["is_comm"], ["type", "name"]]
+    is_comm = events["is_comm"].to_numpy()
+    comm = events.loc[is_comm, ["type", "name"]]
     kinds, roles = (np.full(len(events), None, dtype=object) for _ in range(2))
-    kinds[events["is_comm"].to_numpy()] = communication_kinds(comm["type"].fillna(comm["name"]))
+    kinds[is_comm] = communication_kinds(comm["type"].fillna(comm["name"]))
     events["kind"] = kinds
-    roles[events["is_comm"].to_numpy()] = parallel_roles(
+    roles[is_comm] = parallel_roles(
         comm["name"],
         rank_info.get("parallel_group_info"),
         rank_info.get("distributed_args"),
-        pd.Series(kinds[events["is_comm"].to_numpy()], index=comm.index, dtype=object),
+        pd.Series(kinds[is_comm], index=comm.index, dtype=object),
     )
     events["parallel_role"] = roles
     return events

@@ -131,7 +131,9 @@ def _cumulative(kernels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {key: np.r_[0.0, np.cumsum(kernels[key], dtype=float)] for key in _SUMMED}
 
 
-def _windows_of_length(kernels: dict[str, np.ndarray], length: int, sums: dict[str, np.ndarray]) -> pd.DataFrame:
+def _windows_of_length(
+    kernels: dict[str, np.ndarray | pd.Series], length: int, sums: dict[str, np.ndarray]
+) -> pd.DataFrame:
     """The chains of ``length`` memory-bound kernels: no break inside, each kernel reading its
     predecessor's output, not one kernel repeated (a batch, not a chain). ``sums``: ``_cumulative``
     of ``kernels``, computed once for every length."""
