@@ -132,6 +132,30 @@ def planted_outputs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return analyze_scenarios(tmp_path_factory.mktemp("planted"), sorted(SCENARIOS), "report", seed=7)
 
 
+class AnalyzedSamples:
+    """The real sample roots, each analyzed through the report with the defaults on first use and kept for
+    the session: ``[name]`` → (output dir, the analysis' result object). Tests read these outputs and
+    never change them; a test that needs other options or stages analyzes its own copy."""
+
+    def __init__(self, base: Path) -> None:
+        self._base = base
+        self._done: dict[str, tuple[Path, dict]] = {}
+
+    def __getitem__(self, name: str) -> tuple[Path, dict]:
+        if name not in self._done:
+            from npuprof.pipeline.runner import analyze
+
+            out = self._base / f"{name}_out"
+            self._done[name] = (out, analyze(SAMPLE_ROOTS[name][0], out, jobs=2))
+        return self._done[name]
+
+
+@pytest.fixture(scope="session")
+def sample_outputs(tmp_path_factory) -> AnalyzedSamples:
+    """Every real sample root analyzed once per session (lazily, as tests ask for them)."""
+    return AnalyzedSamples(tmp_path_factory.mktemp("samples"))
+
+
 @pytest.fixture
 def small_filesystem(tmp_path):
     """A 2.5 MB tmpfs at ``tmp_path / "archive"``: room for about two small roots' outputs, not four

@@ -146,16 +146,15 @@ def test_dixon_q_flags_only_a_clear_low_outlier():
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLE_ROOTS))
-def test_every_real_capture_runs_through_diagnostics_with_resolvable_evidence(tmp_path, name):
-    root, _ = SAMPLE_ROOTS[name]
-    result = analyze(root, tmp_path / "out", jobs=2)
-    findings = findings_of(tmp_path / "out")
+def test_every_real_capture_runs_through_diagnostics_with_resolvable_evidence(sample_outputs, name):
+    out, result = sample_outputs[name]
+    findings = findings_of(out)
     assert result["diagnostics"]["finding_count"] == len(findings)
-    index = pd.read_csv(tmp_path / "out" / schema.EVIDENCE_INDEX_CSV.file)
+    index = pd.read_csv(out / schema.EVIDENCE_INDEX_CSV.file)
     for finding in findings:
         assert finding["evidence_ids"] or finding["limitations"], finding
         assert set(finding["evidence_ids"]) <= set(index["evidence_id"]), finding
-    manifest = json.loads((tmp_path / "out" / schema.stage_manifest_name("cross_rank")).read_text())
+    manifest = json.loads((out / schema.stage_manifest_name("cross_rank")).read_text())
     if result["rank_count"] < 2 or manifest["collective_instances"] == 0:
         assert manifest["match_rate"] is None and manifest["limitations"]
     if name == "qwen3_training":

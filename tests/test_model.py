@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import PYTORCH_DATA, QWEN_TRAINING, run_cli
+from conftest import QWEN_TRAINING, run_cli
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.modelinfo.hardware import choose, cube_peak_tflops
@@ -54,16 +54,16 @@ def test_the_closest_catalog_model_of_a_shrunken_qwen3_differs_only_in_its_layer
     assert "best" not in set(candidates["status"])  # nothing agrees on every field: no model is claimed
 
 
-def test_a_cnn_capture_names_no_transformer_model_and_no_transformer_feature(tmp_path):
+def test_a_cnn_capture_names_no_transformer_model_and_no_transformer_feature(sample_outputs):
     # the real CNN training sample (Conv2D, no attention kernel, no decoder layer): it agrees with every
     # catalog model on the few fields it shows, which is no evidence of any of them
-    analyze(PYTORCH_DATA / "text" / "level1", tmp_path / "out", jobs=1)
-    insights = json.loads((tmp_path / "out" / schema.MODEL_INSIGHTS).read_text())
+    out, _ = sample_outputs["text_level1"]
+    insights = json.loads((out / schema.MODEL_INSIGHTS).read_text())
     assert insights["transformer"]["present"] is False and insights["candidates"] == []
     assert insights["best_candidate"] is None
     assert [k for k, v in insights["features"].items() if v["present"]] == []  # "dense" was claimed before
-    assert pd.read_csv(tmp_path / "out" / schema.MODEL_CANDIDATE_SUMMARY_CSV.file).empty
-    report = (tmp_path / "out" / schema.REPORT_MD).read_text()
+    assert pd.read_csv(out / schema.MODEL_CANDIDATE_SUMMARY_CSV.file).empty
+    report = (out / schema.REPORT_MD).read_text()
     assert "Not read as a transformer" in report and "Llama" not in report
 
 
@@ -83,10 +83,8 @@ def _summarized_on(out: Path, tmp_path: Path, hardware_model: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def qwen3(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("qwen3") / "out"
-    analyze(QWEN_TRAINING, out, jobs=1, stage_range=StageRange(to_stage="model"))
-    return out
+def qwen3(sample_outputs) -> Path:
+    return sample_outputs["qwen3_training"][0]
 
 
 def test_the_real_qwen3_capture_is_fingerprinted_as_qwen3_0_6b_without_a_config(qwen3):

@@ -240,14 +240,14 @@ def _minus(covered: list[tuple[float, float]], cut: list[tuple[float, float]]) -
     return total
 
 
-def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tmp_path):
+def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(sample_outputs):
     """Rank 0 of the real Qwen3 capture (TP1 PP2 DP2) spends 39 % of its step in exposed pipeline
     send/receive: the headline says so first, with the number an independent interval count over
     the raw kernel_details.csv gives, and the step split equals the vendor's step_trace_time.csv."""
     from conftest import QWEN_TRAINING
 
-    analyze(QWEN_TRAINING, tmp_path / "out", jobs=2)
-    headline = summary_of(tmp_path / "out")["headline"]
+    out, _ = sample_outputs["qwen3_training"]
+    headline = summary_of(out)["headline"]
     (rank0,) = [g for g in headline["groups"] if g["ranks"] == [0]]
     first = rank0["costs"][0]
     assert first["label"] == "exposed PP send_recv communication" and first["share"] == pytest.approx(0.3875, abs=1e-3)
@@ -268,13 +268,11 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     # no config says how many layers to expect: the report names what the fingerprint points at (the
     # catalog's Qwen3-0.6B has 28 layers, the two stages' 14 each) and how to have it checked
     (validation,) = [
-        line
-        for line in (tmp_path / "out" / "report" / "report.md").read_text().splitlines()
-        if line.startswith("Layer validation")
+        line for line in (out / "report" / "report.md").read_text().splitlines() if line.startswith("Layer validation")
     ]
     assert "closest to Qwen3-0.6B with 28 decoder layers, as the 2 pipeline stages" in validation
     assert "`--model-id Qwen3-0.6B`" in validation
-    trace = pd.read_csv(tmp_path / "out" / schema.STEP_TRACE_ACCOUNTING_CSV.file).set_index("rank_id")
+    trace = pd.read_csv(out / schema.STEP_TRACE_ACCOUNTING_CSV.file).set_index("rank_id")
     for rank in (1, 3):
         vendor_row = pd.read_csv(
             QWEN_TRAINING / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
@@ -292,18 +290,18 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     assert headline["ranks_without_accounting"] == []
     # the accounting the headline is read from equals the vendor's step split (µs)
     vendor = pd.read_csv(QWEN_TRAINING / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").iloc[0]
-    accounting = pd.read_csv(tmp_path / "out" / schema.STEP_TIME_ACCOUNTING_CSV.file)
+    accounting = pd.read_csv(out / schema.STEP_TIME_ACCOUNTING_CSV.file)
     primary = accounting[(accounting["rank_id"] == 0) & (accounting["breakdown"] == "primary")]
     by_category = primary.groupby("category")["ms"].sum() * 1000
     assert by_category["compute"] == pytest.approx(vendor["Computing"], abs=0.5)
     assert by_category["communication"] == pytest.approx(vendor["Communication(Not Overlapped)"], abs=0.5)
     # idle: the device's Free, and the step's time before its first kernel (Preparing)
     assert by_category["idle"] == pytest.approx(vendor["Free"] + vendor["Preparing"], abs=0.5)
-    report = (tmp_path / "out" / schema.REPORT_MD).read_text()
+    report = (out / schema.REPORT_MD).read_text()
     assert report.index("313.9 ms (39%) exposed PP send\\_recv") < report.index("Executive Summary")
     # the findings say why: stage 1 (rank 2) computes 1.73x stage 0 — the ratio an interval count of
     # the two ranks' raw compute kernels gives — and 2 micro-batches over 2 stages leave a third idle
-    findings = {f["finding_type"]: f for f in summary_of(tmp_path / "out")["findings"]}
+    findings = {f["finding_type"]: f for f in summary_of(out)["findings"]}
 
     def compute_only_us(rank: int) -> float:
         """Compute with no communication beside it: the accounting's (and the vendor's) Computing."""
@@ -323,7 +321,7 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     )
     assert "Exp" in imbalance["summary"] and "(only there)" in imbalance["summary"]  # the softmax of the loss
     assert findings["pp_bubble_heavy"]["statistic"]["value"] > 1 / 3  # measured above the schedule's own
-    schedule = pd.read_csv(tmp_path / "out" / schema.PP_SCHEDULE_CSV.file).set_index("rank_id")
+    schedule = pd.read_csv(out / schema.PP_SCHEDULE_CSV.file).set_index("rank_id")
     assert schedule.loc[0, "schedule"] == "F0 F1 B0 B1" and schedule.loc[2, "schedule"] == "F0 B0 F1 B1"  # 1F1B
     assert (schedule["micro_batches"] == 2).all() and schedule["ideal_bubble_share"].tolist() == [1 / 3] * 2
     assert schedule.loc[0, "pp_exposed_ms"] == pytest.approx(exposed_ms, abs=0.01)
@@ -346,21 +344,21 @@ def test_the_qwen3_report_leads_with_the_pp_wait_checked_against_the_raw_csvs(tm
     )
     by_type = raw[raw["Accelerator Core"] != "COMMUNICATION"].groupby("Type")["Duration(us)"].sum()
     assert by_type.idxmax() == "MatMulV3" and by_type.nlargest(2).index[1] == "FlashAttentionScoreGrad"
-    top = summary_of(tmp_path / "out")["kpis"]["top_operator_classes"][0]
+    top = summary_of(out)["kpis"]["top_operator_classes"][0]
     assert "MatMulV3" in top["name"]
     assert top["all_cores_duration_ms"] == pytest.approx(by_type["MatMulV3"] / 1000, abs=1e-3)
     assert top["core_split"].startswith("aic 110.7 ms; mix_cv 36.8 ms")
     operator_view = report.split("Top compute operators")[1]
     assert operator_view.index("MatMulV3") < operator_view.index("FlashAttentionScoreGrad")
     # HCCL calls are ranked per kind and group (hcom_batchSendRecv__128_*), never one call at a time
-    classes = pd.read_csv(tmp_path / "out" / schema.OPERATOR_CLASS_SUMMARY_CSV.file)
+    classes = pd.read_csv(out / schema.OPERATOR_CLASS_SUMMARY_CSV.file)
     comm_classes = classes[classes["op_type"] == "communication"].set_index("name")
     raw_comm = raw[raw["Accelerator Core"] == "COMMUNICATION"]
     families = raw_comm["Name"].str.replace(r"_\d+_\d+$", "_*", regex=True)
     expected = raw_comm.groupby(families)["Duration(us)"].sum()
     assert sorted(comm_classes.index) == sorted(expected.index)
     assert comm_classes["duration_sum_us"].reindex(expected.index).to_numpy() == pytest.approx(expected.to_numpy())
-    blocks = pd.read_csv(tmp_path / "out" / schema.BLOCK_CLASS_SUMMARY_CSV.file)
+    blocks = pd.read_csv(out / schema.BLOCK_CLASS_SUMMARY_CSV.file)
     assert not blocks["top_ops"].fillna("").str.contains(r"hcom_\w+__\d{3}_\d+_\d+=").any()
 
 

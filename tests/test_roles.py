@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import PYTORCH_DATA, QWEN_TRAINING
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.runner import analyze
@@ -36,10 +35,10 @@ def test_every_table_of_a_synth_root_gives_an_op_one_role(planted_outputs, name)
     assert disagreements(out).empty
 
 
-@pytest.mark.parametrize("root", [QWEN_TRAINING, PYTORCH_DATA / "text" / "level2"], ids=["qwen3", "cnn"])
-def test_every_table_of_a_sample_gives_an_op_one_role(root, tmp_path):
-    analyze(root, tmp_path / "out", jobs=2)
-    assert disagreements(tmp_path / "out").empty
+@pytest.mark.parametrize("name", ["qwen3_training", "text_level2"])
+def test_every_table_of_a_sample_gives_an_op_one_role(sample_outputs, name):
+    out, _ = sample_outputs[name]
+    assert disagreements(out).empty
 
 
 def _decoy_key(digits: str, taken: set[str]) -> str:
