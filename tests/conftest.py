@@ -137,8 +137,8 @@ class AnalyzedSamples:
     the session: ``[name]`` → (output dir, the analysis' result object). Tests read these outputs and
     never change them; a test that needs other options or stages analyzes its own copy."""
 
-    def __init__(self, base: Path) -> None:
-        self._base = base
+    def __init__(self, base: Path, roots: dict[str, tuple[Path, int]]) -> None:
+        self._base, self._roots = base, roots
         self._done: dict[str, tuple[Path, dict]] = {}
 
     def __getitem__(self, name: str) -> tuple[Path, dict]:
@@ -146,14 +146,15 @@ class AnalyzedSamples:
             from npuprof.pipeline.runner import analyze
 
             out = self._base / f"{name}_out"
-            self._done[name] = (out, analyze(SAMPLE_ROOTS[name][0], out, jobs=2))
+            self._done[name] = (out, analyze(self._roots[name][0], out, jobs=2))
         return self._done[name]
 
 
 @pytest.fixture(scope="session")
 def sample_outputs(tmp_path_factory) -> AnalyzedSamples:
-    """Every real sample root analyzed once per session (lazily, as tests ask for them)."""
-    return AnalyzedSamples(tmp_path_factory.mktemp("samples"))
+    """Every real sample root analyzed once per session (lazily, as tests ask for them); the roots are
+    named here, so a test that asks for this fixture skips without the samples (helpers/sample_use.py)."""
+    return AnalyzedSamples(tmp_path_factory.mktemp("samples"), SAMPLE_ROOTS)
 
 
 @pytest.fixture
