@@ -57,3 +57,15 @@ def combined_codes(columns: Sequence[pd.Series | pa.Array | pa.ChunkedArray]) ->
     first = first_rows(combined, int(combined.max()) + 1 if len(combined) else 0)
     combinations = [tuple(texts[codes[row]] for codes, texts in encoded) for row in first.tolist()]
     return combined.astype(np.int64), combinations
+
+
+def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the first row of each distinct row, each row's distinct row) of a 2-D array of non-negative integer
+    codes, the distinct rows in lexical order: ``np.unique(rows, axis=0, return_index=True,
+    return_inverse=True)[1:]``, one column at a time on integers (NumPy's row-wise unique sorts the rows as
+    opaque bytes, several times slower)."""
+    rank = np.zeros(len(rows), dtype=np.int64)
+    for column in rows.T:  # a loop over the few columns: each pair (rank so far, code) ranked densely
+        rank = np.unique(rank * (int(column.max(initial=0)) + 1) + column, return_inverse=True)[1].reshape(-1)
+    _, first, inverse = np.unique(rank, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)

@@ -1,5 +1,6 @@
 """Codes for text columns and their combinations: the numbering the detectors and compare rely on is
-pd.factorize's of the texts joined (a null read as an empty text), whatever form the column arrives in."""
+pd.factorize's of the texts joined (a null read as an empty text), whatever form the column arrives in; and
+distinct rows of codes numbered as NumPy's row-wise unique numbers them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from npuprof.pipeline.distinct import combined_codes, text_codes
+from npuprof.pipeline.distinct import combined_codes, distinct_rows, text_codes
 
 SHAPES = ["8,16", None, "", "8,16", "4", None, "4", "8,16", ""]
 DTYPES = ["DT_BF16", "DT_BF16", None, "FLOAT", "DT_BF16", "", "DT_BF16", "DT_BF16", None]
@@ -62,3 +63,26 @@ def test_many_distinct_combinations_do_not_overflow() -> None:
 def test_no_rows() -> None:
     codes, distinct = combined_codes([pa.array([], pa.string()), pd.Series([], dtype="str")])
     assert len(codes) == 0 and distinct == []
+
+
+@pytest.mark.parametrize(
+    ("rows", "width", "values"),
+    [(0, 3, 5), (1, 2, 5), (12, 3, 2), (5_000, 4, 3), (20_000, 6, 40), (20_000, 2, 5_000), (300, 1, 300)],
+)
+def test_distinct_rows_are_numpys_row_wise_unique(rows: int, width: int, values: int) -> None:
+    """The first row of each distinct row and each row's distinct row, the distinct rows in lexical order —
+    few values (every row repeats), many (few repeat), one column, none."""
+    codes = np.random.default_rng(rows + width).integers(0, values, size=(rows, width)).astype(np.int64)
+    first, inverse = distinct_rows(codes)
+    expected_first, expected_inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)[1:]
+    assert first.tolist() == expected_first.tolist()
+    assert inverse.tolist() == expected_inverse.reshape(-1).tolist()
+
+
+def test_distinct_rows_of_wide_codes_do_not_overflow() -> None:
+    """Six columns of codes up to 10^6: their product passes int64, the ranks must not wrap."""
+    codes = np.random.default_rng(1).integers(0, 1_000_000, size=(40_000, 6)).astype(np.int64)
+    codes[::2] = codes[1::2]  # every row once more
+    first, inverse = distinct_rows(codes)
+    expected_first, expected_inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)[1:]
+    assert first.tolist() == expected_first.tolist() and inverse.tolist() == expected_inverse.reshape(-1).tolist()

@@ -13,6 +13,8 @@ The walk visits each collective of a step at most once: a loop over collective i
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -46,10 +48,11 @@ def critical_path(model: StepModel) -> pd.DataFrame:
     blocking = ~rows["floating"].to_numpy(bool) if len(rows) else np.array([], bool)
     previous, last_of_slot = _row_order(row_slot, np.where(blocking, arrive, np.nan), len(slots))
     instance = rows["instance"].to_numpy(int) if len(rows) else np.array([], int)
+    order = _Order(slots["corrected_start_us"].to_numpy(float), corrected_end, row_slot, arrive, leave)
     segments: list[tuple] = []
     for key, members in slots.groupby("step_key").groups.items():  # a loop over steps
         finisher = int(members[np.argmax(corrected_end[members])])
-        path = _walk(finisher, model, corrected_end, arrive, leave, previous, last_of_slot, instance)
+        path = _walk(finisher, model.bounds, order, previous, last_of_slot, instance)
         segments += [(key, position, *segment) for position, segment in enumerate(reversed(path))]
     names = ["step_key", "position", "slot", "segment", "start_us", "end_us", "instance"]
     frame = pd.DataFrame(segments, columns=names)
@@ -72,22 +75,33 @@ def _row_order(row_slot: np.ndarray, arrive: np.ndarray, slot_count: int) -> tup
     return previous, last_of_slot
 
 
-def _walk(finisher, model, corrected_end, arrive, leave, previous, last_of_slot, instance) -> list[tuple]:
+class _Order(NamedTuple):
+    """The arrays a walk reads, as NumPy (a walk visits few rows of each: pandas' cost per access would be
+    most of it): per slot its corrected start and end, per row its slot, arrival and leaving time."""
+
+    slot_start: np.ndarray
+    slot_end: np.ndarray
+    row_slot: np.ndarray
+    arrive: np.ndarray
+    leave: np.ndarray
+
+
+def _walk(finisher, bounds, order: _Order, previous, last_of_slot, instance) -> list[tuple]:
     """The path of one step, from its end back to its start: (slot, segment, start, end, instance)."""
-    slot_start = model.slots["corrected_start_us"].to_numpy(float)
+    arrive, leave = order.arrive, order.leave
     row = int(last_of_slot[finisher])
     if row < 0:  # no collective in the step: the finishing rank's whole step is the path
-        return [(finisher, "work", slot_start[finisher], corrected_end[finisher], None)]
-    path = [(finisher, "tail", leave[row], corrected_end[finisher], None)]
+        return [(finisher, "work", order.slot_start[finisher], order.slot_end[finisher], None)]
+    path = [(finisher, "tail", leave[row], order.slot_end[finisher], None)]
     seen = set()
     while row >= 0 and instance[row] not in seen:
         seen.add(instance[row])
-        lo, hi = model.bounds[instance[row]], model.bounds[instance[row] + 1]
+        lo, hi = bounds[instance[row]], bounds[instance[row] + 1]
         last = lo + int(np.argmax(arrive[lo:hi]))  # the member that arrived last
-        path.append((int(model.rows["slot"].iat[last]), "transit", arrive[last], leave[row], instance[row]))
+        slot = int(order.row_slot[last])
+        path.append((slot, "transit", arrive[last], leave[row], instance[row]))
         before = int(previous[last])
-        slot = int(model.rows["slot"].iat[last])
-        start = leave[before] if before >= 0 else slot_start[slot]
+        start = leave[before] if before >= 0 else order.slot_start[slot]
         path.append((slot, "work", start, arrive[last], instance[row]))
         row = before
     return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.distinct import first_rows
+from npuprof.pipeline.distinct import combined_codes, first_rows
 from npuprof.pipeline.stages.model.flops import shape_flops
 
 SHAPE_KEY = [
@@ -26,12 +26,12 @@ def shape_operators(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     ``events``: the rank's labelled events with their ``block_kind`` and ``layer_ordinal`` (null
     outside layers). The block kind of a shape op is the one most of its calls sit in.
     """
-    keys = events[SHAPE_KEY].fillna("")
-    codes = keys.groupby(SHAPE_KEY, sort=False).ngroup().to_numpy()
+    # numbered as groupby(sort=False).ngroup() numbers them (first appearance), on dictionary codes: no
+    # per-row text is hashed or compared
+    codes = combined_codes([events[column] for column in SHAPE_KEY])[0]
     count = int(codes.max()) + 1 if len(codes) else 0
     first = first_rows(codes, count)
-    ops = keys.iloc[first].reset_index(drop=True) if count else keys.iloc[:0].reset_index(drop=True)
-    ops = ops.replace("", None)
+    ops = events[SHAPE_KEY].iloc[first if count else []].reset_index(drop=True).fillna("").replace("", None)
     ops["primary_category"] = events["primary_category"].iloc[first].to_numpy() if count else []
     ops["call_count"] = np.bincount(codes, minlength=count)
     ops["duration_sum_us"] = np.bincount(codes, weights=events["duration_ns"].to_numpy(float), minlength=count) / 1e3
@@ -68,11 +68,11 @@ def step_flops(events: pd.DataFrame, codes: np.ndarray, ops: pd.DataFrame, steps
         return pd.DataFrame()
     ordinal = step[inside].astype(np.int64)
     size = int(steps["step_ordinal"].max()) + 1
-    per_call = ops.loc[codes[inside], ["flops_per_call", "bytes_per_call", "flops_kind"]].reset_index(drop=True)
+    calls = codes[inside]  # each call's shape op: its values are looked up per op, then per call
     duration = events["duration_ns"].to_numpy(float)[inside] / 1e3
-    cube = (per_call["flops_kind"] == "cube").to_numpy()
-    vector = (per_call["flops_kind"] == "vector").to_numpy()
-    flops = per_call["flops_per_call"].fillna(0).to_numpy()
+    cube = (ops["flops_kind"] == "cube").to_numpy(bool)[calls]
+    vector = (ops["flops_kind"] == "vector").to_numpy(bool)[calls]
+    flops = ops["flops_per_call"].fillna(0).to_numpy()[calls]
     cube_kernel = np.isin(events["op_type"].to_numpy()[inside], ("aic", "mix_cv"))
     counted_cube = cube_kernel & cube & (flops > 0)
 
@@ -84,7 +84,7 @@ def step_flops(events: pd.DataFrame, codes: np.ndarray, ops: pd.DataFrame, steps
             "step_ordinal": np.arange(size),
             "cube_flops": total(cube, flops),
             "vector_flops": total(vector, flops),
-            "bytes_moved": total(np.ones(len(ordinal), bool), per_call["bytes_per_call"].fillna(0).to_numpy()),
+            "bytes_moved": total(np.ones(len(ordinal), bool), ops["bytes_per_call"].fillna(0).to_numpy()[calls]),
             "cube_kernel_us": total(cube_kernel, duration),
             "cube_kernel_us_with_flops": total(counted_cube, duration),
         }

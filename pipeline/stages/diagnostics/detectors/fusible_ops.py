@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
-from npuprof.pipeline.distinct import combined_codes, text_codes
+from npuprof.pipeline.distinct import combined_codes, distinct_rows, text_codes
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
@@ -157,7 +157,7 @@ def _windows_of_length(
     needed = _within(sums, "inputs", first, last) - _within(sums, "written", first, last - 1) + kernels["outputs"][last]
     fused_us = kernel_us * needed / np.where(moved > 0, moved, np.nan)
     chains = np.lib.stride_tricks.sliding_window_view(kernels["code"], length)[first]
-    distinct, pattern = np.unique(chains, axis=0, return_index=True, return_inverse=True)[1:]
+    distinct, pattern = distinct_rows(chains)
     types = kernels["type"].iloc[(first[distinct][:, None] + np.arange(length)).ravel()].to_numpy(object)
     labels = [" → ".join(map(str, types[at : at + length])) for at in range(0, len(types), length)]
     return (
