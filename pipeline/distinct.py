@@ -69,3 +69,13 @@ def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rank = np.unique(rank * (int(column.max(initial=0)) + 1) + column, return_inverse=True)[1].reshape(-1)
     _, first, inverse = np.unique(rank, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
+
+
+def text_array(codes: np.ndarray, labels: Sequence[str]) -> pd.api.extensions.ExtensionArray:
+    """``labels[code]`` for each row (a negative code: missing) as the pandas text column (dtype ``str``)
+    that assigning those strings would give, built from Arrow dictionary codes: pandas checks no Python
+    string per row (for a 250 k-row rank that check is tens of milliseconds a column)."""
+    codes = np.asarray(codes)
+    indices = pa.array(codes.astype(np.int32), mask=codes < 0)
+    texts = pa.DictionaryArray.from_arrays(indices, pa.array(list(labels), pa.string())).cast(pa.string())
+    return texts.to_pandas().array

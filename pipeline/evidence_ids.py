@@ -5,6 +5,7 @@ compare all write or read these ids; one definition keeps them the same text."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -13,14 +14,17 @@ import pyarrow.compute as pc
 STEP_ORDINAL = ".step#"
 
 
-def texts(*parts: object) -> np.ndarray:
-    """Element-wise concatenation of text constants and columns (numbers as their Arrow text)."""
+def texts(*parts: object) -> np.ndarray | pd.api.extensions.ExtensionArray:
+    """Element-wise concatenation of text constants and columns (numbers as their Arrow text), as the
+    column a frame makes of those strings: pandas' text array straight from Arrow (a NumPy array of
+    Python strings would be checked again, string by string, when put in a frame); no rows, the empty
+    object array."""
     columns = [
         pa.scalar(part, pa.string()) if isinstance(part, str) else pc.cast(pa.array(np.asarray(part)), pa.string())
         for part in parts
     ]
     joined = pc.binary_join_element_wise(*columns, "")
-    return np.asarray(joined.to_numpy(zero_copy_only=False), dtype=object)
+    return joined.to_pandas().array if len(joined) else np.asarray([], dtype=object)
 
 
 def step_evidence_id(rank_id: int, step_ordinal: int) -> str:

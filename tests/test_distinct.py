@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from npuprof.pipeline.distinct import combined_codes, distinct_rows, text_codes
+from npuprof.pipeline.distinct import combined_codes, distinct_rows, text_array, text_codes
 
 SHAPES = ["8,16", None, "", "8,16", "4", None, "4", "8,16", ""]
 DTYPES = ["DT_BF16", "DT_BF16", None, "FLOAT", "DT_BF16", "", "DT_BF16", "DT_BF16", None]
@@ -86,3 +86,17 @@ def test_distinct_rows_of_wide_codes_do_not_overflow() -> None:
     first, inverse = distinct_rows(codes)
     expected_first, expected_inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)[1:]
     assert first.tolist() == expected_first.tolist() and inverse.tolist() == expected_inverse.reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("codes", [[0, -1, 1, 0, -1, 2], [2, 2, 0], [1], []])
+def test_a_text_array_is_the_column_its_strings_would_make(codes: list[int]) -> None:
+    """Assigned to a frame, the texts of the codes (a negative code: missing) give the column their strings
+    give — the same values, the same missing rows, the same dtype; a label may repeat —, no rows the text
+    column a NumPy text array gives (an object array of no string would stay object: the callers keep it)."""
+    labels = ["tail", "internal", "tail"]
+    strings = np.array([labels[c] if c >= 0 else None for c in codes], dtype=object)
+    by_strings, by_codes = pd.DataFrame({"row": range(len(codes))}), pd.DataFrame({"row": range(len(codes))})
+    by_strings["window"] = strings if len(codes) else np.array([], dtype=str)
+    by_codes["window"] = text_array(np.array(codes, dtype=np.int64), labels)
+    pd.testing.assert_frame_equal(by_codes, by_strings)
+    assert by_codes["window"].dtype == by_strings["window"].dtype

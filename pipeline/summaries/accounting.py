@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.distinct import text_array
 
 COMMUNICATION = "communication"
 
@@ -81,12 +82,6 @@ def _window_codes(
     codes[stretch_start < main_start] = 0  # before the layers wins, as it is tested first
     codes[np.isnan(main_start)] = 3
     return codes, labels
-
-
-def _idle_window(stretch_step: np.ndarray, stretch_start: np.ndarray, layer_spans: pd.DataFrame) -> np.ndarray:
-    """The anatomy window (prelaunch / internal / tail) each stretch starts in, as text."""
-    codes, labels = _window_codes(stretch_step, stretch_start, layer_spans)
-    return np.array(labels)[codes]
 
 
 def step_time_accounting(
@@ -224,11 +219,12 @@ def idle_gaps(events: pd.DataFrame, layer_spans: pd.DataFrame, steps: pd.DataFra
     first_pos = positions[firsts]
     step_start = steps.set_index("step_ordinal")["start_ns"].reindex(step[firsts]).to_numpy(np.int64)
     headed = step_start < time[firsts]
-    head_window = [head_idle_name()] * int(headed.sum())
+    window, labels = _window_codes(step[gaps], time[gaps], layer_spans)  # the anatomy window each gap starts in
+    head_window = np.full(int(headed.sum()), len(labels))  # the code of head_idle_name(), after the labels
     frame = pd.DataFrame(
         {
             "step_ordinal": np.concatenate([step[gaps], step[firsts][headed]]),
-            "window": np.concatenate([_idle_window(step[gaps], time[gaps], layer_spans), head_window]),
+            "window": text_array(np.concatenate([window, head_window]), [*labels, head_idle_name()]),
             "start_ns": np.concatenate([time[gaps], step_start[headed]]),
             "end_ns": np.concatenate([time[gaps + 1], time[firsts][headed]]),
             # the event before a step's first: the rank's previous step's last (none: the first itself)

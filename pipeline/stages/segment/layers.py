@@ -61,7 +61,8 @@ def choose_family(features: EventFeatures) -> tuple[str, np.ndarray]:
     if not chosen:
         return "", np.zeros(len(features.anchor_family), dtype=bool)
     name = chosen[0] if len(chosen) == 1 else "hybrid:" + "+".join(chosen)
-    return name, pd.Series(features.anchor_family).isin(chosen).to_numpy()
+    # as objects: a text Series would first check every event's Python string
+    return name, pd.Series(features.anchor_family, dtype=object).isin(chosen).to_numpy()
 
 
 def fallback_anchors(features: EventFeatures) -> np.ndarray:

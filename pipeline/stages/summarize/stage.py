@@ -10,11 +10,14 @@ shapes, FLOPs and the model fingerprint the model stage's; the HCCL tables cross
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.distinct import text_array
 from npuprof.pipeline.evidence_ids import communication_evidence_ids, operator_evidence_ids
 from npuprof.pipeline.schema import PIPELINE_FIELDS
 from npuprof.pipeline.segmentation.features import ordered_events
@@ -70,17 +73,27 @@ def _labelled_events(ctx: RankContext, rank_info: dict) -> pd.DataFrame:
     # kind and role are the communication events' alone: named for them only (a few in a thousand)
     is_comm = events["is_comm"].to_numpy()
     comm = events.loc[is_comm, ["type", "name"]]
-    kinds, roles = (np.full(len(events), None, dtype=object) for _ in range(2))
-    kinds[is_comm] = communication_kinds(comm["type"].fillna(comm["name"]))
-    events["kind"] = kinds
-    roles[is_comm] = parallel_roles(
+    comm_kinds = communication_kinds(comm["type"].fillna(comm["name"]))
+    comm_roles = parallel_roles(
         comm["name"],
         rank_info.get("parallel_group_info"),
         rank_info.get("distributed_args"),
-        pd.Series(kinds[is_comm], index=comm.index, dtype=object),
+        pd.Series(comm_kinds, index=comm.index, dtype=object),
     )
-    events["parallel_role"] = roles
+    events["kind"], events["parallel_role"] = _on_comm_events(comm_kinds, is_comm), _on_comm_events(comm_roles, is_comm)
     return events
+
+
+def _on_comm_events(values: np.ndarray, is_comm: np.ndarray) -> Any:
+    """A column of ``values`` on the communication events and nothing elsewhere, as assigning an object
+    array of them makes it — text (dtype str), here built from codes; None everywhere when no event has
+    a value —, without pandas checking a Python object per event."""
+    codes, labels = pd.factorize(np.asarray(values, dtype=object))  # a missing value: code -1
+    if not len(labels):
+        return np.full(len(is_comm), None, dtype=object)
+    everyone = np.full(len(is_comm), -1)
+    everyone[is_comm] = codes
+    return text_array(everyone, labels)
 
 
 def _operator_family(events: pd.DataFrame, operators: pd.DataFrame) -> np.ndarray:
@@ -168,9 +181,7 @@ def _communication(ctx: RankContext, events: pd.DataFrame, steps: pd.DataFrame, 
         is_comm = events["is_comm"].to_numpy(bool)  # only communication events have a role to agree on
         named = events.loc[is_comm, "name"]
         agreed = agreed_roles(named, events.loc[is_comm, "parallel_role"], ops["op_name"], ops["parallel_role"])
-        roles = np.full(len(events), None, dtype=object)
-        roles[is_comm] = agreed[0]
-        events["parallel_role"], ops["parallel_role"] = roles, agreed[1]
+        events["parallel_role"], ops["parallel_role"] = _on_comm_events(agreed[0], is_comm), agreed[1]
     comm = events[events["is_comm"]]
     comm_rows = comm.assign(
         duration_us=comm["duration_ns"] / 1000.0,
