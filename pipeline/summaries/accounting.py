@@ -157,16 +157,20 @@ def _label_sums(
     codes: np.ndarray, selector: np.ndarray, where: np.ndarray, total: np.ndarray, stretches: _Stretches
 ) -> list[tuple[int, np.ndarray]]:
     """(label code, per step: Σ length × (active of the label / active in ``total``) over the stretches in
-    ``where``) for each label of the events in ``selector``. Only the stretches in ``where`` are summed:
-    the others would add exact zeros, in the same order."""
-    counted = np.flatnonzero(where)
-    at, length = stretches.position[counted], stretches.length[counted]
-    running = np.where(total > 0, total, 1)[counted]
+    ``where``) for each label of ``selector``'s events: over those it is active in only (the rest add exact 0)."""
     boundary_code = np.where(selector, codes, -2)[stretches.event_of]  # -2: not selected (-1: a null label)
-    sums = []
+    running, count, sums = np.where(total > 0, total, 1), len(stretches.length), []
     for code in np.unique(codes[selector]):  # a loop over labels
-        active = np.cumsum(np.where(boundary_code == code, stretches.sign, 0.0))[:-1][counted]
-        sums.append((code, np.bincount(at, weights=length * active / running, minlength=stretches.step_count)))
+        mine = np.flatnonzero(boundary_code == code)  # the label's boundaries: its events' starts and ends
+        active = np.cumsum(stretches.sign[mine], dtype=float)  # its events running from each boundary on
+        held = active != 0  # the stretches from such a boundary to the next hold the label
+        first, active = mine[held], active[held]
+        lengths = np.minimum(np.append(mine[1:], count)[held], count) - np.minimum(first, count)
+        at = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        counted = where[at]
+        at, active = at[counted], np.repeat(active, lengths)[counted]
+        weights = stretches.length[at] * active / running[at]
+        sums.append((code, np.bincount(stretches.position[at], weights=weights, minlength=stretches.step_count)))
     return sums
 
 
