@@ -18,6 +18,7 @@ import pandas as pd
 
 from npuprof import knowledge
 from npuprof.pipeline.distinct import text_array
+from npuprof.pipeline.segmentation.windows import window_positions
 
 COMMUNICATION = "communication"
 
@@ -163,12 +164,10 @@ def _label_sums(
     for code in np.unique(codes[selector]):  # a loop over labels
         mine = np.flatnonzero(boundary_code == code)  # the label's boundaries: its events' starts and ends
         active = np.cumsum(stretches.sign[mine], dtype=float)  # its events running from each boundary on
-        held = active != 0  # the stretches from such a boundary to the next hold the label
-        first, active = mine[held], active[held]
-        lengths = np.minimum(np.append(mine[1:], count)[held], count) - np.minimum(first, count)
-        at = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        held = active != 0  # the stretches from such a boundary to its next one (or the last) hold the label
+        at, run = window_positions(mine[held], np.append(mine[1:], count)[held] - 1)
         counted = where[at]
-        at, active = at[counted], np.repeat(active, lengths)[counted]
+        at, active = at[counted], active[held][run[counted]]
         weights = stretches.length[at] * active / running[at]
         sums.append((code, np.bincount(stretches.position[at], weights=weights, minlength=stretches.step_count)))
     return sums

@@ -31,7 +31,7 @@ def shape_operators(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     codes = combined_codes([events[column] for column in SHAPE_KEY])[0]
     count = int(codes.max()) + 1 if len(codes) else 0
     first = first_rows(codes, count)
-    ops = events[SHAPE_KEY].iloc[first if count else []].reset_index(drop=True).fillna("").replace("", None)
+    ops = events[SHAPE_KEY].iloc[first].reset_index(drop=True).fillna("").replace("", None)
     ops["primary_category"] = events["primary_category"].iloc[first].to_numpy() if count else []
     ops["call_count"] = np.bincount(codes, minlength=count)
     ops["duration_sum_us"] = np.bincount(codes, weights=events["duration_ns"].to_numpy(float), minlength=count) / 1e3

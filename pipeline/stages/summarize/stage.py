@@ -86,8 +86,8 @@ def _labelled_events(ctx: RankContext, rank_info: dict) -> pd.DataFrame:
 
 def _on_comm_events(values: np.ndarray, is_comm: np.ndarray) -> Any:
     """A column of ``values`` on the communication events and nothing elsewhere, as assigning an object
-    array of them makes it — text (dtype str), here built from codes; None everywhere when no event has
-    a value —, without pandas checking a Python object per event."""
+    array of them makes it (text, dtype str; None everywhere when no event has a value), built from codes
+    so that pandas checks no Python object per event."""
     codes, labels = pd.factorize(np.asarray(values, dtype=object))  # a missing value: code -1
     if not len(labels):
         return np.full(len(is_comm), None, dtype=object)
