@@ -3,10 +3,54 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+
+
+class PipeFamilies(NamedTuple):
+    """Per row of a (rows × pipeline stages) time array: ``values`` its times, 0 where not captured; ``code``
+    the index in ``names`` (the families in name order, then ``mixed``) of the family with the most time;
+    ``signal`` whether it has a pipeline signal at all."""
+
+    values: np.ndarray
+    code: np.ndarray
+    names: np.ndarray
+    signal: np.ndarray
+
+
+def pipe_family_codes(times: np.ndarray) -> PipeFamilies:
+    """``PipeFamilies`` of ``times`` (rows × the rules' stages, in their order; NaN where not captured): the
+    family is ``mixed`` when the top two are within ``mixed_margin`` of the total. Families as codes, so a
+    caller testing them never compares a text per row."""
+    rules = knowledge.load("summary_rules")["bound"]
+    stage_names = list(rules["stages"])
+    values = np.where(np.isnan(times), 0.0, times)
+    signal = (~np.isnan(times)).any(axis=1) & (values.sum(axis=1) > 0)
+    families = sorted(set(rules["stages"].values()))
+    family_time = [
+        values[:, [i for i, s in enumerate(stage_names) if rules["stages"][s] == f]].sum(axis=1) for f in families
+    ]
+    top, first, second = _top_two(family_time)
+    total = np.column_stack(family_time).sum(axis=1)
+    gap = (first - second) / np.where(total > 0, total, 1.0)
+    code = np.where(gap < rules["mixed_margin"], len(families), top)
+    return PipeFamilies(values, code, np.array([*families, "mixed"], dtype=object), signal)
+
+
+def _top_two(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``columns`` (at least two): the first column holding the largest value, that value and the
+    second largest (equal to it on a tie) — a sort of each row's few values, done a column at a time."""
+    top, first = np.zeros(len(columns[0]), dtype=np.intp), columns[0]
+    second = np.full(len(first), -np.inf)
+    for index, column in enumerate(columns[1:], start=1):  # a loop over the few families
+        second = np.maximum(second, np.minimum(first, column))
+        top = np.where(column > first, index, top)
+        first = np.maximum(first, column)
+    return top, first, second
 
 
 def pipe_families(stages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -14,21 +58,9 @@ def pipe_families(stages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
     stages with the most time — ``mixed`` when the top two are within ``mixed_margin`` of the total —;
     whether it has a pipeline signal at all). What a kernel's bound is judged by, before its op type
     overrides it (``bound_labels``)."""
-    rules = knowledge.load("summary_rules")["bound"]
-    stage_names = list(rules["stages"])
-    times = stages.reindex(columns=stage_names).astype(float).to_numpy()
-    values = np.where(np.isnan(times), 0.0, times)
-    signal = (~np.isnan(times)).any(axis=1) & (values.sum(axis=1) > 0)
-    families = sorted(set(rules["stages"].values()))
-    family_time = np.column_stack(
-        [values[:, [i for i, s in enumerate(stage_names) if rules["stages"][s] == f]].sum(axis=1) for f in families]
-    )
-    order = np.sort(family_time, axis=1)
-    total = family_time.sum(axis=1)
-    gap = (order[:, -1] - order[:, -2]) / np.where(total > 0, total, 1.0)
-    top = np.array(families, dtype=object)[family_time.argmax(axis=1)]
-    family = np.where(gap < rules["mixed_margin"], "mixed", top)
-    return values, family, signal
+    stage_names = list(knowledge.load("summary_rules")["bound"]["stages"])
+    found = pipe_family_codes(stages.reindex(columns=stage_names).astype(float).to_numpy())
+    return found.values, found.names[found.code], found.signal
 
 
 def bound_labels(op_type: pd.Series, stages: pd.DataFrame) -> pd.DataFrame:

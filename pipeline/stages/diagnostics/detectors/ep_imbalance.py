@@ -49,7 +49,13 @@ def expert_calls(ctx: RootContext) -> pd.DataFrame:
     columns = ["rank_id", "row_idx", "input_shapes", "start_ns", "duration_ns"]
     if not (ctx.out_dir / schema.NORMALIZED_EVENTS).exists():
         return pd.DataFrame(columns=columns)
-    table = ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns[1:], filter=pc.field("type") == EXPERT_OP_TYPE)
+    is_expert = pc.field("type") == EXPERT_OP_TYPE
+    # the ranks whose operators (summarize: one row per name and type of all a rank's events) hold one: the
+    # scan of every event's type is skipped on the others, on most roots all of them
+    operators = ctx.read_table(schema.OPERATOR_SUMMARY, columns=["type"], filter=is_expert)
+    ranks = pc.unique(operators.column(schema.RANK_PARTITION_KEY)).to_pylist()
+    found = is_expert & pc.field(schema.RANK_PARTITION_KEY).isin(ranks)
+    table = ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns[1:], filter=found)
     return int_ranks(table.to_pandas())
 
 

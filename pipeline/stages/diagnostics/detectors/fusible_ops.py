@@ -25,7 +25,7 @@ from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, 
 from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
-from npuprof.pipeline.summaries.bound import pipe_families
+from npuprof.pipeline.summaries.bound import pipe_family_codes
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
@@ -86,20 +86,23 @@ def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: l
     kernel = np.flatnonzero(events["op_type"].isin(COMPUTE_OP_TYPES).to_numpy())
     # a kernel is memory-bound the way summarize labels it (bound_labels: a compute kernel's op type
     # overrides nothing): its memory pipes' family has the most time
-    _, family, signal = pipe_families(events[list(stages)].iloc[kernel])
-    if not signal.any():
+    found = pipe_family_codes(_stage_times(events, list(stages), kernel))
+    if not found.signal.any():
         return None
-    rows = kernel[np.isin(family, memory_families) & signal]
+    memory = np.isin(found.names, memory_families)[found.code] & found.signal
+    rows = kernel[memory]
     count = len(events)
-    candidates = events.iloc[rows]
+    candidates = events[["name", *TRAFFIC_COLUMNS]].iloc[rows]
     traffic = kernel_traffic(candidates)
     known = ~traffic.isna().any(axis=1).to_numpy()  # a dtype the capture does not name: no traffic to price
     # linked: reads what the task just before it wrote (only a memory-bound predecessor can be in its chain)
     linked = reads_previous_output(candidates) & np.r_[False, np.diff(rows) == 1]
     names = text_codes(candidates["name"])[0]
     identity = combined_codes([candidates["name"], candidates["input_shapes"], candidates["output_shapes"]])[0]
-    pipes = candidates[list(stages)].astype(float).fillna(0.0)
-    mte = pipes[[stage for stage, family in stages.items() if family in memory_families]].sum(axis=1)
+    # summed a column after another, as pandas sums a frame's columns (NumPy's pairwise sum of a row would
+    # round differently): an F-ordered array's row sums are
+    pipes = np.asfortranarray(found.values[memory])
+    mte = pipes[:, [i for i, family in enumerate(stages.values()) if family in memory_families]].sum(axis=1)
 
     def spread(values: np.ndarray, fill: float | int) -> np.ndarray:
         """``values`` of the candidates at their positions among the rank's tasks, ``fill`` elsewhere."""
@@ -112,8 +115,8 @@ def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: l
         "unlinked": spread(~linked, True),
         "same": spread(np.r_[False, names[1:] == names[:-1]] & linked, False),
         "kernel_us": (events["end_ns"] - events["start_ns"]).to_numpy() / 1000.0,
-        "pipe_us": spread(pipes.sum(axis=1).to_numpy(), 0.0),
-        "mte_us": spread(mte.to_numpy(), 0.0),
+        "pipe_us": spread(pipes.sum(axis=1), 0.0),
+        "mte_us": spread(mte, 0.0),
         "inputs": spread(traffic["input_bytes"].fillna(0.0).to_numpy(), 0.0),
         "outputs": spread(traffic["output_bytes"].fillna(0.0).to_numpy(), 0.0),
         "written": spread(traffic["first_output_bytes"].fillna(0.0).to_numpy(), 0.0),
@@ -124,6 +127,15 @@ def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: l
         "start_ns": events["start_ns"].to_numpy(),
         "end_ns": events["end_ns"].to_numpy(),
     }
+
+
+def _stage_times(events: pd.DataFrame, stages: list[str], rows: np.ndarray) -> np.ndarray:
+    """The pipeline ``stages``' times of ``rows`` (NaN where not captured), F-ordered as pandas holds a frame's
+    float columns: row sums then add them in the order pandas does."""
+    times = np.empty((len(rows), len(stages)), order="F")
+    for index, stage in enumerate(stages):  # a loop over the 9 stage columns
+        times[:, index] = events[stage].to_numpy(dtype=float, na_value=np.nan)[rows]
+    return times
 
 
 def _cumulative(kernels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
