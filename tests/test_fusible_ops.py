@@ -139,3 +139,22 @@ def test_a_rank_read_out_of_order_is_put_in_start_order_ties_kept():
     assert ordered["name"].tolist() == ["a1", "a2", "b", "c"] and ordered.index.tolist() == [0, 1, 2, 3]
     already = in_start_order(ordered.iloc[1:])
     assert already["name"].tolist() == ["a2", "b", "c"] and already.index.tolist() == [0, 1, 2]
+
+
+def test_ranks_scanned_on_threads_come_back_whole_and_in_rank_order(planted_outputs):
+    """scan_kernels_in_steps (a rank per thread) hands each rank's scan the frame kernels_in_steps reads,
+    and returns the ranks in order, whichever thread finished first."""
+    from npuprof.pipeline.options import AnalyzeOptions
+    from npuprof.pipeline.runner import load_inputs
+    from npuprof.pipeline.stages.base import RootContext
+    from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps, scan_kernels_in_steps
+
+    _, out = planted_outputs["fusible_chain"]
+    ctx = RootContext(out, load_inputs(out), AnalyzeOptions())
+    columns = ["name", "start_ns", "end_ns"]
+    read = list(kernels_in_steps(ctx, columns, op_types=None))
+    scanned = scan_kernels_in_steps(ctx, columns, lambda rank, kernels: (rank, kernels), op_types=None)
+    assert len(read) == len(ctx.inputs.ranks) == 4
+    assert [rank for rank, _ in scanned] == [rank for rank, _ in read] == sorted(rank for rank, _ in read)
+    for (rank, frame), (_, (seen, kernels)) in zip(read, scanned, strict=True):
+        assert seen == rank and kernels.equals(frame) and len(frame)

@@ -22,7 +22,7 @@ from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
 from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic, reads_previous_output
-from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, kernels_in_steps
+from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, scan_kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
 from npuprof.pipeline.summaries.bound import pipe_family_codes
@@ -62,17 +62,21 @@ class SequenceWindows(NamedTuple):
 def sequence_windows(ctx: RootContext) -> SequenceWindows:
     """The ranks' memory-bound linked chains inside their steps (device tasks in device order; a task that
     is not an AI Core / vector kernel ends a chain)."""
-    spec, parts, unpiped = rule(FINDING), [], []
+    spec = rule(FINDING)
     # the pipeline stages a kernel's bound is judged by, and their families (summary_rules.yaml)
     stages = knowledge.load("summary_rules")["bound"]["stages"]
-    for rank, events in kernels_in_steps(ctx, [*SCAN_COLUMNS, *stages], op_types=None):  # a loop over ranks
+    lengths = range(int(spec["min_length"]), int(spec["max_length"]) + 1)
+
+    def scan(rank: int, events: pd.DataFrame) -> list[pd.DataFrame] | None:
         kernels = _per_kernel(in_start_order(events), stages, spec["memory_families"])
         if kernels is None:
-            unpiped.append(rank)
-            continue
-        lengths = range(int(spec["min_length"]), int(spec["max_length"]) + 1)
+            return None
         sums = _cumulative(kernels)  # once per rank, for every length
-        parts += [_windows_of_length(kernels, length, sums).assign(rank_id=rank) for length in lengths]
+        return [_windows_of_length(kernels, length, sums).assign(rank_id=rank) for length in lengths]
+
+    scanned = scan_kernels_in_steps(ctx, [*SCAN_COLUMNS, *stages], scan, op_types=None)
+    unpiped = [rank for rank, found in scanned if found is None]
+    parts = [part for _, found in scanned for part in found or []]
     parts = [part for part in parts if len(part)]
     windows = pd.concat(parts, ignore_index=True)[WINDOW_COLUMNS] if parts else pd.DataFrame(columns=WINDOW_COLUMNS)
     return SequenceWindows(windows, unpiped)

@@ -18,7 +18,7 @@ from npuprof.pipeline.distinct import text_codes
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
 from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic
-from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, kernels_in_steps
+from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, scan_kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
 
@@ -84,8 +84,11 @@ def unfused_chains(ctx: RootContext) -> pd.DataFrame:
     """Every chain of every rank inside its steps, with its span, kernel time and the fused kernel's
     time (measured or from traffic): CHAIN_COLUMNS."""
     patterns = rule(FINDING)["patterns"]
-    ranks = kernels_in_steps(ctx, CHAIN_INPUT_COLUMNS)
-    parts = [_rank_chains(rank, in_start_order(events), patterns) for rank, events in ranks]
+
+    def scan(rank: int, kernels: pd.DataFrame) -> pd.DataFrame:
+        return _rank_chains(rank, in_start_order(kernels), patterns)
+
+    parts = [chains for _, chains in scan_kernels_in_steps(ctx, CHAIN_INPUT_COLUMNS, scan)]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CHAIN_COLUMNS)
 
 
