@@ -89,11 +89,19 @@ class RootContext:
         """``table`` over all ranks, with an int32 ``rank_id`` column."""
         return io.read_dataset(self.out_dir, table, columns=columns, filter=filter)
 
-    def rank_frames(self, table: schema.Table, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
+    def rank_frames(
+        self,
+        table: schema.Table,
+        columns: list[str] | None = None,
+        keep: Callable[[int, pa.Table], pa.ChunkedArray] | None = None,
+    ) -> Iterator[pd.DataFrame]:
         """The per-rank ``table`` one rank at a time (rank order), each with its int32 ``rank_id``: a
-        root-level stage streams the big tables of a root (events, idle windows), never holds them whole."""
+        root-level stage streams the big tables of a root (events, idle windows), never holds them whole.
+        ``keep(rank_id, part)``: the rows to keep, chosen on the Arrow table before any becomes pandas."""
         for rank_id in io.partition_ranks(self.out_dir, table):
             part = io.read_dataset(self.out_dir, table, rank_id, columns=columns)
+            if keep is not None:
+                part = part.filter(keep(rank_id, part))
             rank = pa.array([rank_id] * part.num_rows, pa.int32())
             yield part.append_column(schema.RANK_PARTITION_KEY, rank).to_pandas()
 

@@ -9,10 +9,12 @@ evidence/bubble_windows.jsonl and evidence_index.csv, written rank by rank.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
@@ -236,29 +238,37 @@ def listed_window_ids(ctx: RootContext) -> dict[int, set[str]] | None:
     return ids
 
 
-def _shown(frame: pd.DataFrame, listed: dict[int, set[str]] | None, windows: pd.Series | None = None) -> pd.DataFrame:
-    """``frame`` (one rank's rows) without the idle windows the views do not list; ``windows``: which
-    of its rows are idle windows (None: all of them)."""
-    if listed is None or frame.empty:
-        return frame
-    kept = frame["evidence_id"].isin(listed.get(int(frame[schema.RANK_PARTITION_KEY].iloc[0]), set()))
-    return frame[kept if windows is None else ~windows | kept]
+def _listed_rows(
+    listed: dict[int, set[str]] | None, windows_only: bool
+) -> Callable[[int, pa.Table], pa.ChunkedArray] | None:
+    """``RootContext.rank_frames``' ``keep`` for a view: a rank's rows but the idle windows not ``listed`` (every
+    row where they all are); ``windows_only``: every row is an idle window (else those of kind bubble_window)."""
+    if listed is None:
+        return None
+
+    def keep(rank_id: int, part: pa.Table) -> pa.ChunkedArray:
+        ids = pa.array(sorted(listed.get(rank_id, set())), pa.string())
+        kept = pc.fill_null(pc.is_in(part["evidence_id"], value_set=ids), False)
+        if windows_only:
+            return kept
+        return pc.or_(pc.fill_null(pc.not_equal(part["kind"], "bubble_window"), True), kept)
+
+    return keep
 
 
 def _bubble_jsonl_chunks(ctx: RootContext, listed: dict[int, set[str]] | None) -> Iterator[bytes]:
     """evidence/bubble_windows.jsonl: each rank's idle windows (all, or those ``listed``) by start time,
     ranks in order."""
-    for bubbles in ctx.rank_frames(schema.BUBBLE_WINDOWS):
-        yield bubble_windows_jsonl(_shown(bubbles, listed).sort_values("start_ns", kind="stable"))
+    for bubbles in ctx.rank_frames(schema.BUBBLE_WINDOWS, keep=_listed_rows(listed, windows_only=True)):
+        yield bubble_windows_jsonl(bubbles.sort_values("start_ns", kind="stable"))
 
 
 def _evidence_csv_chunks(ctx: RootContext, listed: dict[int, set[str]] | None) -> Iterator[bytes]:
     """evidence_index.csv, rank by rank (the header once): every row but the idle windows not ``listed``."""
     header = True
-    for frame in ctx.rank_frames(schema.EVIDENCE_INDEX):
+    for frame in ctx.rank_frames(schema.EVIDENCE_INDEX, keep=_listed_rows(listed, windows_only=False)):
         if frame.empty:
             continue
-        frame = _shown(frame, listed, frame["kind"] == "bubble_window")
         yield from io.csv_chunks(schema.join_view(schema.EVIDENCE_INDEX_CSV, [frame]), header=header)
         header = False
     if header:  # no rank has evidence: the declared columns
