@@ -74,6 +74,26 @@ def test_a_chain_is_priced_by_the_traffic_one_fused_kernel_still_moves():
     assert chain["mte_us"] / chain["pipe_us"] == pytest.approx(0.9)
 
 
+def test_texts_read_as_categoricals_give_the_same_chains_and_a_missing_type_shows_the_name():
+    """The scan reads the texts dictionary-encoded (categoricals): the chains are those of the text columns,
+    and a kernel the capture gives no type is labelled by its name, as with text columns."""
+    rows = [_kernel("Muls", 0, 20), _kernel("Add", 22, 30, f"{X};{X}", "DT_BF16;DT_BF16"), _kernel("Muls", 54, 20)]
+    rows[1]["type"] = None
+    texts = pd.DataFrame(rows)
+    coded = texts.astype(
+        {
+            c: "category"
+            for c in ["name", "type", "op_type", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes"]
+        }
+    )
+    chains = [
+        _windows_of_length(k, 3, _cumulative(k))
+        for k in (_per_kernel(frame, STAGES, RULES["memory_families"]) for frame in (texts, coded))
+    ]
+    assert chains[0]["kernels"].tolist() == ["Muls → aclnnAdd → Muls"]
+    pd.testing.assert_frame_equal(chains[0], chains[1])
+
+
 def test_what_is_not_a_chain_is_not_taken_for_one():
     linked = [_kernel("Muls", 0, 20), _kernel("Cast", 21, 20)]
     assert len(_chains(linked, 2)) == 1

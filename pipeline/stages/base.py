@@ -84,10 +84,15 @@ class RootContext:
     rank_manifests: list[dict] = field(default_factory=list)
 
     def read_table(
-        self, table: schema.Table, columns: list[str] | None = None, filter: pc.Expression | None = None
+        self,
+        table: schema.Table,
+        columns: list[str] | None = None,
+        filter: pc.Expression | None = None,
+        dictionary: tuple[str, ...] = (),
     ) -> pa.Table:
-        """``table`` over all ranks, with an int32 ``rank_id`` column."""
-        return io.read_dataset(self.out_dir, table, columns=columns, filter=filter)
+        """``table`` over all ranks, with an int32 ``rank_id`` column; ``dictionary`` text columns
+        dictionary-encoded, as stored (``io.read_dataset``)."""
+        return io.read_dataset(self.out_dir, table, columns=columns, filter=filter, dictionary=dictionary)
 
     def rank_frames(
         self,

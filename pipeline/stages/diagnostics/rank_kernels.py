@@ -56,18 +56,21 @@ def scan_kernels_in_steps(
     scan: Callable[[int, pd.DataFrame], T],
     where: pc.Expression | None = None,
     op_types: tuple[str, ...] | None = AICORE_OP_TYPES,
+    dictionary: tuple[str, ...] = (),
 ) -> list[tuple[int, T]]:
     """(rank, ``scan(rank, kernels)``) for each rank with steps, in rank order, ``kernels`` as
     ``kernels_in_steps`` gives them: a rank read and scanned on a thread each, as many at once as there are
     cores and the memory holds ranks (``memory.ranks_at_once``) — the Parquet read and the NumPy work over a
-    rank's events release the GIL (the fusible chains of 8 ranks × 250 k events: 0.6–0.7× the wall on two)."""
+    rank's events release the GIL (the fusible chains of 8 ranks × 250 k events: 0.6–0.7× the wall on two).
+    ``dictionary`` text columns come as categoricals (their codes, not a string per row: a rank's scan holds
+    less while another runs beside it)."""
     spans = _spans(ctx, None)
     sizes = [rank_input_bytes(rank) for rank in ctx.inputs.ranks]
     threads = min(len(spans), ranks_at_once(sizes, os.cpu_count() or 1)) if sizes else 1
 
     def read_and_scan(span: tuple[int, int, int]) -> tuple[int, T]:
         rank, first, last = span
-        return rank, scan(rank, _kernels(ctx, rank, first, last, columns, where, op_types))
+        return rank, scan(rank, _kernels(ctx, rank, first, last, columns, where, op_types, dictionary))
 
     if threads < 2:
         return [read_and_scan(span) for span in spans]
@@ -93,9 +96,10 @@ def _kernels(
     columns: list[str],
     where: pc.Expression | None,
     op_types: tuple[str, ...] | None,
+    dictionary: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     found = (pc.field("rank_id") == rank) & (pc.field("start_ns") >= first) & (pc.field("start_ns") < last)
     if op_types is not None:
         found &= pc.field("op_type").isin(list(op_types))
     found = found if where is None else found & where
-    return ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns, filter=found).to_pandas()
+    return ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns, filter=found, dictionary=dictionary).to_pandas()

@@ -74,7 +74,8 @@ def sequence_windows(ctx: RootContext) -> SequenceWindows:
         sums = _cumulative(kernels)  # once per rank, for every length
         return [_windows_of_length(kernels, length, sums).assign(rank_id=rank) for length in lengths]
 
-    scanned = scan_kernels_in_steps(ctx, [*SCAN_COLUMNS, *stages], scan, op_types=None)
+    texts = tuple(column for column in SCAN_COLUMNS if column not in ("start_ns", "end_ns"))
+    scanned = scan_kernels_in_steps(ctx, [*SCAN_COLUMNS, *stages], scan, op_types=None, dictionary=texts)
     unpiped = [rank for rank, found in scanned if found is None]
     parts = [part for _, found in scanned for part in found or []]
     parts = [part for part in parts if len(part)]
@@ -125,8 +126,9 @@ def _per_kernel(events: pd.DataFrame, stages: dict[str, str], memory_families: l
         "outputs": spread(traffic["output_bytes"].fillna(0.0).to_numpy(), 0.0),
         "written": spread(traffic["first_output_bytes"].fillna(0.0).to_numpy(), 0.0),
         "code": spread(identity, -1),
-        # texts stay Arrow-backed Series: a label is made only for each distinct chain's first occurrence
-        "type": events["type"].fillna(events["name"]),
+        # texts stay Series (Arrow-backed or categorical): a label is made only for each distinct chain's first
+        # occurrence, its type where the capture names one, else its name
+        "type": events["type"],
         "name": events["name"],
         "start_ns": events["start_ns"].to_numpy(),
         "end_ns": events["end_ns"].to_numpy(),
@@ -174,7 +176,9 @@ def _windows_of_length(
     fused_us = kernel_us * needed / np.where(moved > 0, moved, np.nan)
     chains = np.lib.stride_tricks.sliding_window_view(kernels["code"], length)[first]
     distinct, pattern = distinct_rows(chains)
-    types = kernels["type"].iloc[(first[distinct][:, None] + np.arange(length)).ravel()].to_numpy(object)
+    at = (first[distinct][:, None] + np.arange(length)).ravel()
+    types = kernels["type"].iloc[at].to_numpy(object)
+    types = np.where(pd.isna(types), kernels["name"].iloc[at].to_numpy(object), types)
     labels = [" → ".join(map(str, types[at : at + length])) for at in range(0, len(types), length)]
     return (
         pd.DataFrame(
