@@ -261,27 +261,28 @@ def _exposed_parts(
     A collective overlapped by compute until its last member arrives is then exposed in transit, not
     in a wait its peers caused. Boundaries out of time order (steps overlapping) fall back to the op's
     proportions."""
-    is_comm = inside["is_comm"].to_numpy(bool)
     integral = np.concatenate([[0.0], np.cumsum(comm_share)])
     start_at, end_at = np.empty(len(inside), np.int64), np.empty(len(inside), np.int64)
     start_at[event_of[sign > 0]] = np.flatnonzero(sign > 0)
     end_at[event_of[sign < 0]] = np.flatnonzero(sign < 0)
-    exposed = np.where(is_comm, integral[end_at] - integral[start_at], 0.0)
-    parts = comm_parts.loc[inside.index]
-    shares = {part: parts[part].to_numpy(float) for part in COMM_PARTS}
+    # only the communication events (a few in a thousand) are exposed communication: the rest are left out
+    comm = np.flatnonzero(inside["is_comm"].to_numpy(bool))
+    events, start_at, end_at = inside.iloc[comm], start_at[comm], end_at[comm]
+    exposed = integral[end_at] - integral[start_at]
+    shares = {part: comm_parts.loc[events.index, part].to_numpy(float) for part in COMM_PARTS}
     if len(time) > 1 and (np.diff(time) >= 0).all():
         # compute running at some point of the event's life: it was issued on another stream
         computing = np.concatenate([[0], np.cumsum(compute_active > 0)])
         under_compute = computing[np.minimum(end_at, len(computing) - 1)] > computing[start_at]
-        shares = _transit_last(inside, shares, exposed, integral, time, start_at, end_at, under_compute)
-    ordinals = steps["step_ordinal"].to_numpy(np.int64)
-    event_step = np.searchsorted(ordinals, inside["step_ordinal"].to_numpy(np.int64))
-    codes, labels = _role_kind_codes(inside)
+        shares = _transit_last(events, shares, exposed, integral, time, start_at, end_at, under_compute)
+    event_step = np.searchsorted(steps["step_ordinal"].to_numpy(np.int64), events["step_ordinal"].to_numpy(np.int64))
+    codes, labels = _role_kind_codes(inside)  # numbered over every event, as the role-kind split numbers them
+    codes = codes[comm]
     rows = []
     for part in COMM_PARTS:
         share = shares[part]
-        for code in np.unique(codes[is_comm]):  # a loop over a rank's few role-kind pairs
-            chosen = is_comm & (codes == code) & (share > 0)
+        for code in np.unique(codes):  # a loop over a rank's few role-kind pairs
+            chosen = (codes == code) & (share > 0)
             if chosen.any():
                 name = f"{labels[code] if code >= 0 else 'unknown'} {part}"
                 ms = np.bincount(event_step[chosen], weights=(exposed * share)[chosen], minlength=len(steps))
