@@ -129,15 +129,16 @@ def step_time_accounting(
     overlap = same_step & (comm_active > 0) & (compute_active > 0)
     add("primary", "overlap", "compute+communication", np.where(overlap, length, 0.0))
     split("comm_by_role", COMMUNICATION, "parallel_role", is_comm, comm_only, comm_active)
-    split("comm_by_role_kind", COMMUNICATION, _role_kind_codes(inside), is_comm, comm_only, comm_active)
+    role_kind = _role_kind_codes(inside)  # one numbering for every role-kind split below
+    split("comm_by_role_kind", COMMUNICATION, role_kind, is_comm, comm_only, comm_active)
     # the communication compute hid, by role and kind: what already overlaps (gradient_allreduce_exposed)
-    split("comm_hidden_by_role_kind", COMMUNICATION, _role_kind_codes(inside), is_comm, overlap, comm_active)
+    split("comm_hidden_by_role_kind", COMMUNICATION, role_kind, is_comm, overlap, comm_active)
     split("compute_by_op_type", "compute", "op_type", ~is_comm, compute_only, compute_active)
     if "block_kind" in inside:
         split("compute_by_block", "compute", _block_codes(inside), ~is_comm, compute_only, compute_active)
     if comm_parts is not None:
         comm_share = np.where(comm_only, length / np.where(comm_active > 0, comm_active, 1), 0.0)
-        rows += _exposed_parts(inside, steps, comm_parts, comm_share, event_of, sign, time, compute_active)
+        rows += _exposed_parts(inside, role_kind, steps, comm_parts, comm_share, stretches, time, compute_active)
     idle = same_step & (comm_active == 0) & (compute_active == 0)
     for name, in_window in _idle_windows(step, time, layer_spans):
         add("primary", "idle", name, np.where(idle & in_window, length, 0.0))
@@ -243,11 +244,11 @@ COMM_PARTS = ("transfer", "wait", "idle", "unsplit")
 
 def _exposed_parts(
     inside: pd.DataFrame,
+    role_kind: tuple[np.ndarray, list[str]],
     steps: pd.DataFrame,
     comm_parts: pd.DataFrame,
     comm_share: np.ndarray,
-    event_of: np.ndarray,
-    sign: np.ndarray,
+    stretches: _Stretches,
     time: np.ndarray,
     compute_active: np.ndarray,
 ) -> list[tuple[str, str, str, np.ndarray]]:
@@ -263,8 +264,8 @@ def _exposed_parts(
     proportions."""
     integral = np.concatenate([[0.0], np.cumsum(comm_share)])
     start_at, end_at = np.empty(len(inside), np.int64), np.empty(len(inside), np.int64)
-    start_at[event_of[sign > 0]] = np.flatnonzero(sign > 0)
-    end_at[event_of[sign < 0]] = np.flatnonzero(sign < 0)
+    start_at[stretches.event_of[stretches.sign > 0]] = np.flatnonzero(stretches.sign > 0)
+    end_at[stretches.event_of[stretches.sign < 0]] = np.flatnonzero(stretches.sign < 0)
     # only the communication events (a few in a thousand) are exposed communication: the rest are left out
     comm = np.flatnonzero(inside["is_comm"].to_numpy(bool))
     events, start_at, end_at = inside.iloc[comm], start_at[comm], end_at[comm]
@@ -276,8 +277,7 @@ def _exposed_parts(
         under_compute = computing[np.minimum(end_at, len(computing) - 1)] > computing[start_at]
         shares = _transit_last(events, shares, exposed, integral, time, start_at, end_at, under_compute)
     event_step = np.searchsorted(steps["step_ordinal"].to_numpy(np.int64), events["step_ordinal"].to_numpy(np.int64))
-    codes, labels = _role_kind_codes(inside)  # numbered over every event, as the role-kind split numbers them
-    codes = codes[comm]
+    codes, labels = role_kind[0][comm], role_kind[1]  # every event's role-kind code (_role_kind_codes)
     rows = []
     for part in COMM_PARTS:
         share = shares[part]

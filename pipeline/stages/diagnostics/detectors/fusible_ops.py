@@ -176,9 +176,9 @@ def _windows_of_length(
     fused_us = kernel_us * needed / np.where(moved > 0, moved, np.nan)
     chains = np.lib.stride_tricks.sliding_window_view(kernels["code"], length)[first]
     distinct, pattern = distinct_rows(chains)
-    at = (first[distinct][:, None] + np.arange(length)).ravel()
-    types = kernels["type"].iloc[at].to_numpy(object)
-    types = np.where(pd.isna(types), kernels["name"].iloc[at].to_numpy(object), types)
+    positions = (first[distinct][:, None] + np.arange(length)).ravel()
+    types = kernels["type"].iloc[positions].to_numpy(object)
+    types = np.where(pd.isna(types), kernels["name"].iloc[positions].to_numpy(object), types)
     labels = [" → ".join(map(str, types[at : at + length])) for at in range(0, len(types), length)]
     return (
         pd.DataFrame(
