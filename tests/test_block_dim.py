@@ -15,7 +15,7 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.runner import analyze
 from npuprof.pipeline.stage_range import StageRange
-from npuprof.pipeline.stages.diagnostics.detectors.block_dim import launch_utilization
+from npuprof.pipeline.stages.diagnostics.detectors.block_dim import _rank_widths, launch_utilization
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 
@@ -29,6 +29,42 @@ def _findings(out) -> dict:
 def test_a_launch_keeps_its_blocks_over_the_core_slots_of_its_waves_busy():
     utilization = launch_utilization(np.array([8.0, 24.0, 30.0, 48.0, 1.0]), np.array([24.0, 24.0, 24.0, 24.0, 40.0]))
     assert utilization.tolist() == pytest.approx([1 / 3, 1.0, 30 / 48, 1.0, 1 / 40])
+
+
+def test_a_ranks_narrow_launches_are_read_off_its_categorical_columns_as_from_its_texts():
+    """The launches a rank keeps (a kernel on a known core kind, at or below the rule's utilization) are the
+    plain definition's, row for row, from categorical name and accelerator columns: missing or unknown
+    accelerators and a missing name included; with no row kept the texts are still text columns."""
+    spec = {"cores_by_accelerator": {"AI_CORE": "cube", "AI_VECTOR_CORE": "vector"}, "utilization_max": 0.5}
+    cores = {"cube": 24, "vector": 48}
+    vector, cube = "AI_VECTOR_CORE", "AI_CORE"
+    texts = pd.DataFrame(
+        {
+            "name": ["mm", None, "add", "mm", "odd", "mul", "mm"],
+            "accelerator_core": [cube, vector, vector, None, "AI_CPU", vector, cube],
+            "block_dim": [8, 12, 48, 8, 1, 20, 24],
+            "start_ns": [1_000, 2_000, 3_000, 4_000, 5_000, 6_000, 7_000],
+            "duration_ns": [500, 700, 900, 300, 100, 250, 400],
+        }
+    )
+    categorical = texts.astype({"name": "category", "accelerator_core": "category"})
+    widths = _rank_widths(3, categorical, cores, spec)
+    # the plain definition, on the texts
+    core = texts["accelerator_core"].map(spec["cores_by_accelerator"])
+    known = texts[core.notna()].assign(core=core[core.notna()])
+    width = known["core"].map(cores).to_numpy(float)
+    utilization = launch_utilization(known["block_dim"].to_numpy(float), width)
+    kept = known[utilization <= spec["utilization_max"]]
+    assert kept["start_ns"].tolist() == [1_000, 2_000, 6_000]  # mm, the nameless launch, mul
+    assert widths["name"].tolist()[::2] == ["mm", "mul"] and pd.isna(widths["name"].iloc[1])
+    assert widths["core"].tolist() == kept["core"].tolist() == ["cube", "vector", "vector"]
+    assert widths["block_dim"].tolist() == kept["block_dim"].tolist() and widths["cores"].tolist() == [24, 48, 48]
+    assert widths["utilization"].tolist() == utilization[utilization <= 0.5].tolist() == [8 / 24, 12 / 48, 20 / 48]
+    assert widths["start_us"].tolist() == [1.0, 2.0, 6.0] and widths["duration_us"].tolist() == [0.5, 0.7, 0.25]
+    assert widths["idle_us"].tolist() == (widths["duration_us"] * (1 - widths["utilization"])).tolist()
+    assert (widths["rank_id"] == 3).all()
+    none = _rank_widths(3, categorical[categorical["block_dim"] == 48], cores, spec)
+    assert none.empty and str(none["name"].dtype) == str(none["core"].dtype) == "str"
 
 
 def test_the_narrow_down_projection_is_found_on_every_rank_with_its_operator_rows(planted_outputs):

@@ -162,19 +162,37 @@ def test_a_rank_read_out_of_order_is_put_in_start_order_ties_kept():
 
 
 def test_ranks_scanned_on_threads_come_back_whole_and_in_rank_order(planted_outputs):
-    """scan_kernels_in_steps (a rank per thread) hands each rank's scan the frame kernels_in_steps reads,
-    and returns the ranks in order, whichever thread finished first."""
+    """scan_kernels_in_steps (a rank per thread) hands each rank's scan exactly its device tasks that start
+    inside its steps' span, in file order, and returns the ranks in order, whichever thread finished first;
+    ``ranks`` picks ranks, ``dictionary`` columns come as categoricals of the same texts."""
+    from npuprof.pipeline import schema
     from npuprof.pipeline.options import AnalyzeOptions
     from npuprof.pipeline.runner import load_inputs
     from npuprof.pipeline.stages.base import RootContext
-    from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps, scan_kernels_in_steps
+    from npuprof.pipeline.stages.diagnostics.rank_kernels import scan_kernels_in_steps
 
     _, out = planted_outputs["fusible_chain"]
     ctx = RootContext(out, load_inputs(out), AnalyzeOptions())
     columns = ["name", "start_ns", "end_ns"]
-    read = list(kernels_in_steps(ctx, columns, op_types=None))
+    events = ctx.read_table(schema.NORMALIZED_EVENTS, columns=[*columns, "rank_id"]).to_pandas()
+    steps = ctx.read_table(schema.STEP_SEGMENTS, columns=["start_ns", "end_ns", "rank_id"]).to_pandas()
+    read = []
+    for rank, own in events.groupby("rank_id", sort=True):  # the plain definition, rank by rank
+        first, last = (
+            steps.loc[steps["rank_id"] == rank, "start_ns"].min(),
+            steps.loc[steps["rank_id"] == rank, "end_ns"].max(),
+        )
+        inside = own[(own["start_ns"] >= first) & (own["start_ns"] < last)]
+        read.append((int(rank), inside[[*columns, "rank_id"]].reset_index(drop=True)))
     scanned = scan_kernels_in_steps(ctx, columns, lambda rank, kernels: (rank, kernels), op_types=None)
     assert len(read) == len(ctx.inputs.ranks) == 4
     assert [rank for rank, _ in scanned] == [rank for rank, _ in read] == sorted(rank for rank, _ in read)
     for (rank, frame), (_, (seen, kernels)) in zip(read, scanned, strict=True):
         assert seen == rank and kernels.equals(frame) and len(frame)
+    picked = scan_kernels_in_steps(
+        ctx, columns, lambda rank, kernels: kernels, ranks={1, 3}, op_types=None, dictionary=("name",)
+    )
+    assert [rank for rank, _ in picked] == [1, 3]
+    for rank, kernels in picked:
+        assert isinstance(kernels["name"].dtype, pd.CategoricalDtype)
+        assert kernels["name"].astype(str).tolist() == dict(read)[rank]["name"].tolist()

@@ -1,11 +1,11 @@
-"""Each rank's AI Core / vector kernels inside its steps, read one rank at a time with the filter pushed
-down: what the per-kernel detectors scan (block dims, unfused chains), and the span of each rank's steps
-they and the clock check read within."""
+"""Each rank's AI Core / vector kernels inside its steps, read with the filter pushed down and scanned a
+rank per thread: what the per-kernel detectors scan (block dims, slow matmul calls, fusible and unfused
+chains), and the span of each rank's steps they and the clock check read within."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
@@ -36,35 +36,24 @@ def in_start_order(events: pd.DataFrame) -> pd.DataFrame:
     return events.sort_values("start_ns", kind="stable", ignore_index=True)
 
 
-def kernels_in_steps(
-    ctx: RootContext,
-    columns: list[str],
-    ranks: set[int] | None = None,
-    where: pc.Expression | None = None,
-    op_types: tuple[str, ...] | None = AICORE_OP_TYPES,
-) -> Iterator[tuple[int, pd.DataFrame]]:
-    """(rank, its AI Core / vector kernels — its device tasks of ``op_types``, every task when None —
-    starting inside its steps' span: ``columns``, and ``where`` holds) for each rank with steps (of
-    ``ranks`` when given), in rank order."""
-    for rank, first, last in _spans(ctx, ranks):  # a loop over ranks
-        yield rank, _kernels(ctx, rank, first, last, columns, where, op_types)
-
-
 def scan_kernels_in_steps(
     ctx: RootContext,
     columns: list[str],
     scan: Callable[[int, pd.DataFrame], T],
+    ranks: set[int] | None = None,
     where: pc.Expression | None = None,
     op_types: tuple[str, ...] | None = AICORE_OP_TYPES,
     dictionary: tuple[str, ...] = (),
 ) -> list[tuple[int, T]]:
-    """(rank, ``scan(rank, kernels)``) for each rank with steps, in rank order, ``kernels`` as
-    ``kernels_in_steps`` gives them: a rank read and scanned on a thread each, as many at once as there are
-    cores and the memory holds ranks (``memory.ranks_at_once``) — the Parquet read and the NumPy work over a
-    rank's events release the GIL (the fusible chains of 8 ranks × 250 k events: 0.6–0.7× the wall on two).
+    """(rank, ``scan(rank, kernels)``) for each rank with steps (of ``ranks`` when given), in rank order;
+    ``kernels``: the rank's AI Core / vector kernels — its device tasks of ``op_types``, every task when
+    None — starting inside its steps' span, ``columns`` of those ``where`` holds. A rank is read and scanned
+    on a thread each, as many at once as there are cores and the memory holds ranks (``memory.ranks_at_once``):
+    the Parquet read and the NumPy work over a rank's events release the GIL (the fusible chains of 8 ranks ×
+    250 k events: 0.6–0.7× the wall on two).
     ``dictionary`` text columns come as categoricals (their codes, not a string per row: a rank's scan holds
     less while another runs beside it)."""
-    spans = _spans(ctx, None)
+    spans = _spans(ctx, ranks)
     sizes = [rank_input_bytes(rank) for rank in ctx.inputs.ranks]
     threads = min(len(spans), ranks_at_once(sizes, os.cpu_count() or 1)) if sizes else 1
 

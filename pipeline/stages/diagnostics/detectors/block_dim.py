@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
-from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
+from npuprof.pipeline.stages.diagnostics.rank_kernels import scan_kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
 from npuprof.pipeline.stages.diagnostics.step_scale import mean_step_wall_ms, steps_per_rank
@@ -66,32 +66,53 @@ def launch_widths(ctx: RootContext) -> pd.DataFrame:
     long_launches = (pc.field("block_dim") > 0) & (pc.field("duration_ns") >= int(spec["min_call_us"] * 1000))
     columns = ["name", "accelerator_core", "block_dim", "start_ns", "duration_ns"]
     parts = [
-        _rank_widths(rank, events, counts[rank], spec)
-        for rank, events in kernels_in_steps(ctx, columns, ranks=judged, where=long_launches)
+        widths
+        for _, widths in scan_kernels_in_steps(
+            ctx,
+            columns,
+            lambda rank, events: _rank_widths(rank, events, counts[rank], spec),
+            ranks=judged,
+            where=long_launches,
+            dictionary=("name", "accelerator_core"),
+        )
     ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=WIDTH_COLUMNS)
 
 
 def _rank_widths(rank: int, events: pd.DataFrame, cores: dict, spec: dict) -> pd.DataFrame:
-    kind = events["accelerator_core"].map(spec["cores_by_accelerator"])
-    events = events[kind.notna()].assign(core=kind[kind.notna()])
-    width = events["core"].map(cores).to_numpy(float)
-    utilization = launch_utilization(events["block_dim"].to_numpy(float), width)
-    duration_us = events["duration_ns"].to_numpy(float) / 1000.0
-    table = pd.DataFrame(
+    """The rank's launches at or below the rule's utilization; ``events``' name and accelerator_core are
+    categoricals, so the core kinds and widths are looked up per category and only kept rows get texts."""
+    accelerators = events["accelerator_core"].cat
+    kind_of = pd.Series(accelerators.categories, dtype=object).map(spec["cores_by_accelerator"])
+    width_of = kind_of.map(cores).to_numpy(float)
+    codes = accelerators.codes.to_numpy()
+    known = codes >= 0
+    known[known] = kind_of.notna().to_numpy()[codes[known]]
+    rows = np.flatnonzero(known)
+    width = width_of[codes[rows]]
+    utilization = launch_utilization(events["block_dim"].to_numpy(float)[rows], width)
+    kept = utilization <= spec["utilization_max"]
+    rows, width, utilization = rows[kept], width[kept], utilization[kept]
+    duration_us = events["duration_ns"].to_numpy(float)[rows] / 1000.0
+    names = events["name"].cat
+    return pd.DataFrame(
         {
             "rank_id": rank,
-            "name": events["name"].to_numpy(),
-            "core": events["core"].to_numpy(),
-            "block_dim": events["block_dim"].to_numpy(),
+            "name": _texts(names.categories, names.codes.to_numpy()[rows]),
+            "core": kind_of.to_numpy()[codes[rows]],
+            "block_dim": events["block_dim"].to_numpy()[rows],
             "cores": width.astype(np.int64),
             "utilization": utilization,
-            "start_us": events["start_ns"].to_numpy() / 1000.0,
+            "start_us": events["start_ns"].to_numpy()[rows] / 1000.0,
             "duration_us": duration_us,
             "idle_us": duration_us * (1.0 - utilization),
         }
-    )
-    return table[table["utilization"] <= spec["utilization_max"]]
+    ).astype({"name": "str", "core": "str"})  # texts even where no row is kept
+
+
+def _texts(categories: pd.Index, codes: np.ndarray) -> np.ndarray:
+    """The texts of categorical ``codes`` (NaN where missing, as a text column's values are)."""
+    return np.append(categories.to_numpy(dtype=object), np.nan)[codes]  # code -1 takes the NaN at the end
 
 
 @detector(

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from npuprof.pipeline import schema
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
-from npuprof.pipeline.stages.diagnostics.rank_kernels import kernels_in_steps
+from npuprof.pipeline.stages.diagnostics.rank_kernels import scan_kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
 from npuprof.pipeline.stages.diagnostics.step_scale import mean_step_wall_ms, steps_per_rank
@@ -94,11 +94,14 @@ def _call_windows(ctx: RootContext, slow: pd.DataFrame) -> pd.DataFrame:
     reference (duration_us: what the replay closes)."""
     where = pc.field("name").isin(sorted(slow["name"].unique()))
     at_reference = slow.set_index(SHAPE_KEY)["flops_per_call"] / (slow.set_index(SHAPE_KEY)["reference_tflops"] * 1e6)
-    parts = []
-    for rank, calls in kernels_in_steps(ctx, ["name", "input_shapes", "start_ns", "duration_ns"], where=where):
+
+    def beyond_reference(rank: int, calls: pd.DataFrame) -> pd.DataFrame:
         calls = calls.join(at_reference.rename("at_reference_us"), on=SHAPE_KEY, how="inner")
         cut = (calls["duration_ns"] / 1000.0 - calls["at_reference_us"]).clip(lower=0.0)
-        parts.append(calls[SHAPE_KEY].assign(rank_id=rank, start_us=calls["start_ns"] / 1000.0, duration_us=cut))
+        return calls[SHAPE_KEY].assign(rank_id=rank, start_us=calls["start_ns"] / 1000.0, duration_us=cut)
+
+    columns = ["name", "input_shapes", "start_ns", "duration_ns"]
+    parts = [part for _, part in scan_kernels_in_steps(ctx, columns, beyond_reference, where=where)]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CALL_COLUMNS)
 
 
