@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import redis
+from celery.states import READY_STATES
 from conftest import root_dirs, run_cli
 from helpers.auxiliary_files import CORRUPTIONS, FILES
 from service_client import build_search_root, status, submit, wait_done
@@ -102,21 +103,39 @@ def running_rank_tasks(worker) -> set[str]:
     return received - {task for task, event in events if event != "received"}
 
 
+def frozen_in_flight(candidates, backend) -> tuple | None:
+    """(a worker, frozen, and the id of its one rank task in flight), or None to look again. In flight: the
+    worker's log says received and not finished, and the result backend holds no result for it — the log
+    lags the task, which stores its result and is acknowledged before its 'succeeded' line is written, and a
+    kill in between would kill nothing. Frozen, the task can neither end nor start between this look and
+    the kill."""
+    for worker in candidates:
+        if not running_rank_tasks(worker):
+            continue
+        worker.freeze()
+        running = [task for task in running_rank_tasks(worker) if backend.AsyncResult(task).state not in READY_STATES]
+        if len(running) == 1:  # one child: one task in flight
+            return worker, running[0]
+        worker.thaw()
+    return None
+
+
 @pytest.mark.parametrize("how", ["pool_child", "worker_process"])
 def test_a_killed_worker_loses_no_root(redis_server, workers, tmp_path, how):
+    from npuprof.workers.app import make_app
+
     search = build_search_root(
         tmp_path / "captures", ["clean", "slow_rank"], extra_samples=False, steps=16, layers=12, trace=False
     )
     first, second = workers(2)
     sweep_id = submit(redis_server.url, search, tmp_path / "archive")
-    victim = wait_until(
-        lambda: next((w for w in (first, second) if running_rank_tasks(w)), None),
+    backend = make_app(redis_server.url)
+    victim, killed = wait_until(
+        lambda: frozen_in_flight((first, second), backend),
         60,
         "a worker to be in the middle of a rank task",
         interval=0.05,
     )
-    victim.freeze()  # the task cannot end between this look and the kill
-    (killed,) = running_rank_tasks(victim)  # one child: one task in flight, still running
     if how == "pool_child":
         victim.kill_child()
         victim.thaw()  # the worker's main process finds its child lost and requeues the task
