@@ -4,7 +4,9 @@ text`` on the same synthetic root (≥ 4 ranks × 200 k kernels), wall time of e
 npuprof does strictly more (steps, layers, blocks, classes, operators, communication, findings,
 report); the target (issue: memory and speed) is npuprof ≥ 3× faster. The vendor tool runs from its
 own venv (created on first use, as the peer tests do).
-Usage: ``python bench/peer.py [--ranks 4] [--steps 800] [--repeat 1]``.
+``--no-trace`` builds the root without host traces (``trace_view.json``), which the vendor's ``cluster -m all``
+does not read and npuprof does: the same comparison on the files both read.
+Usage: ``python bench/peer.py [--ranks 4] [--steps 800] [--repeat 1] [--no-trace]``.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--trace", action=argparse.BooleanOptionalAction, default=True, help="host traces in the root")
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "out")
     args = parser.parse_args()
-    root = args.work / f"peer_root_{args.ranks}x{args.steps}x{args.layers}"
+    root = args.work / f"peer_root_{args.ranks}x{args.steps}x{args.layers}{'' if args.trace else '_no_trace'}"
     if not (root / "ground_truth.json").exists():
-        generate(root, "clean", ranks=args.ranks, steps=args.steps, layers=args.layers, overwrite=True)
+        shape = {"ranks": args.ranks, "steps": args.steps, "layers": args.layers}
+        generate(root, "clean", **shape, trace=args.trace, overwrite=True)
     exe = peer_executable()
     out = args.work / "peer_npuprof_out"
     vendor_out = root / "cluster_analysis_output"
@@ -67,6 +71,7 @@ def main() -> None:
                 "ranks": args.ranks,
                 "events": events,
                 "events_per_rank": events // args.ranks,
+                "host_traces": args.trace,
                 "npuprof_analyze_s": round(npuprof_s, 3),
                 "msprof_analyze_cluster_all_s": round(vendor_s, 3),
                 "speedup": round(vendor_s / npuprof_s, 2),
