@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from npuprof.pipeline import io, schema
+from npuprof.pipeline.distinct import text_array
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.rank_kernels import scan_kernels_in_steps
@@ -98,7 +99,7 @@ def _rank_widths(rank: int, events: pd.DataFrame, cores: dict, spec: dict) -> pd
     return pd.DataFrame(
         {
             "rank_id": rank,
-            "name": _texts(names.categories, names.codes.to_numpy()[rows]),
+            "name": text_array(names.codes.to_numpy()[rows], names.categories),
             "core": kind_of.to_numpy()[codes[rows]],
             "block_dim": events["block_dim"].to_numpy()[rows],
             "cores": width.astype(np.int64),
@@ -107,12 +108,7 @@ def _rank_widths(rank: int, events: pd.DataFrame, cores: dict, spec: dict) -> pd
             "duration_us": duration_us,
             "idle_us": duration_us * (1.0 - utilization),
         }
-    ).astype({"name": "str", "core": "str"})  # texts even where no row is kept
-
-
-def _texts(categories: pd.Index, codes: np.ndarray) -> np.ndarray:
-    """The texts of categorical ``codes`` (NaN where missing, as a text column's values are)."""
-    return np.append(categories.to_numpy(dtype=object), np.nan)[codes]  # code -1 takes the NaN at the end
+    ).astype({"core": "str"})  # a text column even where no row is kept
 
 
 @detector(
