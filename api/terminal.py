@@ -16,8 +16,10 @@ TOP_FINDINGS = 5
 def _findings(summary: dict) -> list[str]:
     lines = []
     for group in summary.get("findings", [])[:TOP_FINDINGS]:
-        saves = group.get("recoverable_ms_per_step")
+        saves, caused = group.get("recoverable_ms_per_step"), group.get("caused_ms_per_step")
         cost = f"saves ~{saves:.2f} ms/step" if saves is not None else "saving not estimated"
+        if saves is None and caused is not None:
+            cost = f"causes ~{caused:.2f} ms/step, not recoverable from this capture"
         lines.append(f"  - [{group['severity']}, {cost}] {group['summary']}")
     return lines or ["  none"]
 
@@ -30,6 +32,7 @@ def _analysis(result: dict) -> list[str]:
     if headline:
         lines += ["biggest costs of the step:", *(f"  {text}" for text in headline)]
     if summary:
+        lines += [f"capture health: {item['text']}" for item in summary.get("capture_health", [])]
         lines += ["findings, most recoverable time first:", *_findings(summary)]
     reports = [out / name for name in (schema.REPORT_HTML, schema.REPORT_MD)]
     lines += [f"report: {path}" for path in reports if path.exists()]

@@ -238,3 +238,14 @@ def test_a_sweep_is_ranked_against_its_baseline_root(tmp_path):
     assert "FlashAttentionScore" in top["item"] and top["median_ratio"] == pytest.approx(0.8, rel=0.05)
     bad = run_cli("compare", "--sweep", str(archive), "--baseline", "nope", "-o", str(tmp_path / "x"))
     assert bad.returncode == 2 and "not a root of this sweep" in bad.stderr
+
+
+def test_two_one_step_captures_are_not_testable_not_unchanged(sample_outputs, tmp_path):
+    """The real CNN captures hold one step each: with no spread to test against, a step wall that moved is
+    'not testable', never 'no significant change'."""
+    base, _ = sample_outputs["text_level1"]
+    new, _ = sample_outputs["text_level2"]
+    headline = compare(base, new, tmp_path / "cmp")
+    verdict = headline["verdict"]
+    assert headline["significant_changes"] == 0 and headline["step_wall_ms"]["delta"] != 0
+    assert verdict.startswith("not testable: 1 complete step(s) in the baseline and 1 in the new"), verdict

@@ -106,10 +106,11 @@ def test_the_context_loads_only_what_detectors_declare(planted_outputs):
     context = DiagnosisContext(RootContext(out, inputs, AnalyzeOptions()))
     slow = next(d for d in registry.detectors() if d.name == "slow_rank")
     slow.detect(context)
-    # it reads the alignment, the step replay that prices it reads the alignment and the steps, and
-    # what differs on the slow card reads the profile's inputs
+    # it reads the alignment, the step replay that prices it reads the alignment, the steps and which
+    # groups the capture holds only in part (communication ops, links, group ranks), and what differs on
+    # the slow card reads the profile's inputs
     assert set(context._loaded) == {
-        *("alignment", "step_model", "steps", "card_profile"),
+        *("alignment", "step_model", "steps", "card_profile", "comm_ops", "links", "group_ranks"),
         *("accounting", "operators", "idle_by_cause", "compute_work"),
     }
     declared = with_composed_reads(registry.declared_columns(registry.detectors()))["alignment"]

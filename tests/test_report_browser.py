@@ -340,7 +340,8 @@ def test_a_long_collective_is_drawn_and_clickable_zoomed_far_inside_it(browser, 
 def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser, cnn_report):
     """The real CNN capture: one bar per rank, its segments covering the step (every line of
     step_ledger.csv, the small ones merged), each named with what explains it; the widest is the
-    all-reduce idle the incomplete capture of its group explains, painted as a finding's."""
+    all-reduce idle the incomplete capture of its group causes, painted as a cause the capture cannot
+    recover (not as a saving)."""
     out = cnn_report
     console_errors(browser)
     open_report(browser, (out / "report" / "report.html").as_uri())
@@ -358,8 +359,9 @@ def test_the_step_ledger_is_a_bar_per_rank_whose_segments_are_its_lines(browser,
         mine = ledger[ledger["rank_id"] == int(bar["rank"])]
         top = mine.sort_values("ms").iloc[-1]
         widest = max(bar["segments"], key=lambda s: s["width"])
-        assert widest["title"].startswith(line_words(top["line"]) + ":") and widest["kind"] == "finding"
-        assert top["explained_by"] == group["claim_id"] and "capture_incomplete_group" in widest["title"]
+        assert widest["title"].startswith(line_words(top["line"]) + ":") and widest["kind"] == "cause"
+        assert top["explained_by"] == "cause:" + group["claim_id"] and "capture_incomplete_group" in widest["title"]
+        assert "not recoverable from this capture" in widest["title"]
         named = {s["title"].split(":")[0] for s in bar["segments"]}
         assert set(mine.loc[mine["ms"] >= 0.005 * mine["wall_ms"], "line"].map(line_words)) <= named
         assert not any(name.startswith("communication unknown") for name in named)

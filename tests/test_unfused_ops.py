@@ -31,6 +31,20 @@ def test_optional_kernels_make_variants_longest_first():
     assert variants[1] == [frozenset({"Pow", "Square"}), frozenset({"Mul"})]
 
 
+def test_the_power_kernel_as_cann_writes_it_starts_an_rms_norm_chain():
+    """Real CANN writes x ** 2 (aclnnPowTensorScalar) with Type ``Pows``: every power kernel type of the
+    Qwen3 sample is one the rms_norm pattern accepts, and a chain of them is found."""
+    from conftest import QWEN_TRAINING
+
+    kernels = pd.read_csv(QWEN_TRAINING / "rank_2_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    powers = set(kernels.loc[kernels["Name"].str.contains("aclnnPow", na=False), "Type"])
+    assert powers == {"Pows"}
+    accepted = {t for t in PATTERNS["rms_norm"]["sequence"][1].split("|")}
+    assert powers <= accepted
+    types = np.array(["Pows", "ReduceMean", "Adds", "Rsqrt", "Mul", "Mul"], dtype=object)
+    assert chain_starts(types, PATTERNS) == [("rms_norm", 0, 6)]
+
+
 def test_chains_are_consecutive_and_never_share_a_kernel():
     rms = ["Pow", "ReduceMean", "Adds", "Rsqrt", "Mul", "Mul"]
     types = np.array(["MatMulV3", *rms, "Swish", "Mul", "Pow", "ReduceMean", "MatMulV3", "Cast", *rms], dtype=object)

@@ -88,11 +88,28 @@ def per_rank_moves(overview: pd.DataFrame) -> list[dict]:
     ]
 
 
-def _verdict(moves: list[dict], delta: float, shape: dict) -> str:
-    """faster / slower / no significant change, or "not comparable: why" when the steps differ in structure."""
+MIN_TESTED_STEPS = 2  # a side with fewer complete steps has no spread to test a step-level change against
+
+
+def _verdict(moves: list[dict], delta: float, shape: dict, steps: tuple[int, int]) -> str:
+    """faster / slower / no significant change, "not comparable: why" when the steps differ in structure,
+    or "not testable: why" when nothing moved significantly but a side has too few steps to say so."""
     if shape.get("not_comparable"):
         return "not comparable: " + "; ".join(shape["not_comparable"])
-    return "no significant change" if not moves else ("faster" if delta < 0 else "slower")
+    if moves:
+        return "faster" if delta < 0 else "slower"
+    if min(steps) < MIN_TESTED_STEPS:
+        return (
+            f"not testable: {steps[0]} complete step(s) in the baseline and {steps[1]} in the new capture; "
+            f"the step wall moved {delta:+.3g} ms, which no test can tell from noise"
+        )
+    return "no significant change"
+
+
+def _distinct_steps(side: Side) -> int:
+    """How many complete steps a side holds (its ranks' steps counted once)."""
+    key = "step_id" if "step_id" in side.steps and side.steps["step_id"].notna().all() else "step_ordinal"
+    return int(side.steps[key].nunique()) if len(side.steps) else 0
 
 
 def compare_summary(base: Side, new: Side, tables: dict[str, pd.DataFrame], changes: dict, shape: dict) -> dict:
@@ -116,7 +133,7 @@ def compare_summary(base: Side, new: Side, tables: dict[str, pd.DataFrame], chan
         "headline": {
             "step_wall_ms": {"baseline": round(before, 4), "new": round(after, 4), "delta": round(delta, 4)},
             "significant_changes": len(moves),
-            "verdict": _verdict(moves, delta, shape),
+            "verdict": _verdict(moves, delta, shape, (_distinct_steps(base), _distinct_steps(new))),
         },
         "test": f"two-sided Mann-Whitney U on per-instance times, p < {rules['alpha']}, and the median moved "
         f"beyond 1.4826 × MAD of both sides and {rules['min_relative_change']:.0%} of the baseline",

@@ -35,9 +35,13 @@ STEP_LEDGER = Table(
             ("wall_ms", pa.float64()),
             ("category", pa.string()),  # compute | overlap | communication | idle
             ("line", pa.string()),  # 'compute attention', 'communication DP allreduce wait', 'idle launch' ...
+            # a line a finding's fix shortens is split: the ms its replay removes (explained_by its claim_id)
+            # and the rest, with its own reason; so a line may have several rows
             ("ms", pa.float64()),
             ("share", pa.float64()),  # of wall_ms
-            ("explained_by", pa.string()),  # a finding's claim_id, expected:<reason>, or unexplained
+            # claim_id (what fixing it recovers) | cause:<claim_id> (its cause, not recoverable from this
+            # capture) | expected:<reason> | unexplained
+            ("explained_by", pa.string()),
             ("finding_type", pa.string()),  # the explaining finding's type (null: none)
             ("blamed_ranks", pa.string()),  # the ranks that finding names: a peer's wait is blamed on them
         ]

@@ -224,6 +224,8 @@ PP_SCHEDULE = Table(
             ("compute_ms", pa.float64()),
             ("pp_exposed_ms", pa.float64()),
             ("idle_ms", pa.float64()),
+            ("pipeline_wait_ms", pa.float64()),  # idle gaps ≥ idle_by_gap.gap_min_us beside a P2P op
+            ("embedding_wait_ms", pa.float64()),  # the tied embedding all-reduce's exposed wait (the drain)
             ("bubble_ms", pa.float64()),
             ("bubble_share", pa.float64()),
             ("ideal_bubble_share", pa.float64()),

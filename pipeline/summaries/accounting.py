@@ -19,6 +19,7 @@ import pandas as pd
 from npuprof import knowledge
 from npuprof.pipeline.distinct import text_array
 from npuprof.pipeline.segmentation.windows import window_positions
+from npuprof.pipeline.summaries.gap_kinds import IDLE_BY_GAP, idle_by_gap
 
 COMMUNICATION = "communication"
 
@@ -39,32 +40,6 @@ def _boundaries(inside: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     sign = np.concatenate([np.ones(n), -np.ones(n)])
     order = np.lexsort((sign, time, step))
     return step[order], time[order], sign[order], np.concatenate([np.arange(n)] * 2)[order]
-
-
-def compute_beside_us(events: pd.DataFrame) -> np.ndarray:
-    """Per communication event of ``events`` (is_comm, start_ns, end_ns; in their order), the µs its
-    rank's compute ran beside it: an op on a communication stream of its own (a gradient bucket under
-    the backward) has its rank's kernels under it, a blocking one has none."""
-    is_comm = events["is_comm"].to_numpy(bool)
-    compute = events.loc[~is_comm, ["start_ns", "end_ns"]].sort_values("start_ns")
-    comm = events.loc[is_comm, ["start_ns", "end_ns"]]
-    if not len(comm) or not len(compute):
-        return np.zeros(len(comm))
-    # the compute intervals merged where they overlap (a running max of ends), then busy time up to t
-    starts, ends = compute["start_ns"].to_numpy(np.int64), np.maximum.accumulate(compute["end_ns"].to_numpy(np.int64))
-    opens = np.concatenate([[True], starts[1:] > ends[:-1]])
-    merged_start = starts[opens]
-    merged_end = np.maximum.reduceat(ends, np.flatnonzero(opens))
-    busy_before = np.concatenate([[0], np.cumsum(merged_end - merged_start)])
-
-    def busy_until(t: np.ndarray) -> np.ndarray:
-        at = np.searchsorted(merged_start, t, side="right") - 1  # the last interval starting by t
-        inside = np.clip(t - merged_start[np.clip(at, 0, None)], 0, None)
-        within = np.minimum(inside, (merged_end - merged_start)[np.clip(at, 0, None)])
-        return np.where(at >= 0, busy_before[np.clip(at, 0, None)] + within, 0)
-
-    t0, t1 = comm["start_ns"].to_numpy(np.int64), comm["end_ns"].to_numpy(np.int64)
-    return (busy_until(t1) - busy_until(t0)) / 1000.0
 
 
 def _window_codes(
@@ -140,9 +115,31 @@ def step_time_accounting(
         comm_share = np.where(comm_only, length / np.where(comm_active > 0, comm_active, 1), 0.0)
         rows += _exposed_parts(inside, role_kind, steps, comm_parts, comm_share, stretches, time, compute_active)
     idle = same_step & (comm_active == 0) & (compute_active == 0)
-    for name, in_window in _idle_windows(step, time, layer_spans):
-        add("primary", "idle", name, np.where(idle & in_window, length, 0.0))
-    return _per_step([*rows, ("primary", "idle", head_idle_name(), _head_ns(step, time, steps))], steps)
+    return _per_step([*rows, *_idle_rows(inside, stretches, time, step, idle, layer_spans, steps)], steps)
+
+
+def _idle_rows(
+    inside: pd.DataFrame,
+    stretches: _Stretches,
+    time: np.ndarray,
+    step: np.ndarray,
+    idle: np.ndarray,
+    layer_spans: pd.DataFrame,
+    steps: pd.DataFrame,
+) -> list[tuple[str, str, str, np.ndarray]]:
+    """The idle rows per step: by anatomy window (primary) and by what each gap is (idle_by_gap), each
+    with the head before the step's first event."""
+    windows = _idle_windows(step, time, layer_spans)
+    length, position = stretches.length, stretches.position
+
+    def per_step(which: np.ndarray) -> np.ndarray:
+        return np.bincount(position, weights=np.where(which, length, 0.0), minlength=stretches.step_count)
+
+    rows = [("primary", "idle", name, per_step(idle & in_window)) for name, in_window in windows]
+    gaps = idle_by_gap(inside, stretches.event_of, idle, length, windows)
+    rows += [(IDLE_BY_GAP, "idle", name, per_step(which)) for name, which in gaps]
+    head = ("idle", head_idle_name(), _head_ns(step, time, steps))
+    return [*rows, ("primary", *head), (IDLE_BY_GAP, *head)]
 
 
 class _Stretches(NamedTuple):

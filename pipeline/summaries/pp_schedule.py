@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.summaries.communication import role_of
+from npuprof.pipeline.summaries.gap_kinds import IDLE_BY_GAP, idle_gap_names
 
 COLUMNS = [
     "rank_id",
@@ -29,8 +30,12 @@ COLUMNS = [
     "wall_ms",
     "compute_ms",
     "pp_exposed_ms",  # P2P communication with no compute beside it: waiting for the neighbour stage
-    "idle_ms",
-    "bubble_ms",  # pp_exposed + idle: the stage neither computes nor does its own collectives
+    "idle_ms",  # every idle gap, dispatch gaps between kernels included
+    "pipeline_wait_ms",  # the idle gaps of at least idle_by_gap.gap_min_us beside a P2P op (gap_kinds.py)
+    # the exposed wait of the tied embedding's all-reduce (the first and last stages sync it once both
+    # finished their backward: the drain's wait, on the stage that finished first)
+    "embedding_wait_ms",
+    "bubble_ms",  # pp_exposed + pipeline_wait + embedding_wait: the stage waits for its neighbour
     "bubble_share",
     "ideal_bubble_share",  # (p - 1) / (m + p - 1): what GPipe / 1F1B of this shape leave idle
 ]
@@ -73,7 +78,7 @@ def pp_schedule(
     frame = frame.merge(_passes(layers), on=keys, how="left").merge(_time_split(accounting), on=keys, how="left")
     frame = frame[frame["micro_batches"] > 0]
     p, m = frame["stages"].astype(float), frame["micro_batches"].astype(float)
-    frame["bubble_ms"] = frame["pp_exposed_ms"] + frame["idle_ms"]
+    frame["bubble_ms"] = frame["pp_exposed_ms"] + frame["pipeline_wait_ms"] + frame["embedding_wait_ms"]
     frame["bubble_share"] = frame["bubble_ms"] / frame["wall_ms"].where(frame["wall_ms"] > 0)
     frame["ideal_bubble_share"] = (p - 1) / (m + p - 1)
     return frame[COLUMNS].sort_values(keys).reset_index(drop=True)
@@ -117,7 +122,8 @@ def _passes(layers: pd.DataFrame) -> pd.DataFrame:
 
 
 def _time_split(accounting: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, step): wall, compute, exposed PP communication and idle ms from the accounting."""
+    """Per (rank, step): wall, compute, exposed PP communication, idle, the idle that waits for the
+    neighbour stage and the tied embedding sync's exposed wait (ms) from the accounting."""
     keys = ["rank_id", "step_ordinal"]
     primary = accounting[accounting["breakdown"] == "primary"]
     split = primary.pivot_table(index=keys, columns="category", values="ms", aggfunc="sum").reindex(
@@ -126,11 +132,19 @@ def _time_split(accounting: pd.DataFrame) -> pd.DataFrame:
     wall = primary.groupby(keys)["wall_ms"].first()
     by_role = accounting[(accounting["breakdown"] == "comm_by_role") & (accounting["component"] == "PP")]
     pp = by_role.groupby(keys)["ms"].sum()
+    gaps = accounting[
+        (accounting["breakdown"] == IDLE_BY_GAP) & (accounting["component"] == idle_gap_names()["pipeline"])
+    ]
+    component = accounting["component"].astype(str)
+    drain = component.str.startswith("EMBEDDING ") & component.str.endswith((" wait", " idle"))
+    embedding = accounting[(accounting["breakdown"] == "comm_exposed_parts") & drain]
     return pd.DataFrame(
         {
             "wall_ms": wall,
             "compute_ms": split["compute"],
             "pp_exposed_ms": pp.reindex(wall.index).fillna(0.0),
             "idle_ms": split["idle"],
+            "pipeline_wait_ms": gaps.groupby(keys)["ms"].sum().reindex(wall.index).fillna(0.0),
+            "embedding_wait_ms": embedding.groupby(keys)["ms"].sum().reindex(wall.index).fillna(0.0),
         }
     ).reset_index()

@@ -9,12 +9,13 @@ import pandas as pd
 
 from npuprof.api import Analysis
 from npuprof.pipeline import schema
-from npuprof.pipeline.stages.diagnostics.ledger import UNEXPLAINED
+from npuprof.pipeline.stages.diagnostics.ledger import CAUSE, UNEXPLAINED
 
 
 def assert_ledger_adds_up(out: Path) -> pd.DataFrame:
     """The ledger of ``out``: every step of every rank in it, its lines summing to the wall (±0.1 %),
-    every line explained by a finding of this root, an expected reason or unexplained."""
+    every line explained by a finding of this root (what its fix recovers, or ``cause:`` what it causes
+    and the capture cannot recover), an expected reason or unexplained."""
     ledger = Analysis(out).ledger()
     steps = pd.read_csv(out / schema.STEP_SUMMARY.file)
     keys = ["rank_id", "step_ordinal"]
@@ -25,6 +26,12 @@ def assert_ledger_adds_up(out: Path) -> pd.DataFrame:
     assert (ledger["ms"] > 0).all() or (ledger.loc[ledger["ms"] <= 0, "line"] == "not accounted").all()
     claims = {f["claim_id"] for f in json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]}
     reasons = ledger["explained_by"]
-    assert (reasons.isin(claims) | reasons.str.startswith("expected:") | (reasons == UNEXPLAINED)).all()
-    assert ledger.loc[reasons.isin(claims), "finding_type"].notna().all()
+    causes = reasons.str.startswith(CAUSE)
+    assert (
+        reasons.isin(claims)
+        | reasons.str.removeprefix(CAUSE).isin(claims)[causes].reindex(reasons.index, fill_value=False)
+        | reasons.str.startswith("expected:")
+        | (reasons == UNEXPLAINED)
+    ).all()
+    assert ledger.loc[reasons.isin(claims) | causes, "finding_type"].notna().all()
     return ledger

@@ -14,8 +14,16 @@ import pandas as pd
 
 from npuprof.pipeline import io, schema
 from npuprof.pipeline.io import int_ranks
+from npuprof.pipeline.stages.diagnostics.groups import incomplete_instances
 from npuprof.pipeline.stages.diagnostics.registry import declared_columns, derived_inputs, detectors
-from npuprof.pipeline.stages.diagnostics.retiming import ALIGNMENT_COLUMNS, HEAD, STEP_COLUMNS, build_step_model
+from npuprof.pipeline.stages.diagnostics.retiming import (
+    ALIGNMENT_COLUMNS,
+    HEAD,
+    LABEL_COLUMNS,
+    MEASURED_TRANSIT,
+    STEP_COLUMNS,
+    build_step_model,
+)
 from npuprof.pipeline.stages.diagnostics.slow_card import CARD_PROFILE_READS, card_profile
 from npuprof.pipeline.stages.diagnostics.step_tags import STEP_TAG_COLUMNS, step_anomaly_tags
 from npuprof.pipeline.stages.diagnostics.streams import BESIDE
@@ -76,8 +84,17 @@ BASE_INPUTS: dict[str, Callable[[RootContext, tuple[str, ...] | None], Any]] = {
 # columns they read, builder).
 COMPOSED_INPUTS: dict[str, tuple[dict[str, tuple[str, ...]], Callable[["DiagnosisContext"], Any]]] = {
     "step_model": (
-        {"alignment": (*ALIGNMENT_COLUMNS, BESIDE), "steps": (*STEP_COLUMNS, HEAD)},
-        lambda ctx: build_step_model(ctx.alignment, ctx.steps),
+        {
+            "alignment": (*ALIGNMENT_COLUMNS, BESIDE, *LABEL_COLUMNS, MEASURED_TRANSIT, "name"),
+            "steps": (*STEP_COLUMNS, HEAD),
+            "comm_ops": ("rank_id", "op_name", "group_hash"),
+            "links": ("group_hash", "src_local_rank", "dst_local_rank"),
+        },
+        lambda ctx: build_step_model(
+            ctx.alignment,
+            ctx.steps,
+            incomplete_instances(ctx.alignment, ctx.comm_ops, ctx.links, ctx.group_ranks),
+        ),
     ),  # the replay of the steps that prices each finding (retiming.py)
     "step_tags": (
         {"steps": STEP_TAG_COLUMNS},

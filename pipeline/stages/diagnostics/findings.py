@@ -6,8 +6,14 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from npuprof import knowledge
+from npuprof.pipeline.stages.diagnostics.ledger import eligible_lines
+from npuprof.pipeline.stages.diagnostics.ledger_credit import analytic_demand, line_table, place
 from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, recoverable_ms, summed
+from npuprof.pipeline.stages.diagnostics.savings import replay_savings
 
 
 def rule(finding_type: str) -> dict:
@@ -47,8 +53,11 @@ class Finding:
     alignment_ids: list[str] = field(default_factory=list)
     limitations: list[str] = field(default_factory=list)
     confidence: str | None = None  # the rule's unless the detector knows better
-    # how much shorter the mean step would be without the cause; None where not yet estimated
+    # how much shorter the mean step would be without the cause; None where not yet estimated, or where
+    # the fix lies outside the capture (rules ``not_recoverable``)
     recoverable_ms_per_step: float | None = None
+    # for a cause whose fix lies outside the capture: the ms per step it causes (not a saving)
+    caused_ms_per_step: float | None = None
     # the replayed change the estimate comes from (retiming.WhatIf; None: priced another way), kept so
     # every finding's change can be replayed together (recoverable_together); not written out
     what_if: Any = field(default=None, repr=False, compare=False)
@@ -76,6 +85,7 @@ class Finding:
             "recoverable_ms_per_step": None
             if self.recoverable_ms_per_step is None
             else round(float(self.recoverable_ms_per_step), 3),
+            **({} if self.caused_ms_per_step is None else {"caused_ms_per_step": round(self.caused_ms_per_step, 3)}),
             "likely_causes": [],
             "merged": [],  # findings that told the same cost as another type (merge_symptoms)
         }
@@ -183,22 +193,51 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def recoverable_by_rank(model: StepModel, finding: dict, savings: dict[str, pd.DataFrame]) -> dict[str, float]:
+    """Per rank, the ms per step fixing the finding's cause saves on that rank's step: its replay's savings
+    (savings.replay_savings) over the rank's modelled steps; an estimate priced another way on each of the
+    finding's ranks; none for a finding without an estimate."""
+    saved = finding.get("recoverable_ms_per_step")
+    if saved is None:
+        return {}
+    placed = savings.get(finding["claim_id"])
+    if placed is None:
+        return {str(r): round(float(saved), 3) for r in finding["rank_ids"]}
+    steps = model.slots.groupby("rank_id").size()
+    per_rank = placed.groupby("rank_id")["ms"].sum().reindex(steps.index, fill_value=0.0) / steps
+    return {str(int(r)): round(float(ms), 3) for r, ms in per_rank.items() if ms > 0}
+
+
+def actionable(finding: dict) -> bool:
+    """Does fixing this finding's cause save time this capture can show: priced, and its fix inside the
+    capture (not a cause its rules call ``not_recoverable``: members of a group the capture lacks)?"""
+    return finding.get("recoverable_ms_per_step") is not None and not rule(finding["finding_type"]).get(
+        "not_recoverable"
+    )
+
+
 def recoverable_together(
-    model: StepModel, findings: list[dict], changes: dict[str, WhatIf], step_wall_ms: float | None
+    model: StepModel,
+    findings: list[dict],
+    changes: dict[str, WhatIf],
+    step_wall_ms: float | None,
+    lines: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """What fixing every finding at once would save per step: the replayed changes (``changes``, by claim
-    id) replayed together — different causes of different work add up — plus the estimates priced
-    another way (analytic), added; its share of the mean step (``step_wall_ms``) and the plain sum
-    beside it. A finding whose likely cause is among the findings is that cause's symptom (a rank slow
-    because its loader stalls): fixing the cause is its fix, so its own change (the whole rank at its
-    peers' median) is left out; merged symptoms likewise."""
-    claims = [f for f in findings if f.get("recoverable_ms_per_step") is not None]
+    """What fixing every actionable finding at once would save per step: one replay of every replayed
+    change (``changes``, by claim id) together — different causes of different work add up — and the
+    estimates priced another way (analytic) placed on the ledger ``lines`` that replay left untouched, so
+    two findings never count the same ms twice; its share of the mean step (``step_wall_ms``) and the
+    plain sum beside it. A finding whose likely cause is among the findings is that cause's symptom (a
+    rank slow because its loader stalls): fixing the cause is its fix, so its own change is left out;
+    merged symptoms likewise; and findings whose fix lies outside the capture (``actionable``)."""
+    claims = [f for f in findings if actionable(f)]
     present = {f["claim_id"] for f in claims}
     causes = [f for f in claims if not {c["claim_id"] for c in f.get("likely_causes", [])} & present]
     replayed = [f for f in causes if f["claim_id"] in changes]
     added = [f for f in causes if f["claim_id"] not in changes]
-    together = recoverable_ms(model, summed(model, [changes[f["claim_id"]] for f in replayed])) if replayed else 0.0
-    together += sum(f["recoverable_ms_per_step"] for f in added)
+    joint = summed(model, [changes[f["claim_id"]] for f in replayed]) if replayed else None
+    together = recoverable_ms(model, joint) if joint is not None else 0.0
+    together += _analytic_on_the_rest(model, [_beside(f, causes) for f in added], joint, lines)
     return {
         "ms_per_step": round(together, 3),
         "share_of_step": round(together / step_wall_ms, 4) if step_wall_ms else None,
@@ -206,4 +245,39 @@ def recoverable_together(
         "replayed_claim_ids": [f["claim_id"] for f in replayed],
         "added_claim_ids": [f["claim_id"] for f in added],
         "symptom_claim_ids": [f["claim_id"] for f in claims if f not in causes],
+        "not_recoverable_claim_ids": [
+            f["claim_id"] for f in findings if f.get("recoverable_ms_per_step") is None and f not in claims
+        ],
     }
+
+
+def _beside(finding: dict, others: list[dict]) -> dict:
+    """An analytic estimate as it stands beside the other findings fixed: a finding may say what it saves
+    once another type's fix is made (metrics ``recoverable_with``: the pipeline's bubble of balanced
+    stages); the smallest such estimate of the types present."""
+    present = {f["finding_type"] for f in others if f is not finding}
+    beside = [ms for kind, ms in (finding.get("metrics", {}).get("recoverable_with") or {}).items() if kind in present]
+    return {**finding, "recoverable_ms_per_step": min(beside)} if beside else finding
+
+
+def _analytic_on_the_rest(
+    model: StepModel, added: list[dict], joint: WhatIf | None, lines: pd.DataFrame | None
+) -> float:
+    """The ms per step the analytic estimates add to the joint replay: each placed, on each of its ranks'
+    steps, on the ledger lines its rules name that the joint replay did not already shorten (the mean over
+    the ranks' steps); their plain sum without the ledger lines."""
+    if not added:
+        return 0.0
+    if lines is None or not len(lines):
+        return float(sum(f["recoverable_ms_per_step"] for f in added))
+    table = line_table(lines)
+    if joint is not None and not model.empty:
+        place(table, replay_savings(model, joint), np.zeros(len(table), dtype=bool))
+    placed = pd.Series(0.0, index=table.index)
+    for finding in added:
+        eligible = eligible_lines(lines, finding)
+        demand = analytic_demand(table, eligible, finding["rank_ids"], finding["recoverable_ms_per_step"])
+        placed += place(table, demand, eligible)
+    slots = lines[["rank_id", "step_ordinal"]].drop_duplicates()
+    per_slot = placed.groupby([lines["rank_id"], lines["step_ordinal"]]).sum()
+    return float(per_slot.sum() / len(slots)) if len(slots) else 0.0

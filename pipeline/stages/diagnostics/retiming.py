@@ -32,6 +32,9 @@ ALIGNMENT_COLUMNS = (
     "corrected_end_us",
 )
 STEP_COLUMNS = ("rank_id", "step_ordinal", "step_id", "start_us", "end_us")
+# optional alignment columns the rows keep: which collective a row is, so a saving lands on its ledger lines
+LABEL_COLUMNS = ("kind", "parallel_role")
+MEASURED_TRANSIT = "transit_us"  # optional alignment column: the op's own transit (communication.json)
 HEAD = "head_ms"  # optional step column: the step's start to its first kernel
 
 
@@ -52,15 +55,43 @@ class StepModel:
     bounds: np.ndarray
     transit_us: np.ndarray
     instance_ids: np.ndarray
+    # per instance whose group has members the capture lacks: when they arrived, as µs after the earliest
+    # start of its captured members' steps (they end its wait whatever the captured ranks do); NaN elsewhere
+    pinned_us: np.ndarray | None = None
 
     @property
     def empty(self) -> bool:
         return self.slots.empty
 
     @cached_property
+    def baseline_parts(self) -> "ReplayedParts":
+        """The measured steps replayed unchanged, part by part (each finding's what-if is compared with it)."""
+        return replay_parts(self)
+
+    @cached_property
     def baseline_walls(self) -> pd.Series:
-        """The measured steps replayed unchanged (each finding's what-if is compared with it)."""
-        return step_walls(self)
+        """The measured steps' replayed walls (µs) by step key."""
+        return self.walls_of(self.baseline_parts)
+
+    def walls_of(self, parts: "ReplayedParts") -> pd.Series:
+        """Each step's replayed wall (µs): the mean over its ranks of each rank's step wall."""
+        return pd.Series(parts.slot_wall_us, index=self.slots.index).groupby(self.slots["step_key"]).mean()
+
+
+@dataclass(frozen=True)
+class ReplayedParts:
+    """Where each replayed step's time goes. Per slot (rank, step) its wall is the sum of its blocking
+    rows' local work, wait and transit, its tail, and the overhang of its communication stream past its
+    compute at the step's end (floating ops still running): ``slot_wall_us`` = Σ rows + tail + stream.
+    Per row (``StepModel.rows``): ``row_work_us`` the local work before it, ``row_wait_us`` the wait for
+    its last member, ``row_transit_us`` its transit (all 0 on a floating row: it holds no compute back)."""
+
+    slot_wall_us: np.ndarray
+    slot_tail_us: np.ndarray
+    slot_stream_us: np.ndarray
+    row_work_us: np.ndarray
+    row_wait_us: np.ndarray
+    row_transit_us: np.ndarray
 
 
 @dataclass
@@ -76,15 +107,21 @@ class WhatIf:
         return cls(np.zeros(len(model.rows)), np.zeros(len(model.slots)), model.transit_us.copy())
 
 
-def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame) -> StepModel:
-    """The replay model of the steps in ``steps`` (step_summary rows) from ``collective_alignment``."""
+def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame, incomplete: set | None = None) -> StepModel:
+    """The replay model of the steps in ``steps`` (step_summary rows) from ``collective_alignment``.
+
+    ``incomplete``: alignment ids of instances whose group has members the capture lacks. Such an
+    instance ends when its last member arrives plus its transit, and its last member may be one the
+    capture does not hold: its transit is the ops' own (communication.json's), and the rest of its hold
+    after the captured members' last arrival is the missing members' arrival, pinned where it was
+    measured — a captured rank arriving sooner waits longer, it does not end the collective sooner."""
     slots = _slots(steps)
     if slots.empty:
         return _empty_model(slots)
     if not set(ALIGNMENT_COLUMNS) <= set(alignment.columns):  # no collectives (one rank, no cross_rank)
         alignment = pd.DataFrame(columns=list(ALIGNMENT_COLUMNS))
-    beside = [BESIDE] if BESIDE in alignment.columns else []
-    rows = alignment[[*ALIGNMENT_COLUMNS, *beside]].dropna(subset=["start_us", "end_us", "corrected_start_us"])
+    extra = [c for c in (BESIDE, *LABEL_COLUMNS, MEASURED_TRANSIT) if c in alignment.columns]
+    rows = alignment[[*ALIGNMENT_COLUMNS, *extra]].dropna(subset=["start_us", "end_us", "corrected_start_us"])
     rows = rows[rows["rank_id"].isin(slots["rank_id"])]
     offsets = (rows["start_us"] - rows["corrected_start_us"]).groupby(rows["rank_id"]).median()
     slots["corrected_start_us"] = slots["start_us"] - slots["rank_id"].map(offsets).fillna(0.0)
@@ -116,7 +153,35 @@ def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame) -> StepModel:
     rows = rows.reset_index(drop=True)
     counts = np.bincount(rows["instance"].to_numpy(), minlength=len(per_instance))
     transit = np.clip((per_instance["mean_end"] - per_instance["last_arrival"]).to_numpy(), 0.0, None)
-    return StepModel(slots, rows, np.concatenate([[0], np.cumsum(counts)]), transit, per_instance.index.to_numpy())
+    pinned = _pinned(rows, slots, per_instance, transit, incomplete or set())
+    transit = np.where(np.isnan(pinned), transit, np.minimum(transit, _measured_transit(rows, per_instance)))
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    return StepModel(slots, rows, bounds, transit, per_instance.index.to_numpy(), pinned)
+
+
+def _measured_transit(rows: pd.DataFrame, per_instance: pd.DataFrame) -> np.ndarray:
+    """Per instance (``per_instance`` order), its members' median own transit (communication.json's), 0
+    where the alignment does not give it."""
+    if MEASURED_TRANSIT not in rows.columns:
+        return np.zeros(len(per_instance))
+    own = rows.groupby("alignment_id")[MEASURED_TRANSIT].median()
+    return own.reindex(per_instance.index).fillna(0.0).clip(lower=0.0).to_numpy(float)
+
+
+def _pinned(
+    rows: pd.DataFrame, slots: pd.DataFrame, per_instance: pd.DataFrame, transit: np.ndarray, incomplete: set
+) -> np.ndarray:
+    """Per instance of ``incomplete``, the missing members' arrival (its end less the ops' own transit) as
+    µs after the earliest corrected start of its captured members' steps; NaN for the others."""
+    pinned = np.full(len(per_instance), np.nan)
+    chosen = per_instance.index.isin(list(incomplete))
+    if not chosen.any():
+        return pinned
+    own = np.minimum(transit, _measured_transit(rows, per_instance))
+    first_start = slots["corrected_start_us"].reindex(rows["slot"]).groupby(rows["alignment_id"].to_numpy()).min()
+    arrival = per_instance["mean_end"].to_numpy(float) - own
+    pinned[chosen] = (arrival - first_start.reindex(per_instance.index).to_numpy(float))[chosen]
+    return pinned
 
 
 def step_walls(model: StepModel, what_if: WhatIf | None = None) -> pd.Series:
@@ -125,14 +190,25 @@ def step_walls(model: StepModel, what_if: WhatIf | None = None) -> pd.Series:
     count the stagger). A rank's next step starts when its previous one ends plus the measured time
     between them: a change that delays or hastens one step moves the rank's later steps with it (a
     pipeline stage's step begins with its wait for the stage before, so fixed starts would misprice it)."""
+    return model.walls_of(replay_parts(model, what_if))
+
+
+def replay_parts(model: StepModel, what_if: WhatIf | None = None) -> ReplayedParts:
+    """The replay of the steps (with ``what_if``'s change), each slot's wall and the parts it is made of."""
     replay = _Replay(model, what_if or WhatIf.none(model))
     for instance in range(len(replay.transit)):  # a loop over collective instances, in replay order
         replay.run(instance)
     for s in range(len(replay.clock)):
         replay.start(s)
-    ends = np.maximum(replay.clock, replay.stream) + np.asarray(replay.tail)
-    walls = model.slots.assign(wall=ends - np.asarray(replay.starts))
-    return walls.groupby("step_key")["wall"].mean()
+    clock, stream, tail = np.asarray(replay.clock), np.asarray(replay.stream), np.asarray(replay.tail)
+    return ReplayedParts(
+        slot_wall_us=np.maximum(clock, stream) + tail - np.asarray(replay.starts),
+        slot_tail_us=tail,
+        slot_stream_us=np.clip(stream - clock, 0.0, None),
+        row_work_us=np.asarray(replay.row_work),
+        row_wait_us=np.asarray(replay.row_wait),
+        row_transit_us=np.asarray(replay.row_transit),
+    )
 
 
 class _Replay:
@@ -147,6 +223,8 @@ class _Replay:
         self.previous, self.between = _previous_slots(model.slots)
         self.started = [p < 0 for p in self.previous]
         self.transit, self.bounds = change.transit_us.tolist(), model.bounds.tolist()
+        pinned = model.pinned_us if model.pinned_us is not None else np.full(len(self.transit), np.nan)
+        self.pinned = [None if np.isnan(p) else float(p) for p in pinned]
         columns = {"slot": int, "floating": bool, "queued": bool, "previous_row": int}
         lists = {name: rows[name].to_numpy(kind).tolist() if len(rows) else [] for name, kind in columns.items()}
         self.slot, self.floating, self.queued, self.previous_row = lists.values()
@@ -157,6 +235,8 @@ class _Replay:
         self.gap = (base - change.gap_cut_us).clip(0.0).tolist() if len(rows) else []
         self.issue_unknown = unknown.tolist()
         self.row_end = [0.0] * len(self.slot)
+        # what each blocking row holds of its slot's wall: the work before it, its wait, its transit
+        self.row_work, self.row_wait, self.row_transit = ([0.0] * len(self.slot) for _ in range(3))
 
     def start(self, s: int) -> None:
         """A slot's clocks from its rank's previous slot, on first use."""
@@ -186,10 +266,16 @@ class _Replay:
         for k in members:
             self.start(self.slot[k])
         on_stream = self.floating[self.bounds[instance]]
+        transit = self.transit[instance]
+        pinned = self.pinned[instance]  # the members the capture lacks arrive when they were measured to
+        missing = -np.inf if pinned is None else min(self.starts[self.slot[k]] for k in members) + pinned
         if on_stream:
-            end = max(self.ready(k) for k in members) + self.transit[instance]
+            end = max(max(self.ready(k) for k in members), missing) + transit
         else:
-            end = max(self.clock[self.slot[k]] + self.gap[k] for k in members) + self.transit[instance]
+            end = max(max(self.clock[self.slot[k]] + self.gap[k] for k in members), missing) + transit
+            for k in members:
+                self.row_work[k], self.row_transit[k] = self.gap[k], transit
+                self.row_wait[k] = end - transit - self.clock[self.slot[k]] - self.gap[k]
         moved = self.stream if on_stream else self.clock
         for k in members:
             self.row_end[k] = end
@@ -405,7 +491,7 @@ def _slot_of(frame: pd.DataFrame, slots: pd.DataFrame) -> np.ndarray:
 def _empty_model(slots: pd.DataFrame) -> StepModel:
     columns = [
         *("instance", "slot", "rank_id", "alignment_id", "start_us", "end_us", "gap_us", "issue_us"),
-        *("floating", "queued"),
+        *("floating", "queued", *LABEL_COLUMNS),
     ]
     rows = pd.DataFrame(columns=[*columns, "previous_row"])
     return StepModel(slots, rows, np.zeros(1, dtype=np.int64), np.zeros(0), np.array([], dtype=object))

@@ -17,6 +17,7 @@ from npuprof import knowledge
 from npuprof.pipeline import __version__, io, schema
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.stages.base import RootContext, StageResult, conformed
+from npuprof.pipeline.stages.diagnostics.capture_health import COMM_READS, capture_health, lower_confidence
 from npuprof.pipeline.stages.diagnostics.cited_evidence import check_evidence
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.critical_path import critical_path
@@ -25,10 +26,12 @@ from npuprof.pipeline.stages.diagnostics.findings import (
     link_causes,
     merge_symptoms,
     rank_by_cost,
+    recoverable_by_rank,
     recoverable_together,
 )
 from npuprof.pipeline.stages.diagnostics.ledger import ledger_lines, step_ledger, unexplained_share
 from npuprof.pipeline.stages.diagnostics.registry import detectors
+from npuprof.pipeline.stages.diagnostics.savings import replay_savings
 from npuprof.pipeline.stages.diagnostics.slow_card import peers_of, slow_card_diff
 
 
@@ -38,8 +41,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
     found = [finding for item in detectors() if item.phase == "findings" for finding in item.detect(inputs)]
     # what the findings leave unexplained in the step ledger is the ledger-phase detectors' to report
     lines = ledger_lines(*_ledger_sources(ctx))  # the same lines, explained once by each set of findings
-    first = link_causes([f.to_dict() for f in found if not is_annotation(f.finding_type)])
-    inputs.provide("ledger", step_ledger(lines, first))
+    first_claimed = [f for f in found if not is_annotation(f.finding_type)]
+    first = link_causes([f.to_dict() for f in first_claimed])
+    savings = _savings(inputs, first_claimed, first, {})
+    inputs.provide("ledger", step_ledger(lines, first, savings))
     inputs.provide("first_findings", list(found))
     found += [finding for item in detectors() if item.phase == "ledger" for finding in item.detect(inputs)]
     rules = knowledge.load("diagnosis_rules")
@@ -51,14 +56,20 @@ def reduce_root(ctx: RootContext) -> StageResult:
     claims = [finding.to_dict() for finding in claimed]
     changes = {c["claim_id"]: f.what_if for c, f in zip(claims, claimed, strict=True) if f.what_if is not None}
     findings = merge_symptoms(link_causes(rank_by_cost(claims, step_wall_ms)))
-    together = recoverable_together(inputs.step_model, findings, changes, step_wall_ms)
+    _say_what_the_missing_members_absorb(inputs.step_model, findings, changes)
+    health = capture_health(steps, _comm_events(ctx))
+    lower_confidence(findings, health)
+    savings = _savings(inputs, claimed, claims, savings)
+    for finding in findings:
+        finding["recoverable_ms_by_rank"] = recoverable_by_rank(inputs.step_model, finding, savings)
+    together = recoverable_together(inputs.step_model, findings, changes, step_wall_ms, lines)
     annotations = [finding.to_dict() for finding in found if is_annotation(finding.finding_type)]
     evidence_ids = set(ctx.read_table(schema.EVIDENCE_INDEX, columns=["evidence_id"]).column(0).to_pylist())
     alignment_ids = set(ctx.read_frame(schema.CROSS_RANK_ALIGNMENT)["alignment_id"].astype(str))
     check_evidence(findings + annotations, evidence_ids, alignment_ids)
     step_tags = inputs.step_tags
     path = conformed(schema.CRITICAL_PATH, critical_path(inputs.step_model))
-    ledger = conformed(schema.STEP_LEDGER, step_ledger(lines, findings, _alignment(ctx)))
+    ledger = conformed(schema.STEP_LEDGER, step_ledger(lines, findings, savings, _alignment(ctx)))
     counts = {
         "finding_count": len(findings),
         "by_type": dict(Counter(f["finding_type"] for f in findings)),
@@ -67,8 +78,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "anomaly_tag_counts": dict(Counter(t for tags in step_tags["anomaly_tags"] for t in str(tags).split(";") if t)),
         "ledger_unexplained_share": {str(r): round(float(v), 4) for r, v in unexplained_share(ledger).items()},
         "recoverable_together_ms_per_step": together["ms_per_step"],
+        "capture_health": dict(Counter(item["kind"] for item in health)),
     }
     document = _findings_document(findings, together, annotations, counts, inputs.not_judged)
+    document["capture_health"] = health  # steps that are not what the findings assume (capture_health.py)
     return StageResult(
         tables={schema.STEP_LEDGER: ledger, schema.CRITICAL_PATH: path},
         json_files={schema.DIAGNOSIS_FINDINGS: document},
@@ -80,6 +93,16 @@ def reduce_root(ctx: RootContext) -> StageResult:
         },
         manifest=counts,
     )
+
+
+def _savings(inputs: DiagnosisContext, found: list, claims: list[dict], known: dict) -> dict[str, pd.DataFrame]:
+    """Where each replayed finding saves its time (savings.replay_savings), by claim id: ``found`` the
+    Finding objects and ``claims`` their dicts in the same order; ``known`` those already replayed."""
+    savings = dict(known)
+    for finding, claim in zip(found, claims, strict=True):
+        if finding.what_if is not None and claim["claim_id"] not in savings:
+            savings[claim["claim_id"]] = replay_savings(inputs.step_model, finding.what_if)
+    return savings
 
 
 def _findings_document(findings: list, together: dict, annotations: list, counts: dict, not_judged: dict) -> dict:
@@ -102,6 +125,31 @@ def _findings_document(findings: list, together: dict, annotations: list, counts
     if overridden:  # a re-asked analysis (npuprof diagnose --set): the rules it was asked with
         document["rules_overridden"] = overridden
     return document
+
+
+NOTHING_SAVED_MS = 0.01
+
+
+def _say_what_the_missing_members_absorb(model, findings: list[dict], changes: dict) -> None:
+    """A replayed finding that saves nothing where the capture lacks members of its collectives' groups
+    says why: its ranks would arrive sooner and wait longer for the members it does not hold."""
+    pinned = model.pinned_us
+    if pinned is None or not (pinned == pinned).any():  # NaN != NaN: no instance is pinned
+        return
+    for finding in findings:
+        saved = finding.get("recoverable_ms_per_step")
+        if finding["claim_id"] in changes and saved is not None and saved < NOTHING_SAVED_MS:
+            finding["limitations"].append(
+                "fixing it alone saves nothing this capture can show: its ranks would reach their collectives "
+                "sooner and wait longer for the group members the capture does not hold"
+            )
+
+
+def _comm_events(ctx: RootContext) -> pd.DataFrame:
+    """Every rank's communication events, as capture health reads them (one-time collectives per step)."""
+    if not (ctx.out_dir / schema.COMMUNICATION_EVENTS).exists():
+        return pd.DataFrame(columns=list(COMM_READS))
+    return int_ranks(ctx.read_table(schema.COMMUNICATION_EVENTS, columns=list(COMM_READS[1:])).to_pandas())
 
 
 def _alignment(ctx: RootContext) -> pd.DataFrame:

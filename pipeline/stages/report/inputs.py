@@ -37,6 +37,7 @@ class ReportInputs:
     together: dict = field(default_factory=dict)  # diagnostics' recoverable_together (every finding at once)
     rules_overridden: dict = field(default_factory=dict)  # rules a re-asked analysis set (npuprof diagnose)
     not_judged: list = field(default_factory=list)  # checks that lacked their data: finding_type, reason
+    capture_health: list = field(default_factory=list)  # idle captures and warm-up steps (capture_health.py)
     step_trace: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_trace_accounting (no-kernel ranks)
     pp_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)  # pp_schedule (pipeline parallel only)
     pp_passes: pd.DataFrame = field(default_factory=pd.DataFrame)  # each PP stage's F / B passes (pp_chart)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from npuprof.pipeline.stages.diagnostics.ledger import EXPECTED, UNEXPLAINED, collective_words, unexplained_share
+from npuprof.pipeline.stages.diagnostics.ledger import CAUSE, EXPECTED, UNEXPLAINED, collective_words, unexplained_share
 
 TOP_LINES = 5
 MAX_RANKS = 8  # ranks spelled out (the most unexplained first); ledger.csv holds every one
@@ -70,19 +70,19 @@ def line_words(line: str) -> str:
 
 
 def _explanation(explained_by: str, findings: dict[str, dict]) -> str:
-    """'slow_rank_suspected on rank 2 (recovers 3.9 ms/step)', 'expected: the step's compute', 'unexplained'."""
+    """'recovered by fixing slow_rank_suspected on rank 2', 'cause: capture_incomplete_group on ranks 0, 1
+    (not recoverable from this capture)', 'expected: the step's compute', 'unexplained'."""
     if explained_by == UNEXPLAINED:
         return UNEXPLAINED
     if explained_by.startswith(EXPECTED):
         return "expected: " + explained_by.removeprefix(EXPECTED)
-    finding = findings.get(explained_by)
+    cause = explained_by.startswith(CAUSE)
+    finding = findings.get(explained_by.removeprefix(CAUSE))
     if finding is None:
         return explained_by
     ranks = finding["rank_ids"]
-    where = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-    saved = finding.get("recoverable_ms_per_step")
-    gain = f", recovers {saved:.3g} ms/step" if saved is not None else ""
-    return f"{finding['finding_type']} on {where}{gain}"
+    where = f"{finding['finding_type']} on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    return f"cause: {where} (not recoverable from this capture)" if cause else f"recovered by fixing {where}"
 
 
 MIN_SEGMENT_SHARE = 0.005  # lines below this share of the step are one "other lines" segment of the bar
@@ -137,7 +137,9 @@ def _segments(lines: pd.DataFrame, wall: float, findings: dict[str, dict]) -> li
 
 
 def _kind(explained_by: str) -> str:
-    """finding | expected | unexplained: how a line is explained, for its colour."""
+    """finding | cause | expected | unexplained: how a line is explained, for its colour."""
     if explained_by == UNEXPLAINED:
         return "unexplained"
+    if explained_by.startswith(CAUSE):
+        return "cause"
     return "expected" if explained_by.startswith(EXPECTED) else "finding"

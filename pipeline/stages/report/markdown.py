@@ -14,6 +14,7 @@ from npuprof.pipeline.stages.report.advice import all_findings_together, fingerp
 from npuprof.pipeline.stages.report.glossary import glossary_markdown
 from npuprof.pipeline.stages.report.inputs import ReportInputs
 from npuprof.pipeline.stages.report.ledger_view import rank_ledgers
+from npuprof.pipeline.stages.report.summary import closest_candidate
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
 # inline markup, table cells and HTML; the text is one line inside a paragraph or a table cell
@@ -95,7 +96,19 @@ def _executive(inputs: ReportInputs, summary: dict) -> str:
         label = f"**{cell(group['finding_type'])}** ({cell(group['severity'])}, {_saving(group)})"
         lines.append(f"- {label}: {cell(group['summary'])}")
     together = all_findings_together(summary.get("recoverable_together"), counts["total"])
-    return "\n\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n" + (f"\n{together}\n" if together else "")
+    health = "".join(
+        f"\n**Capture health ({cell(item['kind'])}):** {cell(item['text'])}.\n"
+        for item in summary.get("capture_health", [])
+    )
+    return (
+        "\n\n".join(lines[:3])
+        + "\n"
+        + health
+        + "\n"
+        + "\n".join(lines[3:])
+        + "\n"
+        + (f"\n{together}\n" if together else "")
+    )
 
 
 def _idle_causes_inline(shares: dict[str, float]) -> str:
@@ -107,6 +120,8 @@ def _idle_causes_inline(shares: dict[str, float]) -> str:
 def _saving(group: dict) -> str:
     """'recovers 14.6 ms/step (9%)': what removing the cause saves per step, replayed."""
     saved, share = group.get("recoverable_ms_per_step"), group.get("recoverable_share_of_step")
+    if saved is None and group.get("caused_ms_per_step") is not None:
+        return f"causes {group['caused_ms_per_step']:.3g} ms/step, not recoverable from this capture"
     if saved is None:
         return "recoverable time not estimated"
     return f"recovers {saved:.3g} ms/step" + (f" ({share:.0%})" if share is not None else "")
@@ -211,12 +226,14 @@ def _fingerprint(inputs: ReportInputs) -> str:
             f"{len(agreeing)} catalog models agree on every visible field: the kernels show too little to tell "
             f"them apart (first: {cell(agreeing.iloc[0]['model'])}).\n\n"
         )
-    elif len(inputs.candidates):
-        first = inputs.candidates.iloc[0]
+    elif closest_candidate(inputs.candidates, insights) is not None:
+        first = closest_candidate(inputs.candidates, insights)
         text += (
             f"No catalog model agrees on every visible field; the closest is {cell(first['model'])} "
             f"(differs in {cell(first['mismatched_fields'])}).\n\n"
         )
+    elif len(inputs.candidates):
+        text += "No catalog model agrees on a width or count the kernels show: no model is named.\n\n"
     text += table(inputs.candidates, ["rank", "model", "status", "matched_count", "mismatched_fields"], 5)
     config = insights.get("config")
     if config:

@@ -262,6 +262,7 @@ def _inputs(ctx: RootContext) -> ReportInputs:
         together=diagnosis.get("recoverable_together") or {},
         rules_overridden=diagnosis.get("rules_overridden") or {},
         not_judged=diagnosis.get("not_judged") or [],
+        capture_health=diagnosis.get("capture_health") or [],
         step_trace=ctx.read_view(schema.STEP_TRACE_ACCOUNTING_CSV),
         pp_schedule=pp_schedule,
         pp_passes=stage_passes(layers, pp_schedule),  # the chart and the trace draw the same passes

@@ -217,6 +217,8 @@ def finding_groups(inputs: ReportInputs) -> tuple[list[dict], int]:
                 "severity": severity,
                 "summary": summary,
                 "recoverable_ms_per_step": group["saved"],
+                # a cause whose fix lies outside the capture: the ms it causes, not a saving
+                **_caused(members),
                 "recoverable_share_of_step": max(
                     (f["recoverable_share_of_step"] for f in members if f.get("recoverable_share_of_step") is not None),
                     default=None,
@@ -240,6 +242,22 @@ def finding_groups(inputs: ReportInputs) -> tuple[list[dict], int]:
     return rolled, max(len(ordered) - MAX_FINDING_GROUPS, 0)
 
 
+def _caused(members: list[dict]) -> dict:
+    caused = [f["caused_ms_per_step"] for f in members if f.get("caused_ms_per_step") is not None]
+    return {"caused_ms_per_step": max(caused)} if caused else {}
+
+
+def closest_candidate(candidates: pd.DataFrame, insights: dict) -> pd.Series | None:
+    """The catalog model nearest the capture, or None where no candidate matched a width or count (a model
+    "closest" on features alone — no MLA, no QK-norm — while 5 of its 126 layers ran is no evidence)."""
+    if not len(candidates):
+        return None
+    features = {*insights.get("features", {}), "kind"}
+    first = candidates.iloc[0]
+    matched = {f for f in str(first.get("matched_fields") or "").split(";") if f}
+    return first if matched - features else None
+
+
 def model_brief(inputs: ReportInputs) -> dict | None:
     """The fingerprint in brief: each visible field with its confidence, features, the closest model."""
     insights = inputs.model_insights
@@ -250,7 +268,7 @@ def model_brief(inputs: ReportInputs) -> dict | None:
         for k, v in insights.get("fingerprint", {}).items()
         if v.get("value") is not None
     }
-    closest = inputs.candidates.iloc[0] if len(inputs.candidates) else None
+    closest = closest_candidate(inputs.candidates, insights)
     return {
         "fields": fields,
         "features": sorted(k for k, v in insights.get("features", {}).items() if v.get("present")),
@@ -292,10 +310,20 @@ def limitations(inputs: ReportInputs) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _finding_counts(inputs: ReportInputs, groups: int, overflow: int) -> dict:
+    """How many findings, by type and severity, and how many roll-up groups the summary holds."""
+    return {
+        "total": len(inputs.findings),
+        "by_type": dict(sorted(Counter(f["finding_type"] for f in inputs.findings).items())),
+        "by_severity": dict(sorted(Counter(f["severity"] for f in inputs.findings).items())),
+        "rollup_groups": groups,
+        "rollup_overflow": overflow,
+    }
+
+
 def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str]) -> dict:
     """The whole document (≤ 50 KB: finding groups are trimmed until it fits)."""
     groups, overflow = finding_groups(inputs)
-    counts = Counter(f["finding_type"] for f in inputs.findings)
     document = {
         "schema_version": 1,
         "tool": "npuprof",
@@ -316,13 +344,7 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
             "match_rate": inputs.manifest("cross_rank").get("match_rate"),
         },
         "findings": groups,
-        "finding_counts": {
-            "total": len(inputs.findings),
-            "by_type": dict(sorted(counts.items())),
-            "by_severity": dict(sorted(Counter(f["severity"] for f in inputs.findings).items())),
-            "rollup_groups": len(groups),
-            "rollup_overflow": overflow,
-        },
+        "finding_counts": _finding_counts(inputs, len(groups), overflow),
         # every finding fixed at once, replayed together: two findings about the same time count it once
         "recoverable_together": {
             key: inputs.together.get(key) for key in ("ms_per_step", "share_of_step", "sum_ms_per_step")
@@ -333,6 +355,10 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
         **({"rules_overridden": inputs.rules_overridden} if inputs.rules_overridden else {}),
         # checks that lacked their data (a capture without core counts ...): silence there is no clean bill
         **({"not_judged": inputs.not_judged} if inputs.not_judged else {}),
+        # steps that are not what the findings assume: an idle capture, a warm-up step (never silent)
+        "capture_health": [
+            {k: item[k] for k in ("kind", "rank_ids", "step", "text")} for item in inputs.capture_health
+        ],
         # qualifiers of evidence, not claims: e.g. an op that looks hot only because a stream waits in it
         "annotations": [
             {k: a[k] for k in ("finding_type", "summary", "rank_ids", "evidence_ids")}

@@ -14,6 +14,7 @@ import pandas as pd
 
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, evidence_cap, rule
+from npuprof.pipeline.stages.diagnostics.groups import group_members
 from npuprof.pipeline.stages.diagnostics.ledger import UNEXPLAINED, collective_words, line_parts
 from npuprof.pipeline.stages.diagnostics.registry import detector
 
@@ -44,26 +45,6 @@ def events_of(events: pd.DataFrame, ranks: list[int], role: str, kind: str) -> p
     mine = events[events["rank_id"].isin(ranks) & (events["kind"] == kind)]
     mine = mine[mine["parallel_role"].fillna("unknown").astype(str) == role]
     return mine.sort_values("duration_us", ascending=False)
-
-
-def group_members(ops: pd.DataFrame, links: pd.DataFrame, group_ranks: dict) -> pd.DataFrame:
-    """Per group hash: its size (profiler_metadata's global ranks, else the local ranks
-    communication_matrix names) and the captured ranks that ran its ops (group_hash, size, captured)."""
-    if not len(ops):
-        return pd.DataFrame(columns=["group_hash", "size", "captured"])
-    captured = ops.groupby("group_hash")["rank_id"].agg(lambda r: sorted(set(int(x) for x in r)))
-    local = (
-        links.groupby("group_hash")[["src_local_rank", "dst_local_rank"]].max().max(axis=1) + 1
-        if len(links)
-        else pd.Series(dtype=float)
-    )
-    sizes = {
-        group: len(group_ranks[group]) if group in group_ranks else local.get(group, len(members))
-        for group, members in captured.items()
-    }
-    return pd.DataFrame(
-        {"group_hash": captured.index, "size": [int(sizes[g]) for g in captured.index], "captured": captured.values}
-    )
 
 
 @detector(
@@ -130,10 +111,10 @@ def collective_wait(inputs: DiagnosisContext) -> list[Finding]:
                     "captured": ", ".join(map(str, captured)),
                 },
                 limitations=[
-                    f"the capture holds {len(captured)} of the {size} members of this group: the wait is "
-                    "priced as what it would recover if the missing members arrived with these ranks"
+                    f"the capture holds {len(captured)} of the {size} members of this group: what ends the "
+                    "wait is not in it, so it is named as the cause of these ms, not priced as a saving"
                 ],
-                recoverable_ms_per_step=ms_per_step,
+                caused_ms_per_step=ms_per_step,
             )
         )
     return findings

@@ -131,9 +131,11 @@ def operator_low_efficiency(inputs: DiagnosisContext) -> list[Finding]:
         return []
     peaks = (inputs.hardware.get("cube_tflops") or {}) if inputs.hardware.get("name") else {}
     if not peaks:
-        inputs.not_judging(FINDING, "the card is not named (a text capture does not say): pass --hardware-model")
+        inputs.not_judging(FINDING, _unnamed_card(inputs.hardware.get("capture_devices") or []))
         return []
     shapes = _under_peaks(inputs, shapes, peaks, spec)
+    if not len(shapes):  # every dtype's reference is above the named card's peak: said as not judged
+        return []
     slow = slow_shapes(shapes, spec)
     if not len(slow):
         return []
@@ -151,6 +153,15 @@ def operator_low_efficiency(inputs: DiagnosisContext) -> list[Finding]:
         claim = priced(inputs.step_model, close_windows(inputs.step_model, mine))
         findings.append(_finding(group, sorted(int(r) for r in mine["rank_id"].unique()), spec, claim))
     return findings
+
+
+def _unnamed_card(capture_devices: list[str]) -> str:
+    """Why the card's peak is not known: a db capture's NPU_INFO names a family (Ascend910B), not the SoC;
+    a text capture names nothing."""
+    if capture_devices:
+        named = ", ".join(capture_devices)
+        return f"the capture names {named}, not one SoC with a known peak: pass --hardware-model (e.g. {named}4)"
+    return "the card is not named (a text capture does not say): pass --hardware-model"
 
 
 def _under_peaks(inputs: DiagnosisContext, shapes: pd.DataFrame, peaks: dict, spec: dict) -> pd.DataFrame:

@@ -110,6 +110,29 @@ def _best_move(heavy: pd.Series, light: pd.Series) -> tuple[int, float, float]:
     return int(moves[best]), float(after_heavy[best]), float(after_light[best])
 
 
+@derived_input("micro_batch_size")
+def micro_batch_size(ctx: RootContext) -> dict:
+    """The micro-batch size where the kernels show it is 1 (size, and the shape that shows it): the hidden
+    size's evidence (an RMS / LayerNorm input, tokens × hidden) is [seq, 1, hidden] or [1, seq, hidden].
+    Empty where the shapes do not say (a larger batch's layout is ambiguous: which dim is the batch)."""
+    path = ctx.out_dir / schema.MODEL_INFERRED_CONFIG_CSV.file
+    if not path.exists():
+        return {}
+    table = io.read_csv_view(path, usecols=["field", "value", "evidence_shapes"])
+    row = table[table["field"] == "hidden_size"]
+    if not len(row) or pd.isna(row["value"].iloc[0]) or pd.isna(row["evidence_shapes"].iloc[0]):
+        return {}
+    first = str(row["evidence_shapes"].iloc[0]).split("->")[0].split(";")[0].strip()
+    dims = [int(d) for d in first.split(",") if d.strip().isdigit()]
+    hidden = int(float(row["value"].iloc[0]))
+    if len(dims) == 3 and dims[-1] == hidden and 1 in dims[:2] and max(dims[:2]) >= MIN_SEQUENCE:
+        return {"size": 1, "shape": first}
+    return {}
+
+
+MIN_SEQUENCE = 64  # a leading dim this long beside a 1 is the sequence, the 1 the batch
+
+
 @derived_input("layer_spans")
 def layer_spans(ctx: RootContext) -> pd.DataFrame:
     """Every decoder layer span of every rank (layer_segments): rank_id, start_us (own clock), duration_us."""
@@ -134,6 +157,7 @@ def layer_spans(ctx: RootContext) -> pd.DataFrame:
         "step_model": (),
         "layer_spans": (),
         "model_fields": (),
+        "micro_batch_size": (),
         "alignment": ("alignment_id", "parallel_role"),
     },
 )
@@ -147,7 +171,11 @@ def pp_findings(inputs: DiagnosisContext) -> list[Finding]:
     imbalance = _stage_imbalance(inputs, stages, schedule)
     if imbalance is not None:
         findings.append(imbalance)
-    bubble = _bubble_heavy(schedule, stages)
+    # with the stages balanced, the slowest stage (which sets the bubble) computes less: "together" reads it
+    balanced = (
+        None if imbalance is None else max(imbalance.values["heavy_after_ms"], imbalance.values["light_after_ms"])
+    )
+    bubble = _bubble_heavy(schedule, stages, inputs.micro_batch_size, balanced)
     if bubble is not None:
         findings.append(bubble)
     return findings
@@ -241,7 +269,13 @@ def _replayed_move(inputs: DiagnosisContext, changes: dict[int, tuple]) -> WhatI
     return change
 
 
-def _bubble_heavy(schedule: pd.DataFrame, stages: pd.DataFrame) -> Finding | None:
+def _bubble_heavy(
+    schedule: pd.DataFrame, stages: pd.DataFrame, batch: dict, balanced_ms: float | None = None
+) -> Finding | None:
+    """The pipeline's bubble beyond what its schedule should leave, priced analytically by the feasible
+    remedy (more micro-batches of the same global batch, or virtual stages where a micro-batch holds one
+    sample); ``balanced_ms``: the slowest stage's compute once an imbalance finding's move is made (the
+    bubble both findings' fixes together leave is the balanced pipeline's: ``recoverable_with``)."""
     spec = rule("pp_bubble_heavy")
     p, m = int(schedule["stages"].max()), int(schedule["micro_batches"].median())
     ideal, measured = (p - 1) / (m + p - 1), float(stages["bubble_share"].mean())
@@ -251,24 +285,42 @@ def _bubble_heavy(schedule: pd.DataFrame, stages: pd.DataFrame) -> Finding | Non
     # the smallest micro-batch count whose ideal bubble is under the rules' bound
     suggested = max(int(math.floor((p - 1) * (1 - target) / target)) + 1, m)
     compute = float(stages["compute_ms"].max())  # the slowest stage sets the pipeline's pace
-    # analytic, not replayed: the same work in more, smaller micro-batches: C (m + p - 1) / m per step
-    saved = compute * (p - 1) * (1 / m - 1 / suggested)
     worst = schedule.sort_values("bubble_share", ascending=False).iloc[0]
+    values = {
+        "stages": p,
+        "micro_batches": m,
+        "measured": measured,
+        "ideal": ideal,
+        "suggested": suggested,
+        "suggested_ideal": (p - 1) / (suggested + p - 1),
+        "schedule": str(worst["schedule"]),
+    }
+    layers = int(stages["layers"].min())
+    virtual = int(spec["virtual_stages"])
+    if batch.get("size") == 1 and layers >= virtual:
+        # analytic: the schedule's bubble C (p - 1) / m shrinks by the interleave to C (p - 1) / (v m)
+        factor = (p - 1) / m * (1 - 1 / virtual)
+        values |= {
+            "batch_shape": f"{batch['shape']}: micro-batch size 1",
+            "virtual": virtual,
+            "per_virtual": layers // virtual,
+            "virtual_ideal": (p - 1) / (virtual * m + p - 1),
+        }
+        remedy, how = spec["remedy_virtual"], f"{virtual} virtual pipeline stages per rank"
+    else:  # analytic: the same work in more, smaller micro-batches: C (m + p - 1) / m per step
+        factor = (p - 1) * (1 / m - 1 / suggested)
+        remedy, how = spec["remedy_micro_batches"], "more micro-batches"
+    saved = compute * factor
+    if balanced_ms is not None:  # what it saves beside the stage move (the two fixes share the bubble)
+        values["recoverable_with"] = {"pp_stage_imbalance": round(balanced_ms * factor, 3)}
+    values["remedy"] = " ".join(remedy.format(**values).split())
     return Finding(
         finding_type="pp_bubble_heavy",
         scope="cross_rank",
         rank_ids=sorted({int(r) for r in schedule["rank_id"]}),
         evidence_ids=[step_evidence_id(int(worst["rank_id"]), int(worst["step_ordinal"]))],
         statistic={"name": "pipeline_bubble_share", "value": measured, "threshold": target},
-        values={
-            "stages": p,
-            "micro_batches": m,
-            "measured": measured,
-            "ideal": ideal,
-            "suggested": suggested,
-            "suggested_ideal": (p - 1) / (suggested + p - 1),
-            "schedule": str(worst["schedule"]),
-        },
-        limitations=["time saved with more micro-batches is analytic (the same work split finer), not replayed"],
+        values=values,
+        limitations=[f"time saved with {how} is analytic (the schedule's bubble of the same work), not replayed"],
         recoverable_ms_per_step=saved,
     )

@@ -1,0 +1,63 @@
+"""Capture health: a capture that is mostly idle, or a step holding one-time start-up work, is named —
+with numbers read back from the raw kernel tables — and never priced as if it were a steady-state step."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from conftest import MSTT
+
+from npuprof.pipeline import schema
+
+FRAGMENT = MSTT / "ut" / "advisor" / "compute_advice" / "data" / "kernel_details.csv"
+WARMUP = MSTT / "ut" / "advisor" / "advisor_backend" / "compute_advice" / "kernel_details.csv"
+CONFIDENT = ("medium", "high")
+
+
+def _document(out) -> dict:
+    return json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())
+
+
+def test_a_26_kernel_fragment_is_an_idle_capture_and_no_confident_finding_claims_its_idle(sample_outputs):
+    out, _ = sample_outputs["mstt_advisor_46col"]
+    raw = pd.read_csv(FRAGMENT)
+    starts = pd.to_numeric(raw["Start Time(us)"].astype(str).str.strip())
+    wall_ms = float((starts + raw["Duration(us)"]).max() - starts.min()) / 1000.0
+    (health,) = _document(out)["capture_health"]
+    assert health["kind"] == "idle_capture" and health["kernels"] <= len(raw) == 29  # 26 of them in its step
+    # the device is busy at most the kernels' summed time: a sliver of the step
+    assert health["busy_ms"] <= raw["Duration(us)"].sum() / 1000.0 + 1e-6
+    assert health["busy_share"] < 0.01 and health["wall_ms"] >= wall_ms
+    for finding in _document(out)["diagnosis_findings"]:
+        claims_half = (finding["recoverable_ms_per_step"] or 0.0) > 0.5 * health["wall_ms"]
+        assert not (claims_half and finding["confidence"] in CONFIDENT), finding["finding_type"]
+    summary = json.loads((out / schema.ANALYSIS_SUMMARY).read_text())
+    assert [item["kind"] for item in summary["capture_health"]] == ["idle_capture"]
+    assert "Capture health (idle\\_capture)" in (out / schema.REPORT_MD).read_text()
+    # ... and no catalog model is named from the handful of layers it ran
+    assert summary["model_brief"]["closest_candidate"] is None
+
+
+def test_a_one_time_broadcast_makes_its_step_a_warmup_step(sample_outputs):
+    out, _ = sample_outputs["mstt_advisor_33col"]
+    raw = pd.read_csv(WARMUP)
+    broadcast = raw[raw["Type"].astype(str).str.contains("broadcast", case=False)]
+    (health,) = _document(out)["capture_health"]
+    assert health["kind"] == "warmup_step" and health["step"] == str(int(raw["Step Id"].iloc[0]))
+    assert health["one_time_ms"] == pytest.approx(broadcast["Duration(us)"].sum() / 1000.0, rel=0.01)
+    assert health["share"] > 0.5  # 309 ms of a 517 ms step
+    assert "warm-up step" in (out / schema.REPORT_MD).read_text()
+
+
+@pytest.mark.parametrize("name", ["qwen3_training", "text_level1", "db_level1"])
+def test_real_training_steps_are_healthy(sample_outputs, name):
+    out, _ = sample_outputs[name]
+    assert _document(out)["capture_health"] == []
+
+
+@pytest.mark.parametrize("name", ["clean", "pipeline_parallel", "slow_rank"])
+def test_synthetic_steps_are_healthy(planted_outputs, name):
+    _, out = planted_outputs[name]
+    assert _document(out)["capture_health"] == []
