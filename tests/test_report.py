@@ -417,3 +417,30 @@ def test_the_streamed_trace_is_the_held_one_and_caps_each_rank(tmp_path, monkeyp
         # the 300 drawn are the earliest: the next kernel starts no earlier than the last drawn one
         rebased = np.sort(events["start_ns"].to_numpy())
         assert (rebased[299] - rebased[0]) / 1000 == pytest.approx(drawn[-1] - drawn[0], abs=1e-3)
+
+
+def test_the_glossary_says_where_a_step_starts_as_the_walls_are_measured():
+    """A step's wall runs from where the profiler started it (Preparing before its first kernel), as
+    step_summary and the ledger measure it, not from its first device event."""
+    from npuprof.pipeline.stages.report.glossary import glossary_markdown
+
+    (line,) = [line for line in glossary_markdown().splitlines() if line.startswith("- **step wall**")]
+    assert "Preparing" in line and "Stage" in line
+
+
+def test_the_readmes_qwen3_figures_are_the_analysis(sample_outputs):
+    """The README's figures for the Qwen3 capture are what the analysis of it says: stage 0's wait for its
+    neighbour (share and ms, pp_schedule.csv) and its dispatch gaps (the ledger's line)."""
+    import re
+
+    from conftest import REPO
+
+    out, _ = sample_outputs["qwen3_training"]
+    text = " ".join((REPO / "README.md").read_text().split())
+    share, ms = re.search(r"waiting for its neighbour (\d+) % of its step \((\d+) ms", text).groups()
+    (dispatch,) = re.search(r"its (\d+) ms of sub-0\.5 ms dispatch gaps", text).groups()
+    schedule = pd.read_csv(out / schema.PP_SCHEDULE_CSV.file).set_index("rank_id")
+    assert int(share) == round(100 * schedule.loc[0, "bubble_share"]) and int(ms) == round(schedule.loc[0, "bubble_ms"])
+    ledger = pd.read_csv(out / schema.STEP_LEDGER_CSV.file)
+    line = ledger[(ledger["rank_id"] == 0) & (ledger["line"] == "idle dispatch gaps")]
+    assert int(dispatch) == round(line["ms"].sum())

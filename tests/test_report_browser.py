@@ -389,3 +389,19 @@ def test_finding_cards_hold_their_long_kernel_names_and_the_findings_together(br
     assert any(f"{together['ms_per_step']:.2f} ms per step" in line for line in said), said
     assert any(line.startswith("Not judged: block_dim_underuse — ranks 0, 1 name no core counts") for line in said)
     assert console_errors(browser) == []
+
+
+def test_an_idle_capture_is_said_above_its_findings(browser, tmp_path):
+    """mstt's 26-kernel fragment: the page says it is an idle capture before any finding card, and the
+    idle finding on it reads low confidence."""
+    from conftest import MSTT
+
+    out = tmp_path / "out"
+    analyze(MSTT / "ut" / "advisor" / "compute_advice" / "data", out, jobs=1, options=AnalyzeOptions(mode="full"))
+    console_errors(browser)
+    open_report(browser, (out / "report" / "report.html").as_uri())
+    texts = browser.execute_script("return [...document.querySelectorAll('#findings > *')].map(e => e.textContent)")
+    assert texts[0].startswith("Capture health: rank 0 step 19: the device is busy 8.1 ms") and "26 kernels" in texts[0]
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    assert findings and all(f["confidence"] == "low" for f in findings)
+    assert console_errors(browser) == []

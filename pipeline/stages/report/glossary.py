@@ -4,7 +4,12 @@ sheet and report.html's help list read this."""
 from __future__ import annotations
 
 GLOSSARY: tuple[tuple[str, str], ...] = (
-    ("step wall", "a step's span on one rank, from its first device event to its last (ms)"),
+    (
+        "step wall",
+        "a step's span on one rank (ms): from where the profiler started it (step_trace_time.csv's Preparing "
+        "before its first device event, or the db's STEP_TIME; else its first device event) to its last device "
+        "event; a rank without device events takes step_trace_time.csv's Stage",
+    ),
     (
         "head / main / tail",
         "a step cut at its decoder layers: head before the first layer, main from the first layer to the last, "

@@ -250,6 +250,7 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
                 "severity": finding["severity"],
                 "summary": finding["summary"],
                 "recoverable_ms": finding.get("recoverable_ms_per_step"),
+                "caused_ms": finding.get("caused_ms_per_step"),  # a cause the capture cannot recover
                 "ranks": finding["rank_ids"],
                 "window": window,
                 "claim_id": finding["claim_id"],
@@ -292,6 +293,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "findings": _findings(inputs.findings, inputs.evidence, offsets, base_ns),
         "together": {k: inputs.together.get(k) for k in ("ms_per_step", "sum_ms_per_step", "share_of_step")},
         "not_judged": [[item["finding_type"], item["reason"]] for item in inputs.not_judged],
+        "capture_health": [item["text"] for item in inputs.capture_health],  # idle captures, warm-up steps
         "ledger": ledger_bars(inputs.ledger, inputs.findings),
         "steps": _steps(inputs.steps, inputs.anatomy, offsets, base_ns),
         "layers": _layers(inputs.layers, offsets, base_ns),
