@@ -211,15 +211,18 @@ def _gradient_bucket(p: Program, w: Workload, last: bool = False) -> None:
     )
 
 
-def _parameter_gather(p: Program, w: Workload) -> None:
-    """A distributed optimizer's all-gather of the updated parameter shards, in line after the update, one
-    per gradient bucket (hiding it under the next step's forward, overlap_param_gather, is not modelled)."""
+def _parameter_gather(p: Program, w: Workload, region: str = TAIL) -> None:
+    """A distributed optimizer's all-gather of the updated parameter shards, one per gradient bucket: in line
+    after the update (at the ``TAIL``), or — where gradients overlap the backward, with overlap_param_gather
+    — at the top of the step (``HEAD``), on the communication stream under its forward: the previous
+    update's shards, gathered while the layers compute."""
     bucket_bytes = _gradient_parameters(w)[0] * 2 / 4
     for _bucket in range(4):
         p.add(
             hccl("allGather", "dp", 200.0 + 0.5 * bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6),
-            TAIL,
+            region,
             block="optimizer",
+            overlapped=region == HEAD,
         )
 
 
@@ -290,7 +293,7 @@ def _optimizer(p: Program, w: Workload) -> None:
             TAIL,
             block="optimizer",
         )
-    if w.distributed_optimizer:
+    if w.distributed_optimizer and not w.overlap_gradients:
         _parameter_gather(p, w)
 
 
@@ -298,6 +301,8 @@ def build_step(w: Workload) -> Program:
     """The kernel program of one step for one rank (one pipeline stage)."""
     p = Program()
     last_buckets = _bucket_layers(w)
+    if w.training and w.distributed_optimizer and w.overlap_gradients:
+        _parameter_gather(p, w, HEAD)  # overlap_param_gather: under this step's forward
     if not w.training:
         _head(p, w, 0)
         _forward_layers(p, w, 0)

@@ -306,14 +306,15 @@ SCENARIOS: dict[str, Scenario] = {
             "dense training, data parallel, with a distributed optimizer (ZeRO-1) like the real Qwen3 sample: "
             "gradients reduce-scatter in 4 buckets after the whole backward, none overlapped, and the updated "
             "parameters all-gather after the optimizer (its twin, zero_overlapped, overlaps all but the last "
-            "reduce-scatter with the backward)",
+            "reduce-scatter with the backward and gathers the parameters under the next forward)",
             distributed_optimizer=True,
             faults=(Fault("gradient_allreduce_exposed"),),
         ),
         Scenario(
             "zero_overlapped",
             "the clean control of exposed_zero_sync: a distributed optimizer whose gradient reduce-scatters run "
-            "under the backward, all but the last bucket",
+            "under the backward, all but the last bucket, and whose parameter all-gathers run under the next "
+            "forward (--overlap-param-gather)",
             distributed_optimizer=True,
         ),
         Scenario(

@@ -46,30 +46,13 @@ def replay_savings(model: StepModel, change: WhatIf) -> pd.DataFrame:
     issued_sooner = _floating_cut(rows, change, slot_count)
     moved = np.clip(np.minimum(stream, issued_sooner), 0.0, None)
     work, stream = work + moved, stream - moved
+    slots_at = np.arange(slot_count)
     parts = pd.concat(
         [
-            pd.DataFrame({"slot": np.arange(slot_count), "part": "work", "role": "", "kind": "", "us": work}),
-            pd.DataFrame(
-                {
-                    "slot": np.arange(slot_count),
-                    "part": "stream",
-                    "role": stream_role,
-                    "kind": stream_kind,
-                    "us": stream,
-                }
-            ),
-            pd.DataFrame(
-                {"slot": row_slot, "part": "wait", "role": role, "kind": kind, "us": base.row_wait_us - new.row_wait_us}
-            ),
-            pd.DataFrame(
-                {
-                    "slot": row_slot,
-                    "part": "transit",
-                    "role": role,
-                    "kind": kind,
-                    "us": base.row_transit_us - new.row_transit_us,
-                }
-            ),
+            _part(slots_at, "work", "", "", work),
+            _part(slots_at, "stream", stream_role, stream_kind, stream),
+            _part(row_slot, "wait", role, kind, base.row_wait_us - new.row_wait_us),
+            _part(row_slot, "transit", role, kind, base.row_transit_us - new.row_transit_us),
         ],
         ignore_index=True,
     )
@@ -91,6 +74,11 @@ def replay_savings(model: StepModel, change: WhatIf) -> pd.DataFrame:
             "ms": parts["ms"].to_numpy(float),
         }
     )
+
+
+def _part(slot: np.ndarray, part: str, role, kind, us: np.ndarray) -> pd.DataFrame:
+    """One part's change per slot (or per row, by its slot), with its collective's role and kind."""
+    return pd.DataFrame({"slot": slot, "part": part, "role": role, "kind": kind, "us": us})
 
 
 def _floating_cut(rows: pd.DataFrame, change: WhatIf, slot_count: int) -> np.ndarray:

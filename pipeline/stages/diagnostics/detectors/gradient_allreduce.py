@@ -13,13 +13,16 @@ time under compute) but is longer than the backward left to hide it.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.detectors.collective_wait import events_of
-from npuprof.pipeline.stages.diagnostics.findings import Finding, evidence_cap, rule
+from npuprof.pipeline.stages.diagnostics.findings import Finding, evidence_cap, priced, rule
 from npuprof.pipeline.stages.diagnostics.ledger import EXPECTED, UNEXPLAINED, line_parts
 from npuprof.pipeline.stages.diagnostics.registry import detector
+from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, scaled_transit
+from npuprof.pipeline.stages.diagnostics.savings import UNKNOWN_ROLE
 from npuprof.pipeline.summaries.accounting import LINK_TIME_COLUMNS, op_transfer_ms
 
 LEDGER_READS = ("rank_id", "step_ordinal", "step_id", "complete", "wall_ms", "line", "ms", "explained_by")
@@ -87,56 +90,93 @@ def recoverable_by_overlap(exposed: pd.DataFrame, last: pd.DataFrame, assumed_bu
         "accounting": ("rank_id", "complete", "breakdown", "component", "ms"),
         "comm_events": ("rank_id", "name", "kind", "parallel_role", "duration_us", "evidence_id"),
         "comm_ops": ("rank_id", "step_id", "op_name", "parallel_role", "start_us", "transit_ms", "idle_ms", *LINKS),
+        "step_model": (),
     },
     phase="ledger",
 )
 def gradient_allreduce(inputs: DiagnosisContext) -> list[Finding]:
-    """One finding per gradient-sync role whose exposed all-reduce transfer, beyond its last bucket, is
-    worth recovering on some rank."""
+    """One finding per gradient-sync role whose exposed sync after the backward (beyond its last bucket) and,
+    under a distributed optimizer, its exposed parameter all-gather are worth recovering on some rank;
+    priced by replaying the step with them hidden."""
     spec = rule("gradient_allreduce_exposed")
-    roles = list(spec["roles"])
-    kinds = list(spec["kinds"])
-    exposed = exposed_transfer(inputs.ledger, roles, kinds)
+    roles, kinds, gathers = list(spec["roles"]), list(spec["kinds"]), list(spec["gather_kinds"])
+    exposed = exposed_transfer(inputs.ledger, roles, [*kinds, *gathers])
     if not len(exposed) or not len(inputs.comm_ops):
         return []
     last = last_sync(inputs.comm_ops, inputs.comm_events, roles, kinds)
-    rows = recoverable_by_overlap(exposed, last, spec["assumed_buckets"])
+    rows = recoverable_by_overlap(exposed[exposed["kind"].isin(kinds)], last, spec["assumed_buckets"])
+    # a distributed optimizer (it reduce-scatters) all-gathers the updated parameters: all of it can run
+    # under the next forward
+    zero = rows.loc[rows["kind"] == "reducescatter", ["rank_id", "step_id", "role"]].drop_duplicates()
+    gathered = exposed[exposed["kind"].isin(gathers)].merge(zero, on=["rank_id", "step_id", "role"])
+    rows = pd.concat([rows, gathered.assign(hideable_ms=gathered["ms"], ops=np.nan)], ignore_index=True)
     keys = ["role", "kind", "rank_id"]
-    per_rank = rows.groupby(keys, as_index=False)[["ms", "hideable_ms", "wall_ms", "ops"]].mean()
+    per_kind = rows.groupby(keys, as_index=False)[["ms", "hideable_ms", "wall_ms", "ops"]].mean()
+    per_kind = per_kind.merge(hidden_share(inputs.accounting, roles, [*kinds, *gathers]), on=keys, how="left")
+    per_kind = per_kind[per_kind["hidden_share"].fillna(0.0) <= spec["overlapped_share_max"]]
+    per_rank = per_kind.groupby(["role", "rank_id"], as_index=False)[["hideable_ms", "wall_ms"]].agg(
+        {"hideable_ms": "sum", "wall_ms": "first"}
+    )
     per_rank["share"] = per_rank["hideable_ms"] / per_rank["wall_ms"].where(per_rank["wall_ms"] > 0, 1)
-    per_rank = per_rank.merge(hidden_share(inputs.accounting, roles, kinds), on=keys, how="left")
-    per_rank = per_rank[per_rank["hidden_share"].fillna(0.0) <= spec["overlapped_share_max"]]
     findings = []
-    for (role, kind), chosen in per_rank[per_rank["share"] >= spec["share_min"]].groupby(["role", "kind"]):
+    for role, chosen in per_rank[per_rank["share"] >= spec["share_min"]].groupby("role"):
         ranks = sorted(int(r) for r in chosen["rank_id"])
-        longest = events_of(inputs.comm_events, ranks, role, kind)["evidence_id"].head(evidence_cap())
-        hideable, share = float(chosen["hideable_ms"].mean()), float(chosen["share"].mean())
-        findings.append(
-            Finding(
-                finding_type="gradient_allreduce_exposed",
-                scope="rank",
-                rank_ids=ranks,
-                evidence_ids=list(longest),
-                statistic={
-                    "name": f"hideable exposed {kind} share of step",
-                    "value": share,
-                    "threshold": spec["share_min"],
-                },
-                values={
-                    "ranks": ", ".join(map(str, ranks)),
-                    "role": role,
-                    "kind": kind,
-                    "sync": SYNC_WORDS.get(kind, kind),
-                    "exposed_ms": float(chosen["ms"].mean()),
-                    "hideable_ms": hideable,
-                    "ops": float(chosen["ops"].mean()),
-                    "share": share,
-                },
-                limitations=[
-                    f"priced as the exposed transfer beyond the step's last {kind}, which no backward "
-                    "compute is left to hide; the backward must be long enough to hide the rest"
-                ],
-                recoverable_ms_per_step=hideable,
-            )
-        )
+        mine = per_kind[(per_kind["role"] == role) & per_kind["rank_id"].isin(ranks)]
+        findings.append(_finding(inputs, spec, role, ranks, mine, float(chosen["share"].mean())))
     return findings
+
+
+def _finding(inputs: DiagnosisContext, spec: dict, role: str, ranks: list[int], kinds: pd.DataFrame, share: float):
+    """The role's finding: what each kind exposes and overlap would hide, priced by the replay."""
+    by_kind = kinds.groupby("kind")[["ms", "hideable_ms", "ops"]].mean()
+    sync = by_kind[by_kind.index.isin(spec["kinds"])]
+    gather = by_kind[by_kind.index.isin(spec["gather_kinds"])]
+    words = [
+        f"{row.ms:.2f} ms of {role} gradient {SYNC_WORDS.get(k, k)} ({row.ops:.0f} ops)" for k, row in sync.iterrows()
+    ]
+    words += [f"{row.ms:.2f} ms of parameter all-gather" for _, row in gather.iterrows()]
+    advice = [spec["advice"]["sync"]] if len(sync) else []
+    advice += [spec["advice"]["gather"]] if len(gather) else []
+    claim = priced(inputs.step_model, _hidden(inputs.step_model, role, list(sync.index), list(gather.index)))
+    longest = events_of(inputs.comm_events, ranks, role, str(by_kind.index[0]))["evidence_id"].head(evidence_cap())
+    return Finding(
+        finding_type="gradient_allreduce_exposed",
+        scope="rank",
+        rank_ids=ranks,
+        evidence_ids=list(longest),
+        statistic={"name": "hideable exposed sync share of step", "value": share, "threshold": spec["share_min"]},
+        values={
+            "ranks": ", ".join(map(str, ranks)),
+            "role": role,
+            "kind": str(sync.index[0]) if len(sync) else str(gather.index[0]),
+            "exposed": " and ".join(words),
+            "exposed_ms": float(by_kind["ms"].sum()),
+            "hideable_ms": float(by_kind["hideable_ms"].sum()),
+            "advice": "; ".join(advice),
+            "share": share,
+            "saved_ms": claim["recoverable_ms_per_step"],
+        },
+        limitations=[
+            "priced by replaying the step with every bucket but each step's last hidden under the backward "
+            "(no backward is left to hide the last) and the parameter all-gather under the next forward; "
+            "the backward and forward must be long enough to hide them"
+        ],
+        **claim,
+    )
+
+
+def _hidden(model: StepModel, role: str, sync: list[str], gather: list[str]) -> WhatIf:
+    """The step with the role's sync collectives (``sync`` kinds) hidden but each step's last, and its
+    parameter all-gathers (``gather``) hidden: their transit 0 in the replay."""
+    rows = model.rows
+    if not len(rows) or "kind" not in rows.columns:
+        return scaled_transit(model, pd.Series(dtype=float))
+    mine = rows[rows["parallel_role"].fillna(UNKNOWN_ROLE).astype(str).eq(role)]
+    steps = model.slots["step_key"].to_numpy()[mine["slot"].to_numpy(np.int64)]
+    mine = mine.assign(step=steps)
+    synced = mine[mine["kind"].isin(sync)]
+    last = synced.groupby("step")["instance"].transform("max")
+    hidden = set(synced.loc[synced["instance"] < last, "alignment_id"]) | set(
+        mine.loc[mine["kind"].isin(gather), "alignment_id"]
+    )
+    return scaled_transit(model, pd.Series(0.0, index=sorted(hidden), dtype=float))
