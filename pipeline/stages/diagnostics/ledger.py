@@ -2,13 +2,13 @@
 
 The lines come from step_time_accounting (summarize) and the idle causes (evidence): compute by the
 block it ran in, compute hidden under communication, exposed communication by role, kind and part
-(transfer / wait / idle), idle by its host cause. They add up to the step's wall (a "not accounted"
-line takes any difference). Each line is then explained by the finding that recovers the most time
-per step among those whose rules name it (each finding's ``ledger:`` in its detector's
-``knowledge/detectors/<topic>/rules.yaml``) — on the finding's own ranks, or on their peers, whose
-wait at the collectives the named ranks cause — else by an expected reason
-(``knowledge/ledger_rules.yaml``), else it is "unexplained".
-"""
+(transfer / wait / idle), idle by its host cause (or, without a host trace, by what each gap is: a
+wait for the pipeline's neighbour, dispatch gaps, the rest by window). They add up to the step's wall
+(a "not accounted" line takes any difference). Each finding is then credited with the ms its own
+replay removes from each line (savings.py, ledger_credit.py; its ``ledger:`` rule in its detector's
+``knowledge/detectors/<topic>/rules.yaml`` names the lines it may land on), and the rest of each line
+keeps its own reason: the finding whose cause makes it (``cause:``, not recoverable from this
+capture), else an expected reason (``knowledge/ledger_rules.yaml``), else "unexplained"."""
 
 from __future__ import annotations
 
