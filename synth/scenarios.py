@@ -142,6 +142,17 @@ SCENARIOS: dict[str, Scenario] = {
             faults=(Fault("device_idle_bubble", ranks=(0,), steps=(1, 2), layer=2, gap_us=6000.0),),
         ),
         Scenario(
+            "idle_capture",
+            "dense prefill on 2 ranks whose steps 10 and 11 (ordinals 0, 1) idle 200 ms on the host before layer 1: "
+            "the device is busy a few percent of them, a capture of an idle job (capture health: idle_capture, "
+            "those two steps; its twin, without the stall, is a healthy capture)",
+            training=False,
+            phase="prefill",
+            ranks=2,
+            micro_batches=1,
+            faults=(Fault("device_idle_bubble", ranks=(), steps=(0, 1), layer=1, gap_us=200_000.0),),
+        ),
+        Scenario(
             "host_stalls",
             "dense training, data parallel; every rank waits 3 ms for the dataloader before layer 0 in steps 11 "
             "and 13 (ordinals 1, 3), collects garbage for 2 ms before layer 2 in step 12 (ordinal 2), "

@@ -4,6 +4,7 @@ with numbers read back from the raw kernel tables — and never priced as if it 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -61,3 +62,24 @@ def test_real_training_steps_are_healthy(sample_outputs, name):
 def test_synthetic_steps_are_healthy(planted_outputs, name):
     _, out = planted_outputs[name]
     assert _document(out)["capture_health"] == []
+
+
+def test_the_planted_idle_capture_is_named_and_its_twin_is_healthy(planted_outputs, tmp_path):
+    """idle_capture: steps 10 and 11 of both ranks idle 200 ms on the host, so the device is busy a few percent
+    of them: named once for both ranks and exactly those steps, the findings on them low confidence; the same
+    capture without the stall (its twin) is healthy."""
+    from npuprof.pipeline.runner import analyze
+    from npuprof.synth import generate
+    from npuprof.synth.twins import twin_of
+
+    root, out = planted_outputs["idle_capture"]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    (health,) = _document(out)["capture_health"]
+    assert health["kind"] == "idle_capture" and health["rank_ids"] == sorted(int(r) for r in truth["ranks"])
+    (stall,) = truth["faults"]
+    assert health["step"] == ", ".join(map(str, stall["step_ids"]))  # exactly the stalled steps
+    assert health["busy_share"] < 0.1 and health["wall_ms"] > stall["gap_us"] / 1000  # the stall is in the step
+    assert all(f["confidence"] == "low" for f in _document(out)["diagnosis_findings"])
+    twin = Path(generate(tmp_path / "twin", twin_of("idle_capture", "device_idle_bubble"), seed=truth["seed"])["root"])
+    analyze(twin, tmp_path / "twin_out", jobs=1)
+    assert _document(tmp_path / "twin_out")["capture_health"] == []

@@ -76,12 +76,15 @@ def capture_health(steps: pd.DataFrame, comm: pd.DataFrame) -> list[dict]:
     (kind, ranks, step ids, the numbers and the sentence)."""
     health = []
     idle = idle_steps(steps)
-    for (step_id, ordinal), group in idle.groupby(["step_id", "step_ordinal"], dropna=False):  # a few steps
-        ranks = sorted(int(r) for r in group["rank_id"])
+    if len(idle):  # one item per set of ranks, naming every step it holds (a long capture has many)
+        ranks_of = idle.groupby("step_ordinal")["rank_id"].agg(lambda r: tuple(sorted(int(x) for x in r)))
+        idle = idle.assign(ranks=idle["step_ordinal"].map(ranks_of))
+    for ranks, group in idle.groupby("ranks", sort=False) if len(idle) else []:  # a few rank sets
         top = group.sort_values("busy_share").iloc[0]
+        named = group.drop_duplicates("step_ordinal").sort_values("step_ordinal")
         values = {
             "ranks": ", ".join(map(str, ranks)),
-            "step": _step_name(step_id, ordinal),
+            "step": ", ".join(_step_name(i, o) for i, o in zip(named["step_id"], named["step_ordinal"])),
             "busy_ms": float(top["busy_ms"]),
             "wall_ms": float(top["wall_ms"]),
             "busy_share": float(top["busy_share"]),
@@ -90,8 +93,8 @@ def capture_health(steps: pd.DataFrame, comm: pd.DataFrame) -> list[dict]:
         health.append(
             {
                 "kind": "idle_capture",
-                "rank_ids": ranks,
-                "step_ordinal": int(ordinal),
+                "rank_ids": list(ranks),
+                "step_ordinal": int(named["step_ordinal"].iloc[0]),
                 **_plain(values),
                 "text": _words("idle_capture", **values),
             }
