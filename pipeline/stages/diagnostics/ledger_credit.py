@@ -104,10 +104,7 @@ def _fill(table: pd.DataFrame, demand: pd.DataFrame, tier: Callable[[pd.DataFram
 
 def _same_collective(pairs: pd.DataFrame) -> pd.Series:
     """The line of the saving's own collective and part (its role, kind; wait on wait and idle ...)."""
-    part_ok = pd.Series(False, index=pairs.index)
-    for part, line_parts in PART_LINES.items():
-        part_ok |= (pairs["part"] == part) & pairs["part_line"].isin(line_parts)
-    return part_ok & (pairs["role_line"] == pairs["role"]) & (pairs["kind_line"] == pairs["kind"])
+    return _same_part(pairs) & (pairs["role_line"] == pairs["role"]) & (pairs["kind_line"] == pairs["kind"])
 
 
 def _same_part(pairs: pd.DataFrame) -> pd.Series:
