@@ -94,8 +94,77 @@ def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
     return lm_head
 
 
+FUSED_LOSS_PASSES = 4  # a fused cross-entropy reads the bf16 logits 3 times and writes their gradient once
+
+
+def _eager_loss(w: Workload) -> list[Kernel]:
+    """The loss as Megatron's unfused vocab-parallel cross-entropy in fp32: the logits cast, their max
+    subtracted, exponentiated, summed and divided, the target's logit gathered; in the backward the
+    one-hot scattered into the softmax, scaled and cast back. The kernels over the whole (t, V) tensor take
+    the bytes each moves at the fused loss's bandwidth (it moves the bf16 logits ``FUSED_LOSS_PASSES``
+    times); the gather, scatter and (t,) arithmetic their launch's own time. The logits are seen 3-D
+    ([t, 1, V]) and 2-D ([t, V]), as torch_npu records them."""
+    m, t = w.model, w.tokens
+    vocab = m.vocab // w.tp
+    fused_us = scale_us(t, 120) + scale_us(t, 150)
+    per_element = fused_us / (FUSED_LOSS_PASSES * 2)  # µs per byte of every element of the logits, × t·V
+
+    def over_logits(op: str, moved: int, shapes_in: str, dtypes_in: str, dtype_out: str = "FLOAT") -> Kernel:
+        return aclnn(
+            op, op, "AI_VECTOR_CORE", moved * per_element, "vector_mte", shapes_in, f"{t},1,{vocab}",
+            input_dtypes=dtypes_in, output_dtypes=dtype_out,
+        )  # fmt: skip
+
+    def small(op: str, shapes_in: str, dtypes_in: str, shapes_out: str) -> Kernel:
+        return aclnn(
+            op, op, "AI_VECTOR_CORE", scale_us(t, 2), "vector", shapes_in, shapes_out,
+            input_dtypes=dtypes_in, output_dtypes="FLOAT",
+        )  # fmt: skip
+
+    logits, rows = f"{t},1,{vocab}", f"{t},1,1"
+    return [
+        over_logits("Cast", 6, logits, "DT_BF16"),
+        aclnn(
+            "MaxDim",
+            "ArgMaxWithValue",
+            "AI_VECTOR_CORE",
+            4 * per_element,
+            "vector_mte",
+            logits,
+            f"{rows};{rows}",
+            input_dtypes="FLOAT",
+            output_dtypes="FLOAT;INT32",
+        ),  # fmt: skip
+        over_logits("Sub", 8, f"{logits};{rows}", "FLOAT;FLOAT"),
+        small("Index", f"{t},{vocab};{t}", "FLOAT;INT64", f"{t}"),
+        over_logits("Exp", 8, logits, "FLOAT"),
+        aclnn(
+            "ReduceSum",
+            "ReduceSum",
+            "AI_VECTOR_CORE",
+            4 * per_element,
+            "vector_mte",
+            logits,
+            rows,
+            input_dtypes="FLOAT",
+            output_dtypes="FLOAT",
+        ),  # fmt: skip
+        small("Log", rows, "FLOAT", rows),
+        over_logits("RealDiv", 8, f"{logits};{rows}", "FLOAT;FLOAT"),
+        small("IndexPutV2", f"{t},{vocab};{t};{t}", "FLOAT;FLOAT;INT64", f"{t},{vocab}"),
+        over_logits("Mul", 8, f"{logits};{rows}", "FLOAT;FLOAT"),
+        over_logits("Cast", 6, logits, "FLOAT", "DT_BF16"),
+    ]
+
+
 def _loss_and_lm_head_backward(p: Program, w: Workload, mb: int, lm_head: Kernel) -> None:
     m, t = w.model, w.tokens
+    if w.planted("unfused_loss_chain"):
+        for kernel in _eager_loss(w):
+            p.add(kernel, TAIL, micro_batch=mb)
+        for kernel in backward_of(lm_head):
+            p.add(kernel, TAIL, micro_batch=mb)
+        return
     p.add(
         aclnn(
             "CrossEntropyLoss",

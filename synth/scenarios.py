@@ -313,6 +313,14 @@ SCENARIOS: dict[str, Scenario] = {
             faults=(Fault("gradient_allreduce_exposed"),),
         ),
         Scenario(
+            "eager_loss",
+            "dense training, data parallel, one micro-batch a step; the loss runs as an eager fp32 cross-entropy "
+            "over the logits (cast, max, sub, exp, sum, div, gather; scatter, mul, cast) where its twin runs the "
+            "fused CrossEntropyLoss and CrossEntropyLossGrad",
+            micro_batches=1,
+            faults=(Fault("unfused_loss_chain"),),
+        ),
+        Scenario(
             "exposed_zero_sync",
             "dense training, data parallel, with a distributed optimizer (ZeRO-1) like the real Qwen3 sample: "
             "gradients reduce-scatter in 4 buckets after the whole backward, none overlapped, and the updated "

@@ -28,6 +28,8 @@ TWINS: tuple[tuple[str, str], ...] = (
     ("narrow_matmul", "block_dim_underuse"),
     # the twin runs the FFN's RmsNorm as the one fused kernel
     ("unfused_rmsnorm", "unfused_op_pattern"),
+    # the twin runs the loss as the fused CrossEntropyLoss and its gradient, once a step
+    ("eager_loss", "unfused_loss_chain"),
     # the twin runs the FFN's residual add as the one Add (its scales folded in)
     ("fusible_chain", "fusible_op_sequence"),
     # the twin takes the clipping norm as one kernel with no all-reduce: one 4-byte all-reduce's latency

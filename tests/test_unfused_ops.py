@@ -89,3 +89,46 @@ def test_the_unfused_rms_norm_is_found_and_priced_by_the_fused_one_beside_it(pla
     operators = pd.read_csv(out / schema.OPERATOR_SUMMARY_CSV.file)
     cited = operators[operators["evidence_id"].isin(finding["evidence_ids"])]
     assert len(cited) and set(cited["type"]) == {"Pow"}
+
+
+def _sample_kernel_names_and_types() -> pd.DataFrame:
+    """Every distinct (Name, Type) of every kernel_details.csv in the samples."""
+    from conftest import SAMPLES
+
+    found = [
+        pd.read_csv(path, usecols=["Name", "Type"]).drop_duplicates()
+        for path in sorted(SAMPLES.rglob("kernel_details.csv"))
+    ]
+    return pd.concat(found).drop_duplicates().rename(columns={"Name": "name", "Type": "type"})
+
+
+def _pattern_types() -> set[str]:
+    """Every kernel type the chain detectors name: unfused_op_pattern's sequences and fused kernels,
+    unfused_loss_chain's seeds, marks and fused kernels."""
+    findings = knowledge.load("diagnosis_rules")["findings"]
+    named = {t for spec in PATTERNS.values() for p in [*spec["sequence"], *spec["fused"]] for t in p.split("|")}
+    loss = findings["unfused_loss_chain"]
+    return {t.removesuffix("?") for t in named} | {*loss["seeds"], *loss["marks"], *loss["fused"]}
+
+
+def test_an_aclnn_kernels_name_says_its_type_for_every_type_in_the_samples():
+    """CANN names a kernel aclnn<Api>_<Impl>_<Type>: for every aclnn kernel of the samples that records a
+    Type the chain detectors name, the op type read from its name alone (as from a capture without the
+    Type column, like the samples' level-0 exports) is that Type, so the patterns match the same kernels
+    either way (a varlen flash attention's name ends in its variant, after its Type); where the name says
+    otherwise (a matmul's MatMulV5 for its Type MatMulV3) the Type is none the detectors name. The samples
+    that record no Type get one from the name."""
+    from npuprof.pipeline.stages.diagnostics.rank_kernels import op_types
+
+    kernels = _sample_kernel_names_and_types()
+    aclnn = kernels[kernels["name"].str.startswith("aclnn", na=False)]
+    typed = aclnn[aclnn["type"].notna()]
+    assert len(typed) >= 50  # the samples' aclnn kernels: a test over a handful would prove little
+    from_names = op_types(typed.assign(type=None))
+    differs = typed[from_names != typed["type"].to_numpy(object)]
+    assert len(differs) <= 1 and not set(differs["type"]) & _pattern_types(), differs
+    seen = set(typed["type"]) & _pattern_types()
+    assert {"Pows", "Mul", "Cast", "Exp", "RealDiv", "Index", "IndexPutV2"} <= seen
+    untyped = aclnn[aclnn["type"].isna()]
+    assert {"LogSoftmaxV2", "NLLLoss", "Mul", "Cast"} <= set(op_types(untyped))
+    assert list(op_types(kernels)[kernels["type"].notna().to_numpy()]) == list(kernels["type"].dropna())

@@ -9,10 +9,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
+import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.distinct import map_distinct
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.memory import rank_input_bytes, ranks_at_once
@@ -26,6 +28,19 @@ T = TypeVar("T")
 def step_spans(steps: pd.DataFrame) -> pd.DataFrame:
     """Per rank (rows with rank_id, start_ns, end_ns): from its first step's start to its last step's end."""
     return steps.groupby("rank_id", as_index=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+
+
+def op_types(events: pd.DataFrame) -> np.ndarray:
+    """Per kernel of ``events`` (name, type), its op type: the Type column, else the op an aclnn kernel's
+    name gives (CANN names a kernel ``aclnn<Api>_<Impl>_<Type>``, a variant after it, so a capture without
+    the Type column still says it: ``aclnnPowTensorScalar_PowsAiCore_Pows`` is a ``Pows``), else its name."""
+
+    def named_type(name: object) -> object:
+        parts = str(name).split("_")
+        return parts[2] if str(name).startswith("aclnn") and len(parts) >= 3 else name
+
+    named = map_distinct(events["name"].astype(object), named_type)
+    return events["type"].astype(object).where(events["type"].notna(), named).to_numpy(object)
 
 
 def in_start_order(events: pd.DataFrame) -> pd.DataFrame:

@@ -44,17 +44,24 @@ def costly_chains(
 
 
 def chain_claim(
-    inputs: DiagnosisContext, own: pd.DataFrame, per_step: pd.DataFrame, steps: pd.Series
+    inputs: DiagnosisContext,
+    own: pd.DataFrame,
+    per_step: pd.DataFrame,
+    steps: pd.Series,
+    windows: pd.DataFrame | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What both chain findings say of one costly kind (``own``, ``per_step``: a row of costly_chains;
+    """What the chain findings say of one costly kind (``own``, ``per_step``: a row of costly_chains;
     ``steps``: steps per rank): the Finding's keywords every such claim shares — its ranks, the operator
     rows of the chains' first kernels, and the price (each chain shortened by its saving, the steps
-    replayed) — and the values they word (ms saved, calls, span and fused time per step, ranks)."""
+    replayed; ``windows``, rows of rank_id, start_us, duration_us, place the saving kernel by kernel
+    where a chain's kernels are not consecutive) — and the values they word (ms saved, calls, span and
+    fused time per step, ranks)."""
     ranks = sorted(int(r) for r in per_step.index)
     operators = inputs.operators[
         inputs.operators["name"].isin(own["first_name"].unique()) & inputs.operators["rank_id"].isin(ranks)
     ]
-    windows = own.assign(duration_us=own["saved_us"])
+    if windows is None:
+        windows = own.assign(duration_us=own["saved_us"])
     claim = {
         "rank_ids": ranks,
         "evidence_ids": operators["evidence_id"].tolist(),

@@ -5,8 +5,8 @@ bound) and recur through the step.
 The vendor's advisor asks the same of consecutive kernels (its fusible operator check); here a chain must
 also be linked by data (a kernel's input has the shape and dtype of its predecessor's first output), and
 it is priced: one fused kernel reads the chain's outside inputs once and writes its last result once, at
-the chain's own bandwidth, and the gaps between its kernels close. Chains a named composite covers are
-unfused_op_pattern's and are not counted again.
+the chain's own bandwidth, and the gaps between its kernels close. Chains a named composite or an eager
+loss covers are unfused_op_pattern's or unfused_loss_chain's and are not counted again.
 """
 
 from __future__ import annotations
@@ -276,6 +276,7 @@ def _inside(windows: pd.DataFrame, covered: pd.DataFrame) -> np.ndarray:
     reads={
         "sequence_windows": (),
         "unfused_chains": (),
+        "loss_chains": (),
         "steps": ("rank_id", "step_ordinal", "complete", "wall_ms"),
         "operators": ("rank_id", "name", "evidence_id"),
         "step_model": (),
@@ -292,7 +293,9 @@ def fusible_op_sequence(inputs: DiagnosisContext) -> list[Finding]:
         )
     if scan.windows.empty or steps.empty:
         return []
-    chains = chosen_chains(scan.windows, inputs.unfused_chains, spec)
+    # a chain inside a composite or a loss another finding prices is that finding's
+    covered = pd.concat([inputs.unfused_chains, inputs.loss_chains.chains], ignore_index=True)
+    chains = chosen_chains(scan.windows, covered[["rank_id", "start_us", "span_us"]], spec)
     threshold_ms = spec["min_step_share"] * mean_step_wall_ms(steps)
     return [
         _finding(inputs, kernels, own, per_step, steps_per_rank(steps), threshold_ms)

@@ -18,7 +18,7 @@ from npuprof.pipeline.distinct import text_codes
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
 from npuprof.pipeline.stages.diagnostics.kernel_traffic import TRAFFIC_COLUMNS, kernel_traffic
-from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, scan_kernels_in_steps
+from npuprof.pipeline.stages.diagnostics.rank_kernels import in_start_order, op_types, scan_kernels_in_steps
 from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
 from npuprof.pipeline.stages.diagnostics.step_scale import chain_claim, costly_chains, mean_step_wall_ms, steps_per_rank
 
@@ -93,11 +93,10 @@ def unfused_chains(ctx: RootContext) -> pd.DataFrame:
 
 
 def _rank_chains(rank: int, events: pd.DataFrame, patterns: dict[str, dict]) -> pd.DataFrame:
-    types = events["type"].fillna(events["name"])
+    types = op_types(events)
     chains = chain_starts(types, patterns)
     if not chains:
         return pd.DataFrame(columns=CHAIN_COLUMNS)
-    types = types.to_numpy(object)
     # the bytes of the chains' kernels only: the rest of the rank's kernels are never priced by traffic
     inputs, rest, outputs = (np.full(len(events), np.nan) for _ in range(3))
     rows = np.concatenate([np.arange(first, first + width) for _, first, width in chains])
