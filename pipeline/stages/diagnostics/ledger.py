@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
-from npuprof.pipeline.stages.diagnostics.ledger_credit import analytic_demand, line_table, place
+from npuprof.pipeline.stages.diagnostics.ledger_credit import analytic_demand, line_parts, line_table, place
 from npuprof.pipeline.stages.diagnostics.savings import UNKNOWN_ROLE
 from npuprof.pipeline.summaries.gap_kinds import IDLE_BY_GAP, idle_gap_names
 
@@ -255,15 +255,6 @@ def step_ledger(
     blamed on the member its rank waited for."""
     ledger = explain(lines, findings, savings)
     return ledger if alignment is None or not len(alignment) else blame_waits(ledger, last_arrivers(alignment))
-
-
-def line_parts(line: pd.Series) -> pd.DataFrame:
-    """role, kind and part of 'communication <role> <kind> <part>' lines (role may hold a space)."""
-    tokens = line.str.split(" ")
-    return pd.DataFrame(
-        {"role": tokens.map(lambda t: " ".join(t[1:-2])), "kind": tokens.str[-2], "part": tokens.str[-1]},
-        index=line.index,
-    )
 
 
 def last_arrivers(alignment: pd.DataFrame) -> pd.DataFrame:

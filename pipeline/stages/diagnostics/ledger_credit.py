@@ -32,15 +32,27 @@ PART_LINES = {"wait": ("wait", "idle"), "transit": ("transfer",), "stream": ("tr
 CREDIT_COLUMNS = ["line_index", "claim_id", "ms"]
 
 
+def line_parts(line: pd.Series) -> pd.DataFrame:
+    """role, kind and part of 'communication <role> <kind> <part>' lines (role may hold a space); empty
+    texts for any other line."""
+    tokens = line.str.split(" ")
+    words = tokens.str.len() > 3
+    return pd.DataFrame(
+        {
+            "role": tokens.map(lambda t: " ".join(t[1:-2])).where(words, ""),
+            "kind": tokens.str[-2].where(words, ""),
+            "part": tokens.str[-1].where(words, ""),
+        },
+        index=line.index,
+    )
+
+
 def line_table(lines: pd.DataFrame) -> pd.DataFrame:
     """The ledger's lines as the placement reads them: rank_id, step_ordinal, category, and for a
     communication line its role, kind and part; ``capacity`` its ms (0 for the residual line)."""
     table = lines[[*KEYS, "category", "line", "ms"]].copy()
     comm = table["category"].eq("communication") & table["line"].str.startswith("communication ")
-    tokens = table["line"].where(comm, "").str.split(" ")
-    table["role"] = tokens.map(lambda t: " ".join(t[1:-2]) if len(t) > 3 else "")
-    table["kind"] = tokens.map(lambda t: t[-2] if len(t) > 3 else "")
-    table["part"] = tokens.map(lambda t: t[-1] if len(t) > 3 else "")
+    table[["role", "kind", "part"]] = line_parts(table["line"].where(comm, ""))
     table["capacity"] = np.where(table["category"].isin(["residual"]), 0.0, table["ms"].clip(lower=0.0))
     return table
 

@@ -15,7 +15,8 @@ import pandas as pd
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, evidence_cap, rule
 from npuprof.pipeline.stages.diagnostics.groups import group_members
-from npuprof.pipeline.stages.diagnostics.ledger import UNEXPLAINED, collective_words, line_parts
+from npuprof.pipeline.stages.diagnostics.ledger import UNEXPLAINED, collective_words
+from npuprof.pipeline.stages.diagnostics.ledger_credit import line_parts
 from npuprof.pipeline.stages.diagnostics.registry import detector
 
 WAIT_PARTS = ("wait", "idle")

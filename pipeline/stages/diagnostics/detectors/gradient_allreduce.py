@@ -19,7 +19,8 @@ import pandas as pd
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.detectors.collective_wait import events_of
 from npuprof.pipeline.stages.diagnostics.findings import Finding, evidence_cap, priced, rule
-from npuprof.pipeline.stages.diagnostics.ledger import EXPECTED, UNEXPLAINED, line_parts
+from npuprof.pipeline.stages.diagnostics.ledger import EXPECTED, UNEXPLAINED
+from npuprof.pipeline.stages.diagnostics.ledger_credit import line_parts
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, scaled_transit
 from npuprof.pipeline.stages.diagnostics.savings import UNKNOWN_ROLE
