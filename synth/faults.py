@@ -45,6 +45,7 @@ FAULT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "rdma_retransmission": ("ranks", "steps", "gap_us"),
     "sdma_misaligned": ("factor",),
     "syncbn": (),
+    "warmup_step": ("steps", "gap_us"),
 }
 
 
@@ -102,7 +103,9 @@ class Fault:
     its aligned siblings' rate, so the op runs until that slice ends), syncbn (the scenario's vision encoder
     stem, ``vision_blocks``, converted with convert_sync_batchnorm: each BatchNorm gathers its statistics over
     data parallel in a blocking all-gather inside the host's ``SyncBatchNorm`` op, and all-reduces its gradient
-    sums in the backward inside ``SyncBatchNormBackward``; plain BatchNorm runs the same kernels alone).
+    sums in the backward inside ``SyncBatchNormBackward``; plain BatchNorm runs the same kernels alone),
+    warmup_step (a capture condition: ``steps``, the first when empty, open with a ``gap_us`` broadcast over
+    data parallel, as DDP broadcasts its parameters before the first forward; the other steps run without it).
     """
 
     kind: str

@@ -52,7 +52,7 @@ ALSO_REPORTED_ON_SOME_RANKS = {
     "dataloader_stall": ("slow_rank_suspected",),  # (planted in every step: slow_dataloader_rank)
 }
 STALL_AFTER_START_NS = 2_000  # a stall at the step's top begins this soon after ProfilerStep#N
-CAPTURE_CONDITIONS = ("partial_capture", "clock_offset", "rank_not_captured")
+CAPTURE_CONDITIONS = ("partial_capture", "clock_offset", "rank_not_captured", "warmup_step")
 UNCAPTURED = ("capture_incomplete_group", "rank_not_captured")  # faults whose ranks are not written
 # every finding type a synthetic root can plant, from the kinds of fault synth knows (not a hand list):
 # ground truth names the others as findings that must stay silent

@@ -313,6 +313,12 @@ SCENARIOS: dict[str, Scenario] = {
             faults=(Fault("gradient_allreduce_exposed"),),
         ),
         Scenario(
+            "warmup",
+            "dense training, data parallel; the capture's first step opens with a 12 ms broadcast of the "
+            "parameters over data parallel (DDP's start-up broadcast), a one-time cost the other steps do not pay",
+            faults=(Fault("warmup_step", steps=(0,), gap_us=12_000.0),),
+        ),
+        Scenario(
             "eager_loss",
             "dense training, data parallel, one micro-batch a step; the loss runs as an eager fp32 cross-entropy "
             "over the logits (cast, max, sub, exp, sum, div, gather; scatter, mul, cast) where its twin runs the "

@@ -26,6 +26,7 @@ from npuprof.synth.host_side import PLANTED_GAPS
 from npuprof.synth.kernels import Kernel
 from npuprof.synth.models import build_step
 from npuprof.synth.program import DENSE, LAYER, MOE, Program, Workload
+from npuprof.synth.program_edits import warm_up_placeholders, with_exposed_aicpu, with_warmup_broadcast
 from npuprof.synth.scenarios import Scenario
 
 STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
@@ -129,41 +130,6 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
     )
 
 
-def _with_exposed_aicpu(program: Program, scenario: Scenario) -> dict[str, np.ndarray]:
-    arrays = program.arrays()
-    for fault in _faults(scenario, "aicpu_exposed"):
-        rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
-        if not rows.size:
-            continue  # this pipeline stage does not hold the layer
-        aicpu = Kernel(
-            "NonZero",
-            "NonZero",
-            "AI_CPU",
-            fault.gap_us,
-            "none",
-            block_dim=1,
-            input_shapes="1024",
-            output_shapes="1024,1",
-            input_dtypes="BOOL",
-            output_dtypes="INT64",
-        )
-        program.kernels.append(aicpu)
-        values = {
-            "kernel_id": len(program.kernels) - 1,
-            "region": LAYER,
-            "layer_index": fault.layer,
-            "layer_role": "forward",
-            "micro_batch": 0,
-            "block": "attention",
-            "gap_before_us": 0.0,
-            "overlapped": False,
-            "joins": False,
-        }
-        # inside the layer, right after its first kernel: unambiguously part of layer `fault.layer`
-        arrays = {k: np.insert(v, int(rows[0]) + 1, values[k]) for k, v in arrays.items()}
-    return arrays
-
-
 @dataclass
 class _RankPlan:
     rank: int
@@ -180,17 +146,19 @@ class _RankPlan:
     overlapped: np.ndarray  # per event: a communication op the rank does not wait for
     join_pos: np.ndarray  # indices of the events that wait for every overlapped op issued before them
     head_us: np.ndarray  # per step: the host stall between the step's start and its first kernel
+    dropped: np.ndarray  # per event: a placeholder that runs as nothing and is not written (program_edits)
 
 
 def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
     S = scenario.steps
     program = build_step(_workload(scenario, rank, topology))
-    arrays = _with_exposed_aicpu(program, scenario)
+    arrays = with_warmup_broadcast(program, with_exposed_aicpu(program, scenario), scenario)
     n_step = len(arrays["kernel_id"])
     kid = np.tile(arrays["kernel_id"], S)
     n = len(kid)
     rng = np.random.default_rng([seed, rank])
-    is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid]
+    dropped = warm_up_placeholders(program, scenario, kid, n_step)
+    is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid] & ~dropped
     slowed = [*_faults(scenario, "slow_rank_suspected"), *_faults(scenario, "capture_incomplete_group")]
     slow = np.prod([f.factor for f in slowed if rank in f.ranks] or [1.0])
     changed = dict(scenario.kernel_factors)
@@ -215,6 +183,7 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
         if rank in fault.ranks or not fault.ranks:  # every compute kernel waits for its launch
             starved |= ~is_comm
             gap += np.where(is_comm, 0.0, fault.gap_us)
+    dur[dropped], gap[np.flatnonzero(dropped) + 1] = 0.0, 0.0  # the step's first kernel starts in its place
     comm_pos = np.flatnonzero(is_comm)
     groups = [topology.instance(program.kernels[k].hccl_group, rank) for k in kid[comm_pos]]
     overlapped = np.tile(arrays["overlapped"], S)
@@ -234,6 +203,7 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
         overlapped,
         join_pos,
         head_us,
+        dropped,
     )
 
 
@@ -451,7 +421,8 @@ def _timeline(scenario: Scenario, plan: _RankPlan, simulation: _Simulation, offs
         launch_lead_ns=np.where(plan.starved, STARVED_LEAD_NS, HOST_LEAD_NS).astype(np.int64),
         overlapped=plan.overlapped,
     )
-    _keep(timeline, np.argsort(start_ns, kind="stable"))
+    order = np.argsort(start_ns, kind="stable")
+    _keep(timeline, order[~plan.dropped[order]])
     # the gap before each event since the end of the last one its rank waited for (not an overlapped op)
     ends = np.where(timeline.overlapped, np.iinfo(np.int64).min, timeline.start_ns + timeline.duration_ns)
     timeline.wait_ns[1:] = np.clip(timeline.start_ns[1:] - np.maximum.accumulate(ends)[:-1], 0, None)

@@ -83,3 +83,41 @@ def test_the_planted_idle_capture_is_named_and_its_twin_is_healthy(planted_outpu
     twin = Path(generate(tmp_path / "twin", twin_of("idle_capture", "device_idle_bubble"), seed=truth["seed"])["root"])
     analyze(twin, tmp_path / "twin_out", jobs=1)
     assert _document(tmp_path / "twin_out")["capture_health"] == []
+
+
+def test_the_planted_warmup_step_is_named_left_out_of_the_kpis_and_its_twin_is_healthy(planted_outputs, tmp_path):
+    """warmup: the first step of every rank opens with a 12 ms parameter broadcast. Capture health names that
+    step (its id) on every rank with the one-time ms its twin — the same capture without the broadcast —
+    measures in ground truth's step walls (±15 %); the KPIs leave it out, so their step wall is the twin's
+    (±2 %); the broadcast is priced as no finding; and the twin is healthy."""
+    from npuprof.pipeline.runner import analyze
+    from npuprof.synth import generate
+    from npuprof.synth.twins import twin_of
+
+    root, out = planted_outputs["warmup"]
+    truth = json.loads((root / "ground_truth.json").read_text())
+    (fault,) = truth["faults"]
+    (health,) = _document(out)["capture_health"]
+    assert health["kind"] == "warmup_step" and [int(health["step"])] == fault["step_ids"]
+    assert health["rank_ids"] == sorted(int(r) for r in truth["ranks"])
+    twin = Path(generate(tmp_path / "twin", twin_of("warmup", "warmup_step"), seed=truth["seed"])["root"])
+    twin_truth = json.loads((twin / "ground_truth.json").read_text())
+    analyze(twin, tmp_path / "twin_out", jobs=1)
+
+    def step_wall_ms(ground_truth: dict, ordinal: int) -> float:
+        return (
+            sum(r["step_wall_us"][ordinal] for r in ground_truth["ranks"].values()) / len(ground_truth["ranks"]) / 1e3
+        )
+
+    (ordinal,) = fault["step_ordinals"]
+    costs_ms = step_wall_ms(truth, ordinal) - step_wall_ms(twin_truth, ordinal)
+    assert costs_ms > 5.0 and health["one_time_ms"] == pytest.approx(costs_ms, rel=0.15)
+    kpis = json.loads((out / schema.ANALYSIS_SUMMARY).read_text())["kpis"]
+    twin_kpis = json.loads((tmp_path / "twin_out" / schema.ANALYSIS_SUMMARY).read_text())["kpis"]
+    assert kpis["warmup_steps_left_out"] == [health["step"]] and twin_kpis["warmup_steps_left_out"] == []
+    assert kpis["step_wall_ms"]["mean"] == pytest.approx(twin_kpis["step_wall_ms"]["mean"], rel=0.02)
+    assert "warm-up step 10 left out" in (out / schema.REPORT_MD).read_text()
+    twin_document = _document(tmp_path / "twin_out")
+    assert twin_document["capture_health"] == []
+    types = sorted(f["finding_type"] for f in _document(out)["diagnosis_findings"])
+    assert types == sorted(f["finding_type"] for f in twin_document["diagnosis_findings"])

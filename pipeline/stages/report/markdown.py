@@ -64,6 +64,12 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
+def _left_out(kpis: dict) -> str:
+    """'; warm-up step 10 left out' where the KPIs leave warm-up steps out."""
+    ids = kpis.get("warmup_steps_left_out") or []
+    return f"; warm-up step{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} left out" if ids else ""
+
+
 def _complete_steps(steps: pd.DataFrame) -> str:
     """'1 complete step (id 13) on 2 ranks': steps counted once however many ranks ran them."""
     complete = steps[steps["complete"].astype(bool)] if len(steps) else steps
@@ -85,7 +91,8 @@ def _executive(inputs: ReportInputs, summary: dict) -> str:
         f"{cell(identity['event_count'])} device events over {cell(identity['capture']['wall_ms'])} ms of capture "
         f"(kernel source: {cell(identity['source'])}).",
         f"{_complete_steps(inputs.steps)}: step wall mean {cell(wall['mean'])} ms (p50 {cell(wall['p50'])}, "
-        f"p90 {cell(wall['p90'])}). Share of the step: compute {share_text(kpis['compute_share_of_wall'])}, "
+        f"p90 {cell(wall['p90'])}{_left_out(kpis)}). "
+        f"Share of the step: compute {share_text(kpis['compute_share_of_wall'])}, "
         f"exposed communication {share_text(kpis['comm_share_of_wall'])}, "
         f"device idle {share_text(kpis['bubble_share_of_wall'])}"
         f"{_idle_causes_inline(kpis['idle_share_by_cause'])}.",

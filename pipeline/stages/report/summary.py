@@ -128,11 +128,34 @@ def _idle_by_cause(idle_causes: pd.DataFrame, wall_ms: float) -> dict[str, float
     return {str(cause): _number(ms / wall_ms, 4) for cause, ms in by_cause.items()}
 
 
-def kpis(inputs: ReportInputs) -> dict:
-    """Step wall quantiles, anatomy means, shares of wall, bound-family time, top classes and kinds."""
+def warmup_left_out(inputs: ReportInputs) -> tuple[list[int], list[str]]:
+    """The step ordinals (and their step ids) the KPIs leave out: the warm-up steps capture health names,
+    while a complete step outside them remains (a capture of one warm-up step keeps it, named)."""
+    warm = sorted({int(item["step_ordinal"]) for item in inputs.capture_health if item["kind"] == "warmup_step"})
     steps = inputs.steps
+    if not warm or not len(steps):
+        return [], []
+    steady = steps["complete"].astype(bool) & ~steps["step_ordinal"].isin(warm)
+    if not steady.any():
+        return [], []
+    named = [item["step"] for item in inputs.capture_health if item["kind"] == "warmup_step"]
+    return warm, named
+
+
+def _steady(frame: pd.DataFrame, left_out: list[int]) -> pd.DataFrame:
+    """``frame``'s rows of the steps the KPIs keep (all where none is left out)."""
+    if not left_out or not len(frame) or "step_ordinal" not in frame.columns:
+        return frame
+    return frame[~frame["step_ordinal"].isin(left_out)]
+
+
+def kpis(inputs: ReportInputs) -> dict:
+    """Step wall quantiles, anatomy means, shares of wall, bound-family time, top classes and kinds — over
+    the steady steps: a warm-up step's one-time cost (warmup_left_out) is not the workload's."""
+    left_out, left_out_ids = warmup_left_out(inputs)
+    steps = _steady(inputs.steps, left_out)
     complete = steps[steps["complete"].astype(bool)] if len(steps) else steps
-    by_category, compute = _primary_split(inputs.accounting)
+    by_category, compute = _primary_split(_steady(inputs.accounting, left_out))
     wall = float(by_category.sum()) if len(by_category) else 0.0
     operators = inputs.operator_classes
     compute_ops = (
@@ -144,9 +167,10 @@ def kpis(inputs: ReportInputs) -> dict:
     top_hccl = hccl.groupby("kind")["duration_sum_us"].sum().sort_values(ascending=False).head(5) if len(hccl) else {}
     return {
         "step_wall_ms": _quantiles(complete["wall_ms"]) if len(complete) else _quantiles(pd.Series(dtype=float)),
-        "step_anatomy_ms_mean": _anatomy_means(inputs.anatomy),
+        "warmup_steps_left_out": left_out_ids,
+        "step_anatomy_ms_mean": _anatomy_means(_steady(inputs.anatomy, left_out)),
         "bubble_share_of_wall": _number(by_category.get("idle", 0.0) / wall, 4) if wall else None,
-        "idle_share_by_cause": _idle_by_cause(inputs.idle_causes, wall),
+        "idle_share_by_cause": _idle_by_cause(_steady(inputs.idle_causes, left_out), wall),
         "comm_share_of_wall": _number(by_category.get("communication", 0.0) / wall, 4) if wall else None,
         "compute_share_of_wall": _number(by_category.get("compute", 0.0) / wall, 4) if wall else None,
         "bound_family_wall_ms": {str(k): _number(v) for k, v in compute.sort_values(ascending=False).items()},
