@@ -43,15 +43,18 @@ def test_formula_cells_from_kernel_names_are_led_by_an_apostrophe_in_every_csv_v
 
 
 def test_formula_safe_leaves_numbers_and_plain_text_alone():
-    frame = pd.DataFrame({"name": ["=1+1", "MatMul", "-x", None], "value": [-1.5, 2.0, -3.0, 4.0]})
+    """Every lead a spreadsheet reads as a formula (OWASP: = + - @, tab and carriage return) gets an
+    apostrophe, each on its own; nothing else changes."""
+    leads = ["=1+1", "+1", "-x", "@SUM(1)", "\tcmd", "\r=1+1"]
+    frame = pd.DataFrame({"name": [*leads, "MatMul", None], "value": [-1.5, 2.0, -3.0, 4.0, 5.0, 6.0, 7.0, 8.0]})
     safe = io.formula_safe(frame)
-    assert safe["name"].tolist()[:3] == ["'=1+1", "MatMul", "'-x"] and pd.isna(safe["name"][3])
-    assert safe["value"].tolist() == [-1.5, 2.0, -3.0, 4.0]
+    assert safe["name"].tolist()[:7] == [*("'" + lead for lead in leads), "MatMul"] and pd.isna(safe["name"][7])
+    assert safe["value"].tolist() == [-1.5, 2.0, -3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     assert io.formula_safe(frame[["value"]]) is not None and frame["name"][0] == "=1+1"  # the input is not changed
 
 
 def test_a_csv_view_leads_formulas_in_every_text_column_kind_and_reads_back_raw(tmp_path):
-    names = ["=1+1", "MatMul", "'+x", None, "\tcmd"]
+    names = ["=1+1", "MatMul", "'+x", None, "\rcmd"]
     frame = pd.DataFrame(
         {
             "name": pd.Series(names, dtype="str"),
@@ -63,7 +66,7 @@ def test_a_csv_view_leads_formulas_in_every_text_column_kind_and_reads_back_raw(
     path = io.write_csv(tmp_path / "view.csv", frame)
     with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
-    assert [row[0] for row in rows[1:]] == ["'=1+1", "MatMul", "''+x", "", "'\tcmd"]
+    assert [row[0] for row in rows[1:]] == ["'=1+1", "MatMul", "''+x", "", "'\rcmd"]
     assert [row[1] for row in rows[1:]] == ["'@a", "b", "'@a", "b", "c"] and rows[1][2] == "'-x"
     assert rows[1][3] == "-1.5"  # numbers are not formulas
     back = io.read_csv_view(path)

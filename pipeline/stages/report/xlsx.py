@@ -20,7 +20,8 @@ from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
 
-FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+from npuprof.pipeline.io import FORMULA_LEADS
+
 EPOCH_NS_FROM = 10**18  # start times past this (2001) are wall-clock epoch times, not device counters
 MAX_WIDTH = 60
 
@@ -40,7 +41,7 @@ def _rows(sheet, frame: pd.DataFrame):
             texts = pd.Series(values, dtype=object)
             risky = (
                 texts.map(lambda v: isinstance(v, str)).to_numpy()
-                & texts.astype(str).str.startswith(FORMULA_LEADS).to_numpy()
+                & texts.astype(str).str.startswith(tuple(FORMULA_LEADS)).to_numpy()
             )
             clean = (
                 texts.astype(str).str.contains(ILLEGAL_CHARACTERS_RE.pattern, regex=True).to_numpy()
