@@ -7,11 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from helpers import prerequisites
+from helpers.no_skip_under_ci import pytest_runtest_makereport  # noqa: F401  (the hook, registered here)
 from helpers.sample_use import reads_samples
 
 from npuprof.pipeline import schema
@@ -57,7 +59,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Without the real samples, the tests that read them (found from their code) skip with one reason."""
-    if SAMPLES.is_dir():
+    if prerequisites.BY_NAME["shared/samples"].present():
         return
     skip = pytest.mark.skip(reason=prerequisites.BY_NAME["shared/samples"].reason())
     for item in items:
@@ -122,14 +124,37 @@ def analyze_scenarios(base: Path, names, to_stage: str, seed: int) -> dict[str, 
     return out
 
 
+class PlantedScenarios(Mapping):
+    """Every synth scenario, generated (seed 7) and analyzed through the report on first use and kept for
+    the session: ``[name]`` → (root, output dir). Lazy, so a worker pays only for the scenarios its tests
+    read (all 39 at once took ~4 minutes of a worker that needed five)."""
+
+    def __init__(self, base: Path) -> None:
+        from npuprof.synth import SCENARIOS
+
+        self._base, self._names = base, sorted(SCENARIOS)
+        self._done: dict[str, tuple[Path, Path]] = {}
+
+    def __getitem__(self, name: str) -> tuple[Path, Path]:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._done:
+            self._done.update(analyze_scenarios(self._base, [name], "report", seed=7))
+        return self._done[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 @pytest.fixture(scope="session")
-def planted_outputs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
-    """Every synth scenario analyzed through the report once per session: {name: (root, output dir)}.
-
-    summarize's and diagnostics' tests read the same outputs (the stages are deterministic)."""
-    from npuprof.synth import SCENARIOS
-
-    return analyze_scenarios(tmp_path_factory.mktemp("planted"), sorted(SCENARIOS), "report", seed=7)
+def planted_outputs(tmp_path_factory) -> PlantedScenarios:
+    """Every synth scenario analyzed through the report once per session, as tests ask for them:
+    {name: (root, output dir)}. summarize's and diagnostics' tests read the same outputs (the stages are
+    deterministic)."""
+    return PlantedScenarios(tmp_path_factory.mktemp("planted"))
 
 
 class AnalyzedSamples:

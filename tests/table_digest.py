@@ -8,6 +8,7 @@ one changed bit of one float does not. Columns that hold machine-local paths are
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -47,4 +48,35 @@ def table_digests(out_dir: Path, stage_names: tuple[str, ...]) -> dict[str, str]
         for rank in ranks:
             rows = io.read_dataset(out_dir, table, rank).to_pandas()
             digests[f"{table.name}/rank_id={rank}"] = _frame_digest(rows)
+    return digests
+
+
+# what a finding and the summary say, without what varies from run to run (times of day, tool version,
+# the run's own paths and stage timings)
+VOLATILE_KEYS = {"created_at", "generated_at", "tool_version", "stage_timings", "profile_root", "source_path"}
+
+
+def _canonical(value: object) -> object:
+    """``value`` with VOLATILE_KEYS dropped at every depth and floats rounded to 6 places."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in sorted(value.items()) if k not in VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def answer_digests(out_dir: Path) -> dict[str, str]:
+    """Digests of the answers themselves: diagnosis_findings.json (every finding, the joint saving,
+    capture health) and, where the report ran, analysis_summary.json's KPIs, headline and findings."""
+    documents = {"diagnosis_findings.json": out_dir / "diagnosis_findings.json"}
+    summary = out_dir / "report" / "analysis_summary.json"
+    if summary.is_file():
+        documents["analysis_summary.json"] = summary
+    digests = {}
+    for name, path in documents.items():
+        document = json.loads(path.read_text())
+        if name == "analysis_summary.json":
+            document = {k: document.get(k) for k in ("headline", "kpis", "findings", "recoverable_together")}
+        text = json.dumps(_canonical(document), sort_keys=True, ensure_ascii=False).encode()
+        digests[name] = hashlib.sha256(text).hexdigest()[:20]
     return digests

@@ -430,7 +430,8 @@ def test_the_glossary_says_where_a_step_starts_as_the_walls_are_measured():
 
 def test_the_readmes_qwen3_figures_are_the_analysis(sample_outputs):
     """The README's figures for the Qwen3 capture are what the analysis of it says: stage 0's wait for its
-    neighbour (share and ms, pp_schedule.csv) and its dispatch gaps (the ledger's line)."""
+    neighbour (share and ms, pp_schedule.csv), its dispatch gaps (the ledger's line) and the last stage's
+    eager loss (its kernels' ms a step, the fused loss's, and what the replay recovers)."""
     import re
 
     from conftest import REPO
@@ -444,3 +445,13 @@ def test_the_readmes_qwen3_figures_are_the_analysis(sample_outputs):
     ledger = pd.read_csv(out / schema.STEP_LEDGER_CSV.file)
     line = ledger[(ledger["rank_id"] == 0) & (ledger["line"] == "idle dispatch gaps")]
     assert int(dispatch) == round(line["ms"].sum())
+    kernel_ms, fused_ms, saved_ms = re.search(
+        r"spends (\d+) ms a step on an eager fp32 cross-entropy .* about (\d+) ms of it, and the step replayed "
+        r"gets (\d+) ms shorter",
+        text,
+    ).groups()
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    (loss,) = [f for f in findings if f["finding_type"] == "unfused_loss_chain"]
+    assert loss["rank_ids"] == [2] and loss["metrics"]["dtype"] == "fp32"
+    assert int(kernel_ms) == round(loss["metrics"]["kernel_ms"]) and int(fused_ms) == round(loss["metrics"]["fused_ms"])
+    assert int(saved_ms) == round(loss["recoverable_ms_per_step"])

@@ -5,7 +5,9 @@ imports another, and no assertion is written so that it cannot fail."""
 from __future__ import annotations
 
 import ast
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +55,65 @@ def test_under_ci_a_missing_prerequisite_stops_the_run_with_its_name(name, tmp_p
     assert run.returncode != 0, f"the run went on without {name}: {output[-2000:]}"
     assert f"'{name}' is missing" in output and "CI=true" in output, output[-2000:]
     assert "collected" not in output  # stopped before collection, not by one module's import
+
+
+def _hollow(case: str, base: Path) -> dict[str, str]:
+    """This process's environment under CI with a prerequisite present but hollow: the samples dir empty
+    or one sample truncated, the vendor tool a zero-byte file or one that says another version."""
+    env = {**os.environ, "CI": "true"}
+    if case in ("empty samples", "truncated sample"):
+        samples = base / "samples"
+        samples.mkdir()
+        if case == "truncated sample":
+            shutil.copytree(prerequisites.samples_dir(), samples, dirs_exist_ok=True)
+            victim = next(p for p in sorted(samples.rglob("kernel_details.csv")))
+            victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+        env["NPUPROF_SAMPLES"] = str(samples)
+        return env
+    tool = base / "venv" / "bin" / "msprof-analyze"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("" if case == "zero-byte vendor tool" else "#!/bin/sh\necho 'msprof-analyze 8.0.0' >&2\n")
+    tool.chmod(0o755)
+    env["NPUPROF_PEER_VENV"] = str(base / "venv")
+    return env
+
+
+@pytest.mark.parametrize("case", ["empty samples", "truncated sample", "zero-byte vendor tool", "another version"])
+def test_under_ci_a_hollow_prerequisite_stops_the_run_naming_what_is_wrong(case, tmp_path):
+    """A prerequisite that exists but is not the real thing stops the run like a missing one: the samples
+    are checked against tests/data/samples_manifest.json (every file, its size and sha256), the vendor by
+    what ``msprof-analyze --version`` says."""
+    run = _pytest(["--collect-only", "tests/test_knowledge.py"], _hollow(case, tmp_path))
+    output = run.stdout + run.stderr
+    assert run.returncode != 0 and "CI=true" in output and "collected" not in output, output[-2000:]
+    said = {
+        "empty samples": f"is missing ({len(json.loads(prerequisites.SAMPLES_MANIFEST.read_text()))} files expected)",
+        "truncated sample": "kernel_details.csv holds",
+        "zero-byte vendor tool": "no working msprof-analyze",
+        "another version": "msprof-analyze --version says 8.0.0",
+    }[case]
+    assert said in " ".join(output.split()), output[-2000:]
+
+
+def test_under_ci_a_test_that_skips_fails(tmp_path):
+    """Under CI=true a skip — an empty parameter set, a guard — is a failure naming its reason; elsewhere
+    it stays a skip."""
+    module = tmp_path / "test_skips.py"
+    module.write_text(
+        "import pytest\n\n"
+        "def test_guarded():\n    pytest.skip('the guard held')\n\n"
+        "@pytest.mark.parametrize('case', [])\ndef test_over_nothing(case):\n    pass\n\n"
+        "def test_that_runs():\n    assert True\n"
+    )
+    args = ["-p", "helpers.no_skip_under_ci", "-p", "no:cacheprovider", "-rA", str(module)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    under_ci = _pytest(args, {**env, "CI": "true"}, cwd=tmp_path)
+    # the guard fails in the call, the empty parameter set in the setup (pytest counts that an error)
+    assert under_ci.returncode == 1 and "1 failed, 1 passed, 1 error" in under_ci.stdout, under_ci.stdout[-2000:]
+    assert "where nothing may skip: Skipped: the guard held" in under_ci.stdout
+    assert "where nothing may skip: Skipped: got empty parameter set" in under_ci.stdout
+    elsewhere = _pytest(args, {k: v for k, v in env.items() if k != "CI"}, cwd=tmp_path)
+    assert elsewhere.returncode == 0 and "1 passed, 2 skipped" in elsewhere.stdout, elsewhere.stdout[-2000:]
 
 
 def test_under_ci_with_everything_present_the_run_starts():

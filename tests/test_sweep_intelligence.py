@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 HOSTILE = "<img src=x onerror=\"document.title='pwned'\">"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: a module fixture is built again when xdist interleaves modules
 def planted(tmp_path_factory) -> tuple[Path, dict]:
     base = tmp_path_factory.mktemp("planted_sweep")
     truth = generate_sweep(base / "captures", jobs=2)
