@@ -116,6 +116,27 @@ def test_under_ci_a_test_that_skips_fails(tmp_path):
     assert elsewhere.returncode == 0 and "1 passed, 2 skipped" in elsewhere.stdout, elsewhere.stdout[-2000:]
 
 
+def test_tests_of_one_xdist_group_run_on_one_worker(tmp_path):
+    """The suite's expensive fixtures (planted_outputs, the samples' analyses, the planted sweep) are built
+    once per worker, and the tests that share one carry its xdist_group: the README's settings (three
+    workers, --dist loadgroup) must send a group to one worker, or every worker builds them all (pytest
+    9.2 silently stops the grouping: pyproject pins below it)."""
+    module = tmp_path / "test_grouped.py"
+    module.write_text(
+        "import os\nfrom pathlib import Path\nimport pytest\n\npytestmark = pytest.mark.xdist_group('shared')\n\n"
+        + "".join(
+            f"def test_{i}():\n    Path(__file__).with_name('{i}.worker')"
+            ".write_text(os.environ['PYTEST_XDIST_WORKER'])\n\n"
+            for i in range(6)
+        )
+    )
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadgroup", "-q"]
+    run = subprocess.run([*command, str(module)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    workers = {path.read_text() for path in tmp_path.glob("*.worker")}
+    assert run.returncode == 0 and len(list(tmp_path.glob("*.worker"))) == 6, run.stdout[-2000:]
+    assert len(workers) == 1, f"one group ran on workers {sorted(workers)}"
+
+
 def test_under_ci_with_everything_present_the_run_starts():
     """The control for the hidden runs above: the same command with nothing hidden collects."""
     lacking = prerequisites.missing()
