@@ -11,12 +11,12 @@ it and one gathers from or scatters into it. Only their time is priced; what lie
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.distinct import text_codes
+from npuprof.pipeline.distinct import map_distinct, text_codes
 from npuprof.pipeline.modelinfo.shapes import compute_dtype, numel, parse_dtypes, parse_shapes
 from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
 from npuprof.pipeline.stages.diagnostics.findings import Finding, rule
@@ -99,7 +99,7 @@ def loss_members(
             "first_input_bytes": (traffic["input_bytes"] - traffic["later_input_bytes"]).to_numpy(),
             "marks": marked[rows],
             "seed": seeds[rows],
-            "dtype": [(parse_dtypes(text) or [""])[0] for text in events["input_dtypes"].to_numpy(object)[rows]],
+            "dtype": map_distinct(events["input_dtypes"].iloc[rows], lambda text: (parse_dtypes(text) or [""])[0]),
             "shape": shape[rows],
         }
     )
@@ -170,11 +170,11 @@ def rank_loss_chains(rank: int, events: pd.DataFrame, spec: dict) -> tuple[pd.Da
     return chains, members[[*MEMBER_COLUMNS, "saved_us"]]
 
 
-class LossChains:
+class LossChains(NamedTuple):
     """Every rank's loss chains (CHAIN_COLUMNS) and their kernels (MEMBER_COLUMNS + saved_us)."""
 
-    def __init__(self, chains: pd.DataFrame, members: pd.DataFrame) -> None:
-        self.chains, self.members = chains, members
+    chains: pd.DataFrame
+    members: pd.DataFrame
 
 
 @derived_input("loss_chains")
