@@ -12,6 +12,7 @@ from npuprof.synth.scenarios import Scenario
 
 WARMUP = "warmup_step"
 BROADCAST_MB_PER_MS = 20.0  # the planted broadcast's volume per ms it takes (its transfer is its time)
+BROADCAST_ROW = 0  # where in each step's program the planted broadcast sits: the step's top
 
 
 def with_exposed_aicpu(program: Program, scenario: Scenario) -> dict[str, np.ndarray]:
@@ -70,16 +71,16 @@ def with_warmup_broadcast(program: Program, arrays: dict[str, np.ndarray], scena
         "overlapped": False,
         "joins": False,
     }
-    return {k: np.insert(v, 0, values[k]) for k, v in arrays.items()}
+    return {k: np.insert(v, BROADCAST_ROW, values[k]) for k, v in arrays.items()}
 
 
-def warm_up_placeholders(program: Program, scenario: Scenario, kernel_id: np.ndarray, n_step: int) -> np.ndarray:
+def warm_up_placeholders(scenario: Scenario, kernel_id: np.ndarray, n_step: int) -> np.ndarray:
     """Per event of every step (``kernel_id``, ``n_step`` a step), whether it is the planted broadcast's
-    row in a step that is not a warm-up step (the fault's ``steps``; its first step when none): a
-    placeholder the timeline runs as nothing and drops."""
+    row (with_warmup_broadcast's, at BROADCAST_ROW of each step) in a step that is not a warm-up step (the
+    fault's ``steps``; its first step when none): a placeholder the timeline runs as nothing and drops."""
     fault = next((f for f in scenario.faults if f.kind == WARMUP), None)
     if fault is None:
         return np.zeros(len(kernel_id), dtype=bool)
-    broadcast = [i for i, k in enumerate(program.kernels) if k.type == "hcom_broadcast_"][-1]
-    warm = np.isin(np.arange(len(kernel_id)) // n_step, fault.steps or (0,))
-    return (kernel_id == broadcast) & ~warm
+    event = np.arange(len(kernel_id))
+    warm = np.isin(event // n_step, fault.steps or (0,))
+    return (event % n_step == BROADCAST_ROW) & ~warm

@@ -157,7 +157,7 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     kid = np.tile(arrays["kernel_id"], S)
     n = len(kid)
     rng = np.random.default_rng([seed, rank])
-    dropped = warm_up_placeholders(program, scenario, kid, n_step)
+    dropped = warm_up_placeholders(scenario, kid, n_step)
     is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid] & ~dropped
     slowed = [*_faults(scenario, "slow_rank_suspected"), *_faults(scenario, "capture_incomplete_group")]
     slow = np.prod([f.factor for f in slowed if rank in f.ranks] or [1.0])

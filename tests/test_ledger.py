@@ -110,6 +110,38 @@ def test_a_findings_ledger_credit_is_what_its_replay_saves_on_real_captures(samp
     assert_credit_is_the_saving(out)
 
 
+# where each planted fault's kernels run (synth/faults.py): the down projection and the FFN's input
+# RmsNorm inside the FFN block, the loss after the last layer
+PLANTED_KERNELS_RUN_IN = {
+    "narrow_matmul": ("block_dim_underuse", "compute ffn"),
+    "unfused_rmsnorm": ("unfused_op_pattern", "compute ffn"),
+    "eager_loss": ("unfused_loss_chain", "compute outside blocks"),
+}
+
+
+def own_compute_credit(out, finding_type: str) -> pd.Series:
+    """ms per compute line the finding of ``finding_type`` is credited with on its own ranks."""
+    ledger = Analysis(out).ledger()
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    (finding,) = [f for f in findings if f["finding_type"] == finding_type]
+    mine = ledger[(ledger["explained_by"] == finding["claim_id"]) & ledger["rank_id"].isin(finding["rank_ids"])]
+    return mine[mine["line"].str.startswith("compute ")].groupby("line")["ms"].sum()
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED_KERNELS_RUN_IN))
+def test_a_kernel_findings_compute_credit_is_on_the_block_its_kernels_ran_in(planted_outputs, name):
+    finding_type, line = PLANTED_KERNELS_RUN_IN[name]
+    credit = own_compute_credit(planted_outputs[name][1], finding_type)
+    assert credit.sum() > 0 and credit.get(line, 0.0) >= 0.99 * credit.sum(), credit
+
+
+def test_the_real_loss_chains_compute_credit_is_outside_the_layers(sample_outputs):
+    # Qwen3 rank 2: the chain's 11 kernels run between the LM head's forward and backward matmuls, after
+    # the last decoder layer and before the first one's backward, so the whole saving is on that line
+    credit = own_compute_credit(sample_outputs["qwen3_training"][0], "unfused_loss_chain")
+    assert list(credit.index) == ["compute outside blocks"] and credit.sum() > 0, credit
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLE_ROOTS))
 def test_the_ledger_adds_up_on_every_real_sample(sample_outputs, name):
     out, _ = sample_outputs[name]

@@ -54,6 +54,13 @@ def _group_ranks(ctx: RootContext, columns: tuple[str, ...] | None) -> dict[str,
     return captured_group_ranks(io.read_json_or_empty(ctx.out_dir / schema.CAPTURE_INFO))
 
 
+BLOCK_READS = ("rank_id", "block_kind", "start_us", "end_us")
+
+
+def _blocks(ctx: RootContext, columns: tuple[str, ...] | None) -> pd.DataFrame:
+    return _table(schema.BLOCK_SEGMENTS)(ctx, BLOCK_READS)
+
+
 def _hardware(ctx: RootContext, columns: tuple[str, ...] | None) -> dict:
     return io.read_json_or_empty(ctx.out_dir / schema.HARDWARE_INSIGHTS)
 
@@ -78,6 +85,7 @@ BASE_INPUTS: dict[str, Callable[[RootContext, tuple[str, ...] | None], Any]] = {
     "first_findings": lambda ctx, columns: [],
     "comm_events": _table(schema.COMMUNICATION_EVENTS),  # per rank: every communication event
     "comm_ops": _table(schema.COMMUNICATION_OPS),  # per rank: communication.json's ops
+    "blocks": _blocks,  # per rank: each block's kind and span (where a cut kernel's time is booked)
 }
 
 # Inputs built from other inputs (so a context over frames builds them too): name → (the inputs and

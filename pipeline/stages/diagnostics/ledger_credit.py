@@ -6,8 +6,9 @@ the lines of its rank's step that hold that part, in tiers — the line of the s
 first (a DP all-reduce's wait saving on "communication DP allreduce wait" and "... idle"), then any line
 of that part, then the lines the finding's rules name (``ledger:``, its eligible lines) — in proportion
 to what each line has left, never more than it has. Local work is compute or idle, which the replay does
-not tell apart: it goes to the eligible lines (an idle window closed lands on idle lines, a rank's
-compute at its peers' pace on compute lines), and only then to any compute or idle line.
+not tell apart: work cut from known windows goes first to the line each window ran on (``window_lines``:
+the block a kernel ran in), the rest to the eligible lines (an idle window closed lands on idle lines, a
+rank's compute at its peers' pace on compute lines), and only then to any compute or idle line.
 
 A finding priced another way (analytic: more micro-batches) has no replay to place: its ms per step is
 placed on each of its ranks' steps over its eligible lines, the same way.
@@ -23,6 +24,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from npuprof import knowledge
 from npuprof.pipeline.stages.diagnostics.savings import SAVING_COLUMNS, UNKNOWN_ROLE
 
 KEYS = ["rank_id", "step_ordinal"]
@@ -47,6 +49,24 @@ def line_parts(line: pd.Series) -> pd.DataFrame:
     )
 
 
+def window_lines(windows: pd.DataFrame, blocks: pd.DataFrame) -> pd.Series:
+    """Per window (rank_id, start_us) of cut kernels, the compute line the ledger books its time on:
+    "compute <block kind>" for the block (``blocks``: block_segments' rank_id, block_kind, start_us,
+    end_us) it starts in, else "compute outside blocks" (summarize's split, ``compute_by_block``)."""
+    outside = knowledge.load("summary_rules")["compute_outside_blocks"]
+    kind = pd.Series(outside, index=windows.index, dtype=object)
+    for rank, own in blocks.dropna(subset=["start_us", "end_us"]).groupby("rank_id"):  # a loop over ranks
+        own = own.sort_values("start_us")
+        mine = (windows["rank_id"] == rank).to_numpy()
+        starts = windows["start_us"].to_numpy(float)[mine]
+        at = np.searchsorted(own["start_us"].to_numpy(float), starts, side="right") - 1
+        inside = (at >= 0) & (starts <= own["end_us"].to_numpy(float)[np.clip(at, 0, None)])
+        found = own["block_kind"].astype(object).fillna(outside).to_numpy()[np.clip(at, 0, None)]
+        kind.iloc[np.flatnonzero(mine)[inside]] = found[inside]
+    compute = knowledge.load("ledger_rules")["lines"]["compute"]
+    return kind.map(lambda component: compute.format(component=component))
+
+
 def line_table(lines: pd.DataFrame) -> pd.DataFrame:
     """The ledger's lines as the placement reads them: rank_id, step_ordinal, category, and for a
     communication line its role, kind and part; ``capacity`` its ms (0 for the residual line)."""
@@ -68,7 +88,8 @@ def analytic_demand(table: pd.DataFrame, eligible: np.ndarray, ranks: list[int],
     total = per_step.groupby("rank_id")["capacity"].transform("sum")
     count = per_step.groupby("rank_id")["step_ordinal"].transform("size")
     share = np.where(total > 0, per_step["capacity"] / total.where(total > 0, 1.0), 1.0 / count)
-    return per_step.assign(part="any", role="", kind="", ms=float(ms_per_step) * count * share)[SAVING_COLUMNS]
+    demand = per_step.assign(part="any", role="", kind="", line="", ms=float(ms_per_step) * count * share)
+    return demand[SAVING_COLUMNS]
 
 
 def place(table: pd.DataFrame, demand: pd.DataFrame, eligible: np.ndarray) -> pd.Series:
@@ -127,6 +148,11 @@ def _same_part(pairs: pd.DataFrame) -> pd.Series:
     return part_ok
 
 
+def _own_line(pairs: pd.DataFrame) -> pd.Series:
+    """Work cut from windows on the eligible line they ran on (the block a cut kernel ran in)."""
+    return (pairs["part"] == "work") & pairs["eligible"] & (pairs["line"] == pairs["line_line"])
+
+
 def _eligible_work(pairs: pd.DataFrame) -> pd.Series:
     """Local work on the compute or idle lines the finding's rules name."""
     return (pairs["part"] == "work") & pairs["eligible"] & pairs["category"].isin(WORK_CATEGORIES)
@@ -142,4 +168,4 @@ def _any_work(pairs: pd.DataFrame) -> pd.Series:
     return (pairs["part"] == "work") & pairs["category"].isin(WORK_CATEGORIES)
 
 
-TIERS = (_same_collective, _eligible_work, _same_part, _eligible, _any_work)
+TIERS = (_same_collective, _own_line, _eligible_work, _same_part, _eligible, _any_work)

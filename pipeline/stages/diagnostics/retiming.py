@@ -101,6 +101,7 @@ class WhatIf:
     gap_cut_us: np.ndarray
     tail_cut_us: np.ndarray
     transit_us: np.ndarray
+    windows: pd.DataFrame | None = None  # kernel windows close_windows cut: the ledger books them by block
 
     @classmethod
     def none(cls, model: StepModel) -> "WhatIf":
@@ -125,7 +126,7 @@ def build_step_model(alignment: pd.DataFrame, steps: pd.DataFrame, incomplete: s
     rows = rows[rows["rank_id"].isin(slots["rank_id"])]
     offsets = (rows["start_us"] - rows["corrected_start_us"]).groupby(rows["rank_id"]).median()
     slots["corrected_start_us"] = slots["start_us"] - slots["rank_id"].map(offsets).fillna(0.0)
-    rows = rows.assign(slot=_slot_of(rows, slots))
+    rows = rows.assign(slot=slot_of(rows, slots))
     rows = rows[rows["slot"] >= 0]
     if rows.empty:
         slots["tail_us"] = slots["end_us"] - slots["start_us"]
@@ -290,15 +291,17 @@ def recoverable_ms(model: StepModel, what_if: WhatIf) -> float:
     return max(float(saved.mean()) / 1000.0, 0.0)
 
 
-def close_windows(model: StepModel, windows: pd.DataFrame) -> WhatIf:
+def close_windows(model: StepModel, windows: pd.DataFrame, kernels: bool = False) -> WhatIf:
     """Remove idle or exposed windows (rank_id, start_us on the rank's own clock, duration_us): each
     shortens the local work it falls in — before the rank's next blocking collective, and the issue of
     every op on the communication stream between (a gradient bucket is issued that much sooner) — or its
-    step's tail (after its last collective ended)."""
+    step's tail (after its last collective ended). ``kernels``: the windows are kernels' own time (a fused
+    chain, a faster call), kept on the change so the ledger books each on the block it ran in."""
     change = WhatIf.none(model)
     if model.empty or windows.empty:
         return change
-    slot = _slot_of(windows, model.slots)
+    change.windows = windows[["rank_id", "start_us", "duration_us"]].reset_index(drop=True) if kernels else None
+    slot = slot_of(windows, model.slots)
     cut = windows["duration_us"].to_numpy(float)
     hit = np.zeros(len(windows), dtype=bool)
     if len(model.rows):
@@ -353,7 +356,7 @@ def work_rows(model: StepModel, events: pd.DataFrame) -> tuple[np.ndarray, np.nd
     and the row of the first blocking collective of that slot starting at or after it (whose ``gap_us``
     holds it); slot -1 outside every step, row -1 in the slot's tail (after its last collective). Work
     before an op on the communication stream does not delay the rank, so floating rows hold none."""
-    slot = _slot_of(events, model.slots)
+    slot = slot_of(events, model.slots)
     row = np.full(len(events), -1, dtype=np.int64)
     if model.empty or model.rows.empty:
         return slot, row
@@ -475,7 +478,7 @@ def _previous_slots(slots: pd.DataFrame) -> tuple[list[int], list[float]]:
     return previous.tolist(), np.clip(between, 0.0, None).tolist()
 
 
-def _slot_of(frame: pd.DataFrame, slots: pd.DataFrame) -> np.ndarray:
+def slot_of(frame: pd.DataFrame, slots: pd.DataFrame) -> np.ndarray:
     """Index into ``slots`` of the (rank, step) each row's start_us falls in; -1 outside every step."""
     result = np.full(len(frame), -1, dtype=np.int64)
     ranks = frame["rank_id"].to_numpy()

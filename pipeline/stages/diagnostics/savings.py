@@ -9,6 +9,11 @@ often does both: a rank that computes less waits longer for its peers, and movin
 pipeline stages adds compute to one stage while it takes wait from it. So the parts that shrank are
 scaled down to the slot's net saving: a rank's savings add up to what its step gains, and no part is
 credited more than it lost.
+
+A change that removes windows of the timeline (kernels cut, retiming.close_windows) says which ledger line
+each window ran on (``window_lines``): a slot's work saving is split over those lines as the windows' time
+is, and the ledger credits each part to its own line first (a loss chain's kernels outside the layers on
+"compute outside blocks", not spread over every compute line of the step).
 """
 
 from __future__ import annotations
@@ -16,20 +21,22 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, replay_parts
+from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, replay_parts, slot_of
 
 # work: local compute and idle (before a collective, or the tail); wait: a member's wait at a blocking
 # collective for its last member; transit: a blocking collective's transit; stream: the communication
 # stream still running past the compute at the step's end
 PARTS = ("work", "wait", "transit", "stream")
-SAVING_COLUMNS = ["rank_id", "step_ordinal", "part", "role", "kind", "ms"]
+# line: for work, the ledger line the cut windows ran on ("" where the change names none)
+SAVING_COLUMNS = ["rank_id", "step_ordinal", "part", "role", "kind", "line", "ms"]
 UNKNOWN_ROLE = "unknown"  # the parallel role of a collective whose group the capture does not name
 
 
-def replay_savings(model: StepModel, change: WhatIf) -> pd.DataFrame:
+def replay_savings(model: StepModel, change: WhatIf, window_lines: pd.Series | None = None) -> pd.DataFrame:
     """Per slot and part of its step, the ms ``change`` saves there (``SAVING_COLUMNS``; role and kind of
     the collective for wait, transit and stream, empty for work), scaled so each slot's savings add up to
-    its replayed wall's net shortening (none where the step got no shorter)."""
+    its replayed wall's net shortening (none where the step got no shorter). ``window_lines``: per window
+    of ``change.windows``, the ledger line it ran on; a slot's work is split over them by the windows' µs."""
     if model.empty:
         return pd.DataFrame(columns=SAVING_COLUMNS)
     base, new = model.baseline_parts, replay_parts(model, change)
@@ -62,7 +69,7 @@ def replay_savings(model: StepModel, change: WhatIf) -> pd.DataFrame:
     removed = np.bincount(parts["slot"].to_numpy(np.int64), weights=shrank.to_numpy(), minlength=slot_count)
     scale = np.where(removed > 0, np.clip(net, 0.0, None) / np.where(removed > 0, removed, 1.0), 0.0)
     parts["ms"] = shrank.to_numpy() * scale[parts["slot"].to_numpy(np.int64)] / 1000.0
-    parts = parts[parts["ms"] > 1e-9]
+    parts = _work_by_line(parts[parts["ms"] > 1e-9], model, change, window_lines)
     at = parts["slot"].to_numpy(np.int64)
     return pd.DataFrame(
         {
@@ -71,9 +78,30 @@ def replay_savings(model: StepModel, change: WhatIf) -> pd.DataFrame:
             "part": parts["part"].to_numpy(),
             "role": parts["role"].to_numpy(),
             "kind": parts["kind"].to_numpy(),
+            "line": parts["line"].to_numpy(),
             "ms": parts["ms"].to_numpy(float),
         }
     )
+
+
+def _work_by_line(
+    parts: pd.DataFrame, model: StepModel, change: WhatIf, window_lines: pd.Series | None
+) -> pd.DataFrame:
+    """``parts`` (slot, part, role, kind, ms) with a ``line``: each slot's work split over the lines its
+    windows ran on, in proportion to their µs there; "" for every other part and for work no window
+    names a line of."""
+    parts = parts.assign(line="")
+    if window_lines is None or change.windows is None or not len(change.windows):
+        return parts
+    windows = change.windows.assign(slot=slot_of(change.windows, model.slots), line=window_lines.to_numpy())
+    windows = windows[(windows["slot"] >= 0) & windows["line"].astype(bool) & (windows["duration_us"] > 0)]
+    per_line = windows.groupby(["slot", "line"], as_index=False)["duration_us"].sum()
+    per_line["share"] = per_line["duration_us"] / per_line.groupby("slot")["duration_us"].transform("sum")
+    work = parts["part"].eq("work")
+    split = parts[work].drop(columns="line").merge(per_line[["slot", "line", "share"]], on="slot", how="left")
+    split["ms"] = split["ms"] * split["share"].fillna(1.0)
+    split = split.fillna({"line": ""}).drop(columns="share")
+    return pd.concat([parts[~work], split], ignore_index=True)
 
 
 def _part(slot: np.ndarray, part: str, role, kind, us: np.ndarray) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from npuprof.pipeline.stages.diagnostics.findings import (
     recoverable_together,
 )
 from npuprof.pipeline.stages.diagnostics.ledger import ledger_lines, step_ledger, unexplained_share
+from npuprof.pipeline.stages.diagnostics.ledger_credit import window_lines
 from npuprof.pipeline.stages.diagnostics.registry import detectors
 from npuprof.pipeline.stages.diagnostics.savings import replay_savings
 from npuprof.pipeline.stages.diagnostics.slow_card import peers_of, slow_card_diff
@@ -100,8 +101,10 @@ def _savings(inputs: DiagnosisContext, found: list, claims: list[dict], known: d
     Finding objects and ``claims`` their dicts in the same order; ``known`` those already replayed."""
     savings = dict(known)
     for finding, claim in zip(found, claims, strict=True):
-        if finding.what_if is not None and claim["claim_id"] not in savings:
-            savings[claim["claim_id"]] = replay_savings(inputs.step_model, finding.what_if)
+        change = finding.what_if
+        if change is not None and claim["claim_id"] not in savings:
+            lines = None if change.windows is None else window_lines(change.windows, inputs.blocks)
+            savings[claim["claim_id"]] = replay_savings(inputs.step_model, change, lines)
     return savings
 
 

@@ -65,7 +65,7 @@ def chain_claim(
     claim = {
         "rank_ids": ranks,
         "evidence_ids": operators["evidence_id"].tolist(),
-        **priced(inputs.step_model, close_windows(inputs.step_model, windows)),
+        **priced(inputs.step_model, close_windows(inputs.step_model, windows, kernels=True)),
     }
     values = {
         "saved_ms": float(per_step["saved_us"].mean()) / 1000.0,

@@ -199,5 +199,5 @@ def _finding(
         },
         limitations=[f"frequency samples {rows}: each holds until the next sample"],
         # the card at nominal clock: each throttled kernel loses its extra time, replayed
-        **priced(inputs.step_model, close_windows(inputs.step_model, extra)),
+        **priced(inputs.step_model, close_windows(inputs.step_model, extra, kernels=True)),
     )

@@ -130,7 +130,7 @@ def aicpu_exposed(inputs: DiagnosisContext) -> list[Finding]:
                 },
                 limitations=["masking is measured against AI core kernels on any stream of the same rank"],
                 # the op off the device's critical path: each instance's exposed part removed, replayed
-                **priced(inputs.step_model, close_windows(inputs.step_model, exposed)),
+                **priced(inputs.step_model, close_windows(inputs.step_model, exposed, kernels=True)),
             )
         )
     return findings

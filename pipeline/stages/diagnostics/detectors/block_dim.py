@@ -141,7 +141,7 @@ def block_dim_underuse(inputs: DiagnosisContext) -> list[Finding]:
         operators = inputs.operators[
             (inputs.operators["name"] == kernel.name) & inputs.operators["rank_id"].isin(ranks)
         ]
-        idle_removed = close_windows(inputs.step_model, calls.assign(duration_us=calls["idle_us"]))
+        idle_removed = close_windows(inputs.step_model, calls.assign(duration_us=calls["idle_us"]), kernels=True)
         findings.append(
             Finding(
                 finding_type=FINDING,

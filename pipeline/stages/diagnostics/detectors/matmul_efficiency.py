@@ -150,7 +150,7 @@ def operator_low_efficiency(inputs: DiagnosisContext) -> list[Finding]:
         if group["ms_per_step"].sum() < least_ms:
             continue
         mine = calls.merge(group[SHAPE_KEY], on=SHAPE_KEY, how="inner")
-        claim = priced(inputs.step_model, close_windows(inputs.step_model, mine))
+        claim = priced(inputs.step_model, close_windows(inputs.step_model, mine, kernels=True))
         findings.append(_finding(group, sorted(int(r) for r in mine["rank_id"].unique()), spec, claim))
     return findings
 
