@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import csv_formulas, io, schema
 
 
 class Analysis:
@@ -44,7 +44,7 @@ class Analysis:
             raise FileNotFoundError(
                 f"{path} is missing: run the {stage} stage (npuprof analyze ... --from-stage {stage})"
             )
-        return io.read_csv_view(path, dtype={column: str for column in text})
+        return csv_formulas.read_csv_view(path, dtype={column: str for column in text})
 
     def steps(self) -> pd.DataFrame:
         """One row per step and rank: step_id, complete, layer counts (forward / backward / recompute /
@@ -165,7 +165,7 @@ class Analysis:
         found = {name: self._view(view, "summarize") for name, view in tables.items()}
         found.update(
             {
-                name: io.read_csv_view(self.out_dir / v.file)
+                name: csv_formulas.read_csv_view(self.out_dir / v.file)
                 for name, v in optional.items()
                 if (self.out_dir / v.file).exists()
             }

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from conftest import run_cli
 
-from npuprof.pipeline import io
+from npuprof.pipeline import csv_formulas, io
 from npuprof.synth import generate
 
 FORMULAS = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0"]
@@ -47,10 +47,12 @@ def test_formula_safe_leaves_numbers_and_plain_text_alone():
     apostrophe, each on its own; nothing else changes."""
     leads = ["=1+1", "+1", "-x", "@SUM(1)", "\tcmd", "\r=1+1"]
     frame = pd.DataFrame({"name": [*leads, "MatMul", None], "value": [-1.5, 2.0, -3.0, 4.0, 5.0, 6.0, 7.0, 8.0]})
-    safe = io.formula_safe(frame)
+    safe = csv_formulas.formula_safe(frame)
     assert safe["name"].tolist()[:7] == [*("'" + lead for lead in leads), "MatMul"] and pd.isna(safe["name"][7])
     assert safe["value"].tolist() == [-1.5, 2.0, -3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
-    assert io.formula_safe(frame[["value"]]) is not None and frame["name"][0] == "=1+1"  # the input is not changed
+    assert frame["name"][0] == "=1+1"  # the input is not changed
+    numbers = frame[["value"]]
+    assert csv_formulas.formula_safe(numbers).equals(numbers)  # negative numbers are not text: left alone
 
 
 def test_a_csv_view_leads_formulas_in_every_text_column_kind_and_reads_back_raw(tmp_path):
@@ -69,5 +71,22 @@ def test_a_csv_view_leads_formulas_in_every_text_column_kind_and_reads_back_raw(
     assert [row[0] for row in rows[1:]] == ["'=1+1", "MatMul", "''+x", "", "'\rcmd"]
     assert [row[1] for row in rows[1:]] == ["'@a", "b", "'@a", "b", "c"] and rows[1][2] == "'-x"
     assert rows[1][3] == "-1.5"  # numbers are not formulas
-    back = io.read_csv_view(path)
+    back = csv_formulas.read_csv_view(path)
     assert back["name"].tolist()[:3] == names[:3] and back["kind"].tolist()[0] == "@a"
+
+
+def test_a_csv_view_leads_formulas_in_a_text_column_after_a_number_column(tmp_path):
+    path = io.write_csv(tmp_path / "view.csv", pd.DataFrame({"value": [1.5, 2.5], "name": ["=1+1", "ok"]}))
+    with open(path, newline="", encoding="utf-8") as handle:
+        assert list(csv.reader(handle))[1:] == [["1.5", "'=1+1"], ["2.5", "ok"]]
+
+
+def test_formula_safe_leads_formulas_in_a_column_of_texts_and_numbers():
+    safe = csv_formulas.formula_safe(pd.DataFrame({"mixed": [5, "@x", "ok"]}))
+    assert safe["mixed"].tolist() == [5, "'@x", "ok"]
+
+
+def test_reading_a_csv_view_back_takes_read_csv_options(tmp_path):
+    path = io.write_csv(tmp_path / "view.csv", pd.DataFrame({"name": ["=1+1", "x"], "value": [1, 2]}))
+    back = csv_formulas.read_csv_view(path, usecols=["name"])
+    assert list(back.columns) == ["name"] and back["name"].tolist() == ["=1+1", "x"]

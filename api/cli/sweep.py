@@ -97,12 +97,12 @@ def run_sweep(args: argparse.Namespace) -> int:
 def run_query(args: argparse.Namespace) -> int:
     import sys
 
-    from npuprof.pipeline import io
+    from npuprof.pipeline import csv_formulas, io
     from npuprof.pipeline.sweep.datasets import query
 
     result = query(Path(args.archive), args.sql)
     if args.csv:
-        io.write_with(Path(args.csv), lambda tmp: io.formula_safe(result).to_csv(tmp, index=False))
+        io.write_with(Path(args.csv), lambda tmp: csv_formulas.formula_safe(result).to_csv(tmp, index=False))
     sys.stderr.write(result.head(30).to_string(index=False, max_colwidth=60) + "\n")
     rows = json.loads(result.to_json(orient="records", date_format="iso"))
     print_json({"status": "ok", "row_count": len(result), "columns": list(result.columns), "rows": rows})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import csv_formulas, io, schema
 from npuprof.pipeline.compare.render import SOURCES
 from npuprof.pipeline.compare.run import compare_tables, structure
 from npuprof.pipeline.compare.sides import load_side
@@ -103,7 +103,7 @@ def compare_series(archive: str | Path, baseline: str, out_dir: str | Path) -> d
     rollup_path = archive / schema.SWEEP_ROLLUP
     if not rollup_path.exists():
         raise UsageError(f"{archive} is not a sweep archive ({schema.SWEEP_ROLLUP} is missing)")
-    rollup = io.read_csv_view(rollup_path)
+    rollup = csv_formulas.read_csv_view(rollup_path)
     base_row = _baseline_row(rollup, baseline)
     base_side = load_side(archive / base_row["slug"])
     series, extra = [], []

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import csv_formulas, io, schema
 from npuprof.pipeline.distinct import combined_codes
 from npuprof.pipeline.errors import UsageError
 from npuprof.pipeline.summaries.communication import SPLIT_SOURCES
@@ -52,7 +52,7 @@ class Side:
 
 def _csv(out_dir: Path, view: schema.CsvView) -> pd.DataFrame:
     path = out_dir / view.file
-    return io.read_csv_view(path) if path.exists() else pd.DataFrame(columns=list(view.columns))
+    return csv_formulas.read_csv_view(path) if path.exists() else pd.DataFrame(columns=list(view.columns))
 
 
 def _in_complete_steps(frame: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -143,7 +143,9 @@ def _operator_calls(out: Path, steps: pd.DataFrame) -> pd.DataFrame:
         dictionary=tuple(OPERATOR_KEY),
     )
     table = table.filter(pc.invert(pc.is_in(table["op_type"], pa.array(list(COMMUNICATION_OP_TYPES)))))
-    spans = io.read_csv_view(out / schema.STEP_SUMMARY.file, usecols=["rank_id", "step_ordinal", "start_ns", "end_ns"])
+    spans = csv_formulas.read_csv_view(
+        out / schema.STEP_SUMMARY.file, usecols=["rank_id", "step_ordinal", "start_ns", "end_ns"]
+    )
     spans = spans.merge(steps[["rank_id", "step_ordinal"]], on=["rank_id", "step_ordinal"])
     ranks = table["rank_id"].to_numpy()
     starts = table["start_ns"].to_numpy()

