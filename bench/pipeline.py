@@ -9,8 +9,10 @@ bench/normalize.py: the real Qwen3 rank's kernel rows tiled, kernel files only (
 communication files), kept to compare with earlier runs.
 
 Targets (issue: speed): normalize ≤ 1.5×, segment + classify together ≤ 1.5×, the whole analysis ≤ 5×
-the bare read; peak RSS of the process tree ≤ 1.5× the input bytes. Its peak PSS is printed beside it: the
-tree's physical memory, each page its forked workers share with the main process counted once.
+the bare read; peak RSS of the process tree ≤ 1.5× the input bytes it holds (the host traces, parsed as
+a stream, are left out of that denominator; the ratio over all input is printed beside it). Its peak PSS is
+printed too: the tree's physical memory, each page its forked workers share with the main process
+counted once.
 First the whole analysis as a user runs it (one ``npuprof analyze`` process and its workers, measured
 alone: every rank's stages in one worker, each table handed to the next stage in memory), then each
 stage alone (``--only-stage``, reading its inputs from disk) after the previous one, so its time is
@@ -35,7 +37,9 @@ from npuprof.pipeline.stages import STAGES  # noqa: E402
 from npuprof.synth import generate  # noqa: E402
 
 NPUPROF = [sys.executable, "-c", "import sys; from npuprof.api.cli import main; sys.exit(main())"]
-TARGETS = {"normalize": 1.5, "segment+classify": 1.5, "total": 5.0, "peak_rss_over_input": 1.5}
+TARGETS = {"normalize": 1.5, "segment+classify": 1.5, "total": 5.0, "peak_rss_over_held_input": 1.5}
+# read as a stream, never held whole: the host trace's bytes would flatter a ratio of memory over input
+STREAMED = ("trace_view.json",)
 
 
 def stage_seconds(root: Path, out: Path, jobs: int) -> tuple[dict[str, float], dict[str, int]]:
@@ -104,6 +108,8 @@ def _root_of(args) -> Path:
 def main() -> None:
     args, root, files = bench_root(__doc__, extra=_root_option, root_of=_root_of)
     input_bytes = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    streamed_bytes = sum(f.stat().st_size for f in root.rglob("*") if f.is_file() and f.name in STREAMED)
+    held_bytes = input_bytes - streamed_bytes  # what the analysis reads whole: the peak is measured on it
     kernel_bytes = sum(f.stat().st_size for f in files)
     bare_read_seconds(files)  # warm the page cache
     gc.collect()
@@ -122,7 +128,7 @@ def main() -> None:
         "normalize": ratios.get("normalize"),
         "segment+classify": round((seconds.get("segment", 0) + seconds.get("classify", 0)) / bare, 3),
         "total": round(total / bare, 3),
-        "peak_rss_over_input": round(peak / input_bytes, 3),
+        "peak_rss_over_held_input": round(peak / held_bytes, 3),
     }
     report = {
         "root": args.root,
@@ -130,6 +136,8 @@ def main() -> None:
         "ranks": args.ranks,
         "rows_per_rank": args.rows,
         "input_mb": round(input_bytes / 1e6, 1),
+        "streamed_input_mb": round(streamed_bytes / 1e6, 1),  # host traces, parsed as a stream
+        "peak_rss_over_input": round(peak / input_bytes, 3),
         "kernel_files_mb": round(kernel_bytes / 1e6, 1),
         "bare_read_s": round(bare, 3),
         "stage_s": seconds,

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from npuprof.knowledge import override_checks
+
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -26,6 +28,15 @@ class OverrideError(ValueError):
 def safe_load(text: str) -> Any:
     """``yaml.safe_load`` through libyaml when available: plain data only, never Python objects."""
     return yaml.load(text, Loader=SAFE_LOADER)  # the loader is a SafeLoader: no arbitrary objects
+
+
+def load_setting(text: str) -> Any:
+    """A ``--set`` value typed by a person: safe_load's data, refused (OverrideError) if it uses a YAML
+    alias (a few bytes of them expand to gigabytes)."""
+    try:
+        return override_checks.parsed(text, SAFE_LOADER)
+    except override_checks.UnsafeValue as exc:
+        raise OverrideError(str(exc)) from None
 
 
 # rules a re-asked analysis sets for a while (``overridden``): knowledge file name -> its patched copy,
@@ -62,6 +73,10 @@ def overridden(name: str, values: Mapping[str, Any]) -> Iterator[dict[str, Any]]
         same = isinstance(value, number) and isinstance(old, number) and not isinstance(value, bool)
         if not same and type(value) is not type(old):
             raise OverrideError(f"{name}.yaml {dotted} is {type(old).__name__} {old!r}, not {type(value).__name__}")
+        try:
+            override_checks.check(dotted, old, value)
+        except override_checks.UnsafeValue as exc:
+            raise OverrideError(f"{name}.yaml {exc}") from None
         node[last] = value
     previous, previous_values = _OVERRIDDEN.get(name), _OVERRIDE_VALUES.get(name, {})
     _OVERRIDDEN[name], _OVERRIDE_VALUES[name] = patched, {**previous_values, **values}

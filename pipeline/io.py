@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,21 +51,21 @@ def duckdb_connection(**settings: object) -> duckdb.DuckDBPyConnection:
     return connection
 
 
-def _tmp_path(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{os.getpid()}.tmp")
-
-
 def write_with(target: Path, writer: Callable[[Path], None]) -> Path:
-    """Run ``writer(tmp)`` and rename tmp onto ``target``; the temp file is removed on failure."""
+    """Run ``writer(tmp)`` and rename tmp onto ``target``; the temp file is removed on failure.
+
+    ``tmp`` has ``target``'s name inside a new private dir beside it (``mkdtemp``: a random name, created
+    exclusively, mode 0700): a link planted at a name someone could guess (once ``.<name>.<pid>.tmp``) is
+    never written through, and the writer sees the target's own suffix."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_path(target)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = scratch / target.name
     try:
         writer(tmp)
         os.replace(tmp, target)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        shutil.rmtree(scratch, ignore_errors=True)
     return target
 
 

@@ -132,3 +132,15 @@ def test_a_file_the_typed_reader_refuses_is_judged_by_the_checked_reader(real_fi
             assert isinstance(outcome, pd.DataFrame) and len(outcome), (label, outcome)
         else:  # one line naming the file
             assert isinstance(outcome, str) and name in outcome and "\n" not in outcome, (label, outcome)
+
+
+@pytest.mark.parametrize("name", sorted(READERS))
+def test_a_file_nested_a_thousand_levels_deep_is_bad_input_not_a_crash(tmp_path, name):
+    """Issue 71: 1,000 nested objects (6 KB) beside the ops made the typed decoder raise RecursionError,
+    an internal error that failed the root; both readers now refuse the file as bad input, by name."""
+    deep = '{"x":' * 1000 + "{}" + "}" * 1000
+    path = tmp_path / name
+    path.write_text('{"step1": {"collective": {}, "p2p": {}}, "deep": ' + deep + "}")
+    for reader in READERS[name]:
+        with pytest.raises(BadInput, match="nested too deeply"):
+            reader(path)

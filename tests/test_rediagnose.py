@@ -108,6 +108,44 @@ def test_a_rule_the_file_does_not_hold_is_a_usage_error(slow_rank, setting, says
     assert len(run.stderr.strip().splitlines()) == 1
 
 
+# issue 71: each of these ran before Dec 7 — a 744 MB string, an object's docstring in the report, a
+# 2 GB alias expansion, a KeyError traceback, a threshold no comparison passes, a made-up severity
+# nine levels of nine references each: 9^9 (387 M) strings when expanded
+ALIAS_BOMB = (
+    "{a: &a [x,x,x,x,x,x,x,x,x], "
+    + ", ".join(f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi"))
+    + "}"
+)
+HOSTILE_SETTINGS = [
+    (f"{SLOW}.text=x {{wait_ms:>600000000}}", "not a format this text takes"),
+    (f"{SLOW}.text=x {{wait_ms.__class__.__doc__}}", "not a placeholder by name"),
+    (f"{SLOW}.text=x {{wait_ms!r}}", "not a placeholder by name"),
+    (f"{SLOW}.text=x {{no_such_value}}", "may use the placeholders its text uses"),
+    (f"{SLOW}.text=x {{", "not a text template"),
+    (f"{SLOW}.dixon_q_critical={{}}", "may not drop what the rule holds"),
+    (f"{SLOW}.robust_z_min=.nan", "must be a finite number"),
+    (f"{SLOW}.robust_z_min=.inf", "must be a finite number"),
+    (f"{SLOW}.severity=catastrophic", "must be one of high, medium, low"),
+    (f"{SLOW}.dixon_q_critical=" + ALIAS_BOMB, "YAML aliases are not taken"),
+]
+
+
+@pytest.mark.parametrize(("setting", "says"), HOSTILE_SETTINGS)
+def test_a_setting_that_would_blow_up_or_leak_is_a_usage_error(slow_rank, setting, says):
+    _, out, _ = slow_rank
+    run = run_cli("diagnose", str(out), "--set", setting, "--dry-run")
+    assert run.returncode == 2 and says in run.stderr, run.stderr[-2000:]
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_reworded_text_with_its_own_placeholders_and_formats_is_taken(slow_rank):
+    _, out, _ = slow_rank
+    setting = f"{SLOW}.text=rank {{rank}} is late, the others wait {{wait_ms:>8.1f}} ms"
+    run = run_cli("diagnose", str(out), "--set", setting, "--dry-run", "--json")
+    assert run.returncode == 0, run.stderr
+    assert "rank 2 is late, the others wait" in run.stdout
+
+
 def test_an_unknown_detector_and_a_dir_that_is_no_analysis_are_usage_errors(slow_rank, tmp_path):
     _, out, _ = slow_rank
     run = run_cli("diagnose", str(out), "--detector", "slow_ranks", "--dry-run")

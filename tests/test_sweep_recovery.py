@@ -120,3 +120,16 @@ def _die_holding(work: str) -> None:
 
     with recovery.root_lock(Path(work)):
         os.kill(os.getpid(), 9)
+
+
+def test_a_link_planted_at_a_roots_work_dir_is_replaced_not_followed(tmp_path):
+    """The service's work dir is ``.<slug>.work-<key>`` beside the root's output (the key derives from
+    the root): a link planted there is removed and the dir made anew, so nothing lands in its target."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    work, final = tmp_path / ".root_a.work-abc", tmp_path / "root_a"
+    work.symlink_to(victim)
+    recovery.mark_work_dir(work, final, "abc")
+    assert list(victim.iterdir()) == []
+    assert not work.is_symlink() and (work / recovery.MARKERS / recovery.WORK_MARKER).is_file()
+    recovery.check_work_dir(work, final)  # the plan's own dir: accepted

@@ -47,6 +47,44 @@ def test_paths_that_leave_the_served_storage_are_refused(served, tmp_path, name,
         storage.require_served([path], "a test")
 
 
+def record_of(archive, **root) -> dict:
+    """A sweep's record as the plan writes it to Redis: one root with its slug, key and dirs."""
+    entry = {"root": "/data/r", "slug": "r-1234abcd", "key": "k1"}
+    entry.update(final_dir=str(archive / entry["slug"]), work_dir=str(archive / ".r-1234abcd.work-k1"))
+    return {"archive": str(archive), "roots": [{**entry, **root}]}
+
+
+def test_a_sweep_record_that_keeps_its_roots_in_the_archive_passes(served):
+    archive = served / "archive"
+    storage.require_sweep_record(record_of(archive))
+    odd = "..hidden-1234abcd"  # a root named ..hidden: an odd name, but one dir in the archive
+    dirs = {"final_dir": str(archive / odd), "work_dir": str(archive / f".{odd}.work-k1")}
+    storage.require_sweep_record(record_of(archive, slug=odd, **dirs))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"slug": "../../../../base_out"},  # issue 71: the merge read and wrote outside the storage
+        {"slug": ".."},
+        {"slug": "a/b"},
+        {"slug": "r\x00x"},
+        {"final_dir": "/elsewhere/r-1234abcd"},
+        {"work_dir": "/elsewhere/.r-1234abcd.work-k1"},
+    ],
+)
+def test_a_sweep_record_naming_a_root_dir_outside_its_archive_is_refused(served, edit):
+    """The record in Redis is not signed: anyone who can write to Redis can edit it; the merge (a
+    signed task) checks it before it reads or writes a root's dir."""
+    with pytest.raises(storage.OutsideStorage, match="refused the sweep's merge"):
+        storage.require_sweep_record(record_of(served / "archive", **edit))
+
+
+def test_a_sweep_record_of_an_archive_outside_the_storage_is_refused(served, tmp_path):
+    with pytest.raises(storage.OutsideStorage, match="outside the storage"):
+        storage.require_sweep_record(record_of(tmp_path / "other"))
+
+
 def test_a_worker_with_no_storage_refuses_every_path(monkeypatch):
     monkeypatch.setenv("NPUPROF_STORAGE_ROOTS", "")
     monkeypatch.setenv("NPUPROF_STORAGE_MAP", "")

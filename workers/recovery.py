@@ -36,7 +36,10 @@ class NotOurWorkDir(UsageError):
 
 def mark_work_dir(work: Path, final: Path, key: str) -> None:
     """Make ``work`` as the plan of one root (its output dir ``final``), with the marker that lets the
-    rank and reduce tasks act on it: a task message alone (a crafted one, say) can name no other dir."""
+    rank and reduce tasks act on it: a task message alone (a crafted one, say) can name no other dir. A
+    link planted at its name (derived from the root) is removed, never followed."""
+    if work.is_symlink():
+        work.unlink()
     (work / MARKERS).mkdir(parents=True, exist_ok=True)
     io.write_json(work / MARKERS / WORK_MARKER, {"final_dir": str(final), "key": key})
 

@@ -61,3 +61,19 @@ def inputs_paths(inputs: dict) -> list[str | None]:
         raise OutsideStorage("refused a reduce task: its inputs name no ranks")
     paths = [inputs.get("root"), inputs.get("requested_path"), inputs.get("collection_manifest")]
     return paths + [path for rank in inputs["ranks"] for path in rank_paths(rank)]
+
+
+def require_sweep_record(record: dict) -> None:
+    """Raise OutsideStorage unless a sweep's record (read back from Redis, which anyone who reaches it can
+    write) keeps every root inside its archive: the archive served, each root's slug one plain name (no
+    separator, not ``.`` or ``..``), its output and work dirs the ones a plan makes there."""
+    require_served([record.get("archive")], "the sweep's merge")
+    archive = Path(os.path.realpath(str(record["archive"])))
+    for entry in record.get("roots", []):
+        slug = entry.get("slug") if isinstance(entry, dict) else None
+        if not isinstance(slug, str) or slug in ("", ".", "..") or "/" in slug or "\x00" in slug:
+            raise OutsideStorage(f"refused the sweep's merge: its record names a root dir {slug!r} outside {archive}")
+        planned = {"final_dir": archive / slug, "work_dir": archive / f".{slug}.work-{entry.get('key')}"}
+        for field, path in planned.items():
+            if field in entry and Path(os.path.realpath(str(entry[field]))) != path:
+                raise OutsideStorage(f"refused the sweep's merge: its record puts {slug}'s {field} at {entry[field]}")

@@ -339,7 +339,7 @@ def merge_sweep_task(self, sweep_id: str, generation: int = 0) -> dict:
     record = records.load(sweep_id)
     if record is None or record.get("state") in records.FINISHED:  # a duplicate, or a cancelled sweep
         return {"status": record.get("state") if record else "forgotten"}
-    storage.require_served([record["archive"]], "the sweep's merge")
+    storage.require_sweep_record(record)
     archive = Path(record["archive"])
     not_written = {lost["root"]: lost for lost in record.get("roots_not_written", [])}
     if self.request.retries % settings.supervise_seconds() == 0:

@@ -169,7 +169,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise UsageError(f"npuprof diagnose --set {item!r}: give KEY=VALUE (slow_rank_suspected.robust_z_min=3)")
         try:
-            settings[key.strip()] = knowledge.safe_load(value)
+            settings[key.strip()] = knowledge.load_setting(value)
+        except knowledge.OverrideError as exc:
+            raise UsageError(f"npuprof diagnose --set {item!r}: {exc}") from None
         except Exception as exc:  # the YAML parser's own errors: one line is enough
             raise UsageError(f"npuprof diagnose --set {item!r}: VALUE is not YAML ({type(exc).__name__})") from None
     if args.dry_run and args.output:

@@ -87,8 +87,8 @@ def _typed(path: Path, decoder: msgspec.json.Decoder) -> dict[int | None, Any] |
     """{step id: its decoded scopes}, or None when the typed decoder (or a step key) refuses the file."""
     try:
         decoded = decoder.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None  # nested deeper than the decoder goes, too: the checked reader names what is wrong
     steps = {}
     for key, value in decoded.items():
         match = _STEP.match(key)

@@ -35,7 +35,10 @@ def analyze_into(root: str, final_dir: str, options: dict) -> dict:
     """
     final = Path(final_dir)
     work = final.with_name(f".{final.name}.work-{os.getpid()}")
+    if work.is_symlink():  # planted at a name one can guess: removed, never written through
+        work.unlink()
     shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()  # exclusively: a link planted since is refused, not followed
     started = time.perf_counter()
     try:
         analyze(root, work, options=AnalyzeOptions.from_dict(options), jobs=1)
