@@ -173,9 +173,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "write-in-place",
         "an artifact is written straight onto its name: a failed write leaves a half file looking complete",
         "pipeline/io.py",
-        "    tmp = _tmp_path(target)\n    try:",
-        "    tmp = target\n    try:",
-        ("tests/test_reliability.py",),
+        "    tmp = scratch / target.name\n",
+        "    tmp = target\n",
+        ("tests/test_links_in_outputs.py::test_a_failed_write_leaves_neither_the_artifact_nor_its_scratch_dir",),
     ),
     Mutation(
         "idle-capture-much-stricter",
