@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
 
+from npuprof import knowledge
 from npuprof.api import Analysis
 from npuprof.pipeline import schema
 from npuprof.pipeline.runner import analyze
@@ -131,7 +133,16 @@ HOSTILE_SETTINGS = [
 
 
 @pytest.mark.parametrize(("setting", "says"), HOSTILE_SETTINGS)
-def test_a_setting_that_would_blow_up_or_leak_is_a_usage_error(slow_rank, setting, says):
+def test_a_setting_that_would_blow_up_or_leak_is_refused(setting, says):
+    """The checks --set goes through (knowledge.load_setting, then overridden), in process."""
+    key, _, text = setting.partition("=")
+    with pytest.raises(knowledge.OverrideError, match=re.escape(says)):
+        with knowledge.overridden("diagnosis_rules", {f"findings.{key}": knowledge.load_setting(text)}):
+            pass
+
+
+@pytest.mark.parametrize(("setting", "says"), [HOSTILE_SETTINGS[0], HOSTILE_SETTINGS[-1]])
+def test_a_refused_setting_is_a_one_line_usage_error(slow_rank, setting, says):
     _, out, _ = slow_rank
     run = run_cli("diagnose", str(out), "--set", setting, "--dry-run")
     assert run.returncode == 2 and says in run.stderr, run.stderr[-2000:]
