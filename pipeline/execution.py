@@ -8,7 +8,6 @@ and returns a small manifest dict. A stage's manifest is written last: it marks 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 import time
@@ -31,22 +30,11 @@ from npuprof.pipeline.stages import stage
 from npuprof.pipeline.stages.base import RankContext, RootContext, Stage, StageResult
 
 
-def _remove(path: Path) -> None:
-    """Remove an artifact; a link where one should be is removed itself, never followed (an --overwrite
-    must not delete or write into whatever the link names)."""
-    if path.is_symlink():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
-
-
 def clear_stage_outputs(out_dir: Path, current: Stage) -> None:
     """Un-mark a stage (manifest first, so a crash never leaves it looking complete), then drop its artifacts."""
-    _remove(out_dir / current.manifest_name)
+    io.remove(out_dir / current.manifest_name)
     for path in current.owned_paths:
-        _remove(out_dir / path)
+        io.remove(out_dir / path)
 
 
 def write_result(

@@ -69,6 +69,17 @@ def write_with(target: Path, writer: Callable[[Path], None]) -> Path:
     return target
 
 
+def remove(path: Path) -> None:
+    """Remove an artifact or a dir; a link where one should be is removed itself, never followed (an
+    --overwrite, or a work dir made at a name one can guess, must not delete or write into what it names)."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
 def unlinked_destination(base: Path, relative: str | Path) -> Path:
     """``base / relative`` for a write that must land there: BadInput when a dir on the way below
     ``base`` is a link (writing through it would put the file wherever the link points). The file

@@ -35,9 +35,7 @@ def analyze_into(root: str, final_dir: str, options: dict) -> dict:
     """
     final = Path(final_dir)
     work = final.with_name(f".{final.name}.work-{os.getpid()}")
-    if work.is_symlink():  # planted at a name one can guess: removed, never written through
-        work.unlink()
-    shutil.rmtree(work, ignore_errors=True)
+    io.remove(work)  # a link planted at a name one can guess is removed, never written through
     work.mkdir()  # exclusively: a link planted since is refused, not followed
     started = time.perf_counter()
     try:

@@ -121,10 +121,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "window-before-its-block",
-        "a kernel at its block's first µs is booked outside the block",
-        "pipeline/stages/diagnostics/ledger_credit.py",
-        'at = np.searchsorted(own["start_us"].to_numpy(float), starts, side="right") - 1',
-        'at = np.searchsorted(own["start_us"].to_numpy(float), starts, side="left") - 1',
+        "a kernel at its block's first µs is booked outside the block (and an event at a step's first µs outside it)",
+        "pipeline/stages/diagnostics/retiming.py",
+        'at = np.searchsorted(own["start_us"].to_numpy(), starts[mask], side="right") - 1',
+        'at = np.searchsorted(own["start_us"].to_numpy(), starts[mask], side="left") - 1',
         ("tests/test_ledger_credit.py::test_a_kernel_window_is_booked_on_the_block_it_starts_in",),
     ),
     Mutation(

@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.distinct import map_distinct
+from npuprof.pipeline.stages.diagnostics.retiming import slot_of
 from npuprof.pipeline.stages.diagnostics.savings import SAVING_COLUMNS, UNKNOWN_ROLE
 
 KEYS = ["rank_id", "step_ordinal"]
@@ -54,17 +56,12 @@ def window_lines(windows: pd.DataFrame, blocks: pd.DataFrame) -> pd.Series:
     "compute <block kind>" for the block (``blocks``: block_segments' rank_id, block_kind, start_us,
     end_us) it starts in, else "compute outside blocks" (summarize's split, ``compute_by_block``)."""
     outside = knowledge.load("summary_rules")["compute_outside_blocks"]
-    kind = pd.Series(outside, index=windows.index, dtype=object)
-    for rank, own in blocks.dropna(subset=["start_us", "end_us"]).groupby("rank_id"):  # a loop over ranks
-        own = own.sort_values("start_us")
-        mine = (windows["rank_id"] == rank).to_numpy()
-        starts = windows["start_us"].to_numpy(float)[mine]
-        at = np.searchsorted(own["start_us"].to_numpy(float), starts, side="right") - 1
-        inside = (at >= 0) & (starts <= own["end_us"].to_numpy(float)[np.clip(at, 0, None)])
-        found = own["block_kind"].astype(object).fillna(outside).to_numpy()[np.clip(at, 0, None)]
-        kind.iloc[np.flatnonzero(mine)[inside]] = found[inside]
+    spans = blocks.dropna(subset=["start_us", "end_us"]).sort_values(["rank_id", "start_us"], ignore_index=True)
+    # the block each window starts in, as a step is found for an event (-1: none, the appended "outside")
+    kinds = np.append(spans["block_kind"].astype(object).fillna(outside).to_numpy(), outside)
+    kind = pd.Series(kinds[slot_of(windows, spans)], index=windows.index)
     compute = knowledge.load("ledger_rules")["lines"]["compute"]
-    return kind.map(lambda component: compute.format(component=component))
+    return pd.Series(map_distinct(kind, lambda component: compute.format(component=component)), index=windows.index)
 
 
 def line_table(lines: pd.DataFrame) -> pd.DataFrame:

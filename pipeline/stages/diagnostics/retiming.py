@@ -101,7 +101,7 @@ class WhatIf:
     gap_cut_us: np.ndarray
     tail_cut_us: np.ndarray
     transit_us: np.ndarray
-    windows: pd.DataFrame | None = None  # kernel windows close_windows cut: the ledger books them by block
+    windows: pd.DataFrame | None = None  # kernel windows close_windows cut, with their slot: booked by block
 
     @classmethod
     def none(cls, model: StepModel) -> "WhatIf":
@@ -300,8 +300,8 @@ def close_windows(model: StepModel, windows: pd.DataFrame, kernels: bool = False
     change = WhatIf.none(model)
     if model.empty or windows.empty:
         return change
-    change.windows = windows[["rank_id", "start_us", "duration_us"]].reset_index(drop=True) if kernels else None
-    slot = slot_of(windows, model.slots)
+    slot = slot_of(windows, model.slots)  # kept with kernel windows: savings splits each slot's work by them
+    change.windows = windows[["rank_id", "start_us", "duration_us"]].assign(slot=slot) if kernels else None
     cut = windows["duration_us"].to_numpy(float)
     hit = np.zeros(len(windows), dtype=bool)
     if len(model.rows):

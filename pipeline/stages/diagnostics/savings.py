@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, replay_parts, slot_of
+from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, replay_parts
 
 # work: local compute and idle (before a collective, or the tail); wait: a member's wait at a blocking
 # collective for its last member; transit: a blocking collective's transit; stream: the communication
@@ -69,7 +69,7 @@ def replay_savings(model: StepModel, change: WhatIf, window_lines: pd.Series | N
     removed = np.bincount(parts["slot"].to_numpy(np.int64), weights=shrank.to_numpy(), minlength=slot_count)
     scale = np.where(removed > 0, np.clip(net, 0.0, None) / np.where(removed > 0, removed, 1.0), 0.0)
     parts["ms"] = shrank.to_numpy() * scale[parts["slot"].to_numpy(np.int64)] / 1000.0
-    parts = _work_by_line(parts[parts["ms"] > 1e-9], model, change, window_lines)
+    parts = _work_by_line(parts[parts["ms"] > 1e-9], change, window_lines)
     at = parts["slot"].to_numpy(np.int64)
     return pd.DataFrame(
         {
@@ -84,16 +84,14 @@ def replay_savings(model: StepModel, change: WhatIf, window_lines: pd.Series | N
     )
 
 
-def _work_by_line(
-    parts: pd.DataFrame, model: StepModel, change: WhatIf, window_lines: pd.Series | None
-) -> pd.DataFrame:
+def _work_by_line(parts: pd.DataFrame, change: WhatIf, window_lines: pd.Series | None) -> pd.DataFrame:
     """``parts`` (slot, part, role, kind, ms) with a ``line``: each slot's work split over the lines its
     windows ran on, in proportion to their µs there; "" for every other part and for work no window
     names a line of."""
     parts = parts.assign(line="")
     if window_lines is None or change.windows is None or not len(change.windows):
         return parts
-    windows = change.windows.assign(slot=slot_of(change.windows, model.slots), line=window_lines.to_numpy())
+    windows = change.windows.assign(line=window_lines.to_numpy())
     windows = windows[(windows["slot"] >= 0) & windows["line"].astype(bool) & (windows["duration_us"] > 0)]
     per_line = windows.groupby(["slot", "line"], as_index=False)["duration_us"].sum()
     per_line["share"] = per_line["duration_us"] / per_line.groupby("slot")["duration_us"].transform("sum")
