@@ -10,7 +10,7 @@ import hashlib
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,9 @@ def submit(
 
     roots = [str(Path(s).resolve()) for s in search_roots]
     archive = str(Path(archive).resolve())
+    # the workers read the files options name from the shared storage, never from this client's cwd
+    named = {k: str(Path(v).resolve()) for k in ("model_config", "hardware_profile") if (v := getattr(options, k))}
+    options = replace(options, **named)
     sweep_id = sweep_id_for(roots, archive, options)
     existing = records.load(sweep_id, conn.url)
     if existing and existing.get("state") in records.ACTIVE:

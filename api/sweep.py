@@ -8,7 +8,8 @@ import pandas as pd
 
 from npuprof.api.analysis import Analysis
 from npuprof.pipeline import schema
-from npuprof.pipeline.sweep.datasets import DATASETS, query, read_dataset
+from npuprof.pipeline.sweep.datasets import DATASETS, read_dataset
+from npuprof.pipeline.sweep.sql_query import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, query
 
 
 class Sweep:
@@ -53,9 +54,13 @@ class Sweep:
         """The change points of each cohort's series (step wall and its top classes)."""
         return self.table("trends")
 
-    def query(self, sql: str) -> pd.DataFrame:
-        """DuckDB SQL over the datasets, each a view of its name (``SELECT * FROM roots``)."""
-        return query(self.archive, sql)
+    def query(
+        self, sql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB
+    ) -> pd.DataFrame:
+        """DuckDB SQL over the datasets, each a view of its name (``SELECT * FROM roots``): queries only,
+        reading the datasets only, within ``timeout_s`` seconds and ``memory_mb`` MB (a UsageError past
+        either)."""
+        return query(self.archive, sql, timeout_s=timeout_s, memory_mb=memory_mb)
 
     def analysis(self, root: str) -> Analysis:
         """The outputs of one root of the sweep: by its slug (the ``slug`` column of every table), its

@@ -1,7 +1,7 @@
 """Make a host an npuprof worker: upload the wheel, install it in a venv, run the worker, check it answers.
 
 Everything lives in one install dir on the host (default ``~/.local/share/npuprof-worker``):
-``wheels/``, ``venv/``, ``worker.env`` (0600: the broker URL), ``worker.sh``, ``supervise.sh``,
+``wheels/``, ``venv/``, ``broker_url`` (0600: the broker URL), ``worker.env`` (0600), ``worker.sh``, ``supervise.sh``,
 ``run/`` (pids), ``log/`` and ``deployed.json`` (what is deployed, without the password). The
 worker runs as the connecting user: a systemd user unit where ``systemctl --user`` works, else
 ``supervise.sh`` under ``setsid``; nothing is ever run with sudo. Deploying what is already
@@ -167,7 +167,9 @@ def _env_file(settings: WorkerSettings, worker: str, layout: Layout) -> str:
         remote = (signing.KEY_FILE, signing.CERT_FILE, signing.STORE_DIR)
         signing_env = {name: layout.path(f"signing/{file}") for name, file in zip(signing.SIGNING_ENV, remote)}
     values = {
-        "NPUPROF_BROKER_URL": settings.broker,
+        # the URL stays in its own 0600 file: the worker and the pool children it forks to analyze
+        # untrusted captures get its path in their environment, never the password
+        "NPUPROF_BROKER_URL_FILE": layout.path("broker_url"),
         "NPUPROF_QUEUES": ",".join(settings.queues),
         "NPUPROF_WORKER_NAME": worker,
         "NPUPROF_CONCURRENCY": str(settings.concurrency or ""),
@@ -203,6 +205,7 @@ def _install(session: Session, layout: Layout, settings: WorkerSettings, wheel: 
         for name, data in _signing_files(settings.signing_dir).items():
             session.write(layout.path(f"signing/{name}"), data, mode=0o600 if name == KEY_FILE else 0o644)
     env = _env_file(settings, f"{layout.worker_name}@%h", layout)
+    session.write(layout.path("broker_url"), settings.broker + "\n", mode=0o600)
     session.write(layout.path("worker.env"), env, mode=0o600)
     session.write(layout.path("worker.sh"), _template("worker.sh"), mode=0o755)
     session.write(layout.path("supervise.sh"), _template("supervise.sh"), mode=0o755)

@@ -161,12 +161,13 @@ class Session:
             return False
 
     def makedirs(self, path: str) -> None:
-        """``mkdir -p`` over SFTP (no shell)."""
+        """``mkdir -p`` over SFTP (no shell); new dirs 0755 (a signing store others could write would trust
+        whatever certificate they add)."""
         current = "/" if path.startswith("/") else ""
         for part in [p for p in path.split("/") if p]:
             current = f"{current}{part}" if current in ("", "/") else f"{current}/{part}"
             if not self.exists(current):
-                self.sftp.mkdir(current)
+                self.sftp.mkdir(current, mode=0o755)
 
     def write(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
         """Write ``path`` atomically (temp name, chmod, rename) with ``mode`` set before any byte is there."""

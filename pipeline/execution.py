@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from npuprof.pipeline import __version__, io
-from npuprof.pipeline.errors import NoSpace, NpuprofError, StageFailed, no_space
+from npuprof.pipeline.errors import BadInput, NoSpace, NpuprofError, StageFailed, no_space
 from npuprof.pipeline.memory import check_rank_fits, rank_input_bytes, ranks_at_once
 from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.pools import stop_now, stopping_pool
@@ -138,6 +138,13 @@ def guard(stage_name: str, rank_id: int | None, fn: Callable[..., Any], *args: A
         raise
     except NpuprofError as exc:
         raise StageFailed(phase, exc) from exc
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        if exc.filename is None:
+            raise StageFailed(phase, _internal(exc)) from exc
+        # a file found at discovery and gone by the time a stage opens it (moved, deleted, a rank dir
+        # swapped): the input changed under the run, not a bug
+        vanished = BadInput(os.fsdecode(exc.filename), "vanished while npuprof read it (no such file)")
+        raise StageFailed(phase, vanished) from None
     except OSError as exc:
         if not no_space(exc):
             raise StageFailed(phase, _internal(exc)) from exc

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import pandas as pd
 
+from npuprof.pipeline.terminal_text import printable
+
 MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"})
 
 
 def cell(value: object) -> str:
-    """``value`` as inert markdown text: one line, markdown and HTML characters escaped."""
+    """``value`` as inert markdown text: one line, markdown and HTML characters escaped, and control
+    characters (a kernel name's terminal escapes, a bidi override) shown as their escapes: report.md is
+    read with ``cat`` as often as rendered."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return "–"
     if isinstance(value, float):
         return f"{int(value):,}" if value.is_integer() else f"{value:,.3f}"
-    return " ".join(str(value).split()).translate(MD_SPECIAL)
+    return printable(" ".join(str(value).split())).translate(MD_SPECIAL)
 
 
 def code(value: object) -> str:
-    """``value`` as an inline code span (backticks inside it replaced, one line)."""
-    return "`" + " ".join(str(value).split()).replace("`", "'") + "`"
+    """``value`` as an inline code span (backticks inside it replaced, one line, control characters as
+    their escapes)."""
+    return "`" + printable(" ".join(str(value).split())).replace("`", "'") + "`"
 
 
 def table(frame: pd.DataFrame, columns: list[str], limit: int = 20) -> str:

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 # C0 controls, DEL and C1 controls, each shown as its \\xNN escape
 _CONTROLS = {code: f"\\x{code:02x}" for code in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
+# the bidirectional controls (a U+202E in a kernel name shows the rest of the line reversed, so text
+# reads other than it is), each shown as its \\uNNNN escape
+BIDI_CONTROLS = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_CONTROLS.update({code: f"\\u{code:04x}" for code in BIDI_CONTROLS})
 
 
 def printable(text: object) -> str:

@@ -40,9 +40,10 @@ def _session_pids(session: int) -> list[int]:
     return found
 
 
-def _start_sweep(captures: Path, archive: Path) -> subprocess.Popen:
+def _start_sweep(captures: Path, archive: Path, *extra: str) -> subprocess.Popen:
     exe = shutil.which("npuprof") or str(Path(sys.executable).with_name("npuprof"))
     command = [exe, "sweep", "--search-root", str(captures), "-o", str(archive), "--jobs", "2", "--progress", "none"]
+    command += extra
     # as from a terminal: a shell without job control starts background commands with SIGINT ignored
     return subprocess.Popen(
         command,
@@ -98,7 +99,7 @@ def test_a_killed_sweep_takes_its_pool_with_it(captures, tmp_path):
         time.sleep(0.2)
     assert _session_pids(sweep.pid) == [], "the forkserver or pool processes outlived a killed sweep"
     (archive / f".captures0__root_09-x.work-{sweep.pid}").mkdir()  # what a root in flight leaves
-    again = _start_sweep(captures, archive)
+    again = _start_sweep(captures, archive, "--limit", "1")  # the next sweep clears work dirs as it starts
     _, err = again.communicate(timeout=120)
     assert again.returncode == 0, err
     assert not [p.name for p in archive.iterdir() if ".work-" in p.name], "a killed sweep's work dir stayed"

@@ -50,17 +50,13 @@ def test_every_rule_has_an_id_and_a_clause():
         assert clauses & set(rule), rule["id"]
 
 
-def test_block_kinds_layer_roles_and_anomaly_tags_are_declared(tmp_path):
+@pytest.mark.xdist_group("planted")  # shares planted_outputs
+def test_block_kinds_layer_roles_and_anomaly_tags_are_declared(planted_outputs):
     import pandas as pd
-
-    from npuprof.pipeline.runner import analyze
-    from npuprof.synth import generate
 
     conventions = knowledge.load("semantic_conventions")
     for scenario in ("mixed", "partial_capture"):
-        root = generate(tmp_path / f"{scenario}_root", scenario)["root"]
-        out = tmp_path / f"{scenario}_out"
-        analyze(root, out, jobs=1)
+        _, out = planted_outputs[scenario]
         blocks = pd.read_csv(out / "block_summary.csv")
         layers = pd.read_csv(out / "layer_summary.csv")
         steps = pd.read_csv(out / "step_anomalies.csv")

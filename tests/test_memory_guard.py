@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 
 import pytest
-from conftest import run_cli
+from conftest import PYTORCH_DATA, copy_sample, run_cli
 
 from npuprof.pipeline import memory, schema
 from npuprof.pipeline.errors import EXIT_NO_MEMORY, NotEnoughMemory
 from npuprof.pipeline.sources.discovery import discover
+from npuprof.pipeline.sources.profiler_db import DB_TEXT_CAP, repeated_text_bytes
 from npuprof.synth import generate
 
 
@@ -66,3 +68,20 @@ def test_fewer_ranks_run_at_once_when_memory_holds_no_more():
     assert memory.ranks_at_once([10**8, 3 * 10**9, 10**8, 10**8], 4, available=int(15.6e9)) == 2
     assert memory.ranks_at_once([10**8, 3 * 10**9, 10**8, 10**8], 4, available=int(16.6e9)) == 4
     assert memory.ranks_at_once(sizes, 4, available=None) == 4  # nothing says: as many as asked
+
+
+def test_the_db_strings_a_rank_repeats_count_its_collectives_names_too(tmp_path):
+    """A long STRING_IDS value named by every COMMUNICATION_OP row is copied into each row's name as the
+    kernels' are: the guard counts it (it counted the kernels' columns only, 0.37 MB of a 3.8 GB peak)."""
+    root = copy_sample(PYTORCH_DATA / "db" / "level0", tmp_path / "root")
+    db = next(root.rglob("ascend_pytorch_profiler_0.db"))
+    before = repeated_text_bytes(db)
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT count(*) FROM COMMUNICATION_OP").fetchone()[0]
+        old = con.execute("SELECT sum(length(s.value)) FROM COMMUNICATION_OP o JOIN STRING_IDS s ON s.id = o.opName")
+        old_bytes = old.fetchone()[0] or 0
+        big = con.execute("SELECT max(id) + 1 FROM STRING_IDS").fetchone()[0]
+        con.execute("INSERT INTO STRING_IDS (id, value) VALUES (?, ?)", (big, "x" * (DB_TEXT_CAP - 1)))
+        con.execute("UPDATE COMMUNICATION_OP SET opName = ?", (big,))
+    assert rows > 0
+    assert repeated_text_bytes(db) - before == rows * (DB_TEXT_CAP - 1) - old_bytes

@@ -25,14 +25,16 @@ import pytest
 from helpers.mutation_catalogue import MUTATIONS, REPO, apply, scratch_package
 
 # module → (its unit tests, the kill rate it must keep); the floors sit a few points under what the
-# tests kill today: 179 of 191, 97 of 103; ledger_credit 404 of 452 (docs/development.md: the survivors)
+# tests kill today: 179 of 191; csv_formulas 97 of 103, ledger_credit 404 of 452 (docs/development.md:
+# the survivors)
 FLOORS: dict[str, tuple[tuple[str, ...], float]] = {
     "pipeline/stages/diagnostics/outliers.py": (("tests/test_outliers.py",), 0.90),
-    "pipeline/csv_formulas.py": (("tests/test_csv_formulas.py",), 0.90),
 }
-# measured on request (NPUPROF_MUTATION=all): 452 more mutants, a minute and more of two cores that the
-# suite's 20-minute budget does not hold
+# measured on request (NPUPROF_MUTATION=all): 555 more mutants, a minute and more of two cores that the
+# suite's 20-minute budget does not hold on every run (the suite is CPU-bound: each mutant's second of
+# CPU is a second of wall)
 MORE_FLOORS: dict[str, tuple[tuple[str, ...], float]] = {
+    "pipeline/csv_formulas.py": (("tests/test_csv_formulas.py",), 0.90),
     "pipeline/stages/diagnostics/ledger_credit.py": (("tests/test_ledger_credit.py",), 0.85),
 }
 if os.environ.get("NPUPROF_MUTATION") == "all":

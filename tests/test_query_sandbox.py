@@ -3,6 +3,7 @@ outside sweep_data/, no write, no extension, no configuration change — and say
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,9 @@ def archive(tmp_path_factory) -> Path:
     run_sweep([str(base / "captures")], base / "archive", jobs=1)
     (base / "secret.csv").write_text("token\nhunter2\n")  # beside the archive, not in it
     return base / "archive"
+
+
+_NPUPROF = shutil.which("npuprof") or str(Path(sys.executable).with_name("npuprof"))
 
 
 def _refused(archive: Path, sql: str) -> str:
@@ -105,3 +109,94 @@ def test_an_archive_whose_path_globs_is_refused_by_name(archive, tmp_path):
         Sweep(globbing).query("SELECT count(*) FROM roots")
     run = run_cli("query", str(globbing), "SELECT count(*) FROM roots")
     assert run.returncode == 2 and "Traceback" not in run.stderr and "holds any of" in run.result["error"]
+
+
+def test_explain_runs_only_over_a_query(archive):
+    """EXPLAIN ANALYZE executes what it explains: an explained COPY is as refused as a COPY."""
+    target = archive / schema.SWEEP_DATA_DIR / "roots.parquet"
+    before = target.read_bytes()
+    for sql in (
+        f"EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{target}' (FORMAT parquet)",
+        f"/* lead */ explain analyze COPY roots TO '{archive}/written.csv'",
+        "EXPLAIN (FORMAT json) SELECT 1",
+    ):
+        assert _refused(archive, sql).startswith("query refused"), sql
+    assert target.read_bytes() == before and not (archive / "written.csv").exists()
+    assert len(Sweep(archive).query("EXPLAIN ANALYZE SELECT count(*) FROM roots")) >= 1
+
+
+def test_only_the_dataset_files_are_readable_not_their_folder(archive):
+    """The allow-list is the dataset files themselves: the merge's own state beside them in
+    sweep_data/, or a glob over that folder, is refused like any file outside."""
+    folder = archive / schema.SWEEP_DATA_DIR
+    assert (folder / "roots.parquet").exists()
+    for sql in (f"SELECT * FROM read_text('{folder}/*')", f"SELECT * FROM glob('{folder}/*')"):
+        assert _refused(archive, sql).startswith("query failed: Permission Error"), sql
+
+
+@pytest.mark.parametrize("link", ["sweep_data", "roots.parquet"])
+def test_an_archive_whose_datasets_are_links_is_refused(archive, tmp_path, link):
+    """A ``sweep_data`` linked to ``/`` would put the whole disk on the allow-list; a dataset linked
+    to a secret would be read as that dataset. Either archive is refused by name before any SQL runs."""
+    copy = tmp_path / "linked"
+    shutil.copytree(archive, copy)
+    folder = copy / schema.SWEEP_DATA_DIR
+    if link == "sweep_data":
+        shutil.rmtree(folder)
+        folder.symlink_to("/")
+    else:
+        (folder / "roots.parquet").unlink()
+        (folder / "roots.parquet").symlink_to(archive.parent / "secret.csv")
+    error = _refused(copy, "SELECT 1")
+    assert ("is a link" if link == "sweep_data" else "is not a regular file") in error, error
+
+
+def test_a_query_is_stopped_at_its_time_and_memory(archive, tmp_path):
+    """No query runs on or takes the machine's memory: past --timeout it is interrupted, past
+    --memory-limit stopped, each in one line; and nothing spills into the working dir's .tmp/."""
+    run = subprocess.run(
+        [_NPUPROF, "query", str(archive), "SELECT count(*) FROM range(10_000_000_000_000)", "--timeout", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert run.returncode == 2 and "query stopped after 1 s" in run.stderr, run.stderr
+    for sql in ("SELECT list(range) FROM range(30_000_000)", "SELECT * FROM range(20_000_000) ORDER BY random()"):
+        run = subprocess.run(
+            [_NPUPROF, "query", str(archive), sql, "--memory-limit", "64"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        assert "needs more than 64MB" in run.stderr or "exceeds 64 MB" in run.stderr, run.stderr
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())  # no .tmp/ spill dir
+    with pytest.raises(UsageError, match="result exceeds 32 MB"):
+        Sweep(archive).query("SELECT repeat('x', 1000) AS s FROM range(100_000)", memory_mb=32)
+
+
+def test_table_cells_reach_the_terminal_as_escapes(archive):
+    """A cell's escape sequence or bidi override is shown, not acted on; the JSON keeps the data as is."""
+    run = run_cli("query", str(archive), "SELECT chr(27) || '[2J' || chr(8238) AS s")
+    assert run.returncode == 0, run.stderr
+    assert "\x1b" not in run.stderr and "\u202e" not in run.stderr
+    assert "\\x1b[2J\\u202e" in run.stderr
+    assert run.result["rows"] == [{"s": "\x1b[2J\u202e"}]
+
+
+def test_csv_on_a_full_disk_is_one_line_and_leaves_nothing(archive, tmp_path):
+    """A write that fails (here: the file size limit, as a full disk would) is a usage error naming
+    the file, with no partial CSV left."""
+    import resource
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    target = tmp_path / "out.csv"
+    argv = [_NPUPROF, "query", str(archive), "SELECT range FROM range(100_000)", "--csv", str(target)]
+    run = subprocess.run(argv, capture_output=True, text=True, preexec_fn=small_files, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert f"--csv {target}: cannot write it" in run.stderr
+    assert not list(tmp_path.iterdir())

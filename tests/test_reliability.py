@@ -86,3 +86,23 @@ def test_an_unchanged_source_records_the_state_it_was_read_in(tmp_path):
     kernels = str(root / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
     rank0 = next(r for r in inputs.ranks if r.rank_id == 0)
     assert rank0.source_states[kernels] == [Path(kernels).stat().st_size, Path(kernels).stat().st_mtime_ns]
+
+
+@pytest.mark.parametrize("vanishing", ["kernel_details.csv", "trace_view.json"])
+def test_a_file_that_vanished_since_discovery_is_named_not_an_internal_error(tmp_path, vanishing):
+    """A file found at discovery and gone when a stage opens it (moved, deleted, its rank dir swapped):
+    the input changed under the run. The kernels fail their rank as bad input, naming the file; the
+    host trace, an auxiliary input, degrades the root as an unreadable one does. Never a traceback."""
+    root = Path(generate(tmp_path / "root", "clean", ranks=2, steps=3, layers=2, trace=True)["root"])
+    inputs = discover(root)
+    gone = next(root.rglob(vanishing))
+    gone.unlink()
+    stages = ["normalize", "segment", "classify", "summarize", "evidence"]
+    if vanishing == "kernel_details.csv":
+        with pytest.raises(StageFailed) as raised:
+            map_rank_chains(tmp_path / "out", inputs, AnalyzeOptions(), stages, 1, no_progress)
+        assert isinstance(raised.value.cause, BadInput), raised.value.one_line()
+        assert f"{gone}: the file disappeared while npuprof read it" in raised.value.one_line()
+    else:
+        results = map_rank_chains(tmp_path / "out", inputs, AnalyzeOptions(), stages, 1, no_progress)
+        assert json.dumps(results).count(str(gone)) >= 1  # named among the unreadable inputs

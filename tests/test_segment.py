@@ -273,9 +273,21 @@ def test_without_step_marks_inference_steps_end_at_sampling(tmp_path):
     assert (steps["layer_count"] == 1).all()
 
 
+TO_SEGMENT = ("--to-stage", "segment")
+
+
 def test_expected_layers_come_from_config_or_catalog_and_are_checked(tmp_path, cli):
+    """Layer validation is segment's: each run stops there."""
     run = cli(
-        "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "a"), "--model-id", "Qwen3-0.6B", "--progress", "none"
+        "analyze",
+        str(QWEN_TRAINING),
+        "-o",
+        str(tmp_path / "a"),
+        "--model-id",
+        "Qwen3-0.6B",
+        "--progress",
+        "none",
+        *TO_SEGMENT,
     )
     assert run.returncode == 0, run.stderr
     validation = run.result["segment"]["layer_validation"]
@@ -290,14 +302,30 @@ def test_expected_layers_come_from_config_or_catalog_and_are_checked(tmp_path, c
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"num_hidden_layers": 32}))
     run = cli(
-        "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "b"), "--model-config", str(config), "--progress", "none"
+        "analyze",
+        str(QWEN_TRAINING),
+        "-o",
+        str(tmp_path / "b"),
+        "--model-config",
+        str(config),
+        "--progress",
+        "none",
+        *TO_SEGMENT,
     )
     assert run.result["segment"]["layer_validation"]["status"] == "mismatch"
     assert any("config says 32" in w for w in run.result["warnings"])
-    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "c"), "--progress", "none")
+    run = cli("analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "c"), "--progress", "none", *TO_SEGMENT)
     assert run.result["segment"]["layer_validation"]["status"] == "unknown"  # nothing given: no guess
     run = cli(
-        "analyze", str(QWEN_TRAINING), "-o", str(tmp_path / "d"), "--model-id", "NoSuchModel", "--progress", "none"
+        "analyze",
+        str(QWEN_TRAINING),
+        "-o",
+        str(tmp_path / "d"),
+        "--model-id",
+        "NoSuchModel",
+        "--progress",
+        "none",
+        *TO_SEGMENT,
     )
     assert run.returncode == 2 and "model catalog" in run.result["error"]
     assert not (tmp_path / "d").exists()  # refused before anything was written: the corrected run needs no flag
@@ -332,3 +360,33 @@ def test_a_layer_found_without_attention_gets_no_attention_block(tmp_path):
     assert "attention" not in set(blocks["block_kind"])
     assert blocks.groupby(["rank_id", "step_ordinal", "layer_ordinal"]).size().eq(1).all()
     assert (blocks["block_kind"] == "ffn").all()
+
+
+@pytest.mark.parametrize(
+    "config, named",
+    [
+        ({"num_hidden_layers": 4, "hidden_size": "big", "num_attention_heads": 8}, "field hidden_size is 'big'"),
+        ({"num_hidden_layers": 10**400}, "field num_hidden_layers is 1000000000"),
+        ({"num_hidden_layers": 4, "vocab_size": True}, "field vocab_size is True"),
+        ({"num_hidden_layers": 4, "num_nextn_predict_layers": "x"}, "num_nextn_predict_layers is 'x'"),
+    ],
+    ids=["string", "10**400", "boolean", "mtp_string"],
+)
+def test_a_config_json_with_odd_values_is_bad_input_named_by_its_field(tmp_path, config, named):
+    """A count in config.json that is text, a boolean or 10**400 is named with its field and file, not
+    an internal TypeError or OverflowError further on."""
+    from npuprof.pipeline.errors import BadInput
+    from npuprof.pipeline.stages.segment.expected import expected_model
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(BadInput, match=named.replace("(", r"\(")):
+        expected_model(str(path), None, str(tmp_path))
+
+
+def test_an_odd_config_json_in_a_root_fails_it_in_one_line(tmp_path, cli):
+    root = Path(generate(tmp_path / "root", "clean", steps=3, layers=2, trace=False)["root"])
+    (root / "config.json").write_text('{"num_hidden_layers": 2, "hidden_size": 1' + "0" * 400 + "}")
+    run = cli("analyze", str(root), "-o", str(tmp_path / "out"), "--progress", "none")
+    assert run.returncode == 3 and "Traceback" not in run.stderr, run.stderr
+    assert "config.json" in run.result["error"] and "field hidden_size is 1000" in run.result["error"]

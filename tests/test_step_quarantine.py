@@ -74,3 +74,67 @@ def test_a_whole_step_after_a_long_pause_is_kept(twin, tmp_path):
     assert not [w for w in result.get("warnings", []) if "left out of every step" in w]
     assert steps.groupby("rank_id").size().to_dict() == {0: 6, 1: 6}
     assert json.dumps(result).count("ran inside step") == 0
+
+
+def test_a_task_lasting_past_the_capture_is_quarantined_and_the_steps_equal_the_twin(twin, tmp_path):
+    """One kernel whose Duration reads 5e9 µs (83 minutes, in a capture of milliseconds) made its step
+    "100 % compute" and passed as ok: it is left out of the events, named with its line in a warning,
+    and the steps are the twin's."""
+    planted: dict = {}
+
+    def plant(frame: pd.DataFrame, start: str) -> None:
+        duration = next(c for c in frame.columns if c.startswith("Duration"))
+        last = frame.index[frame["Step Id"] == sorted(frame["Step Id"].unique(), key=int)[-1]][-5]
+        frame.loc[last, duration] = f"{LATE_US:.3f}"
+        planted["line"] = int(last) + 2
+
+    result, steps = _analyzed(_edit(twin, tmp_path, plant), tmp_path / "out")
+    _, expected = _analyzed(twin, tmp_path / "twin_out")
+    columns = ["rank_id", "step_id", "wall_ms"]
+    pd.testing.assert_frame_equal(steps[columns], expected[columns], rtol=0.02)
+    warnings = " | ".join(result.get("warnings", []))
+    assert "quarantined, not events" in warnings and f"line {planted['line']} (5,000 s)" in warnings, warnings
+    assert result["normalize"]["long_tasks_quarantined"] == 1
+
+
+def test_many_tasks_lasting_past_the_capture_refuse_the_rank(twin, tmp_path):
+    """Past a few (1 % of the rank's rows) such tasks are no stray corruption: the export is not trusted,
+    and the rank is refused naming the first line, rather than analyzed into a wrong answer."""
+
+    def plant(frame: pd.DataFrame, start: str) -> None:
+        duration = next(c for c in frame.columns if c.startswith("Duration"))
+        frame.loc[frame.index[10:40], duration] = f"{LATE_US:.3f}"
+
+    root = _edit(twin, tmp_path, plant)
+    run = run_cli("analyze", str(root), "-o", str(tmp_path / "out"), "--progress", "none")
+    assert run.returncode == 3 and "Traceback" not in run.stderr, run.stderr
+    assert "30 tasks last longer than 60 s" in run.result["error"] and run.result["line"] == 12
+
+
+def test_a_fifth_of_a_step_shifted_far_away_is_left_out_and_makes_no_phantom_step(twin, tmp_path):
+    """A fifth of one step's rows shifted by 5,000 s: too many to be a stray row, and before they made a
+    second, phantom copy of the step (and the step itself passed as complete without them). A step does
+    not straddle a gap of hours: those rows are left out, the step is no complete step, and every other
+    step equals the twin's."""
+    planted: dict = {}
+
+    def plant(frame: pd.DataFrame, start: str) -> None:
+        step = sorted(frame["Step Id"].unique(), key=int)[2]
+        rows = frame.index[frame["Step Id"] == step]
+        shifted = rows[-len(rows) // 5 :]
+        frame.loc[shifted, start] = (frame.loc[shifted, start].astype(float) + LATE_US).map("{:.3f}".format)
+        planted.update(step=int(step), rows=len(shifted))
+
+    result, steps = _analyzed(_edit(twin, tmp_path, plant), tmp_path / "out")
+    _, expected = _analyzed(twin, tmp_path / "twin_out")
+    assert steps.groupby("rank_id").size().to_dict() == {0: 6, 1: 6}  # no phantom step
+    damaged = (steps["rank_id"] == 0) & (steps["step_id"] == planted["step"])
+    assert not steps.loc[damaged, "complete"].any() and steps.loc[damaged, "tags"].eq("ROWS_LEFT_OUT").all()
+    columns = ["rank_id", "step_id", "wall_ms"]
+    pd.testing.assert_frame_equal(
+        steps.loc[~damaged, columns].reset_index(drop=True),
+        expected.loc[~damaged.to_numpy(), columns].reset_index(drop=True),
+        rtol=0.02,
+    )
+    warnings = " | ".join(result.get("warnings", []))
+    assert f"{planted['rows']} rows of step {planted['step']}" in warnings and "not counted as complete" in warnings

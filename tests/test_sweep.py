@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample, root_dirs
+from conftest import PYTORCH_DATA, QWEN_TRAINING, copy_sample, root_dirs, run_cli
 
 from npuprof.pipeline.errors import EXIT_NO_SPACE, EXIT_PARTIAL
 from npuprof.pipeline.sweep.roots import find_roots, root_slug
@@ -39,9 +39,16 @@ def test_roots_are_case_dirs_with_rank_dirs_folded_in(search_root):
     assert len(slugs) == 5 and all(s.startswith("captures__team_") for s in slugs)
 
 
-def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root, tmp_path):
-    out = tmp_path / "archive"
-    run = cli("sweep", "--search-root", str(search_root), "-o", str(out), "--jobs", "2", "--progress", "none")
+@pytest.fixture(scope="module")
+def swept(search_root, tmp_path_factory):
+    """The sweep of ``search_root`` through the CLI, once for the module: (its run, its archive)."""
+    out = tmp_path_factory.mktemp("swept") / "archive"
+    run = run_cli("sweep", "--search-root", str(search_root), "-o", str(out), "--jobs", "2", "--progress", "none")
+    return run, out
+
+
+def test_sweep_analyzes_every_root_and_isolates_the_broken_one(swept, search_root):
+    run, out = swept
     assert run.returncode == EXIT_PARTIAL, run.stderr  # automation tells a partial sweep from an all-ok one
     summary = run.result
     assert summary["status"] == "partial" and summary["status_counts"] == {"ok": 4, "failed": 1}
@@ -85,11 +92,9 @@ def test_sweep_analyzes_every_root_and_isolates_the_broken_one(cli, search_root,
     assert json.loads((out / "sweep_summary.json").read_text())["status_counts"] == {"ok": 4, "failed": 1}
 
 
-def test_reuse_existing_skips_finished_roots_and_limit_caps(cli, search_root, tmp_path):
+def test_reuse_existing_skips_finished_roots_and_limit_caps(cli, swept, search_root, tmp_path):
     out = tmp_path / "archive"
-    assert (
-        cli("sweep", "--search-root", str(search_root), "-o", str(out), "--progress", "none").returncode == EXIT_PARTIAL
-    )
+    shutil.copytree(swept[1], out)  # the module's sweep, finished (a copy: this test writes into it)
     manifests = {p: p.stat().st_mtime_ns for p in out.glob("*/manifest.json")}
     run = cli("sweep", "--search-root", str(search_root), "-o", str(out), "--reuse-existing", "--progress", "none")
     assert run.result["reused_roots"] == 4  # the broken root is retried, the 4 finished ones are not

@@ -130,3 +130,19 @@ def test_the_broker_url_is_read_from_a_file_and_a_password_on_argv_is_warned_abo
     empty.write_text("\n")
     assert "is empty" in run_cli("status", "abc", "--broker-file", str(empty)).stderr
     assert os.environ.get("NPUPROF_BROKER_URL") is None
+
+
+def test_a_broker_url_from_a_file_reaches_the_worker_as_the_files_path(tmp_path, monkeypatch):
+    """What ``npuprof worker`` / ``flower`` put in the environment of the process they exec (and of every
+    pool child it forks): a URL read from a file stays there; one on argv or in the environment, which
+    is already where the user put it, is passed on."""
+    from npuprof.workers.launch import broker_env
+
+    secret = tmp_path / "broker"
+    monkeypatch.delenv("NPUPROF_BROKER_URL", raising=False)
+    url = "redis://:s3cret@127.0.0.1:1/0"
+    assert broker_env(url, url, str(secret)) == {"NPUPROF_BROKER_URL": None, "NPUPROF_BROKER_URL_FILE": str(secret)}
+    assert broker_env(url, url, None) == {"NPUPROF_BROKER_URL": url}
+    assert broker_env(url, None, None) == {}  # NPUPROF_BROKER_URL_FILE or the default, found as before
+    monkeypatch.setenv("NPUPROF_BROKER_URL", url)
+    assert broker_env(url, None, None) == {"NPUPROF_BROKER_URL": url}

@@ -9,17 +9,21 @@ by name, so nothing global is mutated (but message signing, when configured, reg
 from __future__ import annotations
 
 import logging
+import textwrap
 
 from celery import Celery, signals
 
-from npuprof.pipeline.terminal_text import loggable
-from npuprof.workers import settings, signing
+from npuprof.pipeline.terminal_text import loggable, printable
+from npuprof.workers import envelope, settings, signing
 
 
 def make_app(broker: str | None = None) -> Celery:
     """A Celery app for ``broker`` (default: ``NPUPROF_BROKER_URL``) with npuprof's settings."""
     url = broker or settings.broker_url()
-    celery_app = Celery("npuprof", broker=url, backend=url, include=["npuprof.workers.tasks"])
+    # every message carries its task name and id inside its (signed) body, checked before a task runs
+    celery_app = Celery(
+        "npuprof", broker=url, backend=url, include=["npuprof.workers.tasks"], task_cls=envelope.EnvelopedTask
+    )
     celery_app.conf.update(
         # a task is acknowledged only when it finished: a worker that dies mid-task loses nothing
         task_acks_late=True,
@@ -70,11 +74,14 @@ class _EscapingFormatter(logging.Formatter):
         self.inner = inner
 
     def format(self, record: logging.LogRecord) -> str:
-        # the message and the traceback are escaped, not the formatted line: Celery's colours stay colours
+        # the message and the traceback are escaped, not the formatted line: Celery's colours stay colours.
+        # A record is one line at column 0: the message's newlines are escapes too, and a traceback's lines
+        # are indented, so a newline in a path a task names cannot start a line that reads as a record
         escaped = logging.makeLogRecord(record.__dict__)
-        escaped.msg, escaped.args = loggable(record.getMessage()), None
+        escaped.msg, escaped.args = printable(record.getMessage()), None
         if record.exc_info:
-            escaped.exc_text = loggable(record.exc_text or self.inner.formatException(record.exc_info))
+            trace = loggable(record.exc_text or self.inner.formatException(record.exc_info))
+            escaped.exc_text = textwrap.indent(trace, "| ", lambda line: True)
         return self.inner.format(escaped)
 
 

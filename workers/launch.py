@@ -71,3 +71,15 @@ def flower_auth_env(address: str, basic_auth_file: str | None) -> dict:
             "give --basic-auth-file (or NPUPROF_FLOWER_BASIC_AUTH=user:password)"
         )
     return {"FLOWER_BASIC_AUTH": users} if users else {}
+
+
+def broker_env(url: str, given: str | None, broker_file: str | None) -> dict[str, str | None]:
+    """How the worker or Flower process finds its broker (None: the variable is removed). A URL read
+    from a file stays in it: the process, and each pool child it forks to analyze untrusted captures,
+    gets the file's path, never the password in its environment; a URL given on the command line (ps
+    shows it anyway) or already in NPUPROF_BROKER_URL is passed on as it is."""
+    if broker_file:
+        return {"NPUPROF_BROKER_URL": None, "NPUPROF_BROKER_URL_FILE": os.path.abspath(broker_file)}
+    if given or os.environ.get("NPUPROF_BROKER_URL"):
+        return {"NPUPROF_BROKER_URL": url}
+    return {}  # NPUPROF_BROKER_URL_FILE, or the local default: the child finds it as this process did

@@ -31,8 +31,10 @@ def save(record: dict, url: str | None = None) -> None:
 
 def delete(sweep_id: str, url: str | None = None, claims: list[str] = ()) -> None:
     """Drop the sweep's record and every key kept beside it: its supervisor's last look, its merge
-    generation, and the resend ``claims`` of its roots' reduces."""
+    generation, the claim of its merge's last revival (a slow cluster revives one) and the resend
+    ``claims`` of its roots' reduces."""
     keys = [_PREFIX + sweep_id] + [f"{settings.KEY_PREFIX}{kind}:{sweep_id}" for kind in ("looked", "merge-generation")]
+    claims = [f"revive-merge:{sweep_id}", *claims]
     _client(url).delete(*keys, *(f"{settings.KEY_PREFIX}claim:{name}" for name in claims))
 
 
@@ -60,6 +62,22 @@ def update(sweep_id: str, url: str | None = None, **fields) -> dict | None:
     record.update(fields)
     save(record, url)
     return record
+
+
+def plan_refusal(record: dict | None, plan_id: str, search_roots: list[str], archive: str, options: dict) -> str | None:
+    """Why a plan message must not run, or None: it runs only for the sweep a client submitted — its
+    record planning (or running: a plan retried after a broker error sends the same ids again), with this
+    message's id as its plan id and the message's own roots, archive and options. A signed message copied
+    and sent again (after ``forget``, after the sweep ended, or after a resubmit gave it a new plan id) is
+    refused here: signing proves who wrote a message, not that it is the one the record waits for."""
+    if record is None:
+        return "no sweep record waits for it (forgotten, expired, or never submitted)"
+    if record.get("state") not in ("planning", "running") or record.get("plan_id") != plan_id:
+        return f"its sweep is {record.get('state')} and waits for no plan {plan_id}"
+    submitted = (record.get("search_roots"), record.get("archive"), record.get("options"))
+    if submitted != (list(search_roots), archive, options):
+        return "it names other roots, archive or options than its sweep's record"
+    return None
 
 
 def claim(name: str, seconds: int, url: str | None = None) -> bool:

@@ -41,7 +41,20 @@ def signing_files() -> tuple[str, str, str] | None:
     for name, value in zip(SIGNING_ENV[:2], values[:2]):
         if not Path(value).is_file():
             raise UsageError(f"{name}={value}: no such file")
+    _require_private(*values)
     return values[0], values[1], values[2]
+
+
+def _require_private(key: str, cert: str, store: str) -> None:
+    """A usage error when the key is readable by others (it is then no secret: ssh refuses such a key
+    too) or the trusted store is writable by others (a certificate added there is trusted: anyone could
+    sign tasks). The store may be a glob; its dir is checked, and each file in it."""
+    if os.stat(key).st_mode & 0o077:
+        raise UsageError(f"NPUPROF_SIGNING_KEY={key}: others may read it (chmod 600 {key})")
+    folder = Path(store) if Path(store).is_dir() else Path(store).parent
+    for path in [folder, *(folder.iterdir() if folder.is_dir() else [])]:
+        if path.stat().st_mode & 0o022:
+            raise UsageError(f"NPUPROF_SIGNING_CERT_STORE: others may write {path} (chmod go-w {path})")
 
 
 def files_in(directory: str | Path) -> dict[str, Path]:
@@ -72,7 +85,29 @@ def configure(app) -> bool:
         security_digest="sha256",
     )
     app.setup_security(allowed_serializers=["json"], serializer="json")  # auth: registered by it
+    _name_bad_signatures()
     return True
+
+
+def _name_bad_signatures() -> None:
+    """Make Celery's signature check say "Bad signature" when one is bad. Its ``reraise_errors`` catches
+    ``(cryptography.exceptions,)`` — a module, not an exception class (celery 5.x) — so a bad signature
+    surfaced as "TypeError: catching classes that do not inherit from BaseException" and the worker's
+    log never said why it refused the message. The refusal itself held; only its reason was lost."""
+    from contextlib import contextmanager
+
+    from celery.security import certificate, key
+    from celery.security import utils as security_utils
+    from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+
+    original = security_utils.reraise_errors
+
+    @contextmanager
+    def reraise_errors(msg: str = "{0!r}", errors: tuple | None = None):
+        with original(msg, errors or (InvalidSignature, UnsupportedAlgorithm, ValueError, TypeError)):
+            yield
+
+    certificate.reraise_errors = key.reraise_errors = reraise_errors
 
 
 def write_signing_files(directory: Path, name: str = "npuprof cluster") -> dict:
@@ -84,10 +119,10 @@ def write_signing_files(directory: Path, name: str = "npuprof cluster") -> dict:
     from cryptography.x509.oid import NameOID
 
     key_path, cert_path, store = directory / KEY_FILE, directory / CERT_FILE, directory / STORE_DIR
-    existing = [str(p) for p in (key_path, cert_path, store) if p.exists()]
+    existing = [str(p) for p in (key_path, cert_path, store) if os.path.lexists(p)]  # a dangling link too
     if existing:
         raise UsageError(f"{', '.join(existing)} exists: signing files are not replaced (remove them first)")
-    store.mkdir(parents=True)
+    store.mkdir(mode=0o755, parents=True)  # others may not add a certificate to trust
     key = rsa.generate_private_key(public_exponent=65537, key_size=3072)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -104,12 +139,15 @@ def write_signing_files(directory: Path, name: str = "npuprof cluster") -> dict:
     pem_key = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    descriptor = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(pem_key)
     pem_cert = cert.public_bytes(serialization.Encoding.PEM)
-    cert_path.write_bytes(pem_cert)
-    (store / CERT_FILE).write_bytes(pem_cert)
+    for path, data, mode in (
+        (key_path, pem_key, 0o600),
+        (cert_path, pem_cert, 0o644),
+        (store / CERT_FILE, pem_cert, 0o644),
+    ):
+        # O_EXCL: a file or a link (dangling or not) planted there since the check fails, never written through
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode), "wb") as handle:
+            handle.write(data)
     return {
         "NPUPROF_SIGNING_KEY": str(key_path.resolve()),
         "NPUPROF_SIGNING_CERT": str(cert_path.resolve()),

@@ -11,10 +11,12 @@ may move or replace to what a plan made.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from npuprof.pipeline.errors import UsageError
+from npuprof.pipeline.schema.artifacts import TOP_MANIFEST
 from npuprof.pipeline.sources.discovery import RankInput
 from npuprof.workers import settings
 
@@ -40,6 +42,29 @@ def require_served(paths: Iterable[str | Path | None], what: str) -> None:
         if not any(resolved == base or base in resolved.parents for base in served):
             dirs = ", ".join(str(base) for base in served)
             raise OutsideStorage(f"refused {what}: {text} is outside the storage this worker serves ({dirs})")
+
+
+def require_output_dir(out_dir: str, what: str) -> None:
+    """Raise OutsideStorage unless ``out_dir`` (already checked to be served) is an npuprof output dir: it
+    holds a ``manifest.json`` of its own (a file, not a link). Re-running stages writes there, a failure
+    its failure.json: not into any dir of the storage a message names."""
+    try:
+        mode = (Path(out_dir) / TOP_MANIFEST).lstat().st_mode
+    except OSError:
+        mode = 0
+    if not stat.S_ISREG(mode):
+        raise OutsideStorage(f"refused {what}: {out_dir} is not an npuprof output dir (it holds no {TOP_MANIFEST})")
+
+
+def options_paths(options: dict) -> list[str | None]:
+    """The files a task's analyze options name (``--model-config``, ``--hardware-profile``): the worker
+    reads them, and what they hold reaches the archive, so they too must lie in the served storage."""
+    if not isinstance(options, dict):
+        raise OutsideStorage("refused a task: its options are not an object")
+    paths = [options.get("model_config"), options.get("hardware_profile")]
+    if any(path is not None and not isinstance(path, str) for path in paths):
+        raise OutsideStorage("refused a task: an option that names a file is not a path")
+    return paths
 
 
 def rank_paths(rank: dict) -> list[str]:

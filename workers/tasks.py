@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from celery import chord, group
+from celery.utils.log import get_task_logger
 from kombu.exceptions import OperationalError
 
 from npuprof.pipeline import __version__, io
@@ -48,6 +49,7 @@ from npuprof.workers.app import app
 from npuprof.workers.attempts import RankAttempts
 
 MARKERS = recovery.MARKERS
+logger = get_task_logger(__name__)
 POLL_SECONDS = 1  # between two looks of the sweep's merge at the archive
 TRANSIENT = (OSError, OperationalError)  # I/O, and a broker that did not take a message while it restarted
 
@@ -92,7 +94,7 @@ def analyze_rank(self, work_dir: str, rank: dict, options: dict, stages: list[st
 
 
 def _analyze_rank(task, work_dir: str, rank: dict, options: dict, stages: list[str]) -> dict:
-    storage.require_served([work_dir, *storage.rank_paths(rank)], "a rank task")
+    storage.require_served([work_dir, *storage.rank_paths(rank), *storage.options_paths(options)], "a rank task")
     recovery.check_work_dir(Path(work_dir))  # a message names no dir the plan did not make
     marker = recovery.marker_path(Path(work_dir), rank["rank_id"])
     attempts = RankAttempts(marker.with_name(f"rank_{rank['rank_id']}.attempts.json"), rank)
@@ -184,7 +186,8 @@ def watch_merge(sweep_id: str) -> dict:
 
 
 def _reduce_root(task, work_dir: str, final_dir: str, inputs: dict, options: dict, stages: list[str]) -> dict:
-    storage.require_served([work_dir, final_dir, *storage.inputs_paths(inputs)], "a reduce task")
+    named = [work_dir, final_dir, *storage.inputs_paths(inputs), *storage.options_paths(options)]
+    storage.require_served(named, "a reduce task")
     work, final = Path(work_dir), Path(final_dir)
     # before any lock file, write, removal or move: the dirs must be what a plan made (a crafted message
     # naming any two dirs is refused here), or the root already finished by another copy of this reduce
@@ -251,9 +254,14 @@ def _fail_root_at_plan(final: Path, exc: NpuprofError) -> None:
 def plan_sweep(self, sweep_id: str, search_roots: list[str], archive: str, options: dict) -> dict:
     """On a worker that mounts the storage: find the roots and their ranks, launch one chord per root
     and the merge that supervises them. A local sweep writing the archive refuses the sweep; so does a
-    search root or archive outside the storage this worker serves (nothing is created then)."""
+    search root or archive outside the storage this worker serves (nothing is created then), and a
+    plan message no submitted sweep waits for (a replay) runs nothing at all."""
+    refusal = records.plan_refusal(records.load(sweep_id), self.request.id, search_roots, archive, options)
+    if refusal is not None:
+        logger.warning("refused a plan of sweep %s: %s", sweep_id, refusal)
+        return {"sweep_id": sweep_id, "state": "refused", "error": f"refused the plan: {refusal}"}
     try:
-        storage.require_served([*search_roots, archive], "the sweep")
+        storage.require_served([*search_roots, archive, *storage.options_paths(options)], "the sweep")
     except storage.OutsideStorage as exc:
         records.update(sweep_id, state="failed", error=exc.one_line(), exit_code=exc.exit_code, finished_at=time.time())
         return {"sweep_id": sweep_id, "state": "failed", "error": exc.one_line()}
@@ -431,7 +439,8 @@ def _supervise_root(entry: dict, record: dict, not_written: dict) -> None:
 @app.task(bind=True, name="npuprof.run_stages", autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
 def run_stages(self, out_dir: str, from_stage: str | None, to_stage: str | None, options: dict) -> dict:
     """Re-run a range of stages on an existing output dir (e.g. after a new npuprof adds a stage)."""
-    storage.require_served([out_dir], "a run_stages task")
+    storage.require_served([out_dir, *storage.options_paths(options)], "a run_stages task")
+    storage.require_output_dir(out_dir, "a run_stages task")
     try:
         return analyze(
             None,

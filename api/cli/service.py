@@ -207,7 +207,9 @@ def run_celery(args: argparse.Namespace, passthrough: list[str]) -> int:
     env = dict(os.environ)
     signing.signing_files()  # a half-configured signing setup is named here, not in Celery's traceback
     url = checked_broker_url(args.broker or broker_url())
-    env["NPUPROF_BROKER_URL"] = url
+    env.update(launch.broker_env(url, args.broker, getattr(args, "broker_file", None)))
+    for name in [name for name, value in env.items() if value is None]:
+        del env[name]
     if args.command == "flower":
         env.update(launch.flower_auth_env(args.address, args.basic_auth_file))
         command = launch.flower_command(args.port, args.address)

@@ -23,7 +23,8 @@ QUERY_EXIT_CODES = f"""exit codes:
   0   success
   {EXIT_INTERNAL}   internal error (a bug)
   {EXIT_USAGE}   usage error: ARCHIVE is not a merged sweep archive, the SQL fails (a column or view that does not
-      exist), or it is not a query (COPY, ATTACH, INSTALL, SET, CREATE, DROP … are refused before anything runs)
+      exist), it is not a query (COPY, ATTACH, INSTALL, SET, CREATE, DROP … are refused before anything runs),
+      or it ran past --timeout or --memory-limit
 """
 
 
@@ -66,6 +67,20 @@ def add_parsers(commands) -> None:
     query.add_argument("archive", help="a sweep archive (the -o of npuprof sweep, or a service sweep's archive)")
     query.add_argument("sql", help="the query; quote it for the shell")
     query.add_argument("--csv", metavar="FILE", help="also write the result as CSV to FILE")
+    query.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="stop the query after this long (default: %(default)g)",
+    )
+    query.add_argument(
+        "--memory-limit",
+        type=int,
+        default=1024,
+        metavar="MB",
+        help="memory the query and its result may use (default: %(default)s); it never spills to disk",
+    )
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -98,12 +113,24 @@ def run_query(args: argparse.Namespace) -> int:
     import sys
 
     from npuprof.pipeline import csv_formulas, io
-    from npuprof.pipeline.sweep.datasets import query
+    from npuprof.pipeline.sweep.sql_query import query
+    from npuprof.pipeline.terminal_text import printable
 
-    result = query(Path(args.archive), args.sql)
+    if not 0 < args.timeout < float("inf"):
+        raise UsageError("--timeout must be a positive number of seconds")
+    if args.memory_limit < 16:
+        raise UsageError("--memory-limit must be at least 16 (MB)")
+    result = query(Path(args.archive), args.sql, timeout_s=args.timeout, memory_mb=args.memory_limit)
     if args.csv:
-        io.write_with(Path(args.csv), lambda tmp: csv_formulas.formula_safe(result).to_csv(tmp, index=False))
-    sys.stderr.write(result.head(30).to_string(index=False, max_colwidth=60) + "\n")
+        try:
+            io.write_with(Path(args.csv), lambda tmp: csv_formulas.formula_safe(result).to_csv(tmp, index=False))
+        except OSError as exc:  # a full disk, a read-only dir: nothing is left at FILE
+            raise UsageError(f"--csv {args.csv}: cannot write it ({exc.strerror or exc})") from None
+    # cells are data, not escape codes
+    shown = (
+        result.head(30).rename(columns=printable).map(lambda cell: printable(cell) if isinstance(cell, str) else cell)
+    )
+    sys.stderr.write(shown.to_string(index=False, max_colwidth=60) + "\n")
     rows = json.loads(result.to_json(orient="records", date_format="iso"))
     print_json({"status": "ok", "row_count": len(result), "columns": list(result.columns), "rows": rows})
     return 0

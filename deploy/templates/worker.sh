@@ -1,6 +1,7 @@
 #!/bin/sh
 # One npuprof Celery worker, with the settings of worker.env beside this script (written by
-# `npuprof deploy`; mode 0600 because it holds the broker URL). Run by supervise.sh or a systemd unit.
+# `npuprof deploy`; the broker URL is in broker_url, 0600, read by the worker: never in its
+# environment). Run by supervise.sh or a systemd unit.
 set -eu
 DIR=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 set -a

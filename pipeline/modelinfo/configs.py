@@ -17,6 +17,13 @@ def _get(config: dict, *keys: str, default=None):
     return default
 
 
+def is_whole(value: object) -> bool:
+    """Whether a JSON value is a whole number (4096 or 4096.0; not True, "4096" or 4096.5)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
 def normalized_config(config: dict) -> dict:
     """Config fields under the names the fingerprint uses (head_dim filled in the usual ways)."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
@@ -26,7 +33,7 @@ def normalized_config(config: dict) -> dict:
     mla = merged.get("kv_lora_rank") is not None
     experts = _get(merged, "n_routed_experts", "num_experts", "num_local_experts")
     head_dim = _get(merged, "v_head_dim") if mla else _get(merged, "head_dim")
-    if head_dim is None and heads and hidden:
+    if head_dim is None and is_whole(heads) and is_whole(hidden) and heads > 0:  # else count_problem names them
         head_dim = hidden // heads
     return {
         "num_hidden_layers": _get(merged, "num_hidden_layers", "num_layers"),
@@ -49,6 +56,25 @@ def normalized_config(config: dict) -> dict:
         "dtype_bytes": DTYPE_BYTES.get(str(merged.get("torch_dtype") or merged.get("dtype") or "bfloat16"), 2),
         "mla": mla,
     }
+
+
+# the fields a config gives as counts and sizes, and the largest value any model has a use for (a
+# hidden size or vocabulary of 2**31 is a broken file, and 10**400 would overflow every estimate)
+COUNT_FIELDS = (*COMPARED_FIELDS, "first_k_dense_replace", "q_lora_rank", "qk_nope_head_dim")
+MAX_COUNT = 2**31 - 1
+
+
+def count_problem(config: dict) -> str | None:
+    """What makes a normalized config unusable, or None: each count a whole number from 0 to MAX_COUNT
+    (a string, a fraction, a boolean or 10**400 is named by its field)."""
+    for field in COUNT_FIELDS:
+        value = config.get(field)
+        if value is None:
+            continue
+        if not is_whole(value) or not 0 <= value <= MAX_COUNT:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+            return f"field {field} is {shown}, not a whole number from 0 to {MAX_COUNT}"
+    return None
 
 
 def config_overview(config: dict, profile: dict) -> pd.DataFrame:

@@ -44,6 +44,9 @@ class DbProbe:
 # corrupt rows; opening it normally would write ``-shm`` into the user's archive. So the db and
 # its side file are copied to a private temp dir once per process, and sqlite recovers the copy.
 _SIDE_FILES = ("-wal", "-journal")
+SPARSE_MIN_BYTES = 64 << 20
+# the tables whose text columns the reader resolves through STRING_IDS, one copy per row
+STRING_ID_TABLES = ("COMPUTE_TASK_INFO", "COMMUNICATION_OP")  # below this a copy costs nothing worth refusing
 _snapshots: dict[tuple[str, int, int], Path] = {}
 _snapshot_root: tempfile.TemporaryDirectory | None = None
 
@@ -58,6 +61,19 @@ def pending_side_files(path: Path) -> list[Path]:
     return found
 
 
+def _require_copyable(path: Path, info: os.stat_result, scratch: Path) -> None:
+    """Refuse, before a byte is copied, a db whose copy would fill the temp dir: one mostly holes (a sparse
+    file's apparent size is no export's: 5 GiB of nothing would be written out in full), or larger than
+    the temp dir's free space."""
+    on_disk = info.st_blocks * 512
+    if info.st_size > SPARSE_MIN_BYTES and on_disk < info.st_size / 2:
+        raise BadInput(path, f"a sparse file ({info.st_size:,} bytes long, {on_disk:,} on disk): not a profiler db")
+    free = shutil.disk_usage(scratch).free
+    if info.st_size > free:
+        need = f"its -wal / -journal needs a private copy of {info.st_size:,} bytes"
+        raise BadInput(path, f"{need}; {scratch} has {free:,} free")
+
+
 def _snapshot(path: Path, side_files: list[Path]) -> Path:
     """A private, recovered copy of ``path`` with its side files applied (cached per process)."""
     global _snapshot_root
@@ -67,6 +83,7 @@ def _snapshot(path: Path, side_files: list[Path]) -> Path:
         return _snapshots[key]
     if _snapshot_root is None:
         _snapshot_root = tempfile.TemporaryDirectory(prefix="npuprof-db-")
+    _require_copyable(path, info, Path(_snapshot_root.name))
     target_dir = Path(tempfile.mkdtemp(dir=_snapshot_root.name))
     copy = target_dir / path.name
     shutil.copyfile(path, copy)
@@ -123,6 +140,8 @@ def probe(path: Path) -> DbProbe:
                 version = row[0] if row else None
     except sqlite3.Error as exc:
         return DbProbe(path, False, f"not a readable sqlite db ({exc})")
+    except BadInput as exc:  # its recovered copy was refused (a sparse file, no room for it)
+        return DbProbe(path, False, exc.reason)
     for table, required in mapping["required_columns"].items():
         if table not in tables:
             return DbProbe(
@@ -155,21 +174,22 @@ def _long_strings_note(cut: int) -> str | None:
 
 
 def repeated_text_bytes(path: str | Path) -> int:
-    """Bytes of STRING_IDS text the reader will materialise for COMPUTE_TASK_INFO (each row its own copy
+    """Bytes of STRING_IDS text the reader will materialise for STRING_ID_TABLES (each row its own copy
     of each string it names, cut at DB_TEXT_CAP): what a db holds once but memory holds per row. 0 when
     the db has no such tables (the reader says what is wrong)."""
     try:
         with connect_readonly(Path(path)) as con:
             tables = _table_columns(con)
             wanted = knowledge.load("db_source_mapping")["string_id_columns"]
-            columns = [c for c in wanted if c in tables.get("COMPUTE_TASK_INFO", []) and c.isidentifier()]
-            if "STRING_IDS" not in tables or not columns:
+            if "STRING_IDS" not in tables:
                 return 0
             lengths = dict(con.execute(f"SELECT id, min(length(value), {DB_TEXT_CAP}) FROM STRING_IDS").fetchall())
             total = 0
-            for column in columns:  # rows per id, then each id's length once: no long value is read per row
-                counts = con.execute(f"SELECT {column}, count(*) FROM COMPUTE_TASK_INFO GROUP BY {column}").fetchall()
-                total += sum((lengths.get(value) or 0) * count for value, count in counts)
+            for table in STRING_ID_TABLES:  # a kernel's or a collective's every named column
+                columns = [c for c in wanted if c in tables.get(table, []) and c.isidentifier()]
+                for column in columns:  # rows per id, then each id's length once: no long value read per row
+                    counts = con.execute(f"SELECT {column}, count(*) FROM {table} GROUP BY {column}").fetchall()
+                    total += sum((lengths.get(value) or 0) * count for value, count in counts)
             return int(total)
     except sqlite3.Error:
         return 0
@@ -394,7 +414,7 @@ def read_profiler_db(path: Path) -> tuple[pa.Table, dict]:
                 kind="stable",
             ).reset_index(drop=True)
             steps = _step_ids(con, checked.tables, events["start_ns"].to_numpy(dtype=np.int64))
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:  # pandas wraps what sqlite raises in a query
         raise BadInput(path, f"sqlite error while reading: {exc}") from None
 
     events["duration_ns"] = events["end_ns"] - events["start_ns"]

@@ -61,12 +61,6 @@ def write_datasets(archive: Path, frames: dict[str, pd.DataFrame]) -> list[str]:
     return sorted(frames)
 
 
-# what ``query`` runs: statements that read (DESCRIBE and SUMMARIZE parse as SELECT)
-QUERY_STATEMENTS = ("SELECT", "EXPLAIN")
-# the names a person guesses first, beside the datasets' own (view -> {alias: column})
-VIEW_ALIASES = {"roots": {"step_wall_ms": "top_step_class_wall_ms_mean"}}
-
-
 def read_dataset(archive: Path, name: str) -> pd.DataFrame:
     """One dataset of a sweep archive as a DataFrame; a clear error when the archive has none."""
     if name not in DATASETS:
@@ -75,54 +69,3 @@ def read_dataset(archive: Path, name: str) -> pd.DataFrame:
     if not path.exists():
         raise UsageError(f"{archive} holds no sweep dataset {name} ({path} is missing: merge the sweep first)")
     return pd.read_parquet(path)
-
-
-def _literal(text: str) -> str:
-    """``text`` as a SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def query(archive: Path, sql: str) -> pd.DataFrame:
-    """Run DuckDB ``sql`` — queries only (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN) — over the
-    archive's datasets, each a view named as its dataset (``roots``, ``operators``, ...).
-
-    The SQL is untrusted (an agent's, a pasted one): it runs in an in-memory connection that may open
-    files under the archive's sweep_data/ only (``allowed_directories``, then external access off), loads
-    and installs no extension, and whose configuration is then locked; a statement that is not a query
-    (COPY, ATTACH, INSTALL, SET, CREATE, DROP ...) is refused before anything runs."""
-    import duckdb
-
-    archive = Path(archive).resolve()  # the views' paths and the one allowed dir, spelled alike
-    folder = archive / schema.SWEEP_DATA_DIR
-    if not folder.is_dir():
-        raise UsageError(f"{archive} is not a merged sweep archive ({schema.SWEEP_DATA_DIR}/ is missing)")
-    if io.duckdb_globs(folder):  # it would read other files
-        raise UsageError(f"{archive}: query cannot read an archive whose path holds any of * ? [ ] {{ }}: move it")
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise UsageError(f"query failed: {str(exc).splitlines()[0]}") from None
-    refused = [s.type.name for s in statements if s.type.name not in QUERY_STATEMENTS]
-    if refused or not statements:
-        what = ", ".join(refused) or "nothing"
-        raise UsageError(f"query refused: only queries run over a sweep archive ({what} is not a query)")
-    with io.duckdb_connection() as con:
-        for name in DATASETS:
-            path = dataset_path(archive, name)
-            if path.exists():  # the path is ours (archive/sweep_data/<known name>.parquet)
-                source = f"read_parquet({_literal(str(path))})"
-                present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-                aliases = "".join(
-                    f", {column} AS {alias}"
-                    for alias, column in VIEW_ALIASES.get(name, {}).items()
-                    if column in present and alias not in present
-                )
-                con.execute(f"CREATE VIEW {name} AS SELECT *{aliases} FROM {source}")
-        con.execute(f"SET allowed_directories = [{_literal(str(folder) + '/')}]")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        try:
-            return con.execute(sql).df()
-        except duckdb.Error as exc:
-            hint = " (DESCRIBE <view> lists a view's columns)" if isinstance(exc, duckdb.BinderException) else ""
-            raise UsageError(f"query failed: {str(exc).splitlines()[0]}{hint}") from None

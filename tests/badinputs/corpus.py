@@ -257,6 +257,30 @@ def hot_journal_db(tmp: Path) -> Path:
     return root
 
 
+def corrupt_page_db(tmp: Path) -> Path:
+    """A db whose first COMPUTE_TASK_INFO page is overwritten (a bad sector, a torn copy): sqlite opens
+    it and reads its schema, and fails only in the query that reaches the page."""
+    root = db_root(tmp)
+    db = root / DB0
+    with sqlite3.connect(db) as con:
+        size = con.execute("PRAGMA page_size").fetchone()[0]
+        (page,) = con.execute("SELECT min(pageno) FROM dbstat WHERE name = 'COMPUTE_TASK_INFO'").fetchone()
+    with open(db, "r+b") as handle:
+        handle.seek((page - 1) * size)
+        handle.write(b"\xff" * size)
+    return root
+
+
+def sparse_db_with_wal(tmp: Path) -> Path:
+    """A db stretched to 1 GiB of holes with a small -wal beside it: recovering it would copy the whole
+    apparent size to the temp dir before anything else looked at it."""
+    root = db_root(tmp)
+    db = root / DB0
+    os.truncate(db, 1 << 30)
+    Path(f"{db}-wal").write_bytes(b"\0" * 4096)
+    return root
+
+
 def output_under_file(tmp: Path, root: Path) -> Path:
     (tmp / "a_file").write_text("x")
     return tmp / "a_file" / "out"
@@ -342,6 +366,14 @@ def _db_cases() -> list[Case]:
             "",
             names="ascend_pytorch_profiler_0.db",
         ),
+        Case(
+            "db_sparse_with_wal",
+            sparse_db_with_wal,
+            EXIT_BAD_INPUT,
+            "a sparse file",
+            names="ascend_pytorch_profiler_0.db",
+        ),
+        Case("db_corrupt_page", corrupt_page_db, EXIT_BAD_INPUT, "malformed", names="ascend_pytorch_profiler_0.db"),
         Case(
             "db_no_rows",
             db_sql("DELETE FROM TASK", "DELETE FROM COMMUNICATION_OP"),

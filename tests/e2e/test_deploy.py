@@ -86,7 +86,16 @@ def test_deploy_installs_a_worker_that_answers_and_running_it_again_changes_noth
     # the injection attempts in the dir name ran nothing
     assert not any(Path(f"{deployed['canary']}{n}").exists() for n in (1, 2, 3))
     env_file = Path(deployed["install_dir"]) / "worker.env"
-    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600  # the one place the broker password is kept
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    url_file = Path(deployed["install_dir"]) / "broker_url"
+    assert stat.S_IMODE(url_file.stat().st_mode) == 0o600 and PASSWORD in url_file.read_text()  # its one place
+    assert PASSWORD not in env_file.read_text()
+    # the worker and the pool child it forks to analyze captures hold the file's path, not the password
+    worker = int((Path(deployed["install_dir"]) / "run" / "worker.pid").read_text())
+    processes = [worker, *map(int, Path(f"/proc/{worker}/task/{worker}/children").read_text().split())]
+    assert len(processes) >= 2 and not [
+        p for p in processes if PASSWORD.encode() in Path(f"/proc/{p}/environ").read_bytes()
+    ]
     key = Path(deployed["install_dir"]) / "signing" / "signing_key.pem"
     assert (
         stat.S_IMODE(key.stat().st_mode) == 0o600

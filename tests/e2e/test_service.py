@@ -253,6 +253,9 @@ def test_a_stale_supervisor_is_sent_again_once_by_whoever_asks(redis_server, mon
     (message,) = [json.loads(m) for m in client.lrange("npuprof:watch", 0, -1)]
     assert message["headers"]["id"] == "npuprof-merge-s1" and message["headers"]["argsrepr"] == "('s1', 1)"
     assert merge_watch.is_stale({**record, "planned_at": time.time()}, None, time.time(), 5) is False
+    client.delete("npuprof:watch")
+    records.delete("s1", url)  # as forget does: the revival's claim goes with the record
+    assert not [key for key in client.scan_iter("npuprof:*") if b"s1" in key]
 
 
 def test_broken_auxiliary_files_degrade_roots_through_the_service_as_they_do_locally(redis_server, workers, tmp_path):

@@ -13,11 +13,17 @@ from conftest import run_cli
 from service_client import build_search_root, wait_state
 from service_harness import wait_until
 
+from npuprof.pipeline.runner import analyze
+from npuprof.synth import generate
 from npuprof.workers import records
 from npuprof.workers.app import make_app
 from npuprof.workers.recovery import mark_work_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("service")]
+
+
+# a newline in a path a message names, then what would read as a record of the worker's own
+FORGED = "\n[2026-12-07 00:00:00,000: WARNING/MainProcess] forged record"
 
 
 def _rank(rank_dir: str) -> dict:
@@ -36,7 +42,11 @@ def test_messages_naming_paths_outside_the_served_storage_are_refused(redis_serv
     (victim / "precious.txt").write_text("keep me")
     escape = outside / ".escape.work-x"  # a marked work dir, but outside: the marker alone must not suffice
     mark_work_dir(escape, outside / "escape", "x")
-    served.mkdir()
+    plain = served / "plain"
+    plain.mkdir(parents=True)
+    (plain / "keep.txt").write_text("mine")
+    peaks = outside / "peaks.json"
+    peaks.write_text('{"cube_tflops": {"bf16": 1}}')
     (served / "link").symlink_to(outside)  # inside by its name, outside once resolved
     before = _listing(outside)
     started = workers(1, storage=(served,))
@@ -56,7 +66,11 @@ def test_messages_naming_paths_outside_the_served_storage_are_refused(redis_serv
         ),
         app.send_task("npuprof.run_stages", args=(str(victim), "report", "report", {})),
         app.send_task("npuprof.merge_sweep", args=("crafted", 0)),
-        app.send_task("npuprof.run_stages", args=(f"{outside}/\x1b]0;owned\x07\x1b[2J", None, None, {})),
+        app.send_task("npuprof.run_stages", args=(f"{outside}/\x1b]0;owned\x07\x1b[2J{FORGED}", None, None, {})),
+        app.send_task("npuprof.run_stages", args=(str(plain), None, None, {})),  # served, but not an output dir
+        # every path inside but the file an option names, which the worker would read into the archive
+        app.send_task("npuprof.analyze_rank", args=(str(served), _rank(root), {"hardware_profile": str(peaks)}, [])),
+        app.send_task("npuprof.analyze_rank", args=(str(served), _rank(root), {"model_config": ["/etc"]}, [])),
     ]
     for result in sent:
         with pytest.raises(Exception, match="outside the storage this worker serves|not an absolute path|refused"):
@@ -68,14 +82,29 @@ def test_messages_naming_paths_outside_the_served_storage_are_refused(redis_serv
     wait_until(lambda: escaped in worker.log_text(), 30, "the escaped task failure in the worker's log")
     log = worker.log_text()
     assert "\x1b" not in log and "\x07" not in log
+    assert not [line for line in log.splitlines() if line.startswith(FORGED.strip())]  # no forged record
     assert (victim / "precious.txt").read_text() == "keep me"
-    assert _listing(served) == ["link"]
+    assert _listing(served) == ["link", "plain", "plain/keep.txt"]
 
-    records.save({"sweep_id": "planned", "state": "planning", "roots": []}, redis_server.url)  # as submit does
-    plan = app.send_task("npuprof.plan_sweep", args=("planned", [str(served)], str(outside / "archive"), {}))
-    assert plan.get(timeout=60)["state"] == "failed"
-    assert "outside the storage this worker serves" in records.load("planned", redis_server.url)["error"]
-    assert not (outside / "archive").exists()
+    for sweep_id, archive, options in (
+        ("planned", outside / "archive", {}),
+        ("configured", served / "archive", {"model_config": str(outside / "config.json")}),
+    ):
+        record = {"sweep_id": sweep_id, "state": "planning", "roots": [], "plan_id": f"plan-{sweep_id}"}
+        record |= {"search_roots": [str(served)], "archive": str(archive), "options": options}  # as submit saves it
+        records.save(record, redis_server.url)
+        args = (sweep_id, [str(served)], str(archive), options)
+        plan = app.send_task("npuprof.plan_sweep", args=args, task_id=record["plan_id"])
+        assert plan.get(timeout=60)["state"] == "failed"
+        assert "outside the storage this worker serves" in records.load(sweep_id, redis_server.url)["error"]
+        assert not archive.exists()
+
+    # what run_stages is for: a range of stages again on an output dir the worker serves
+    out = served / "out"
+    analyze(generate(served / "root", "clean", steps=3, layers=2, trace=False)["root"], out, jobs=1)
+    (out / "report" / "report.md").unlink()
+    rerun = app.send_task("npuprof.run_stages", args=(str(out), "report", "report", {})).get(timeout=120)
+    assert rerun["status"] == "ok" and (out / "report" / "report.md").exists(), rerun
 
 
 def test_a_sweep_submitted_into_an_archive_outside_the_storage_fails_named_and_writes_nothing(

@@ -49,7 +49,9 @@ def read_rank_host_trace(rank: RankInput, span_us: tuple[float, float] | None, e
     cap = int(knowledge.load("evidence_rules")["host_trace"]["max_events_per_rank"])
     try:
         host = reader(trace, span_us[0], span_us[1], cap)
-    except BadInput as error:
+    except (BadInput, OSError) as error:  # unreadable, or gone since discovery: an auxiliary input, degraded
+        if not isinstance(error, BadInput):
+            error = BadInput(trace, f"cannot read it ({error.strerror or error})")
         note = unreadable_note(rank.rank_id, trace, error, "its idle time carries no host causes")
         return None, {"status": "unreadable", "error": error.one_line(), "note": note}
     status = {

@@ -17,7 +17,14 @@ from npuprof.pipeline.errors import BadInput
 from npuprof.pipeline.io import read_json
 from npuprof.pipeline.modelinfo import catalog as catalog_module
 from npuprof.pipeline.modelinfo.catalog import COMPARED_FIELDS
-from npuprof.pipeline.modelinfo.configs import config_overview, kv_cache_estimate, normalized_config, parameter_estimate
+from npuprof.pipeline.modelinfo.configs import (
+    COUNT_FIELDS,
+    config_overview,
+    count_problem,
+    kv_cache_estimate,
+    normalized_config,
+    parameter_estimate,
+)
 from npuprof.pipeline.modelinfo.hardware import Hardware, choose
 from npuprof.pipeline.stages.model.efficiency import main_dtype, operator_efficiency, step_efficiency
 from npuprof.pipeline.stages.model.fingerprint import Fingerprint, infer
@@ -212,6 +219,10 @@ def _config_views(path: Path, values: dict, tp: int | None) -> tuple[dict, dict]
     if not isinstance(raw, dict):
         raise BadInput(path, "model config is not a JSON object")
     config = normalized_config(raw)
+    problem = count_problem(config)
+    if problem is not None:
+        raise BadInput(path, f"model config {problem}")
+    config = {k: int(v) if k in COUNT_FIELDS and v is not None else v for k, v in config.items()}
     overview = config_overview(config, values)
     views = {
         schema.MODEL_CONFIG_OVERVIEW_CSV: overview,

@@ -15,4 +15,5 @@ STAGE = Stage(
     produces=(schema.NORMALIZED_EVENTS, schema.AICORE_FREQ, schema.SOURCE_INDEX, schema.CAPTURE_INFO),
     map_rank=stage.map_rank,
     reduce_root=stage.reduce_root,
+    headline=stage.headline,
 )

@@ -27,6 +27,7 @@ from npuprof.pipeline.sources.integrity import check_unchanged, drop_exact_dupli
 from npuprof.pipeline.sources.kernel_csv import read_kernel_csv
 from npuprof.pipeline.sources.profiler_db import probe, read_profiler_db
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+from npuprof.pipeline.stages.normalize.long_tasks import quarantine_long_tasks
 
 _AIV_STAGES = ("aiv_vec_time_us", "aiv_mte2_time_us", "aiv_mte3_time_us", "aiv_scalar_time_us")
 
@@ -143,11 +144,49 @@ def _rank_summary(
         "pipeline_event_count": int(covered),
         "pipeline_coverage": (covered / compute_count) if compute_count else None,
         "quarantined_rows": facts.get("quarantined_rows", []),
+        "long_tasks_quarantined": facts.get("long_tasks_quarantined", []),
+        "quarantine_notes": facts.get("quarantine_notes", []),
         "duplicate_rows_dropped": facts.get("duplicate_rows_dropped", 0),
         "header_columns": facts.get("header_columns"),
         "db_schema_version": facts.get("schema_version"),
         "notes": notes,
     }
+
+
+def _read_source(path: Path, kind: str, recorded: object, notes: list[str], facts: dict) -> pa.Table:
+    """One kernel source's rows, checked unchanged over the read; exact duplicates dropped and tasks that
+    outlast the capture quarantined, each with its note (``notes``) and count (``facts``)."""
+    check_unchanged(path, recorded)
+    if kind == "profiler_db":
+        table, file_facts = read_profiler_db(path)
+        notes.extend(file_facts.get("notes", []))
+        facts["schema_version"] = file_facts.get("schema_version")
+    else:
+        table, file_facts = read_kernel_csv(path)
+        facts["header_columns"] = file_facts["header_columns"]
+        for q in file_facts["quarantined_rows"]:
+            facts["quarantined_rows"].append({**q, "path": str(path)})
+            notes.append(
+                f"{path.name} line {q['line']}: {q['fields']} fields instead of {q['expected_fields']}; "
+                "row quarantined (not an event)"
+            )
+    check_unchanged(path, recorded)  # again: a file that grew during the read is not what was read
+    table, repeated = drop_exact_duplicates(table)
+    if len(repeated):
+        facts["duplicate_rows_dropped"] = facts.get("duplicate_rows_dropped", 0) + len(repeated)
+        where = "lines" if kind != "profiler_db" else "rows"
+        shown = ", ".join(str(int(r) + (2 if kind != "profiler_db" else 0)) for r in repeated[:5])
+        notes.append(
+            f"{path.name}: {len(repeated)} duplicate row{'s' if len(repeated) > 1 else ''} dropped "
+            f"(identical to an earlier row; {where} {shown}{', ...' if len(repeated) > 5 else ''})"
+        )
+    table, long_rows, long_notes = quarantine_long_tasks(table, path, kind)
+    facts["long_tasks_quarantined"] = facts.get("long_tasks_quarantined", []) + [
+        {**row, "path": str(path)} for row in long_rows
+    ]
+    notes.extend(long_notes)
+    facts["quarantine_notes"] = facts.get("quarantine_notes", []) + long_notes  # warnings in the result
+    return table
 
 
 def _aicore_freq(ctx: RankContext, kind: str, paths: list[Path]) -> tuple[pa.Table, dict, list[dict]]:
@@ -185,31 +224,7 @@ def map_rank(ctx: RankContext) -> StageResult:
     sources = []
     for index, path in enumerate(paths):
         source_id = f"r{rank.rank_id}:{kind}" + (f":{index}" if len(paths) > 1 else "")
-        recorded = rank.source_states.get(str(path))
-        check_unchanged(path, recorded)
-        if kind == "profiler_db":
-            table, file_facts = read_profiler_db(path)
-            notes.extend(file_facts.get("notes", []))
-            facts["schema_version"] = file_facts.get("schema_version")
-        else:
-            table, file_facts = read_kernel_csv(path)
-            facts["header_columns"] = file_facts["header_columns"]
-            for q in file_facts["quarantined_rows"]:
-                facts["quarantined_rows"].append({**q, "path": str(path)})
-                notes.append(
-                    f"{path.name} line {q['line']}: {q['fields']} fields instead of {q['expected_fields']}; "
-                    "row quarantined (not an event)"
-                )
-        check_unchanged(path, recorded)  # again: a file that grew during the read is not what was read
-        table, repeated = drop_exact_duplicates(table)
-        if len(repeated):
-            facts["duplicate_rows_dropped"] = facts.get("duplicate_rows_dropped", 0) + len(repeated)
-            where = "lines" if kind != "profiler_db" else "rows"
-            shown = ", ".join(str(int(r) + (2 if kind != "profiler_db" else 0)) for r in repeated[:5])
-            notes.append(
-                f"{path.name}: {len(repeated)} duplicate row{'s' if len(repeated) > 1 else ''} dropped "
-                f"(identical to an earlier row; {where} {shown}{', ...' if len(repeated) > 5 else ''})"
-            )
+        table = _read_source(path, kind, rank.source_states.get(str(path)), notes, facts)
         tables.append(_finish_events(table, source_id))
         sources.append(
             {
@@ -226,6 +241,15 @@ def map_rank(ctx: RankContext) -> StageResult:
     summary = _rank_summary(rank, events, kind, paths, reason, notes, facts)
     summary.update(sources=sources, aicore_freq=freq_facts, unreadable_inputs=unreadable)
     return StageResult(tables={schema.NORMALIZED_EVENTS: events, schema.AICORE_FREQ: freq}, manifest=summary)
+
+
+def headline(manifest: dict) -> tuple[dict, list[str]]:
+    """normalize's part of the result JSON: the tasks left out for lasting far past the capture, each a
+    warning (a corrupt duration must not pass as a healthy capture)."""
+    ranks = manifest["rank_summaries"]
+    left_out = sum(len(r.get("long_tasks_quarantined", [])) for r in ranks)
+    warnings = [f"normalize: rank {r['rank_id']}: {note}" for r in ranks for note in r.get("quarantine_notes", [])]
+    return {"long_tasks_quarantined": left_out}, warnings
 
 
 def reduce_root(ctx: RootContext) -> StageResult:

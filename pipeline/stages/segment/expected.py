@@ -7,6 +7,7 @@ from pathlib import Path
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput, UsageError
 from npuprof.pipeline.io import read_json
+from npuprof.pipeline.modelinfo.configs import count_problem, is_whole, normalized_config
 
 
 def expected_model(model_config: str | None, model_id: str | None, root: str) -> dict:
@@ -18,15 +19,17 @@ def expected_model(model_config: str | None, model_id: str | None, root: str) ->
         if not path.is_file():
             raise BadInput(path, "model config not found")
         config = read_json(path)
-        layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
+        if not isinstance(config, dict):
+            raise BadInput(path, "model config is not a JSON object")
+        problem = count_problem(normalized_config(config))  # the model stage reads the same fields
+        if problem is not None:
+            raise BadInput(path, f"model config {problem}")
+        layers, mtp = config.get("num_hidden_layers"), config.get("num_nextn_predict_layers") or 0
         if not isinstance(layers, int) or layers <= 0:
             raise BadInput(path, "config has no positive integer num_hidden_layers")
-        return {
-            "expected_layers": layers,
-            "source": "config",
-            "detail": str(path),
-            "mtp_layers": int(config.get("num_nextn_predict_layers") or 0),
-        }
+        if not is_whole(mtp) or not 0 <= mtp <= layers:
+            raise BadInput(path, f"model config field num_nextn_predict_layers is {mtp!r}, not 0 to {layers}")
+        return {"expected_layers": layers, "source": "config", "detail": str(path), "mtp_layers": int(mtp)}
     if model_id:
         catalog = knowledge.load("model_catalog")["models"]
         families = sorted({str(e.get("family")) for e in catalog.values() if e.get("family")})

@@ -29,7 +29,12 @@ from npuprof.pipeline.stages.segment.layers import (
     modal_gaps,
 )
 from npuprof.pipeline.stages.segment.step_memo import StepLayerMemo
-from npuprof.pipeline.stages.segment.steps import StepWindow, profiler_heads, quarantine_step_ids, step_windows
+from npuprof.pipeline.stages.segment.steps import (
+    StepWindow,
+    profiler_heads,
+    quarantine_step_ids,
+    step_windows,
+)
 from npuprof.pipeline.summaries.pp_schedule import pp_stages
 
 # The event columns segment reads (a projection of the normalized events).
@@ -191,10 +196,10 @@ def map_rank(ctx: RankContext) -> StageResult:
     layer_family = np.where(anchors, features.anchor_family, "")
     if family == fallback_family:
         layer_family = np.where(anchors, fallback_family, "")
-    step_ids, quarantine_notes = quarantine_step_ids(
+    step_ids, quarantine_notes, damaged = quarantine_step_ids(
         *(events.column(c).to_numpy(zero_copy_only=False) for c in ("step_id", "start_ns", "row_idx"))
     )
-    steps, islands = step_windows(step_ids, features, training)
+    steps, islands = step_windows(step_ids, features, training, damaged)
     gaps = modal_gaps(anchors, features.backward)
     templates: dict = {}
     memo = StepLayerMemo(anchors, features, family, gaps)  # repeating steps are worked out once

@@ -64,14 +64,16 @@ def _relabelled(step_ids: np.ndarray, row_idx: np.ndarray, most: int) -> tuple[n
     return fixed, notes
 
 
-def _strays(step_ids: np.ndarray, start_ns: np.ndarray, rules: dict) -> np.ndarray:
+def _strays(step_ids: np.ndarray, start_ns: np.ndarray, rules: dict) -> tuple[np.ndarray, np.ndarray]:
     """Rows separated from the rest of the rank by a gap far longer than its steps (a clock jump, a
-    corrupt timestamp): a few rows on the small side of such a gap."""
+    corrupt timestamp): (a few rows on the small side of such a gap; the rows beyond one whose step's
+    other rows lie in the rank's main stretch — a step does not straddle such a gap, so its far rows'
+    times are corrupt however many they are)."""
     order = np.argsort(start_ns, kind="stable")
     times = start_ns[order]
     runs = [(s, e) for s, e in _runs(np.where(np.isnan(step_ids), -1.0, step_ids)) if not np.isnan(step_ids[s])]
     if len(times) < 2 or not runs:
-        return np.zeros(len(step_ids), dtype=bool)
+        return np.zeros(len(step_ids), dtype=bool), np.zeros(len(step_ids), dtype=bool)
     spans = [float(start_ns[s : e + 1].max() - start_ns[s : e + 1].min()) for s, e in runs]
     rows_per_step = float(np.median([e - s + 1 for s, e in runs]))
     threshold = max(rules["min_gap_s"] * 1e9, rules["gap_steps"] * float(np.median(spans)))
@@ -80,37 +82,51 @@ def _strays(step_ids: np.ndarray, start_ns: np.ndarray, rules: dict) -> np.ndarr
     small = (sizes < rules["max_stray_share"] * len(times)) & (sizes < rows_per_step / 2)
     stray = np.zeros(len(step_ids), dtype=bool)
     stray[order] = small[cluster]
-    return stray
+    cluster_of = np.empty(len(step_ids), dtype=np.int64)
+    cluster_of[order] = cluster
+    main = cluster_of == int(np.argmax(sizes))
+    steps_in_main = np.unique(step_ids[main & ~np.isnan(step_ids)])
+    split = ~main & ~stray & np.isin(step_ids, steps_in_main)
+    return stray, split
 
 
 def quarantine_step_ids(
     step_ids: np.ndarray, start_ns: np.ndarray, row_idx: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
-    """Step ids with the rows that contradict the capture fixed or left out (NaN), and a note for each:
-    a row relabelled with another step's id inside a step is counted in that step; rows a huge gap
-    separates from the rest belong to no step (they would stretch one to hours of idle)."""
+) -> tuple[np.ndarray, list[str], set[int]]:
+    """Step ids with the rows that contradict the capture fixed or left out (NaN), a note for each, and
+    the steps that lost rows: a row relabelled with another step's id inside a step is counted in that
+    step; rows a huge gap separates from the rest belong to no step (they would stretch one to hours of
+    idle, or make a second, phantom copy of their step); a step that lost some is no complete step."""
     step_ids = np.asarray(step_ids, dtype=float)
     if len(step_ids) == 0 or np.isnan(step_ids).all():
-        return step_ids, []
+        return step_ids, [], set()
     rules = knowledge.load("segmentation_rules")["quarantine"]
     fixed, notes = _relabelled(step_ids, row_idx, int(rules["max_relabelled_rows"]))
-    stray = _strays(fixed, start_ns, rules)
+    stray, split = _strays(fixed, start_ns, rules)
     if stray.any():
-        fixed = np.where(stray, np.nan, fixed)
         notes.append(
             f"{int(stray.sum())} rows ({_rows_text(row_idx[stray])}) start more than "
             f"{rules['min_gap_s']} s away from the rest of the rank: left out of every step (a clock jump or a "
             "corrupt timestamp)"
         )
-    return fixed, notes
+    damaged = {int(step) for step in np.unique(fixed[split])}
+    for step in sorted(damaged):
+        rows = split & (fixed == step)
+        notes.append(
+            f"{int(rows.sum())} rows of step {step} ({_rows_text(row_idx[rows])}) start more than "
+            f"{rules['min_gap_s']} s away from the rest of their step: left out of every step (a corrupt "
+            f"timestamp), and step {step} is not counted as complete"
+        )
+    return np.where(stray | split, np.nan, fixed), notes, damaged
 
 
 def step_windows(
-    step_ids: np.ndarray, features: EventFeatures, training: bool
+    step_ids: np.ndarray, features: EventFeatures, training: bool, damaged: set[int] = frozenset()
 ) -> tuple[list[StepWindow], list[tuple[int, int]]]:
     """Step windows and the interior islands (events between steps that belong to none).
 
-    ``step_ids`` is float with NaN where the capture marks no step.
+    ``step_ids`` is float with NaN where the capture marks no step; ``damaged``: the steps that lost rows
+    to the quarantine (``quarantine_step_ids``), no complete steps.
     """
     n = len(step_ids)
     islands: list[tuple[int, int]] = []
@@ -129,6 +145,7 @@ def step_windows(
     else:
         windows = _structural_steps(features, training)
     _mark_partial(windows)
+    _mark_rows_left_out(windows, damaged)
     return windows, islands
 
 
@@ -162,6 +179,14 @@ def _mark_partial(windows: list[StepWindow]) -> None:
         if counts[edge] < rules["max_event_share"] * float(np.median(others)):
             windows[edge].complete = False
             windows[edge].tags.append("PARTIAL_CAPTURE_BOUNDARY")
+
+
+def _mark_rows_left_out(windows: list[StepWindow], damaged: set[int]) -> None:
+    """Each step that lost rows to the quarantine (``quarantine_step_ids``) is no complete step."""
+    for window in windows:
+        if window.step_id in damaged:
+            window.complete = False
+            window.tags.append("ROWS_LEFT_OUT")
 
 
 def profiler_heads(steps: pd.DataFrame, starts: pd.DataFrame) -> np.ndarray:
