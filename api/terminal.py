@@ -21,7 +21,16 @@ def _findings(summary: dict) -> list[str]:
         if saves is None and caused is not None:
             cost = f"causes ~{caused:.2f} ms/step, not recoverable from this capture"
         lines.append(f"  - [{group['severity']}, {cost}] {group['summary']}")
+        if group.get("remedy"):  # the first of what to try: the report holds the rest
+            lines.append(f"    try: {_first_clause(group['remedy']['text'])}")
     return lines or ["  none"]
+
+
+def _first_clause(text: str, most: int = 160) -> str:
+    """The start of ``text`` up to its first sentence end, or ``most`` characters and "…"."""
+    end = text.find(". ")
+    head = text[: end + 1] if 0 < end < most else text
+    return head if len(head) <= most else head[: most - 1].rstrip() + "…"
 
 
 def _analysis(result: dict) -> list[str]:

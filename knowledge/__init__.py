@@ -157,7 +157,8 @@ def _with_detector_rules(data: dict[str, Any]) -> dict[str, Any]:
 @lru_cache(maxsize=None)
 def notes() -> tuple[dict[str, Any], ...]:
     """The knowledge notes (``knowledge/detectors/<topic>/*.md``, by file name): ref, title, topic,
-    finding types (front matter) and body."""
+    finding types and remedy bullets (front matter: which bullet of "What to try" is each type's) and
+    body."""
     found = []
     resources_by_name = [
         (resource, topic)
@@ -179,6 +180,7 @@ def notes() -> tuple[dict[str, Any], ...]:
                 "title": title,
                 "topic": topic,
                 "finding_types": list(front.get("finding_types", [])),
+                "remedy_bullets": dict(front.get("remedy_bullets", {})),
                 "body": "\n".join(lines[1:]).strip(),
             }
         )

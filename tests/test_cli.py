@@ -453,6 +453,7 @@ def test_a_terminal_gets_a_summary_a_person_reads_and_json_only_when_asked(tmp_p
     # the step from where the profiler started it: Stage 810.0 + Preparing 0.2 ms (step_trace_time.csv)
     assert "rank 0: of a 810.2 ms step, 313.9 ms (39%) exposed PP send_recv" in stderr
     assert "pp_stage_imbalance" not in stderr and "saves ~" in stderr  # findings in words, with their saving
+    assert "\n    try: Use the framework's fused loss: Megatron-core's `--cross-entropy-loss-fusion`" in stderr
     assert f"report: {out / 'report' / 'report.md'}" in stderr
     code, shown, stderr = _at_a_terminal([*command, "--overwrite", "--json"])
     assert code == 0 and json.loads(shown)["status"] == "ok"  # the one JSON object, asked for

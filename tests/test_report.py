@@ -455,3 +455,22 @@ def test_the_readmes_qwen3_figures_are_the_analysis(sample_outputs):
     assert loss["rank_ids"] == [2] and loss["metrics"]["dtype"] == "fp32"
     assert int(kernel_ms) == round(loss["metrics"]["kernel_ms"]) and int(fused_ms) == round(loss["metrics"]["fused_ms"])
     assert int(saved_ms) == round(loss["recoverable_ms_per_step"])
+
+
+def test_each_finding_says_what_to_try_where_a_person_reads_it(sample_outputs):
+    """The remedy reaches the user: on the Qwen3 capture the eager fp32 loss finding names the fused loss
+    to use (Megatron's --cross-entropy-loss-fusion, from knowledge/detectors/loss_chain/loss_chain.md) in
+    analysis_summary.json and report.md; a finding type whose note has bullets per type gets its own."""
+    from npuprof.pipeline.stages.report.notes import remedy
+
+    out, _ = sample_outputs["qwen3_training"]
+    summary = json.loads((out / schema.ANALYSIS_SUMMARY).read_text())
+    (loss,) = [g for g in summary["findings"] if g["finding_type"] == "unfused_loss_chain"]
+    assert "--cross-entropy-loss-fusion" in loss["remedy"]["text"]
+    assert loss["remedy"]["ref"] == "knowledge/detectors/loss_chain/loss_chain.md"
+    report = (out / schema.REPORT_MD).read_text()
+    assert "- what to try: Use the framework's fused loss: Megatron-core's" in report
+    assert remedy("host_launch_bound")["text"].startswith("Enable the task queue (`TASK_QUEUE_ENABLE=2`)")
+    assert "micro-batch count" in remedy("pp_bubble_heavy")["text"]
+    assert "micro-batch count" not in remedy("pp_stage_imbalance")["text"]
+    assert remedy("no_such_finding") is None

@@ -119,6 +119,12 @@ def test_clicking_a_finding_moves_the_view_to_its_evidence(browser, served, mixe
     window = browser.execute_script("return npuprof.state.data.findings[0].window")
     assert window[3] in findings[0]["evidence_ids"] and window[3] in index.index
     assert after[0] <= window[1] and after[1] >= window[2] and (after[1] - after[0]) < (before[1] - before[0])
+    # each card says what to try, from the note written for its type: the planted slow rank's names the
+    # card's clock and the host's cores (knowledge/detectors/slow_rank/slow_rank.md)
+    remedies = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "#findings p.remedy")]
+    slow = [f for f in findings if f["finding_type"] == "slow_rank_suspected"]
+    assert slow and len(remedies) >= len(slow), remedies
+    assert any("npu-smi info" in text and "CPU_AFFINITY_CONF" in text for text in remedies), remedies
 
 
 def test_the_step_inspector_lists_the_layers_of_the_step(browser, served, mixed_report):

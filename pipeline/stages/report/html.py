@@ -25,6 +25,7 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.io import json_text
 from npuprof.pipeline.stages.report.glossary import GLOSSARY
 from npuprof.pipeline.stages.report.ledger_view import ledger_bars
+from npuprof.pipeline.stages.report.notes import remedy
 from npuprof.pipeline.stages.report.perfetto import rebased_us
 from npuprof.pipeline.stages.report.pp_chart import pp_chart
 from npuprof.pipeline.summaries.communication import call_families
@@ -254,6 +255,7 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
                 "ranks": finding["rank_ids"],
                 "window": window,
                 "claim_id": finding["claim_id"],
+                "remedy": (remedy(finding["finding_type"]) or {}).get("text"),  # what to try, from its note
             }
         )
     return out

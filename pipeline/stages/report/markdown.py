@@ -420,6 +420,7 @@ def _findings(summary: dict) -> str:
             f"(threshold {cell(stat.get('threshold'))})\n"
             f"- ranks: {', '.join(map(str, group['affected']['rank_ids']))}; occurrences: {group['occurrences']}\n"
             f"- evidence: {evidence}\n"
+            + (f"- what to try: {cell(group['remedy']['text'])}\n" if group.get("remedy") else "")
             + (f"- limitations: {'; '.join(cell(x) for x in group['limitations'])}\n" if group["limitations"] else "")
             + (f"- read: {notes}\n" if notes else "")
             + "".join(

@@ -71,3 +71,44 @@ def knowledge_refs(finding_type: str, summary: str, top: int = TOP_REFS) -> list
         }
         for i, score in order[:top]
     ]
+
+
+REMEDY_CHARS = 420  # two or three lines of a report: the note holds the rest
+_TRY = "**What to try.**"
+
+
+def remedy(finding_type: str) -> dict | None:
+    """What to try for a finding type, from the "What to try" paragraph of the note written for it (its
+    bullet, where the note's ``remedy_bullets`` names one): {"text", "ref"}, the text cut at a sentence
+    or clause end near ``REMEDY_CHARS`` with "…" where the note says more; None without such a note."""
+    for note in knowledge.notes():
+        if finding_type not in note["finding_types"]:
+            continue
+        paragraph = next((p for p in note["body"].split("\n\n") if p.startswith(_TRY)), None)
+        if paragraph is None:
+            continue
+        text = paragraph[len(_TRY) :]
+        label = note["remedy_bullets"].get(finding_type)
+        if label:
+            bullets = re.split(r"\n- ", "\n" + text.strip())
+            text = next((b for b in bullets if b.startswith(f"*{label}:*")), text).removeprefix(f"*{label}:*")
+        text = " ".join(text.split())
+        return {"text": _cut(text[:1].upper() + text[1:]), "ref": note["ref"]}
+    return None
+
+
+def _cut(text: str) -> str:
+    """``text`` cut near REMEDY_CHARS after a sentence, else a clause, never inside parentheses or code."""
+    if len(text) <= REMEDY_CHARS:
+        return text
+    depth, code, ends = 0, False, {".": [], ";": [], ",": []}
+    for position, char in enumerate(text[: REMEDY_CHARS + 1]):
+        code ^= char == "`"
+        depth += (char == "(") - (char == ")")
+        if char in ends and not depth and not code and text[position + 1 : position + 2] == " ":
+            ends[char].append(position)
+    for mark in ".;,":
+        usable = [p for p in ends[mark] if p > REMEDY_CHARS // 3]
+        if usable:
+            return text[: usable[-1] + (mark == ".")] + " …"
+    return text[:REMEDY_CHARS].rstrip() + " …"

@@ -16,7 +16,7 @@ import pandas as pd
 from npuprof.pipeline import __version__, io
 from npuprof.pipeline.stages.report.headline import headline_costs
 from npuprof.pipeline.stages.report.inputs import ReportInputs
-from npuprof.pipeline.stages.report.notes import knowledge_refs
+from npuprof.pipeline.stages.report.notes import knowledge_refs, remedy
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
 MAX_FINDING_GROUPS = 50
@@ -255,6 +255,7 @@ def finding_groups(inputs: ReportInputs) -> tuple[list[dict], int]:
                 "evidence_sample": _evidence_sample(evidence, inputs.evidence),
                 "limitations": list(dict.fromkeys(lim for f in members for lim in f["limitations"]))[:3],
                 "knowledge_refs": knowledge_refs(finding_type, summary),
+                "remedy": remedy(finding_type),  # what to try, from the note written for the type
                 # the same cost as another type told it, merged into this finding (one cause, one finding)
                 "merged": [
                     {"finding_type": m["finding_type"], "summary": m["summary"]}
