@@ -42,3 +42,16 @@ def table(frame: pd.DataFrame, columns: list[str], limit: int = 20) -> str:
 def share_text(value: float | None) -> str:
     """A share of the step as people read it: "12.5 %" ("–" where unknown)."""
     return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def ms_text(value: float) -> str:
+    """A time in ms as people read it: three significant digits, never an exponent (2,846; 28.5; 2.85;
+    0.285; "<0.001" below a microsecond) — ``:.3g`` printed a 2.8 s saving as "2.85e+03"."""
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:,.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}" if magnitude >= 0.001 or magnitude == 0 else "<0.001"

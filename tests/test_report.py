@@ -474,3 +474,18 @@ def test_each_finding_says_what_to_try_where_a_person_reads_it(sample_outputs):
     assert "micro-batch count" in remedy("pp_bubble_heavy")["text"]
     assert "micro-batch count" not in remedy("pp_stage_imbalance")["text"]
     assert remedy("no_such_finding") is None
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [(2846.3, "2,846"), (28.46, "28.5"), (2.846, "2.85"), (0.2846, "0.285"), (0.0, "0"), (0.0004, "<0.001")],
+)
+def test_a_time_in_the_report_is_never_an_exponent(value, shown):
+    """report.md wrote a 2.8 s saving as "2.85e+03 ms/step" (``:.3g``): three significant digits, no exponent."""
+    from npuprof.pipeline.mdtext import ms_text
+    from npuprof.pipeline.stages.report.markdown import _saving
+
+    assert ms_text(value) == shown
+    assert (
+        _saving({"recoverable_ms_per_step": 2846.3, "recoverable_share_of_step": 0.5}) == "recovers 2,846 ms/step (50%)"
+    )

@@ -125,6 +125,13 @@ def test_clicking_a_finding_moves_the_view_to_its_evidence(browser, served, mixe
     slow = [f for f in findings if f["finding_type"] == "slow_rank_suspected"]
     assert slow and len(remedies) >= len(slow), remedies
     assert any("npu-smi info" in text and "CPU_AFFINITY_CONF" in text for text in remedies), remedies
+    # and why it is believed: its confidence, its statistic against its threshold, what it cites
+    facts = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "#findings p.facts")]
+    assert len(facts) == len(findings), facts
+    for finding, text in zip(findings, facts):
+        statistic = finding["statistic"]
+        assert text.startswith(f"{finding['confidence']} confidence · {statistic['name']} = "), text
+        assert f"(threshold {float(statistic['threshold']):g})" in text and finding["evidence_ids"][0] in text, text
 
 
 def test_the_step_inspector_lists_the_layers_of_the_step(browser, served, mixed_report):

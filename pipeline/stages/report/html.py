@@ -255,6 +255,10 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
                 "ranks": finding["rank_ids"],
                 "window": window,
                 "claim_id": finding["claim_id"],
+                # why it is believed: how sure, the number against its threshold, what it cites
+                "confidence": finding.get("confidence"),
+                "statistic": finding.get("statistic") or {},
+                "evidence": finding["evidence_ids"][:4],
                 "remedy": (remedy(finding["finding_type"]) or {}).get("text"),  # what to try, from its note
             }
         )

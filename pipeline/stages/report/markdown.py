@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from npuprof.pipeline.idle_cause_names import cause_names
-from npuprof.pipeline.mdtext import cell, code, share_text, table
+from npuprof.pipeline.mdtext import cell, code, ms_text, share_text, table
 from npuprof.pipeline.stages.report.advice import all_findings_together, fingerprint_hint
 from npuprof.pipeline.stages.report.glossary import glossary_markdown
 from npuprof.pipeline.stages.report.inputs import ReportInputs
@@ -128,10 +128,10 @@ def _saving(group: dict) -> str:
     """'recovers 14.6 ms/step (9%)': what removing the cause saves per step, replayed."""
     saved, share = group.get("recoverable_ms_per_step"), group.get("recoverable_share_of_step")
     if saved is None and group.get("caused_ms_per_step") is not None:
-        return f"causes {group['caused_ms_per_step']:.3g} ms/step, not recoverable from this capture"
+        return f"causes {ms_text(group['caused_ms_per_step'])} ms/step, not recoverable from this capture"
     if saved is None:
         return "recoverable time not estimated"
-    return f"recovers {saved:.3g} ms/step" + (f" ({share:.0%})" if share is not None else "")
+    return f"recovers {ms_text(saved)} ms/step" + (f" ({share:.0%})" if share is not None else "")
 
 
 def _capture(inputs: ReportInputs, summary: dict) -> str:
