@@ -49,12 +49,19 @@ def _analysis(result: dict) -> list[str]:
 
 
 def _demo(result: dict) -> list[str]:
+    """What was planted and how much of it was found; the findings themselves once, in the analysis."""
     demo = result["demo"]
-    found = [g["summary"] for g in (result.get("analysis_summary") or {}).get("findings", [])]
+    planted = demo.get("planted_findings", [])
+    told = [
+        f"{f['type']}"
+        + (f" (rank {', '.join(map(str, f['ranks']))})" if f["ranks"] else "")
+        + ("" if f["found"] else ": MISSED")
+        for f in planted
+    ]
+    found = sum(f["found"] for f in planted)
     return [
         f"planted: {demo['planted']} (ground truth: {demo['ground_truth']})",
-        "found:" if found else "found: nothing",
-        *(f"  - {text}" for text in found[:TOP_FINDINGS]),
+        f"found {found} of {len(planted)} planted findings: {'; '.join(told)}",
         *_analysis(result),
     ]
 

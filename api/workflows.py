@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npuprof.pipeline import schema
+from npuprof.pipeline import io, schema
 from npuprof.pipeline.errors import UsageError
 from npuprof.pipeline.options import AnalyzeOptions
 from npuprof.pipeline.progress import Progress
@@ -30,13 +30,32 @@ def run_demo(work: Path, progress: Progress) -> dict:
     generated = generate(root, "demo", overwrite=True)
     progress("synth", 1, 1, f"{generated['rows']} rows")
     result = analyze(root, out, overwrite=True, progress=progress)
+    truth = io.read_json(root / "ground_truth.json")
     result["demo"] = {
         "root": str(root),
         "ground_truth": str(root / "ground_truth.json"),
         "planted": SCENARIOS["demo"].description,
         "events_parquet": str(out / schema.NORMALIZED_EVENTS),
+        "planted_findings": planted_found(truth["expected_findings"], (result.get("analysis_summary") or {})),
     }
     return result
+
+
+def planted_found(expected: list[dict], summary: dict) -> list[dict]:
+    """Each planted fault (ground_truth.json's expected findings) and whether the analysis found it: a
+    finding of its type — or one that told the same cost and took it in (``merged``) — whose ranks
+    include the planted ones (any ranks, for a fault planted on none)."""
+    groups = summary.get("findings", [])
+    rows = []
+    for fault in expected:
+        ranks = set(fault.get("ranks") or [])
+        found = any(
+            fault["type"] in {g["finding_type"], *(m["finding_type"] for m in g.get("merged", []))}
+            and ranks <= set(g["affected"]["rank_ids"])
+            for g in groups
+        )
+        rows.append({"type": fault["type"], "ranks": sorted(ranks), "found": found})
+    return rows
 
 
 def analyzed_output(path: str, out: Path, side: str, progress: Progress) -> Path:

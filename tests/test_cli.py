@@ -348,6 +348,18 @@ def test_demo_generates_and_analyzes_and_says_where_things_are(cli, tmp_path):
     assert result["status"] == "ok" and result["rank_count"] == 4
     assert Path(result["demo"]["ground_truth"]).is_file()
     assert (Path(result["output_dir"]) / "normalize_manifest.json").is_file()
+    # the demo's promise, against its ground truth: every planted fault found, on its ranks, and said so
+    truth = json.loads(Path(result["demo"]["ground_truth"]).read_text())
+    planted = [(f["type"], sorted(f.get("ranks") or [])) for f in truth["expected_findings"]]
+    assert planted[:2] == [("slow_rank_suspected", [2]), ("device_idle_bubble", [0])]  # SCENARIOS["demo"]
+    assert result["demo"]["planted_findings"] == [{"type": t, "ranks": r, "found": True} for t, r in planted]
+    from npuprof.api.terminal import _demo
+
+    lines = _demo(result)
+    told = "; ".join(f"{t} (rank {r[0]})" for t, r in planted)
+    assert f"found {len(planted)} of {len(planted)} planted findings: {told}" in lines, lines
+    summaries = [g["summary"] for g in result["analysis_summary"]["findings"]]
+    assert all(sum(summary in line for line in lines) == 1 for summary in summaries)  # each finding said once
     assert cli("demo", "--dir", str(tmp_path / "demo"), "--progress", "none").returncode == 0  # re-runnable
     foreign = tmp_path / "foreign"
     foreign.mkdir()
