@@ -223,6 +223,18 @@ def test_each_finding_recovers_what_its_twin_measures(planted_outputs, tmp_path,
     assert finding["recoverable_ms_per_step"] == pytest.approx(measured, rel=TOLERANCE)
 
 
+# the twin the replay priced worst (−18 to −21 % at seeds 0–4 while seed 7 passed, when the exposed last
+# gradient bucket of an overlapped sync was scaled with the stage's parameters), checked beyond the test seed
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_the_stage_move_recovers_what_its_twin_measures_at_other_seeds(tmp_path, seed):
+    from conftest import analyze_scenarios
+
+    ((root, out),) = analyze_scenarios(tmp_path, ["pipeline_parallel"], "diagnostics", seed=seed).values()
+    measured = twin_measures_ms(root, twin_of("pipeline_parallel", "pp_stage_imbalance"), tmp_path)
+    (finding,) = [f for f in reported_findings(out) if f["finding_type"] == "pp_stage_imbalance"]
+    assert measured > 0.1 and finding["recoverable_ms_per_step"] == pytest.approx(measured, rel=TOLERANCE)
+
+
 def test_a_fault_that_costs_no_time_recovers_none(planted_outputs):
     """A rank given no routed tokens is wasted capacity, not a longer step (its twin is no faster)."""
     _, out = planted_outputs["dummy_rank"]

@@ -470,3 +470,21 @@ def test_an_op_queued_behind_a_waiting_op_hands_its_late_transfer_to_that_wait()
     assert parts == {"DP allreduce transfer": 90.0, "DP allreduce wait": 60.0}
     parts = exposed_parts([(50, 150, 0.4, 0.6), (200, 250, 1.0, 0.0)], compute_end=180)
     assert parts == {"DP allreduce transfer": 50.0}
+
+
+@pytest.mark.parametrize("name", ["pipeline_parallel", "qwen3_training"])
+def test_a_pipeline_stages_compute_is_the_vendors_computing(planted_outputs, sample_outputs, name):
+    """pp_schedule.csv's compute_ms, which weighs one stage against another, is each rank's compute kernels'
+    busy time, communication beside them or not: step_trace_time.csv's Computing for that rank and step.
+    On pipeline_parallel gradient buckets all-reduce under the backward (compute beside communication,
+    which the stage still computes); Qwen3 runs its sync after the backward."""
+    out = planted_outputs[name][1] if name in planted_outputs else sample_outputs[name][0]
+    schedule = read(out, schema.PP_SCHEDULE_CSV)
+    ranks = json.loads((out / "source_index.json").read_text())["inputs"]["ranks"]
+    for rank in ranks:
+        if rank["rank_id"] not in set(schedule["rank_id"]):
+            continue
+        trace = pd.read_csv(Path(rank["rank_dir"]) / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv")
+        mine = schedule[schedule["rank_id"] == rank["rank_id"]].set_index("step_id")["compute_ms"]
+        vendor = trace.set_index("Step")["Computing"].reindex(mine.index) / 1000.0
+        assert mine.to_numpy() == pytest.approx(vendor.to_numpy(), abs=0.005), rank["rank_id"]

@@ -28,7 +28,7 @@ COLUMNS = [
     "layers_held",  # distinct decoder layers this stage runs
     "layer_ms",  # mean wall of one held layer over the step's passes (its forward and backward)
     "wall_ms",
-    "compute_ms",
+    "compute_ms",  # the compute kernels' busy time, communication beside them or not
     "pp_exposed_ms",  # P2P communication with no compute beside it: waiting for the neighbour stage
     "idle_ms",  # every idle gap, dispatch gaps between kernels included
     "pipeline_wait_ms",  # the idle gaps of at least idle_by_gap.gap_min_us beside a P2P op (gap_kinds.py)
@@ -127,7 +127,7 @@ def _time_split(accounting: pd.DataFrame) -> pd.DataFrame:
     keys = ["rank_id", "step_ordinal"]
     primary = accounting[accounting["breakdown"] == "primary"]
     split = primary.pivot_table(index=keys, columns="category", values="ms", aggfunc="sum").reindex(
-        columns=["compute", "idle"], fill_value=0.0
+        columns=["compute", "overlap", "idle"], fill_value=0.0
     )
     wall = primary.groupby(keys)["wall_ms"].first()
     by_role = accounting[(accounting["breakdown"] == "comm_by_role") & (accounting["component"] == "PP")]
@@ -141,7 +141,8 @@ def _time_split(accounting: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "wall_ms": wall,
-            "compute_ms": split["compute"],
+            # a stage's compute load: under a gradient bucket's all-reduce it computes all the same
+            "compute_ms": split["compute"] + split["overlap"],
             "pp_exposed_ms": pp.reindex(wall.index).fillna(0.0),
             "idle_ms": split["idle"],
             "pipeline_wait_ms": gaps.groupby(keys)["ms"].sum().reindex(wall.index).fillna(0.0),

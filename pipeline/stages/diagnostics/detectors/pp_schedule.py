@@ -243,7 +243,10 @@ def _replayed_move(inputs: DiagnosisContext, changes: dict[int, tuple]) -> WhatI
     lands where the rank's decoder layers run, in proportion to each layer span (a layer's forward in
     each forward stretch, its backward in each backward one; the LM head, loss and embedding stay), and
     the parameters move with the layers — the stage's gradient sync (its DP collectives) and its
-    optimizer (the work after its last collective) scale with the parameters it holds."""
+    optimizer (the work after its last collective) scale with the parameters it holds. Where the sync's
+    buckets overlap the backward, the moved layers' gradients fill buckets under the backward (a bucket
+    holds its layers' gradients, up to the framework's bucket size) and the exposed last one, the
+    stage's first layers', keeps its time; a sync after the whole backward scales whole."""
     model = inputs.step_model
     spans = inputs.layer_spans
     steps = model.slots.groupby("rank_id").size()
@@ -264,6 +267,8 @@ def _replayed_move(inputs: DiagnosisContext, changes: dict[int, tuple]) -> WhatI
     if parameters and len(model.rows) and "parallel_role" in alignment.columns:
         dp = set(alignment.loc[alignment["parallel_role"] == "DP", "alignment_id"])
         rows = model.rows[model.rows["alignment_id"].isin(dp)]
+        overlapped = rows.groupby("slot")["floating"].transform("any")
+        rows = rows[rows["floating"] | ~overlapped]
         by_instance = rows["rank_id"].map(parameters).groupby(rows["alignment_id"]).mean().dropna()
         change.transit_us = scaled_transit(model, by_instance).transit_us
     return change
