@@ -206,6 +206,11 @@ def read_json(path: Path, finite: bool = False) -> Any:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
+    return parse_json(raw, path, finite)
+
+
+def parse_json(raw: bytes, path: Path, finite: bool = False) -> Any:
+    """``raw`` (the bytes of the JSON file ``path``) parsed as ``read_json`` does."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

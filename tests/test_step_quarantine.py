@@ -65,6 +65,29 @@ def test_a_late_timestamp_and_a_relabelled_row_are_quarantined_and_the_steps_equ
     assert f"(row {planted['late']}) start more than 60 s away from the rest of the rank" in warnings
 
 
+def test_an_early_timestamp_is_left_out_and_neither_splits_the_root_nor_stretches_the_capture(twin, tmp_path):
+    """One kernel 5,000 s before the rest of its rank: before, rank 0 "started 83 minutes before rank 1"
+    and the whole root was refused as two captures. It is a corrupt row like a late one: left out of every
+    step and named, the steps are the twin's, and the capture's span is the twin's too."""
+    planted: dict = {}
+
+    def plant(frame: pd.DataFrame, start: str) -> None:
+        early = frame.index[frame["Step Id"] == sorted(frame["Step Id"].unique(), key=int)[3]][25]
+        frame.loc[early, start] = f"{float(frame.loc[early, start]) - LATE_US:.3f}"
+        planted["row"] = int(early)
+
+    out = tmp_path / "out"
+    result, steps = _analyzed(_edit(twin, tmp_path, plant), out)
+    _, expected = _analyzed(twin, tmp_path / "twin_out")
+    columns = ["rank_id", "step_id", "wall_ms"]
+    pd.testing.assert_frame_equal(steps[columns], expected[columns], rtol=0.02)
+    warnings = " | ".join(result.get("warnings", []))
+    assert f"(row {planted['row']}) start more than 60 s away from the rest of the rank" in warnings, warnings
+    capture = json.loads((out / "report" / "analysis_summary.json").read_text())["identity"]["capture"]
+    twin_capture = json.loads((tmp_path / "twin_out" / "report" / "analysis_summary.json").read_text())
+    assert capture["wall_ms"] == pytest.approx(twin_capture["identity"]["capture"]["wall_ms"], rel=0.001)
+
+
 def test_a_whole_step_after_a_long_pause_is_kept(twin, tmp_path):
     def pause(frame: pd.DataFrame, start: str) -> None:
         last = frame["Step Id"] == sorted(frame["Step Id"].unique(), key=int)[-1]

@@ -13,6 +13,7 @@ import textwrap
 
 from celery import Celery, signals
 
+from npuprof.pipeline import input_files
 from npuprof.pipeline.terminal_text import loggable, printable
 from npuprof.workers import envelope, settings, signing
 
@@ -91,6 +92,14 @@ def _escape_log_output(logger: logging.Logger, **_: object) -> None:
     for handler in logger.handlers:
         if not isinstance(handler.formatter, _EscapingFormatter):
             handler.setFormatter(_EscapingFormatter(handler.formatter or logging.Formatter()))
+
+
+@signals.worker_init.connect
+@signals.worker_process_init.connect
+def confine_inputs(**_: object) -> None:
+    """A worker reads capture files only inside the storage it serves, checked at each open (a file
+    swapped for a link out after a task's path check is refused then: pipeline/input_files.py)."""
+    input_files.confine_to(settings.served_storage())
 
 
 app = make_app()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput, UsageError
+from npuprof.pipeline.input_files import read_input_bytes
 
 CANN_DIR_ENV = ("NPUPROF_CANN_PLATFORM_DIR", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_OPP_PATH")
 CANN_DEFAULT_DIRS = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
@@ -174,7 +175,7 @@ def _load_profile_json(path: str) -> dict:
     if not file.is_file():
         raise BadInput(file, "hardware profile not found")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_input_bytes(file).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(file, f"hardware profile is not JSON: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("cube_tflops"), dict) or not data["cube_tflops"]:

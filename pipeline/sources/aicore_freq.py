@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import sqlite3
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import pandas as pd
 
+from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.input_files import open_input
 from npuprof.pipeline.sources.profiler_db import connect_readonly, table_names
 
 COUNTER_NAME = b'"AI Core Freq"'
@@ -66,8 +69,8 @@ def _object_around(data: mmap.mmap, hit: int) -> bytes | None:
 def read_trace_freq(path: Path) -> tuple[pd.DataFrame, int]:
     """Counter samples of ``trace_view.json``: (samples, how many counter hits could not be read)."""
     samples, unreadable = [], 0
-    with open(path, "rb") as handle:
-        if Path(path).stat().st_size == 0:
+    with open_input(path) as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
             return empty_samples(), 0
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             hit = data.find(COUNTER_NAME)
@@ -125,8 +128,9 @@ def read_aicore_freq(
     if trace_view:
         try:
             samples, unreadable = read_trace_freq(Path(trace_view))
-        except (OSError, ValueError) as exc:
-            unreadable_files.append((trace_view, f"its AI Core Freq counters: {exc}", unknown))
+        except (OSError, ValueError, BadInput) as exc:  # gone since discovery, refused: auxiliary
+            reason = exc.reason if isinstance(exc, BadInput) else exc
+            unreadable_files.append((trace_view, f"its AI Core Freq counters: {reason}", unknown))
             return empty_samples(), None, unreadable_files
         if unreadable:
             what = f"{unreadable} AI Core Freq counter events could not be read"

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from npuprof.pipeline.errors import BadInput
-from npuprof.pipeline.io import read_json
+from npuprof.pipeline.input_files import read_input_json
 
 T = TypeVar("T")
 
 
 def read_json_object(path: str | Path) -> dict:
     """A capture's JSON file that must hold an object of finite numbers; BadInput otherwise."""
-    data = read_json(Path(path), finite=True)
+    data = read_input_json(Path(path), finite=True)
     if not isinstance(data, dict):
         raise BadInput(path, f"expected a JSON object, found {_json_type(data)}")
     return data

@@ -14,8 +14,13 @@ from npuprof.pipeline.errors import BadInput
 
 
 def _spread_s(rank_summaries: list[dict]) -> tuple[float, dict, dict] | None:
-    """(seconds between the first and last rank start, the earliest rank, the latest) over ranks with events."""
-    started = [m for m in rank_summaries if m.get("event_count") and m.get("start_ns") is not None]
+    """(seconds between the first and last rank start, the earliest rank, the latest) over ranks with events;
+    a rank starts where its main stretch does (``body_start_ns``: a few far-off rows do not date it)."""
+    started = [
+        {**m, "start_ns": m.get("body_start_ns", m.get("start_ns"))}
+        for m in rank_summaries
+        if m.get("event_count") and m.get("start_ns") is not None
+    ]
     if len(started) < 2:
         return None
     first = min(started, key=lambda m: m["start_ns"])

@@ -20,7 +20,7 @@ import pandas as pd
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput
-from npuprof.pipeline.io import read_json
+from npuprof.pipeline.input_files import read_input_bytes, read_input_json
 
 _STEP = re.compile(r"^step(\d*)$")
 _TIME_FIELDS = {
@@ -86,7 +86,7 @@ _LINK_FILE = msgspec.json.Decoder(dict[str, _LinkStep])
 def _typed(path: Path, decoder: msgspec.json.Decoder) -> dict[int | None, Any] | None:
     """{step id: its decoded scopes}, or None when the typed decoder (or a step key) refuses the file."""
     try:
-        decoded = decoder.decode(path.read_bytes())
+        decoded = decoder.decode(read_input_bytes(path))
     except (OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None  # nested deeper than the decoder goes, too: the checked reader names what is wrong
     steps = {}
@@ -256,7 +256,7 @@ def _checked_ops(path: Path) -> pd.DataFrame:
     of a file the typed decoder refuses, whose BadInput names the op and field at fault."""
     dense, sparse = _op_columns()
     times = list(_TIME_FIELDS.items())
-    for step, scopes in _steps(path, read_json(path, finite=True)).items():
+    for step, scopes in _steps(path, read_input_json(path, finite=True)).items():
         for scope in ("collective", "p2p"):
             for key, info in (scopes.get(scope) or {}).items():
                 key = str(key)
@@ -300,7 +300,7 @@ def _op_frame(dense: dict[str, list], sparse: dict[str, dict[int, object]]) -> p
 def _checked_links(path: Path) -> pd.DataFrame:
     """communication_matrix.json through the standard parser, every value checked as it is read."""
     rows = []
-    for step, scopes in _steps(path, read_json(path, finite=True)).items():
+    for step, scopes in _steps(path, read_input_json(path, finite=True)).items():
         for scope in ("collective", "p2p"):
             for key, links in (scopes.get(scope) or {}).items():
                 kind, tier, group = _link_label(str(key))

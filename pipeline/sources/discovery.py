@@ -18,7 +18,7 @@ from pathlib import Path
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput, ManifestNotOk
-from npuprof.pipeline.io import read_json
+from npuprof.pipeline.input_files import file_kind, read_input_json
 from npuprof.pipeline.sources.integrity import file_state
 
 PROFILER_OUTPUT = "ASCEND_PROFILER_OUTPUT"
@@ -97,7 +97,7 @@ class RootInputs:
 
 def _resolve_collection_manifest(path: Path) -> tuple[Path, Path]:
     """(profile root, manifest path) of a collection manifest whose analysis_status is ok."""
-    data = read_json(path)
+    data = read_input_json(path)
     if not isinstance(data, dict) or "analysis_status" not in data:
         raise BadInput(path, "not a collection manifest (no analysis_status)")
     if data["analysis_status"] != "ok":
@@ -119,7 +119,7 @@ def _is_collection_manifest(path: Path) -> bool:
     if path.name != COLLECTION_MANIFEST or not os.path.lexists(path):
         return False
     try:
-        data = read_json(regular_file(path))
+        data = read_input_json(path)
     except BadInput as exc:
         raise ManifestNotOk(path, None, reason=f"{exc.reason}; cannot check its analysis_status") from None
     return isinstance(data, dict) and "analysis_status" in data
@@ -231,15 +231,7 @@ def regular_file(path: Path) -> Path:
         what = "a broken or looping symlink" if os.path.islink(path) else (exc.strerror or str(exc))
         raise BadInput(path, f"cannot read file: {what}") from None
     if not stat.S_ISREG(mode):
-        kinds = {
-            stat.S_ISDIR: "a directory",
-            stat.S_ISFIFO: "a FIFO (named pipe)",
-            stat.S_ISSOCK: "a socket",
-            stat.S_ISCHR: "a character device",
-            stat.S_ISBLK: "a block device",
-        }
-        kind = next((name for test, name in kinds.items() if test(mode)), "not a plain file")
-        raise BadInput(path, f"not a regular file ({kind})")
+        raise BadInput(path, f"not a regular file ({file_kind(mode)})")
     return path
 
 
@@ -284,7 +276,7 @@ def _metadata_file(rank_dir: Path) -> Path | None:
 
 def _json_or_none(path: Path) -> object:
     try:
-        return read_json(path, finite=True)
+        return read_input_json(path, finite=True)
     except BadInput:
         return None
 

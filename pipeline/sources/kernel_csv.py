@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.input_files import descriptor_path, open_input
 from npuprof.pipeline.sources import columns as conv
 
 # canonical field -> (header aliases, conversion). First alias present in the header wins.
@@ -85,7 +85,7 @@ def _key(header_name: str) -> str:
 def read_header(path: Path) -> list[str]:
     """The header row of a CSV (BOM and CRLF tolerated); BadInput if empty or not UTF-8."""
     try:
-        with open(path, "rb") as handle:
+        with open_input(path) as handle:
             first = handle.read(MAX_ROW_BYTES)
     except OSError as exc:
         raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
@@ -122,7 +122,7 @@ def map_header(path: Path, header: list[str]) -> dict[str, str]:
 
 def _locate_read_error(path: Path, header_len: int, exc: Exception) -> BadInput:
     """Find where Arrow's CSV reader failed (error path only, so a plain line scan is fine)."""
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         for lineno, raw_line in enumerate(handle, start=1):
             if len(raw_line) > MAX_ROW_BYTES:
                 return BadInput(
@@ -144,7 +144,7 @@ def _locate_read_error(path: Path, header_len: int, exc: Exception) -> BadInput:
 def _malformed_lines(path: Path, header_len: int) -> list[tuple[int, int]]:
     """(line, field count) of every row whose field count differs from the header's."""
     found = []
-    with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
+    with open_input(path, "r", newline="", encoding="utf-8-sig", errors="replace") as handle:
         reader = csv.reader(handle)
         next(reader, None)
         for lineno, row in enumerate(reader, start=2):
@@ -154,7 +154,7 @@ def _malformed_lines(path: Path, header_len: int) -> list[tuple[int, int]]:
 
 
 def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         handle.seek(0, 2)
         if handle.tell() == 0:
             return False
@@ -202,31 +202,32 @@ def _read_raw(
         skipped.append(row)
         return "skip"
 
-    try:
-        raw = pacsv.read_csv(
-            pa.OSFile(os.fsencode(path)),  # bytes: a dir name that is not UTF-8 still opens
-            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1),
-            parse_options=pacsv.ParseOptions(newlines_in_values=False, invalid_row_handler=_skip_invalid),
-            convert_options=pacsv.ConvertOptions(
-                column_types=column_types,
-                include_columns=wanted,
-                null_values=["N/A", "", "NA"],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=True,
-            ),
-        )
-    except UnicodeDecodeError as exc:
-        raise _locate_read_error(path, len(header), exc) from None
-    except pa.ArrowInvalid as exc:
-        if (
-            "conversion error" in str(exc)
-            and "UTF8" not in str(exc)
-            and any(t != pa.string() for t in column_types.values())
-        ):
-            raise  # the caller retries as text to find the bad cell
-        raise _locate_read_error(path, len(header), exc) from None
-    except OSError as exc:
-        raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
+    with open_input(path) as checked:  # Arrow reads the file checked, by its descriptor, at its own speed
+        try:
+            raw = pacsv.read_csv(
+                pa.OSFile(descriptor_path(checked)),
+                read_options=pacsv.ReadOptions(column_names=header, skip_rows=1),
+                parse_options=pacsv.ParseOptions(newlines_in_values=False, invalid_row_handler=_skip_invalid),
+                convert_options=pacsv.ConvertOptions(
+                    column_types=column_types,
+                    include_columns=wanted,
+                    null_values=["N/A", "", "NA"],
+                    strings_can_be_null=True,
+                    quoted_strings_can_be_null=True,
+                ),
+            )
+        except UnicodeDecodeError as exc:
+            raise _locate_read_error(path, len(header), exc) from None
+        except pa.ArrowInvalid as exc:
+            if (
+                "conversion error" in str(exc)
+                and "UTF8" not in str(exc)
+                and any(t != pa.string() for t in column_types.values())
+            ):
+                raise  # the caller retries as text to find the bad cell
+            raise _locate_read_error(path, len(header), exc) from None
+        except OSError as exc:
+            raise BadInput(path, f"cannot read file: {exc.strerror or exc}") from None
     return raw, skipped
 
 

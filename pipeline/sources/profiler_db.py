@@ -16,6 +16,7 @@ import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 from urllib.parse import quote
 
 import numpy as np
@@ -24,6 +25,7 @@ import pyarrow as pa
 
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.input_files import descriptor_path, open_input
 from npuprof.pipeline.sources.columns import MAX_TIMESTAMP_US
 from npuprof.pipeline.sources.integrity import repeated_rows
 
@@ -86,9 +88,9 @@ def _snapshot(path: Path, side_files: list[Path]) -> Path:
     _require_copyable(path, info, Path(_snapshot_root.name))
     target_dir = Path(tempfile.mkdtemp(dir=_snapshot_root.name))
     copy = target_dir / path.name
-    shutil.copyfile(path, copy)
-    for side in side_files:
-        shutil.copyfile(side, target_dir / (path.name + side.name[len(path.name) :]))
+    for source, name in [(path, path.name), *((side, path.name + side.name[len(path.name) :]) for side in side_files)]:
+        with open_input(source) as checked, open(target_dir / name, "xb") as written:
+            shutil.copyfileobj(checked, written, COPY_CHUNK)
     with sqlite3.connect(copy) as con:  # our copy: sqlite may roll back a journal / read the WAL
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         if any(side.name.endswith("-wal") for side in side_files):
@@ -106,14 +108,29 @@ def snapshot_note(path: Path) -> str | None:
     return f"{Path(path).name}: {names} beside it holds changes not yet in the db file; read a recovered private copy"
 
 
+COPY_CHUNK = 16 << 20
+
+
+class CheckedConnection(sqlite3.Connection):
+    """A read-only connection holding the descriptor of the file it was checked to open."""
+
+    source: IO | None = None
+
+
 def connect_readonly(path: Path) -> sqlite3.Connection:
     """Open ``path`` read-only and immutable, so nothing is ever written beside it (a db with a
     pending ``-wal`` / ``-journal`` is read through a recovered private copy)."""
     path = Path(path)
     sides = pending_side_files(path)
     target = _snapshot(path, sides) if sides else path
-    uri = f"file:{quote(os.fsencode(target.resolve()))}?mode=ro&immutable=1"  # bytes: any dir name
-    return sqlite3.connect(uri, uri=True)
+    try:
+        checked = open_input(target)  # sqlite opens the checked file, by its descriptor's path
+    except BadInput as exc:  # as sqlite says it: every reader of a db handles an unreadable one
+        raise sqlite3.OperationalError(f"unable to open database file: {exc.reason}") from None
+    uri = f"file:{quote(os.fsencode(descriptor_path(checked)))}?mode=ro&immutable=1"
+    con = sqlite3.connect(uri, uri=True, factory=CheckedConnection)
+    con.source = checked
+    return con
 
 
 def table_names(con: sqlite3.Connection) -> set[str]:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.input_files import read_input_bytes
 
 COLUMNS = {
     "Step": "step_id",
@@ -59,7 +60,7 @@ def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """(the header, each non-blank row with its line number); BadInput for another encoding, a NUL
     byte, a row wider than the header, or no header."""
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = read_input_bytes(path).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BadInput(path, f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from npuprof.pipeline.errors import BadInput
+from npuprof.pipeline.input_files import open_input
 from npuprof.pipeline.sources.json_depth import refuse_too_deep
 from npuprof.pipeline.stages.evidence.trace_batches import NeedsEventReader, event_batches
 from npuprof.pipeline.stages.evidence.trace_copies import (
@@ -76,7 +77,7 @@ class HostTrace:
 
 
 def _prefix(path: Path) -> str:
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         head = handle.read(4096).lstrip()
     if head[:1] == b"[":
         return "item"
@@ -421,7 +422,7 @@ def read_host_events(path: str | Path, span_start_us: float, span_end_us: float,
         _columnar(path, kept)
     except NeedsEventReader:  # from the start, event by event: the reference reader
         kept = _Kept(span_start_us, span_end_us, cap)
-        with open(path, "rb") as handle:
+        with open_input(path) as handle:
             _streamed(path, handle, kept)
     if kept.not_events:
         raise BadInput(path, f"{kept.not_events} items of the trace are not events (JSON objects)")

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.pipeline.io import duckdb_connection, duckdb_globs
+from npuprof.pipeline.input_files import descriptor_path, open_input
+from npuprof.pipeline.io import duckdb_connection
 
 if TYPE_CHECKING:
     import duckdb
@@ -45,23 +46,20 @@ def event_batches(path: Path, schema: pa.Schema) -> Iterator[pa.Table]:
     time; NeedsEventReader where they must be read event by event."""
     import duckdb
 
-    name = str(Path(path).absolute())  # DuckDB expands a leading ~ and reads scheme:// names remotely
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # a name that is not UTF-8: DuckDB takes paths as text
-        raise NeedsEventReader from None
-    if duckdb_globs(name):
-        raise NeedsEventReader  # DuckDB reads a name as a glob: rank?/ would take every rank's trace
     columns = ", ".join(f"'{field.name}': '{_duckdb_type(field, raw=field.name in _RAW)}'" for field in schema)
     query = (
         f"SELECT * FROM read_json($path, format = 'array', columns = {{{columns}}}, "
         f"maximum_object_size = {LONGEST_EVENT_BYTES})"
     )
-    try:
-        for batch in _connection().sql(query, params={"path": name}).to_arrow_reader(BATCH_ROWS):
-            yield _typed(pa.Table.from_batches([batch]), schema)
-    except (duckdb.Error, OSError, pa.ArrowException):  # an error mid-stream comes through Arrow's reader
-        raise NeedsEventReader from None
+    # DuckDB reads the file checked, by its descriptor's path: a plain name, never a glob (rank?/ would
+    # take every rank's trace), ~ or scheme://, whatever the file's own name holds
+    with open_input(path) as checked:
+        try:
+            reader = _connection().sql(query, params={"path": descriptor_path(checked)}).to_arrow_reader(BATCH_ROWS)
+            for batch in reader:
+                yield _typed(pa.Table.from_batches([batch]), schema)
+        except (duckdb.Error, OSError, pa.ArrowException):  # an error mid-stream comes through Arrow's reader
+            raise NeedsEventReader from None
 
 
 _CONNECTIONS: dict[int, duckdb.DuckDBPyConnection] = {}

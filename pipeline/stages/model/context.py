@@ -14,7 +14,7 @@ import pandas as pd
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.errors import BadInput
-from npuprof.pipeline.io import read_json
+from npuprof.pipeline.input_files import read_input_json
 from npuprof.pipeline.modelinfo import catalog as catalog_module
 from npuprof.pipeline.modelinfo.catalog import COMPARED_FIELDS
 from npuprof.pipeline.modelinfo.configs import (
@@ -215,7 +215,7 @@ def _candidates(fp: Fingerprint, values: dict, model_id: str | None) -> tuple[pd
 
 def _config_views(path: Path, values: dict, tp: int | None) -> tuple[dict, dict]:
     """The config.json comparison views and their brief."""
-    raw = read_json(path)
+    raw = read_input_json(path)
     if not isinstance(raw, dict):
         raise BadInput(path, "model config is not a JSON object")
     config = normalized_config(raw)

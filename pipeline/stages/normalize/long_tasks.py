@@ -1,7 +1,9 @@
 """Tasks that last far longer than the capture around them: a corrupt duration, or a task hung past the
 capture. One such row (a Duration of 5e9 µs in a capture of seconds) would make its step hours long and
 "100 % compute"; so a few are quarantined — left out of the events, each named in a warning — and more
-than a few refuse the rank, whose export is then not to be trusted."""
+than a few refuse the rank, whose export is then not to be trusted. Likewise a few rows that start far
+from the rest (a corrupt timestamp) do not say when the rank started: ``body_start_ns`` does (segment
+leaves such rows out of every step and names them)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,21 @@ def long_task_limit_ns(start_ns: np.ndarray, rules: dict) -> float:
     than ``min_gap_s`` (a short capture's tasks may run into seconds)."""
     low, high = np.quantile(start_ns, [0.001, 0.999])
     return max(rules["min_gap_s"] * 1e9, rules["long_task_spans"] * float(high - low))
+
+
+def body_span_ns(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[float | None, float | None]:
+    """When the rank's work starts and ends: its largest stretch of rows (by start) that no gap longer than
+    ``min_gap_s`` splits. A row 83 minutes before the rest (a corrupt timestamp, which segment leaves out
+    of every step) would otherwise date the rank — its root read as ranks of different captures, its
+    capture 83 minutes long."""
+    if len(start_ns) == 0:
+        return None, None
+    rules = knowledge.load("segmentation_rules")["quarantine"]
+    order = np.argsort(start_ns, kind="stable")
+    times = np.asarray(start_ns, dtype=np.float64)[order]
+    stretch = np.concatenate(([0], np.cumsum(np.diff(times) > rules["min_gap_s"] * 1e9)))
+    body = stretch == np.argmax(np.bincount(stretch))
+    return float(times[body][0]), float(np.asarray(end_ns, dtype=np.float64)[order][body].max())
 
 
 def quarantine_long_tasks(table: pa.Table, path: Path, kind: str) -> tuple[pa.Table, list[dict], list[str]]:

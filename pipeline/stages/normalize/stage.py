@@ -27,7 +27,7 @@ from npuprof.pipeline.sources.integrity import check_unchanged, drop_exact_dupli
 from npuprof.pipeline.sources.kernel_csv import read_kernel_csv
 from npuprof.pipeline.sources.profiler_db import probe, read_profiler_db
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
-from npuprof.pipeline.stages.normalize.long_tasks import quarantine_long_tasks
+from npuprof.pipeline.stages.normalize.long_tasks import body_span_ns, quarantine_long_tasks
 
 _AIV_STAGES = ("aiv_vec_time_us", "aiv_mte2_time_us", "aiv_mte3_time_us", "aiv_scalar_time_us")
 
@@ -110,6 +110,10 @@ def _finish_events(table: pa.Table, source_id: str) -> pa.Table:
     return pa.table(columns, schema=schema.EVENT_SCHEMA)
 
 
+def _column_arrays(table: pa.Table, *names: str) -> list[np.ndarray]:
+    return [table.column(name).to_numpy(zero_copy_only=False) for name in names]
+
+
 def _rank_summary(
     rank: RankInput, events: pa.Table, kind: str, paths: list[Path], reason: str, notes: list[str], facts: dict
 ) -> dict:
@@ -139,6 +143,8 @@ def _rank_summary(
         "step_ids": sorted(int(s) for s in steps),
         "device_ids": sorted(int(d) for d in devices),  # the kernel source's Device_id column
         "start_ns": start,
+        # the rank's main stretch, a few far-off rows aside: when it ran (coherence, the capture's span)
+        **dict(zip(("body_start_ns", "body_end_ns"), body_span_ns(*_column_arrays(events, "start_ns", "end_ns")))),
         "end_ns": end,
         "span_us": (end - start) / 1000 if start is not None else None,
         "pipeline_event_count": int(covered),

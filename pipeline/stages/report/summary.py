@@ -48,8 +48,9 @@ def identity(inputs: ReportInputs) -> dict:
     """Root, ranks, events, capture span and source kind."""
     normalize = inputs.manifest("normalize")
     ranks = normalize.get("rank_summaries", [])
-    starts = [r["start_ns"] for r in ranks if r.get("start_ns") is not None]
-    ends = [r["end_ns"] for r in ranks if r.get("end_ns") is not None]
+    # each rank's main stretch (normalize's body span): a far-off corrupt row does not stretch the capture
+    starts = [r.get("body_start_ns", r["start_ns"]) for r in ranks if r.get("start_ns") is not None]
+    ends = [r.get("body_end_ns", r["end_ns"]) for r in ranks if r.get("end_ns") is not None]
     kinds = {r.get("source_kind") for r in ranks if r.get("source_kind")}
     segment = inputs.manifest("segment")
     return {

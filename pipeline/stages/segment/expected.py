@@ -6,7 +6,7 @@ from pathlib import Path
 
 from npuprof import knowledge
 from npuprof.pipeline.errors import BadInput, UsageError
-from npuprof.pipeline.io import read_json
+from npuprof.pipeline.input_files import read_input_json
 from npuprof.pipeline.modelinfo.configs import count_problem, is_whole, normalized_config
 
 
@@ -18,7 +18,7 @@ def expected_model(model_config: str | None, model_id: str | None, root: str) ->
     for path in candidates:
         if not path.is_file():
             raise BadInput(path, "model config not found")
-        config = read_json(path)
+        config = read_input_json(path)
         if not isinstance(config, dict):
             raise BadInput(path, "model config is not a JSON object")
         problem = count_problem(normalized_config(config))  # the model stage reads the same fields
