@@ -161,7 +161,7 @@ def csv_chunks(frame, header: bool = True) -> Iterator[bytes]:
     Formula-leading text cells are neutralised (``formula_safe``)."""
     import pyarrow.csv as pacsv
 
-    table = formula_safe_table(pa.Table.from_pandas(frame, preserve_index=False))
+    table = _timestamps_fixed(formula_safe_table(pa.Table.from_pandas(frame, preserve_index=False)))
 
     def render(lo: int, hi: int) -> bytes:
         sink = pa.BufferOutputStream()
@@ -169,6 +169,34 @@ def csv_chunks(frame, header: bool = True) -> Iterator[bytes]:
         return sink.getvalue().to_pybytes()
 
     return rendered_in_chunks(table.num_rows, render)
+
+
+TIMESTAMP_MIN = 1e15  # µs since 1970 are ~1.7e15: Arrow writes them as 1.7642468770733635e+15
+
+
+def _timestamps_fixed(table: pa.Table) -> pa.Table:
+    """``table`` with each float column that holds timestamps (a value of magnitude ≥ TIMESTAMP_MIN) as
+    fixed-point text with 3 decimals (1764246877073363.500), which a spreadsheet or a reader takes as
+    written; Arrow's shortest form puts an exponent on them. Vectorised: the whole µs and the thousandths
+    apart (the whole part is exact in a float64, and so is what is left of it)."""
+    for position, field in enumerate(table.schema):
+        if not pa.types.is_floating(field.type):
+            continue
+        column = pc.cast(table.column(position), pa.float64())
+        largest = pc.max(pc.abs(column)).as_py()
+        if largest is None or largest < TIMESTAMP_MIN:
+            continue
+        magnitude = pc.abs(column)
+        whole = pc.floor(magnitude)
+        thousandths = pc.round(pc.multiply(pc.subtract(magnitude, whole), 1000.0))
+        carry = pc.greater_equal(thousandths, 1000.0)  # .9996 rounds up into the next whole µs
+        whole = pc.if_else(carry, pc.add(whole, 1.0), whole)
+        thousandths = pc.cast(pc.if_else(carry, 0.0, thousandths), pa.int64())
+        digits = pc.utf8_lpad(pc.cast(thousandths, pa.string()), 3, "0")
+        text = pc.binary_join_element_wise(pc.cast(pc.cast(whole, pa.int64()), pa.string()), digits, ".")
+        text = pc.if_else(pc.less(column, 0.0), pc.binary_join_element_wise("-", text, ""), text)
+        table = table.set_column(position, field.name, text)
+    return table
 
 
 def write_csv(target: Path, frame) -> Path:

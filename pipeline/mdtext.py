@@ -13,7 +13,7 @@ def cell(value: object) -> str:
     """``value`` as inert markdown text: one line, markdown and HTML characters escaped, and control
     characters (a kernel name's terminal escapes, a bidi override) shown as their escapes: report.md is
     read with ``cat`` as often as rendered."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):
         return "–"
     if isinstance(value, float):
         return f"{int(value):,}" if value.is_integer() else f"{value:,.3f}"

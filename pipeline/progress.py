@@ -56,9 +56,25 @@ class BarProgress:
         elapsed = time.monotonic() - self.started
         line = f"\r{stage:<12} [{bar}] {done}/{total} {elapsed:6.1f}s {printable(message)[:40]:<40}"
         self.stream.write(line)
+        global _open_bar
+        _open_bar = self.stream
         if total and done >= total:
             self.stream.write("\n")
+            _open_bar = None
         self.stream.flush()
+
+
+_open_bar: TextIO | None = None  # the stream a bar's line is still open on (drawn, no newline yet)
+
+
+def end_open_bar() -> None:
+    """End a progress bar's line left open (a failure mid-stage), so what is written next starts a line
+    of its own instead of trailing the bar."""
+    global _open_bar
+    if _open_bar is not None:
+        _open_bar.write("\n")
+        _open_bar.flush()
+        _open_bar = None
 
 
 def make_progress(kind: str, stream: TextIO = sys.stderr) -> Progress:

@@ -509,3 +509,33 @@ def _read_or_empty(fd: int) -> bytes:
         return os.read(fd, 65536)
     except OSError:
         return b""
+
+
+def test_a_failure_at_a_terminal_starts_a_line_of_its_own_after_the_progress_bar(tmp_path):
+    """At a terminal the bar is redrawn in place on one line; a failure before the bar's stage finished
+    was written onto the end of that line ("discover [---] 0/1 … npuprof: error …"). It starts its own."""
+    import pty
+    import subprocess
+
+    ranks = tmp_path / "trace_only" / "rank_0" / "ASCEND_PROFILER_OUTPUT"
+    ranks.mkdir(parents=True)
+    (ranks / "trace_view.json").write_text("[]")
+    primary, secondary = pty.openpty()
+    exe = shutil.which("npuprof")
+    command = [exe, "analyze", str(tmp_path / "trace_only"), "-o", str(tmp_path / "out")]
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary)
+    os.close(secondary)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(primary)
+    assert proc.wait(60) == 3
+    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    assert "[" in text.split("npuprof: error")[0]  # the bar was drawn first, at a terminal
+    assert "\nnpuprof: error [discover]: " in text, text

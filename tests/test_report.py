@@ -489,3 +489,41 @@ def test_a_time_in_the_report_is_never_an_exponent(value, shown):
     assert (
         _saving({"recoverable_ms_per_step": 2846.3, "recoverable_share_of_step": 0.5}) == "recovers 2,846 ms/step (50%)"
     )
+
+
+def test_the_report_says_what_its_ledger_tables_leave_out_and_how_many_layers_a_rank_holds(sample_outputs):
+    """report.md on Qwen3: each rank's costliest ledger lines end with how many more lines and ms the rest
+    hold (read back from step_ledger.csv), the ranks in rank order; the capture table gives each stage's
+    14 decoder layers (Qwen3-0.6B's 28 over 2 stages) beside the 56 layer passes a step runs (2 micro-
+    batches, forward and backward), where "layers 56" stood beside "detected per rank: 14"."""
+    import re
+
+    out, _ = sample_outputs["qwen3_training"]
+    report = (out / schema.REPORT_MD).read_text()
+    ledger = pd.read_csv(out / schema.STEP_LEDGER_CSV.file)
+    complete = ledger[ledger["complete"].astype(bool)]
+    said = re.findall(r"\*\*Rank (\d+)\*\*.*?… and (\d+) more lines, ([\d.]+) ms per step", report, re.S)
+    assert [int(rank) for rank, _, _ in said] == sorted(complete["rank_id"].unique()) == [0, 2]
+    for rank, more, ms in said:
+        mine = complete[complete["rank_id"] == int(rank)]
+        per_line = mine.groupby(["line", "explained_by"])["ms"].sum() / mine["step_ordinal"].nunique()
+        rest = per_line.sort_values(ascending=False).iloc[5:]
+        assert int(more) == len(rest) and float(ms) == pytest.approx(rest.sum(), abs=0.05)
+    rows = re.findall(r"^\| (\d+) \| \d+ \| \d+ \| (\S+) \| (\S+) \|", report, re.M)
+    assert rows == [("0", "14", "56"), ("2", "14", "56")]
+
+
+def test_csv_timestamps_are_written_in_full_not_as_an_exponent(sample_outputs):
+    """cited_evidence.csv and evidence_index.csv on Qwen3: a window's start and end in µs since 1970 read
+    1764246877843020.750, where Arrow's shortest form wrote 1.7642468778430208e+15 (a spreadsheet keeps 15
+    digits of that); read back they are the evidence table's own values."""
+    out, _ = sample_outputs["qwen3_training"]
+    evidence = pd.read_parquet(out / schema.EVIDENCE_INDEX.path).set_index("evidence_id")
+    for name in (schema.REPORT_CITED_EVIDENCE, schema.EVIDENCE_INDEX_CSV.file):
+        text = (out / name).read_text()
+        assert "e+" not in text, name
+        written = pd.read_csv(io.StringIO(text)).set_index("evidence_id")
+        for column in ("start_us", "end_us"):
+            assert written[column].to_numpy() == pytest.approx(
+                evidence.loc[written.index, column].to_numpy(), abs=0.001, nan_ok=True
+            )

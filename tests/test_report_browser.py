@@ -251,6 +251,11 @@ def test_the_pipeline_chart_draws_each_stage_and_its_passes_on_the_real_qwen3_ca
     first, last = chart["rows"]
     assert [p[0] for p in first["passes"]] == ["F0", "F1", "B0", "B1"]
     assert first["passes"][0][1] == 0.0 and last["passes"][0][1] > first["passes"][0][2] * 0.5  # stage 1 starts later
+    # the last stage's LM head and eager loss run between its passes: drawn as compute, not left blank
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    (loss,) = [f for f in findings if f["finding_type"] == "unfused_loss_chain"]
+    assert sum(busy for _, _, busy in last["other"]) >= loss["metrics"]["kernel_ms"] > 90
+    assert int(canvas.get_attribute("data-others")) == len(first["other"]) + len(last["other"]) >= 2
     # a finding whose evidence starts the capture frames it from 0, not before the capture starts
     span = browser.execute_script("return npuprof.state.data.span_us")
     for button in browser.find_elements(By.CSS_SELECTOR, "#findings button"):
@@ -418,4 +423,31 @@ def test_an_idle_capture_is_said_above_its_findings(browser, tmp_path):
     assert "26 kernels" in texts[0]
     findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
     assert findings and all(f["confidence"] == "low" for f in findings)
+    assert console_errors(browser) == []
+
+
+def test_each_finding_card_frames_the_evidence_it_is_about(browser, cnn_report):
+    """The real CNN capture: a card's click frames its first moment of evidence — the collective it
+    names, a gap it counts — read from evidence_index.csv's kinds, and the view then holds it.
+    capture_incomplete_group's is its 86 ms all-reduce (it zoomed to the last 8.8 ms one before)."""
+    out = cnn_report
+    open_report(browser, (out / "report" / "report.html").as_uri())
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    index = pd.read_csv(out / schema.EVIDENCE_INDEX_CSV.file).set_index("evidence_id")
+    buttons = browser.find_elements(By.CSS_SELECTOR, "#findings button")
+    assert len(buttons) == len(findings)
+    framed = {}
+    for number, (finding, button) in enumerate(zip(findings, buttons)):
+        cited = index.loc[[e for e in finding["evidence_ids"] if e in index.index]]
+        moments = cited[cited["kind"].isin(["communication_op", "bubble_window"])]
+        browser.find_element(By.ID, "zoom-reset").click()
+        button.click()
+        window = browser.execute_script(f"return npuprof.state.data.findings[{number}].window")
+        start, end = view_of(browser)
+        if len(moments):
+            assert window[3] == moments.index[0], finding["finding_type"]
+        assert start <= window[1] and end >= window[2], (finding["finding_type"], window, start, end)
+        framed[finding["finding_type"]] = index.loc[window[3]]
+    group = framed["capture_incomplete_group"]
+    assert group["kind"] == "communication_op" and group["end_us"] - group["start_us"] > 80_000
     assert console_errors(browser) == []

@@ -17,6 +17,7 @@ from npuprof.api.cli import analyze, deploy, service, sweep, synth
 from npuprof.api.cli.options import EXIT_CODES_HELP, Parser, print_json, resolve_broker
 from npuprof.pipeline import __version__
 from npuprof.pipeline.errors import NpuprofError, UsageError, failure_object
+from npuprof.pipeline.progress import end_open_bar
 from npuprof.pipeline.terminal_text import printable
 
 COMMAND_GROUPS = (analyze, sweep, service, deploy, synth)
@@ -68,11 +69,13 @@ def _main(argv: Sequence[str] | None) -> int:
         return HANDLERS[args.command](args)
     except NpuprofError as exc:
         failure = failure_object(exc)
+        end_open_bar()
         sys.stderr.write(f"npuprof: error [{failure['phase']}]: {printable(exc.one_line())}\n")
         if _wants_json(argv):
             print_json(failure)
         return exc.exit_code
     except KeyboardInterrupt:
+        end_open_bar()
         sys.stderr.write("npuprof: interrupted\n")
         if _wants_json(argv):
             print_json(

@@ -224,6 +224,20 @@ def _bubbles(bubbles: pd.DataFrame, offsets, base_ns: int) -> list:
     ]
 
 
+MOMENTS = ("communication_op", "bubble_window")  # evidence of one time and place: a collective, an idle gap
+
+
+def _framed(cited: pd.DataFrame) -> str:
+    """The evidence a finding's card frames when clicked: its first (strongest) moment — the collective
+    it names, a gap it counts; else its first step; else its shortest aggregate (an operator's rows span
+    its first to its last call: framing the shortest shows the most)."""
+    for kinds in (MOMENTS, ("step_window",)):
+        chosen = cited[cited["kind"].isin(kinds)]
+        if len(chosen):
+            return str(chosen.index[0])
+    return str((cited["end_us"] - cited["start_us"]).idxmin())
+
+
 def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: int) -> list[dict]:
     by_id = evidence.set_index("evidence_id") if len(evidence) else pd.DataFrame()
     out = []
@@ -231,11 +245,7 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
         cited = [e for e in finding["evidence_ids"] if e in by_id.index]
         window = None
         if cited:
-            # the first (strongest) evidence that is a moment, not an aggregate over the capture (an
-            # operator's rows span every step: jumping there shows nothing)
-            spans = by_id.loc[cited, "end_us"] - by_id.loc[cited, "start_us"]
-            moments = spans[spans <= spans.min() * 10]
-            cited = [str(moments.index[0])] + cited
+            cited = [_framed(by_id.loc[cited])] + cited
             row = by_id.loc[cited[0]]
             rank = int(row["rank_id"])
             shift = offsets.get(rank, 0.0)
@@ -304,7 +314,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "steps": _steps(inputs.steps, inputs.anatomy, offsets, base_ns),
         "layers": _layers(inputs.layers, offsets, base_ns),
         "bubbles": _bubbles(bubbles, offsets, base_ns),
-        "pp": pp_chart(inputs.pp_passes, inputs.pp_schedule, offsets, base_ns),
+        "pp": pp_chart(inputs.pp_passes, inputs.pp_schedule, offsets, base_ns, events),
         "coarse": _coarse(events, start, end, span) if len(events) else {"bin_us": 1, "lanes": [], "busy": []},
         "op_classes": _op_classes(classes),
     }

@@ -14,7 +14,7 @@ MAX_RANKS = 8  # ranks spelled out (the most unexplained first); ledger.csv hold
 
 def _per_rank(ledger: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series, pd.Series, list] | None:
     """Over complete steps: each rank's lines (rank_id, line, explained_by, ms per step), mean wall and
-    unexplained share, and the ranks to show (the most unexplained first, at most MAX_RANKS); None
+    unexplained share, and the ranks to show (the MAX_RANKS most unexplained, in rank order); None
     without a complete step."""
     complete = ledger[ledger["complete"].astype(bool)] if len(ledger) else ledger
     if not len(complete):
@@ -24,13 +24,14 @@ def _per_rank(ledger: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series, pd.Series,
     lines = complete.groupby(["rank_id", "line", "explained_by"], as_index=False, dropna=False)["ms"].sum()
     lines["ms"] = lines["ms"] / lines["rank_id"].map(steps)
     shares = unexplained_share(ledger)
-    ranks = sorted(walls.index, key=lambda r: (-float(shares.get(r, 0.0)), int(r)))[:MAX_RANKS]
-    return lines, walls, shares, ranks
+    chosen = sorted(walls.index, key=lambda r: (-float(shares.get(r, 0.0)), int(r)))[:MAX_RANKS]
+    return lines, walls, shares, sorted(chosen, key=int)
 
 
 def rank_ledgers(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
-    """Per rank (the most unexplained first, at most MAX_RANKS): its mean step wall over complete
-    steps, its unexplained share and its TOP_LINES costliest lines (ms per step, share, explanation)."""
+    """Per rank (the MAX_RANKS most unexplained, in rank order): its mean step wall over complete steps,
+    its unexplained share, its TOP_LINES costliest lines (ms per step, share, explanation) and how many
+    lines and ms per step the rest hold (``more_lines``, ``more_ms``)."""
     per_rank = _per_rank(ledger)
     if per_rank is None:
         return []
@@ -38,7 +39,8 @@ def rank_ledgers(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
     saved = {f["claim_id"]: f for f in findings}
     out = []
     for rank in ranks:
-        mine = lines[lines["rank_id"] == rank].sort_values("ms", ascending=False).head(TOP_LINES)
+        ranked = lines[lines["rank_id"] == rank].sort_values("ms", ascending=False)
+        mine, rest = ranked.head(TOP_LINES), ranked.iloc[TOP_LINES:]
         out.append(
             {
                 "rank_id": int(rank),
@@ -53,6 +55,8 @@ def rank_ledgers(ledger: pd.DataFrame, findings: list[dict]) -> list[dict]:
                     }
                     for row in mine.itertuples()  # a loop over TOP_LINES rows
                 ],
+                "more_lines": len(rest),
+                "more_ms": float(rest["ms"].sum()),
             }
         )
     return out

@@ -56,8 +56,18 @@ def _ledger(inputs: ReportInputs) -> str:
         parts.append(
             f"\n**Rank {rank['rank_id']}**: step {rank['wall_ms']:.3f} ms, unexplained {unexplained}\n\n"
             + table(rows, ["line", "ms_per_step", "share", "explained_by"])
+            + _more_lines(rank)
         )
     return "".join(parts)
+
+
+def _more_lines(rank: dict) -> str:
+    """'... and 23 more lines, 212.4 ms per step (26.2 %)' under a rank's costliest ledger lines."""
+    if not rank["more_lines"]:
+        return ""
+    share = share_text(rank["more_ms"] / rank["wall_ms"]) if rank["wall_ms"] else "–"
+    lines = _plural(rank["more_lines"], "more line")
+    return f"\n… and {lines}, {rank['more_ms']:.1f} ms per step ({share}): `step_ledger.csv` holds every one.\n"
 
 
 def _plural(count: int, word: str) -> str:
@@ -155,13 +165,17 @@ def _capture(inputs: ReportInputs, summary: dict) -> str:
         .agg(
             steps=("step_ordinal", "size"),
             complete=("complete", "sum"),
-            layers=("main_layer_count", "median"),
+            # a step runs each decoder layer once per micro-batch and direction: 14 layers, 56 passes
+            layer_passes=("main_layer_count", "median"),
             wall_ms=("wall_ms", "sum"),
             busy_ms=("busy_ms", "sum"),
             idle_ms=("underfeed_ms", "sum"),  # one word for it in what people read (the CSVs keep theirs)
         )
         .reset_index()
     )
+    ranks = inputs.manifest("segment").get("rank_summaries", [])
+    held = {int(r["rank_id"]): r.get("decoder_layers_observed") for r in ranks}
+    per_rank.insert(3, "layers", per_rank["rank_id"].map(held).astype(float))
     return text + table(per_rank, list(per_rank.columns))
 
 
