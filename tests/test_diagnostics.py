@@ -59,6 +59,8 @@ def test_every_planted_fault_is_found_on_its_ranks(planted_outputs, name):
         for finding in found:
             stat = finding["statistic"]
             assert {"name", "value", "threshold"} <= set(stat) and finding["evidence_ids"], finding
+            # one rank is "rank 2", never "ranks 2" (nor "ranks 0 block" for "the host of rank 0 blocks")
+            assert not re.search(r"\branks \d+(?![\d,])", finding["summary"]), finding["summary"]
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -65,7 +65,7 @@ class Finding:
     def to_dict(self) -> dict:
         """The JSON object of diagnosis_findings.json."""
         spec = rule(self.finding_type)
-        summary = " ".join(spec["text"].format(**_worded(self.values)).split())
+        summary = sentence(spec["text"], self.values)
         ranks = sorted({int(r) for r in self.rank_ids})
         evidence = list(dict.fromkeys(self.evidence_ids))[: evidence_cap()]
         key = "|".join([self.finding_type, self.scope, ",".join(map(str, ranks)), summary])
@@ -114,10 +114,10 @@ def link_causes(findings: list[dict]) -> list[dict]:
     rules = knowledge.load("diagnosis_rules")["findings"]
     for cause in findings:
         only = cause.get("metrics", {}).get("explains_only")  # a cause that names the one symptom it causes
-        for explained_type, sentence in rules[cause["finding_type"]].get("explains", {}).items():
+        for explained_type, template in rules[cause["finding_type"]].get("explains", {}).items():
             if only and explained_type != only:
                 continue
-            text = " ".join(sentence.format(**_worded(cause["metrics"])).split())
+            text = sentence(template, cause["metrics"])
             for effect in findings:
                 if effect["finding_type"] != explained_type or not set(effect["rank_ids"]) & set(cause["rank_ids"]):
                     continue
@@ -176,6 +176,17 @@ def _merging_cause(finding: dict, by_claim: dict[str, dict]) -> dict | None:
         ):
             return cause
     return None
+
+
+def sentence(template: str, values: dict[str, Any]) -> str:
+    """``template`` (a rule's text) filled with ``values`` as a sentence reads them, on one line: a list as
+    '0, 1', and "ranks {ranks}" as "rank 2" for one rank ("ranks 2" before) or "ranks 0, 1"."""
+    worded = _worded(values)
+    if "ranks" in worded:
+        said = str(worded["ranks"])
+        worded["ranks"] = ("rank " if len([p for p in said.split(",") if p.strip()]) == 1 else "ranks ") + said
+        template = template.replace("rank(s) {ranks}", "{ranks}").replace("ranks {ranks}", "{ranks}")
+    return " ".join(template.format(**worded).split())
 
 
 def _worded(values: dict[str, Any]) -> dict[str, Any]:
