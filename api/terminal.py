@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from npuprof.pipeline import schema
+from npuprof.pipeline.progress import end_open_bar
 from npuprof.pipeline.terminal_text import printable
 
 TOP_FINDINGS = 5
@@ -87,9 +88,11 @@ def _sweep(result: dict) -> list[str]:
             lines += [title, *(f"  - {text}" for text in items[:TOP_FINDINGS])]
     if result.get("not_written"):
         lines.append(f"not written: {result['not_written']}")
-    lines.append(f"rollup: {result.get('rollup')}")
+    # one path to open; the table behind it beside it, said as what it is
     if result.get("sweep_report"):
-        lines.append(f"report: {result['sweep_report']}")
+        lines.append(f"report: {result['sweep_report']} (every root's row: {result.get('rollup')})")
+    else:
+        lines.append(f"rollup: {result.get('rollup')}")
     return lines
 
 
@@ -114,6 +117,7 @@ def print_result(command: str, result: dict, as_json: bool = False) -> None:
     when the command has no summary for this result); to a pipe, the one JSON object alone."""
     from npuprof.api.cli.options import print_json
 
+    end_open_bar()  # a stage whose bar never reached its end (a merge) leaves its line open
     at_terminal = sys.stdout.isatty()
     if as_json or not at_terminal or not _has_summary(command, result):
         print_json(result)

@@ -539,3 +539,21 @@ def test_a_failure_at_a_terminal_starts_a_line_of_its_own_after_the_progress_bar
     text = seen.decode(errors="replace").replace("\r\n", "\n")
     assert "[" in text.split("npuprof: error")[0]  # the bar was drawn first, at a terminal
     assert "\nnpuprof: error [discover]: " in text, text
+
+
+def test_the_summary_after_an_unfinished_progress_bar_starts_its_own_line(capsys, monkeypatch):
+    """The sweep's merge bar stayed at 0/1 and the summary was written onto its end ("... flee npuprof
+    sweep: status: ok"): the summary starts a line of its own, and says one path to open."""
+    import sys
+
+    from npuprof.api.terminal import print_result
+    from npuprof.pipeline.progress import BarProgress
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    BarProgress(sys.stderr)("merge", 0, 1, "merging 3 roots")
+    result = {"status": "ok", "root_count": 3, "rollup": "a/sweep_class_rollup.csv"}
+    result["sweep_report"] = "a/sweep_report.html"
+    print_result("sweep", result)
+    err = capsys.readouterr().err
+    assert "merging 3 roots" in err and "\nnpuprof sweep: status: ok" in err, err
+    assert "report: a/sweep_report.html (every root's row: a/sweep_class_rollup.csv)" in err

@@ -56,6 +56,23 @@ def test_a_card_slower_than_every_reference_leaves_the_check_not_judged_not_fail
     assert "faster than the named card's peak" in inputs.not_judged[FINDING]
 
 
+def test_a_dtype_the_cards_profile_gives_no_peak_for_is_not_said_to_beat_it():
+    """The real CNN on Ascend910B4: its matmuls are fp32, which the card's profile gives no peak for. It
+    said "matmuls run faster than the named card's peak: fp32 32 TFLOP/s (peak nan)"; it says the profile
+    gives no fp32 peak, and judges no fp32 shape."""
+    from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
+    from npuprof.pipeline.stages.diagnostics.detectors.matmul_efficiency import operator_low_efficiency
+
+    shapes = _shapes([("4096,1024;1024,1024", 30.0, 5000.0), ("4096,1024;1528,1024", 10.0, 5000.0)])
+    shapes = shapes.assign(type="MatMulV3", input_dtypes="DT_FLOAT;DT_FLOAT", compute_dtype="fp32")
+    inputs = DiagnosisContext.from_frames(
+        {"matmul_shapes": shapes, "hardware": {"name": "Ascend910B4", "cube_tflops": {"bf16": 280.0}}}
+    )
+    assert operator_low_efficiency(inputs) == []
+    said = inputs.not_judged[FINDING]
+    assert said == "the named card's profile gives no peak for fp32" and "nan" not in said
+
+
 def test_a_capture_that_names_only_the_cards_family_is_told_so():
     """A db export's NPU_INFO says Ascend910B (a family): the check is not judged, and says the capture named
     the family, not that a text capture names nothing."""

@@ -527,3 +527,21 @@ def test_csv_timestamps_are_written_in_full_not_as_an_exponent(sample_outputs):
             assert written[column].to_numpy() == pytest.approx(
                 evidence.loc[written.index, column].to_numpy(), abs=0.001, nan_ok=True
             )
+
+
+def test_kernels_faster_than_their_roof_are_said_to_be_the_roofs_error(tmp_path):
+    """The real CNN with its card named: dozens of vector kernels run faster than the HBM roof their shapes
+    give (foreach lists served from cache). report.md printed efficiencies like 2.846 with no word; it says
+    how many ran above their roof and that the roof, not the kernel, is off — the count read back from
+    operator_efficiency_summary.csv — and no time is reclaimable there."""
+    import re
+
+    from conftest import PYTORCH_DATA
+
+    out = tmp_path / "out"
+    analyze(PYTORCH_DATA / "text" / "level2", out, jobs=1, options=AnalyzeOptions(hardware_model="Ascend910B4"))
+    efficiency = pd.read_csv(out / schema.OPERATOR_EFFICIENCY_SUMMARY_CSV.file)
+    above = efficiency[efficiency["roofline_efficiency"] > 1]
+    assert len(above) > 10 and (above["reclaimable_us"] == 0).all()
+    said = re.search(r"(\d+) kernel shapes ran faster than their roof", (out / schema.REPORT_MD).read_text())
+    assert said and int(said.group(1)) == len(above)

@@ -6,6 +6,7 @@ archive through SQL, the Python API and sweep_report.html in a real headless Chr
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -141,6 +142,23 @@ def test_sweep_report_opens_from_file_with_plots_links_and_no_console_error(plan
     body = browser.find_element(By.TAG_NAME, "body").text
     assert f"{first['delta_ms']:+,.2f} ms (" in body and "% of the cohort median)" in body
     assert "step step wall" not in body and "robust_z" in outliers.columns
+    # the findings across the fleet, each planted finding type with at least the roots it was planted on
+    # (the page named none before), and each root's top finding beside it
+    assert "Findings" in heads and "top_recoverable_finding" in headers
+    rows = browser.execute_script(
+        "const h = [...document.querySelectorAll('h2')].find(e => e.textContent === 'Findings');"
+        "return [...h.nextElementSibling.querySelectorAll('tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+    )
+    on_roots = {row[0]: int(row[1]) for row in rows}
+    planted = collections.Counter(r["planted"] for r in truth["roots"] if r["planted"] and "_" in r["planted"])
+    assert planted and all(on_roots.get(kind, 0) >= count for kind, count in planted.items()), (planted, on_roots)
+    # a plot's title is not under plotly's toolbar (top right) however long it is
+    boxes = browser.execute_script(
+        "return [...document.querySelectorAll('div.js-plotly-plot')].map(p => ['.gtitle', '.modebar'].map(s => {"
+        "const r = p.querySelector(s).getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }))"
+    )
+    overlaps = [t for t, m in boxes if t[0] < m[2] and m[0] < t[2] and t[1] < m[3] and m[1] < t[3]]
+    assert boxes and not overlaps, boxes
     assert console_errors(browser) == []
 
 

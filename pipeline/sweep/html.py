@@ -7,6 +7,7 @@ network), every name from the captures is escaped, and each root links to its ow
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 
 import numpy as np
@@ -89,13 +90,14 @@ def _trend_figure(cohort_id: str, label: str, points: pd.DataFrame, changes: pd.
     for index in changes[changes["metric"] == "step wall"]["change_index"]:
         figure.add_vline(x=float(index) - 0.5, line_dash="dash", line_color="#8e44ad")
     figure.update_layout(
-        title=html.escape(f"{cohort_id}: {label}")[:160],
+        # below plotly's toolbar (the top 30 px, right), which covered a long title's end
+        title={"text": html.escape(f"{cohort_id}: {label}")[:160], "x": 0.01, "xanchor": "left", "y": 0.89},
         xaxis_title="capture, in series order (else by name)",
         xaxis={"tickmode": "array", "tickvals": list(range(len(points))), "ticktext": names.tolist(), "tickangle": -45},
         yaxis_title="step wall (ms)",
         yaxis_rangemode="tozero",
         height=400,
-        margin={"l": 60, "r": 20, "t": 50, "b": 110},
+        margin={"l": 60, "r": 20, "t": 70, "b": 110},
     )
     return figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"trend-{cohort_id}")
 
@@ -109,6 +111,36 @@ def _figures(rollup: pd.DataFrame, trends: pd.DataFrame) -> str:
         changes = trends[trends["cohort_id"] == cohort_id]
         blocks.append(_trend_figure(str(cohort_id), str(ordered["cohort_label"].iloc[0]), ordered, changes))
     return "\n".join(blocks) or '<p class="none">no finished root to plot</p>'
+
+
+def fleet_findings(rollup: pd.DataFrame) -> pd.DataFrame:
+    """Per finding type over the sweep's roots: on how many roots it was found, on how many it is the
+    finding that recovers the most, and the root where that is largest (ms per step, its slug)."""
+    columns = ["finding_type", "roots", "top_finding_on", "most_recovered_ms_per_step", "slug"]
+    if rollup.empty or "findings_by_type" not in rollup:
+        return pd.DataFrame(columns=columns)
+    # a loop over roots (hundreds), each's {type: count} as the rollup holds it (a dict, or its JSON text)
+    found = [t for value in rollup["findings_by_type"].dropna() for t in _counts(value)]
+    roots = pd.Series(found, dtype=object).value_counts().rename("roots")
+    top = rollup.dropna(subset=["top_recoverable_finding", "top_recoverable_ms_per_step"])
+    top = top.sort_values("top_recoverable_ms_per_step", ascending=False, kind="stable")
+    most = top.drop_duplicates("top_recoverable_finding").set_index("top_recoverable_finding")
+    table = pd.DataFrame({"roots": roots}).join(top["top_recoverable_finding"].value_counts().rename("top_finding_on"))
+    table = table.join(most[["top_recoverable_ms_per_step", "slug"]]).rename(
+        columns={"top_recoverable_ms_per_step": "most_recovered_ms_per_step"}
+    )
+    table = table.rename_axis("finding_type").reset_index().fillna({"top_finding_on": 0})
+    table["top_finding_on"] = table["top_finding_on"].astype(int)
+    return table.sort_values(["roots", "finding_type"], ascending=[False, True], kind="stable")[columns]
+
+
+def _counts(value: object) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+    return value if isinstance(value, dict) else {}
 
 
 def listed_roots(rollup: pd.DataFrame) -> pd.DataFrame:
@@ -145,17 +177,28 @@ def _kpis(rollup: pd.DataFrame, parts: dict[str, pd.DataFrame], summary: dict) -
     ]
 
 
+OUTLIER_COLUMNS = "slug metric off_by value_ms cohort_median_ms what_moved root_top_finding also_off".split()
+ROOT_COLUMNS = (
+    "slug status cohort_id host_names top_step_class_wall_ms_mean top_recoverable_finding "
+    "top_recoverable_ms_per_step outlier_score error"
+).split()
+
+
 def render_sweep_report(archive: Path, rollup: pd.DataFrame, parts: dict[str, pd.DataFrame], summary: dict) -> Path:
     """Write ``ARCHIVE/sweep_report.html`` (atomically) and return its path."""
     from plotly.offline import get_plotlyjs
 
     listed = listed_roots(rollup)
     outlying = parts["outliers"]["slug"].tolist() if len(parts["outliers"]) else []
-    links = report_links(archive, sorted(set(listed["slug"].dropna()) | set(outlying)))
+    findings = fleet_findings(rollup)
+    named = set(listed["slug"].dropna()) | set(outlying) | set(findings["slug"].dropna())
+    links = report_links(archive, sorted(named))
     kpis = _kpis(rollup, parts, summary)
     body = [
         "<h1>npuprof sweep</h1>",
         "".join(f'<span class="kpi"><b>{value:,}</b>{html.escape(name)}</span>' for name, value in kpis),
+        "<h2>Findings</h2>",
+        _table(findings, list(findings.columns), "no root has a finding", links),
         "<h2>Fleet suspects</h2>",
         _table(parts["fleet_suspects"], ["summary", "flagged", "appearances", "roots"], "no card is named again"),
         "<h2>Link suspects</h2>",
@@ -165,21 +208,7 @@ def render_sweep_report(archive: Path, rollup: pd.DataFrame, parts: dict[str, pd
             "no link is slow again",
         ),
         "<h2>Outliers</h2>",
-        _table(
-            outlier_digest(parts["outliers"]),
-            [
-                "slug",
-                "metric",
-                "off_by",
-                "value_ms",
-                "cohort_median_ms",
-                "what_moved",
-                "root_top_finding",
-                "also_off",
-            ],
-            "no root is off its cohort",
-            links,
-        ),
+        _table(outlier_digest(parts["outliers"]), OUTLIER_COLUMNS, "no root is off its cohort", links),
         "<h2>Trends</h2>",
         _table(parts["trends"], ["cohort_id", "summary", "before_ms", "after_ms"], "no change point in any series"),
         _figures(rollup, parts["trends"]),
@@ -187,12 +216,7 @@ def render_sweep_report(archive: Path, rollup: pd.DataFrame, parts: dict[str, pd
         _table(parts["cohorts"], ["cohort_id", "root_count", "step_wall_ms_median", "cohort_label"], "no cohort"),
         "<h2>Roots</h2>",
         _more_roots(len(rollup), len(listed)),
-        _table(
-            listed,
-            ["slug", "status", "cohort_id", "host_names", "top_step_class_wall_ms_mean", "outlier_score", "error"],
-            "no root",
-            links,
-        ),
+        _table(listed, ROOT_COLUMNS, "no root", links),
     ]
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>npuprof sweep</title>'

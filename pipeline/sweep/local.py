@@ -137,7 +137,9 @@ def _sweep(
     }
     progress("merge", 0, 1, f"merging {len(plan)} roots: cohorts, outliers, fleet, trends")
     try:
-        return merge_sweep(archive, plan, meta)
+        merged = merge_sweep(archive, plan, meta)
+        progress("merge", 1, 1, f"merged {len(plan)} roots")
+        return merged
     except OSError as exc:
         if not no_space(exc):
             raise

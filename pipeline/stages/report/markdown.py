@@ -287,6 +287,12 @@ def _hardware(inputs: ReportInputs) -> str:
     return text
 
 
+ROOFLINE_COLUMNS = (
+    "type input_shapes call_count duration_avg_us achieved_tflops mfu roofline_bound roofline_efficiency "
+    "reclaimable_ms flops_formula"
+).split()
+
+
 def _roofline(inputs: ReportInputs) -> str:
     if inputs.efficiency.empty:
         return _missing("summarize")
@@ -303,21 +309,18 @@ def _roofline(inputs: ReportInputs) -> str:
         frame = frame.assign(_total=frame["duration_avg_us"] * frame["call_count"])
         frame = frame.sort_values("_total", ascending=False, kind="stable")
         text += " The hardware is unknown (`--hardware-model`), so there is no roof; top by time spent:\n\n"
-    return text + table(
-        frame,
-        [
-            "type",
-            "input_shapes",
-            "call_count",
-            "duration_avg_us",
-            "achieved_tflops",
-            "mfu",
-            "roofline_bound",
-            "roofline_efficiency",
-            "reclaimable_ms",
-            "flops_formula",
-        ],
-        12,
+    return text + table(frame, ROOFLINE_COLUMNS, 12) + _above_roof(frame)
+
+
+def _above_roof(frame: pd.DataFrame) -> str:
+    """What an efficiency above 1 means, where kernels have one: the roof is off, not the kernel."""
+    above = int((pd.to_numeric(frame["roofline_efficiency"], errors="coerce") > 1.0).sum())
+    if not above:
+        return ""
+    return (
+        f"\n{_plural(above, 'kernel shape')} ran faster than {'its' if above == 1 else 'their'} roof "
+        "(roofline_efficiency above 1): the data came from the on-chip cache, or the bytes or FLOPs the "
+        "shapes give overstate the work. No time is reclaimable there; the roof, not the kernel, is off.\n"
     )
 
 

@@ -169,11 +169,17 @@ def _under_peaks(inputs: DiagnosisContext, shapes: pd.DataFrame, peaks: dict, sp
     the card is not the one named, or the shapes do not give the FLOPs — no yardstick; said as not judged."""
     reference = reference_speeds(shapes, spec["reference_share_min"])
     peak = pd.Series({dtype: peaks.get(dtype, np.nan) for dtype in reference.index}, dtype=float)
-    implausible = reference[~(reference <= peak)]
+    unknown = reference[peak.isna()]
+    implausible = reference[peak.notna() & ~(reference <= peak)]
+    said = []
     if len(implausible):
-        said = ", ".join(f"{d} {v:.0f} TFLOP/s (peak {peak[d]:.0f})" for d, v in implausible.items())
-        inputs.not_judging(FINDING, f"matmuls run faster than the named card's peak: {said}")
-    return shapes[~shapes["compute_dtype"].isin(implausible.index)]
+        faster = ", ".join(f"{d} {v:.0f} TFLOP/s (peak {peak[d]:.0f})" for d, v in implausible.items())
+        said.append(f"matmuls run faster than the named card's peak: {faster}")
+    if len(unknown):  # no yardstick either: the card's profile gives no peak for that dtype
+        said.append(f"the named card's profile gives no peak for {', '.join(unknown.index)}")
+    if said:
+        inputs.not_judging(FINDING, "; ".join(said))
+    return shapes[~shapes["compute_dtype"].isin([*implausible.index, *unknown.index])]
 
 
 def _finding(group: pd.DataFrame, ranks: list[int], spec: dict, claim: dict) -> Finding:
