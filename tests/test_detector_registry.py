@@ -117,3 +117,14 @@ def test_the_context_loads_only_what_detectors_declare(planted_outputs):
     assert set(context.alignment.columns) == set(declared)
     with pytest.raises(AttributeError, match="no diagnosis input called 'nonsense'"):
         context.nonsense  # noqa: B018
+
+
+def test_every_detector_input_is_declared_on_the_context_with_its_type():
+    """DiagnosisContext loads inputs by name through __getattr__, which hid them from an editor and a type
+    checker: each input it knows (the earlier stages', the composed and the derived ones) is declared on
+    the class with its type, and nothing else is declared."""
+    from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
+
+    declared = set(DiagnosisContext.__annotations__)
+    known = DiagnosisContext.from_frames({}).known()
+    assert declared == known, (sorted(known - declared), sorted(declared - known))

@@ -174,3 +174,44 @@ def test_the_readme_names_every_finding_type_once():
     listed = re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE)
     registered = {t for d in registry.detectors() for t in d.finding_types}
     assert sorted(listed) == sorted(registered) and len(listed) == len(set(listed))
+
+
+def test_the_architecture_doc_spells_the_detector_decorators_as_they_are():
+    """docs/architecture.md wrote `@detector(..., notes=(...), ...)`, a parameter the registry never had:
+    every keyword of each decorator the doc spells is one its function takes, and every one it takes
+    without a default is spelled."""
+    import inspect
+
+    from conftest import REPO
+
+    from npuprof.pipeline.stages.diagnostics import registry
+
+    text = (REPO / "docs" / "architecture.md").read_text()
+    for name in ("detector", "derived_input"):
+        spelled = re.findall(rf"`@{name}\(([^`]*)\)`", text)
+        assert spelled, name
+        taken = inspect.signature(getattr(registry, name)).parameters
+        required = {p for p, v in taken.items() if v.default is inspect.Parameter.empty}
+        for arguments in spelled:
+            keywords = set(re.findall(r"(\w+)=", arguments))
+            assert keywords <= set(taken), (name, keywords - set(taken))
+            elided = re.search(r"(^|,)\s*\.\.\.\s*(,|$)", arguments)  # "(..., phase=...)": the rest left out
+            assert elided or keywords or len(required) == 1, (name, arguments)
+            assert elided or not keywords or required <= keywords, (name, required - keywords)
+
+
+def test_the_architecture_docs_stage_table_names_every_module_of_each_stage():
+    """docs/architecture.md's table of what only each stage uses had drifted (8 modules of evidence,
+    diagnostics and report missing): every module of a stage package besides its declaration and stage.py,
+    and every sub-package, is named in its row, and every stage package has a row."""
+    from conftest import REPO
+
+    text = (REPO / "docs" / "architecture.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)/` \| (.*) \|$", text, re.M))
+    stages = REPO / "pipeline" / "stages"
+    packages = sorted(p.name for p in stages.iterdir() if (p / "__init__.py").is_file())
+    assert sorted(rows) == packages
+    for stage in packages:
+        own = [p.name for p in (stages / stage).glob("*.py") if p.name not in ("__init__.py", "stage.py")]
+        own += [f"{p.name}/" for p in (stages / stage).iterdir() if (p / "__init__.py").is_file()]
+        assert [name for name in sorted(own) if f"`{name}`" not in rows[stage]] == [], stage

@@ -426,28 +426,52 @@ def test_an_idle_capture_is_said_above_its_findings(browser, tmp_path):
     assert console_errors(browser) == []
 
 
-def test_each_finding_card_frames_the_evidence_it_is_about(browser, cnn_report):
-    """The real CNN capture: a card's click frames its first moment of evidence — the collective it
-    names, a gap it counts — read from evidence_index.csv's kinds, and the view then holds it.
-    capture_incomplete_group's is its 86 ms all-reduce (it zoomed to the last 8.8 ms one before)."""
-    out = cnn_report
+@pytest.fixture(scope="module")
+def qwen3_report(tmp_path_factory) -> Path:
+    """The real Qwen3 capture analyzed with the interactive report (its output dir)."""
+    from conftest import QWEN_TRAINING
+
+    out = tmp_path_factory.mktemp("qwen3") / "out"
+    analyze(QWEN_TRAINING, out, jobs=2, options=AnalyzeOptions(mode="full"))
+    return out
+
+
+@pytest.mark.parametrize("capture", ["cnn_report", "qwen3_report"])
+def test_each_finding_card_says_why_and_what_to_try_and_frames_its_evidence(browser, request, capture):
+    """Both real captures: every finding card shows its confidence, its statistic against its threshold, the
+    first evidence it cites and what to try (from its note); its click frames its first moment of evidence
+    — the collective it names, a gap it counts — read from evidence_index.csv's kinds, else its step, and
+    the view then holds it. CNN's capture_incomplete_group frames its 86 ms all-reduce (it zoomed to the
+    last 8.8 ms one before)."""
+    from npuprof.pipeline.stages.report.notes import remedy
+
+    out = request.getfixturevalue(capture)
     open_report(browser, (out / "report" / "report.html").as_uri())
     findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
     index = pd.read_csv(out / schema.EVIDENCE_INDEX_CSV.file).set_index("evidence_id")
     buttons = browser.find_elements(By.CSS_SELECTOR, "#findings button")
-    assert len(buttons) == len(findings)
+    facts = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "#findings p.facts")]
+    remedies = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "#findings p.remedy")]
+    assert len(buttons) == len(facts) == len(findings) >= 3
+    assert len(remedies) == sum(1 for f in findings if remedy(f["finding_type"])) >= 3
     framed = {}
-    for number, (finding, button) in enumerate(zip(findings, buttons)):
+    for number, (finding, button, said) in enumerate(zip(findings, buttons, facts)):
+        statistic = finding["statistic"]
+        assert said.startswith(f"{finding['confidence']} confidence · {statistic['name']} = "), said
+        threshold = float(f"{float(statistic['threshold']):.4g}")  # the card shows 4 significant digits
+        assert f"(threshold {threshold:g})" in said and finding["evidence_ids"][0] in said
         cited = index.loc[[e for e in finding["evidence_ids"] if e in index.index]]
         moments = cited[cited["kind"].isin(["communication_op", "bubble_window"])]
+        steps = cited[cited["kind"] == "step_window"]
         browser.find_element(By.ID, "zoom-reset").click()
         button.click()
         window = browser.execute_script(f"return npuprof.state.data.findings[{number}].window")
         start, end = view_of(browser)
-        if len(moments):
-            assert window[3] == moments.index[0], finding["finding_type"]
+        expected = moments.index[0] if len(moments) else steps.index[0] if len(steps) else window[3]
+        assert window[3] == expected, finding["finding_type"]
         assert start <= window[1] and end >= window[2], (finding["finding_type"], window, start, end)
         framed[finding["finding_type"]] = index.loc[window[3]]
-    group = framed["capture_incomplete_group"]
-    assert group["kind"] == "communication_op" and group["end_us"] - group["start_us"] > 80_000
+    if capture == "cnn_report":
+        group = framed["capture_incomplete_group"]
+        assert group["kind"] == "communication_op" and group["end_us"] - group["start_us"] > 80_000
     assert console_errors(browser) == []

@@ -31,6 +31,10 @@ from npuprof.pipeline.summaries.communication import captured_group_ranks
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
+    from npuprof.pipeline.stages.diagnostics.detectors.fusible_ops import SequenceWindows
+    from npuprof.pipeline.stages.diagnostics.detectors.loss_chain import LossChains
+    from npuprof.pipeline.stages.diagnostics.findings import Finding
+    from npuprof.pipeline.stages.diagnostics.retiming import StepModel
 
 
 def _table(table: schema.Table) -> Callable[[RootContext, tuple[str, ...] | None], pd.DataFrame]:
@@ -127,7 +131,53 @@ def with_composed_reads(columns: dict[str, tuple[str, ...] | None]) -> dict[str,
 
 
 class DiagnosisContext:
-    """The inputs of the registered detectors, by name, loaded lazily and cached."""
+    """The inputs of the registered detectors, by name, loaded lazily and cached. Each is declared below
+    with its type, so an editor and a type checker see what ``ctx.steps`` is (``__getattr__`` loads it;
+    a test keeps the declarations and the known inputs the same)."""
+
+    # earlier stages' tables and facts (BASE_INPUTS)
+    accounting: pd.DataFrame
+    alignment: pd.DataFrame
+    blocks: pd.DataFrame
+    bubbles: pd.DataFrame
+    comm_events: pd.DataFrame
+    comm_ops: pd.DataFrame
+    first_findings: list[Finding]
+    freq_samples: pd.DataFrame
+    group_ranks: dict[str, list[int]]
+    hardware: dict
+    ledger: pd.DataFrame
+    links: pd.DataFrame
+    operators: pd.DataFrame
+    steps: pd.DataFrame
+    units: pd.DataFrame
+    # composed from the inputs above (COMPOSED_INPUTS)
+    card_profile: pd.DataFrame
+    step_model: StepModel
+    step_tags: pd.DataFrame
+    # what detector modules derive for themselves (@derived_input)
+    aicpu_exposure: pd.DataFrame
+    compute_work: pd.DataFrame
+    copies_in_steps: pd.DataFrame
+    core_counts: dict[int, dict[str, int | None]]
+    data_moves: pd.DataFrame
+    expert_calls: pd.DataFrame
+    framework_launches: pd.DataFrame | None
+    host_gaps: pd.DataFrame
+    idle_by_cause: pd.DataFrame
+    launch_floor: dict[int, float]
+    launch_widths: pd.DataFrame
+    layer_spans: pd.DataFrame
+    loss_chains: LossChains
+    matmul_shapes: pd.DataFrame
+    micro_batch_size: dict
+    model_fields: dict[str, float]
+    pp_schedule: pd.DataFrame
+    rank_env: dict[int, dict[str, str]]
+    sequence_windows: SequenceWindows
+    slow_matmul_calls: pd.DataFrame
+    throttled_kernels: pd.DataFrame
+    unfused_chains: pd.DataFrame
 
     def __init__(self, root: RootContext | None, frames: dict[str, Any] | None = None) -> None:
         self._root = root

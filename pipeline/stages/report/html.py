@@ -251,7 +251,9 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
             shift = offsets.get(rank, 0.0)
             window = [
                 rank,
-                round((row["start_us"] * 1000 - base_ns - shift) / 1000, 3),
+                # a rank's clock shifted onto the common one can start its first step before the capture's
+                # zero by a few µs: the view starts at 0, so the window does
+                max(round((row["start_us"] * 1000 - base_ns - shift) / 1000, 3), 0.0),
                 round((row["end_us"] * 1000 - base_ns - shift) / 1000, 3),
                 cited[0],
             ]
