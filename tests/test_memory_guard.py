@@ -85,3 +85,49 @@ def test_the_db_strings_a_rank_repeats_count_its_collectives_names_too(tmp_path)
         con.execute("UPDATE COMMUNICATION_OP SET opName = ?", (big,))
     assert rows > 0
     assert repeated_text_bytes(db) - before == rows * (DB_TEXT_CAP - 1) - old_bytes
+
+
+def test_the_guards_estimate_bounds_what_repeated_db_strings_really_take(tmp_path):
+    """One 8,191-character STRING_IDS value named by 7 text columns of every kernel: a 1.3 MB db whose
+    4,675 kernels make 268 MB of text, copied per row as the reader materialises it. Measured here, the
+    analysis' peak stays under the guard's estimate for the rank (its sources and those strings, × the
+    working-set factor) — at 39 k kernels the issue measured a 4.76 GB peak, which the estimate (11 GB)
+    bounds the same way — and with less memory available than the estimate the rank is refused, naming
+    the strings, before anything is read."""
+    import subprocess
+    import sys
+
+    root = copy_sample(PYTORCH_DATA / "db" / "level0" / "rank0_ascend_pt", tmp_path / "root" / "rank0_ascend_pt")
+    db = next(root.rglob("ascend_pytorch_profiler_0.db"))
+    columns = ["name", "opType", "inputFormats", "inputDataTypes", "inputShapes", "outputFormats", "outputDataTypes"]
+    with sqlite3.connect(db) as con:
+        big = con.execute("SELECT max(id) + 1 FROM STRING_IDS").fetchone()[0]
+        con.execute("INSERT INTO STRING_IDS (id, value) VALUES (?, ?)", (big, "x" * (DB_TEXT_CAP - 1)))
+        con.execute(f"UPDATE COMPUTE_TASK_INFO SET {', '.join(c + ' = ?' for c in columns)}", [big] * 7)
+        kernel_columns = [r[1] for r in con.execute("PRAGMA table_info(COMPUTE_TASK_INFO)")]
+        task_columns = [r[1] for r in con.execute("PRAGMA table_info(TASK)")]
+        for copy in range(1, 25):  # each copy of the kernels its own task ids, 7 ns later
+            shift = {"globalTaskId": f"globalTaskId + {copy * 10**9}", "startNs": f"startNs + {7 * copy}"}
+            shift["endNs"] = f"endNs + {7 * copy}"
+            picked = ", ".join(shift.get(c, c) for c in kernel_columns)
+            first = "WHERE globalTaskId < 1e9"  # the kernels as captured
+            con.execute(f"INSERT INTO COMPUTE_TASK_INFO SELECT {picked} FROM COMPUTE_TASK_INFO {first}")
+            picked = ", ".join(shift.get(c, c) for c in task_columns)
+            con.execute(
+                f"INSERT INTO TASK SELECT {picked} FROM TASK WHERE globalTaskId IN "
+                "(SELECT globalTaskId FROM COMPUTE_TASK_INFO WHERE globalTaskId < 1e9)"
+            )
+    (rank,) = discover(tmp_path / "root").ranks
+    repeated = repeated_text_bytes(db)
+    estimate = (memory.rank_input_bytes(rank) + repeated) * memory.WORKING_SET_FACTOR
+    assert repeated > 250e6 and db.stat().st_size < 2e6
+    measure = (
+        "import resource, subprocess, sys; run = subprocess.run(sys.argv[1:], capture_output=True);"
+        "print(run.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)"
+    )
+    analysis = ["npuprof", "analyze", str(tmp_path / "root"), "-o", str(tmp_path / "out"), "--jobs", "1"]
+    measured = subprocess.run([sys.executable, "-c", measure, *analysis], capture_output=True, text=True)
+    code, peak = measured.stdout.split()
+    assert int(code) == 0 and int(peak) < min(estimate, 1e9), (int(peak) / 1e9, estimate / 1e9)
+    with pytest.raises(NotEnoughMemory, match="db strings they repeat"):
+        memory.check_rank_fits(rank, available=int(estimate) - 1)
