@@ -77,6 +77,34 @@ def long_db_string(mebibytes: int) -> Callable[[Path], Path]:
     return build
 
 
+def edited_kernel(column: str, change: Callable[[float], float], row: int = 100) -> Callable[[Path], Path]:
+    """Rank 0's kernel_details.csv with one row's ``column`` (a number of µs) changed."""
+
+    def build(tmp: Path) -> Path:
+        import pandas as pd
+
+        root = _synth(tmp)
+        path = _output_dir(root) / "kernel_details.csv"
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        name = next(c for c in frame.columns if c.startswith(column))
+        frame.loc[row, name] = f"{change(float(frame.loc[row, name])):.3f}"
+        frame.to_csv(path, index=False)
+        return root
+
+    return build
+
+
+def config_field(field: str, value: object) -> Callable[[Path], Path]:
+    """A config.json beside the ranks whose ``field`` holds ``value`` (JSON text)."""
+
+    def build(tmp: Path) -> Path:
+        root = _synth(tmp)
+        (root / "config.json").write_text(f'{{"num_hidden_layers": 4, "{field}": {value}}}')
+        return root
+
+    return build
+
+
 def garbage_step_trace(tmp: Path) -> Path:
     """Rank 0's step_trace_time.csv: 300 random bytes."""
     root = _synth(tmp)
@@ -101,4 +129,15 @@ HOSTILE: list[Hostile] = [
     Hostile("matrix_json_nested_100k", deep_auxiliary("communication_matrix.json"), 8, "communication_matrix.json"),
     Hostile("step_trace_time_garbage", garbage_step_trace, 8, "step_trace_time.csv is unreadable"),
     Hostile("link_loop_beside_the_ranks", link_loop, 0, "loop_a: a link that leads nowhere"),
+    # security V (issue 71): a 1,000-level nesting, a corrupt duration or timestamp, config fields out of range
+    Hostile("communication_json_nested_1000", deep_auxiliary("communication.json", 1_000), 8, "communication.json"),
+    Hostile("kernel_lasting_5000_s", edited_kernel("Duration", lambda _: 5e9), 0, "quarantined, not events"),
+    Hostile(
+        "kernel_5000_s_before_the_rest",
+        edited_kernel("Start Time", lambda start: start - 5e9),
+        0,
+        "start more than 60 s away from the rest of the rank",
+    ),
+    Hostile("config_width_as_text", config_field("hidden_size", '"x"'), 3, "model config field hidden_size"),
+    Hostile("config_width_past_a_float", config_field("vocab_size", "1e400"), 3, "model config field vocab_size"),
 ]
