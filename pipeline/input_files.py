@@ -86,6 +86,11 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in KINDS.items() if test(mode)), "not a plain file")
 
 
+def lies_under(path: Path, dirs: Iterable[Path]) -> bool:
+    """Whether the resolved ``path`` is one of ``dirs`` (resolved) or lies inside one."""
+    return any(path == base or base in path.parents for base in dirs)
+
+
 def _check_opened(fd: int, path: Path) -> None:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
@@ -96,6 +101,6 @@ def _check_opened(fd: int, path: Path) -> None:
         real = Path(os.readlink(f"/proc/self/fd/{fd}"))
     except OSError:  # no /proc: the path as resolved now, a narrower window than the task's check
         real = Path(os.path.realpath(path))
-    if not any(real == base or base in real.parents for base in _confined):
+    if not lies_under(real, _confined):
         served = ", ".join(str(base) for base in _confined)
         raise BadInput(path, f"refused: it opens {real}, outside the storage this worker serves ({served})")

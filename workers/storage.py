@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from npuprof.pipeline.errors import UsageError
+from npuprof.pipeline.input_files import lies_under
 from npuprof.pipeline.schema.artifacts import TOP_MANIFEST
 from npuprof.pipeline.sources.discovery import RankInput
 from npuprof.workers import settings
@@ -39,7 +40,7 @@ def require_served(paths: Iterable[str | Path | None], what: str) -> None:
         if not os.path.isabs(text) or "\x00" in text:
             raise OutsideStorage(f"refused {what}: {text!r} is not an absolute path")
         resolved = Path(os.path.realpath(text))
-        if not any(resolved == base or base in resolved.parents for base in served):
+        if not lies_under(resolved, served):
             dirs = ", ".join(str(base) for base in served)
             raise OutsideStorage(f"refused {what}: {text} is outside the storage this worker serves ({dirs})")
 

@@ -164,9 +164,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "storage-by-string-prefix",
         "a sibling dir whose name starts with the served dir's is accepted",
-        "workers/storage.py",
-        "if not any(resolved == base or base in resolved.parents for base in served):",
-        "if not any(str(resolved).startswith(str(base)) for base in served):",
+        "pipeline/input_files.py",
+        "return any(path == base or base in path.parents for base in dirs)",
+        "return any(str(path).startswith(str(base)) for base in dirs)",
         ("tests/test_worker_storage.py::test_paths_that_leave_the_served_storage_are_refused",),
     ),
     Mutation(

@@ -110,10 +110,6 @@ def _finish_events(table: pa.Table, source_id: str) -> pa.Table:
     return pa.table(columns, schema=schema.EVENT_SCHEMA)
 
 
-def _column_arrays(table: pa.Table, *names: str) -> list[np.ndarray]:
-    return [table.column(name).to_numpy(zero_copy_only=False) for name in names]
-
-
 def _rank_summary(
     rank: RankInput, events: pa.Table, kind: str, paths: list[Path], reason: str, notes: list[str], facts: dict
 ) -> dict:
@@ -127,6 +123,8 @@ def _rank_summary(
     covered = pc.sum(pc.and_(compute, has_pipeline)).as_py() or 0 if events.num_rows else 0
     start = pc.min(events.column("start_ns")).as_py() if events.num_rows else None
     end = pc.max(events.column("end_ns")).as_py() if events.num_rows else None
+    starts, ends = (events.column(c).to_numpy(zero_copy_only=False) for c in ("start_ns", "end_ns"))
+    body_start, body_end = body_span_ns(starts, ends)
     counts = {row["values"]: row["counts"] for row in pc.value_counts(op_type).to_pylist()} if events.num_rows else {}
     steps = pc.unique(events.column("step_id")).drop_null().to_pylist() if events.num_rows else []
     devices = pc.unique(events.column("device_id")).drop_null().to_pylist() if events.num_rows else []
@@ -144,7 +142,8 @@ def _rank_summary(
         "device_ids": sorted(int(d) for d in devices),  # the kernel source's Device_id column
         "start_ns": start,
         # the rank's main stretch, a few far-off rows aside: when it ran (coherence, the capture's span)
-        **dict(zip(("body_start_ns", "body_end_ns"), body_span_ns(*_column_arrays(events, "start_ns", "end_ns")))),
+        "body_start_ns": body_start,
+        "body_end_ns": body_end,
         "end_ns": end,
         "span_us": (end - start) / 1000 if start is not None else None,
         "pipeline_event_count": int(covered),
