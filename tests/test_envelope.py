@@ -8,7 +8,7 @@ import pytest
 from npuprof.workers.envelope import CLOCK_SKEW_S, envelope_problem, max_age_s
 
 NOW = 1_800_000_000.0
-SENT = {"task": "npuprof.plan_sweep", "id": "plan-1", "sent_at": NOW - 60}
+SENT = {"task": "npuprof.plan_sweep", "id": "plan-1", "sent_at": NOW - 60, "nonce": "0f" * 16}
 
 
 def test_a_message_whose_body_says_what_its_headers_say_runs():
@@ -23,8 +23,10 @@ def test_a_message_whose_body_says_what_its_headers_say_runs():
         (None, "npuprof.plan_sweep", "plan-1", True, "carries no signed task name and id"),
         ("x", "npuprof.plan_sweep", "plan-1", True, "not an object"),
         ({**SENT, "sent_at": True}, "npuprof.plan_sweep", "plan-1", True, "no send time"),
+        ({**SENT, "nonce": None}, "npuprof.plan_sweep", "plan-1", True, "carries no nonce"),
+        ({**SENT, "nonce": "0f" * 15}, "npuprof.plan_sweep", "plan-1", False, "carries no nonce"),
     ],
-    ids=["other_task", "other_id", "missing_when_signed", "not_an_object", "boolean_time"],
+    ids=["other_task", "other_id", "missing_when_signed", "not_an_object", "boolean_time", "no_nonce", "short_nonce"],
 )
 def test_a_message_whose_body_contradicts_its_headers_is_refused(sent, task, task_id, required, problem):
     assert problem in envelope_problem(sent, task, task_id, required, NOW)

@@ -171,9 +171,9 @@ def test_a_query_is_stopped_at_its_time_and_memory(archive, tmp_path):
             timeout=120,
         )
         assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
-        assert "needs more than 64MB" in run.stderr or "exceeds 64 MB" in run.stderr, run.stderr
+        assert "needs more than 32MB of its 64 MB" in run.stderr or "a quarter of its 64 MB" in run.stderr, run.stderr
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())  # no .tmp/ spill dir
-    with pytest.raises(UsageError, match="result exceeds 32 MB"):
+    with pytest.raises(UsageError, match="result exceeds 8 MB, a quarter of its 32 MB"):
         Sweep(archive).query("SELECT repeat('x', 1000) AS s FROM range(100_000)", memory_mb=32)
 
 

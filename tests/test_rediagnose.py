@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from badinputs.hostile import ALIAS_BOMB
 from conftest import run_cli
 
 from npuprof import knowledge
@@ -112,12 +113,6 @@ def test_a_rule_the_file_does_not_hold_is_a_usage_error(slow_rank, setting, says
 
 # issue 71: each of these ran before Dec 7 — a 744 MB string, an object's docstring in the report, a
 # 2 GB alias expansion, a KeyError traceback, a threshold no comparison passes, a made-up severity
-# nine levels of nine references each: 9^9 (387 M) strings when expanded
-ALIAS_BOMB = (
-    "{a: &a [x,x,x,x,x,x,x,x,x], "
-    + ", ".join(f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi"))
-    + "}"
-)
 HOSTILE_SETTINGS = [
     (f"{SLOW}.text=x {{wait_ms:>600000000}}", "not a format this text takes"),
     (f"{SLOW}.text=x {{wait_ms.__class__.__doc__}}", "not a placeholder by name"),

@@ -85,6 +85,16 @@ def claim(name: str, seconds: int, url: str | None = None) -> bool:
     return bool(_client(url).set(f"{settings.KEY_PREFIX}claim:{name}", "1", nx=True, ex=max(int(seconds), 1)))
 
 
+def spend_message(nonce: str, seconds: int, url: str | None = None) -> None:
+    """Remember for ``seconds`` that the message carrying ``nonce`` ran (``envelope``: a copy is refused)."""
+    _client(url).set(f"{settings.KEY_PREFIX}spent:{nonce}", "1", ex=max(int(seconds), 1))
+
+
+def message_spent(nonce: str, url: str | None = None) -> bool:
+    """Whether the message carrying ``nonce`` already ran."""
+    return bool(_client(url).exists(f"{settings.KEY_PREFIX}spent:{nonce}"))
+
+
 def looked(sweep_id: str, url: str | None = None) -> None:
     """The sweep's supervisor looked at its archive now (``merge_watch`` tells a lost one by this)."""
     _client(url).set(f"{settings.KEY_PREFIX}looked:{sweep_id}", time.time(), ex=settings.record_days() * 86400)

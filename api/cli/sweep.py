@@ -14,7 +14,6 @@ from npuprof.api.cli.options import (
     add_series_key,
     analyze_options,
     check_series_key,
-    print_json,
     require_positive,
 )
 from npuprof.pipeline.errors import EXIT_INTERNAL, EXIT_PARTIAL, EXIT_USAGE, UsageError
@@ -77,9 +76,10 @@ def add_parsers(commands) -> None:
     query.add_argument(
         "--memory-limit",
         type=int,
-        default=1024,
+        default=768,  # sql_query.DEFAULT_MEMORY_MB (not imported: the CLI starts without pandas)
         metavar="MB",
-        help="memory the query and its result may use (default: %(default)s); it never spills to disk",
+        help="memory the query may use (default: %(default)s): half for its work, a quarter for its result "
+        "(held twice as it is handed back); it never spills to disk",
     )
 
 
@@ -131,9 +131,24 @@ def run_query(args: argparse.Namespace) -> int:
         result.head(30).rename(columns=printable).map(lambda cell: printable(cell) if isinstance(cell, str) else cell)
     )
     sys.stderr.write(shown.to_string(index=False, max_colwidth=60) + "\n")
-    rows = json.loads(result.to_json(orient="records", date_format="iso"))
-    print_json({"status": "ok", "row_count": len(result), "columns": list(result.columns), "rows": rows})
+    _print_result_rows(result)
     return 0
+
+
+def _print_result_rows(result) -> None:  # noqa: ANN001 - a DataFrame (pandas is imported lazily)
+    """The query's JSON object on stdout, its rows written a slice at a time: the whole result as one
+    JSON text, and then as Python objects, would take several times the memory the result does."""
+    import sys
+
+    from npuprof.pipeline.json_text import json_text
+
+    head = json_text({"status": "ok", "row_count": len(result), "columns": list(result.columns), "rows": []})
+    sys.stdout.write(head[: -len("[]}")] + "[")
+    for start in range(0, len(result), 10_000):
+        rows = json.loads(result.iloc[start : start + 10_000].to_json(orient="records", date_format="iso"))
+        sys.stdout.write((", " if start else "") + json_text(rows)[1:-1])
+    sys.stdout.write("]}\n")
+    sys.stdout.flush()
 
 
 HANDLERS = {"sweep": run_sweep, "query": run_query}

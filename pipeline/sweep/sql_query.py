@@ -9,10 +9,11 @@ time and memory. Each guard closes a way out that DuckDB leaves open by default:
   be a regular file inside the archive's own ``sweep_data/``, not a link): a ``sweep_data`` that links
   to ``/`` would otherwise let ``read_text`` list the disk. Then external access is off and the
   configuration locked.
-- No temp directory (DuckDB's default spills to ``CWD/.tmp/``, readable and writable by the SQL); a
-  memory limit instead of 80 % of the machine's RAM; the result is fetched in batches and stopped at
-  that limit too, since DuckDB's limit does not cover the DataFrame it hands back; a timer interrupts
-  a query past its time (``range(1e12)`` would run on).
+- No temp directory (DuckDB's default spills to ``CWD/.tmp/``, readable and writable by the SQL); one
+  memory budget instead of 80 % of the machine's RAM: DuckDB's own limit is half of it, and the result,
+  fetched in batches, is stopped at a quarter, since DuckDB's limit does not cover the table it hands
+  back and that table is held twice while it becomes a DataFrame (the defaults keep the whole process
+  under 1 GB); a timer interrupts a query past its time (``range(1e12)`` would run on).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from npuprof.pipeline.errors import UsageError
 from npuprof.pipeline.sweep.datasets import DATASETS, dataset_path
 
 DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_MEMORY_MB = 1024
+DEFAULT_MEMORY_MB = 768
 # the names a person guesses first, beside the datasets' own (view -> {alias: column})
 VIEW_ALIASES = {"roots": {"step_wall_ms": "top_step_class_wall_ms_mean"}}
 # what may stand before the statement an EXPLAIN explains: blanks, comments, EXPLAIN [ANALYZE]
@@ -41,12 +42,13 @@ def query(
 ) -> pd.DataFrame:
     """Run ``sql`` — queries only (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN of a query) — over the
     archive's datasets, each a view named as its dataset (``roots``, ``operators``, ...), within
-    ``timeout_s`` seconds and ``memory_mb`` MB; anything else, or past a limit, is a UsageError."""
+    ``timeout_s`` seconds and ``memory_mb`` MB (the engine's half and the result's quarter, held twice);
+    anything else, or past a limit, is a UsageError."""
     import duckdb
 
     files = dataset_files(archive)
     check_statements(sql)
-    memory = f"{int(memory_mb)}MB"
+    memory = f"{int(memory_mb) // 2}MB"
     with io.duckdb_connection(temp_directory="", memory_limit=memory) as con:
         _create_views(con, files)
         paths = ", ".join(_literal(str(path)) for path in files.values())
@@ -58,7 +60,9 @@ def query(
         except duckdb.InterruptException:
             raise UsageError(f"query stopped after {timeout_s:g} s (--timeout SECONDS allows more)") from None
         except duckdb.OutOfMemoryException:
-            raise UsageError(f"query stopped: it needs more than {memory} (--memory-limit MB allows more)") from None
+            raise UsageError(
+                f"query stopped: it needs more than {memory} of its {memory_mb} MB (--memory-limit MB allows more)"
+            ) from None
         except duckdb.Error as exc:
             hint = " (DESCRIBE <view> lists a view's columns)" if isinstance(exc, duckdb.BinderException) else ""
             raise UsageError(f"query failed: {str(exc).splitlines()[0]}{hint}") from None
@@ -133,8 +137,8 @@ def _create_views(con, files: dict[str, Path]) -> None:
 
 
 def _run_bounded(con, sql: str, timeout_s: float, memory_mb: int) -> pd.DataFrame:
-    """The result of ``sql``, fetched in batches: interrupted past ``timeout_s``, refused past
-    ``memory_mb`` of result (which DuckDB's own memory limit does not count)."""
+    """The result of ``sql``, fetched in batches: interrupted past ``timeout_s``, refused past a quarter
+    of ``memory_mb`` of result (which DuckDB's own memory limit does not count)."""
     import pyarrow as pa
 
     timer = threading.Timer(timeout_s, con.interrupt)
@@ -144,8 +148,11 @@ def _run_bounded(con, sql: str, timeout_s: float, memory_mb: int) -> pd.DataFram
         batches, size = [], 0
         for batch in reader:
             size += batch.nbytes
-            if size > memory_mb * 2**20:
-                raise UsageError(f"query result exceeds {memory_mb} MB: add a LIMIT or an aggregate")
+            if size > memory_mb * 2**20 // 4:
+                raise UsageError(
+                    f"query result exceeds {memory_mb // 4} MB, a quarter of its {memory_mb} MB: add a LIMIT or "
+                    "an aggregate (or --memory-limit MB)"
+                )
             batches.append(batch)
         return pa.Table.from_batches(batches, schema=reader.schema).to_pandas()
     finally:

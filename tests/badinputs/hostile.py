@@ -1,11 +1,17 @@
 """A red-team corpus: small files built to take the machine (memory, time) or to smuggle something past
-npuprof. Each case says what npuprof must do instead: a named error or a degraded note, and a peak
-memory under ``MEMORY_BOUND`` (``test_hostile.py`` measures the CLI process's own peak).
+npuprof. Each case says what npuprof must do instead: a named error or a degraded note, and a peak memory
+under ``MEMORY_BOUND``, the CLI process's own peak (``run_measured``, run in a fresh interpreter by
+``MEASURE``).
 """
 
 from __future__ import annotations
 
+import os
+import resource
+import shutil
 import sqlite3
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -14,6 +20,12 @@ from npuprof.synth import generate
 
 MEMORY_BOUND = 1 << 30  # bytes of peak RSS for any case
 RANK0 = "*_1000_*_ascend_pt"  # synth's rank 0 dir
+# a YAML value of nine levels of nine references each: 9^9 (387 M) strings when expanded
+ALIAS_BOMB = (
+    "{a: &a [x,x,x,x,x,x,x,x,x], "
+    + ", ".join(f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi"))
+    + "}"
+)
 
 
 @dataclass
@@ -141,3 +153,26 @@ HOSTILE: list[Hostile] = [
     Hostile("config_width_as_text", config_field("hidden_size", '"x"'), 3, "model config field hidden_size"),
     Hostile("config_width_past_a_float", config_field("vocab_size", "1e400"), 3, "model config field vocab_size"),
 ]
+
+
+def run_measured(args: list[str], timeout: float = 300) -> tuple[int, str, str, int]:
+    """(exit code, stdout, stderr, peak RSS in bytes) of the npuprof CLI on ``args``."""
+    exe = shutil.which("npuprof") or str(Path(sys.executable).with_name("npuprof"))
+    with open(os.devnull, "rb") as stdin:
+        proc = subprocess.Popen([exe, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    # communicate() reaped it: its peak is the largest of this process's waited children so far, so
+    # the measurement runs in a fresh interpreter per case (below) to make it the CLI's own
+    return proc.returncode, out, err, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+
+
+MEASURE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from badinputs.hostile import run_measured
+print(json.dumps(run_measured(sys.argv[2:])))
+"""

@@ -4,38 +4,12 @@ note, with no traceback and a peak memory under the bound."""
 from __future__ import annotations
 
 import json
-import os
-import resource
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from badinputs.hostile import HOSTILE, MEMORY_BOUND, Hostile
-
-
-def run_measured(args: list[str], timeout: float = 300) -> tuple[int, str, str, int]:
-    """(exit code, stdout, stderr, peak RSS in bytes) of the npuprof CLI on ``args``."""
-    exe = shutil.which("npuprof") or str(Path(sys.executable).with_name("npuprof"))
-    with open(os.devnull, "rb") as stdin:
-        proc = subprocess.Popen([exe, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    # communicate() reaped it: its peak is the largest of this process's waited children so far, so
-    # the measurement runs in a fresh interpreter per case (below) to make it the CLI's own
-    return proc.returncode, out, err, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-
-
-MEASURE = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from badinputs.test_hostile import run_measured
-print(json.dumps(run_measured(sys.argv[2:])))
-"""
+from badinputs.hostile import HOSTILE, MEASURE, MEMORY_BOUND, Hostile
 
 
 @pytest.mark.parametrize("case", HOSTILE, ids=[c.name for c in HOSTILE])

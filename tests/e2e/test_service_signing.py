@@ -54,6 +54,15 @@ message["properties"]["delivery_info"]["routing_key"] = "npuprof"
 client.lpush("npuprof:npuprof", json.dumps(message))
 """
 
+HOLD_MESSAGE = """
+import sys
+import redis
+from npuprof.workers.app import make_app
+url, sweep_id = sys.argv[1:]
+make_app(url).send_task("npuprof.watch_merge", args=(sweep_id,), task_id="copied-id", queue="held")
+sys.stdout.write(redis.Redis.from_url(url).rpop("npuprof:held").decode())  # its bytes, as the broker holds them
+"""
+
 
 def _signing_env(directory) -> dict:
     run = run_cli("signing-keys", str(directory))
@@ -168,3 +177,28 @@ def test_signing_keys_never_write_through_a_planted_link(tmp_path):
     run = run_cli("signing-keys", str(keys))
     assert run.returncode == 2 and "signing_cert.pem exists: signing files are not replaced" in run.stderr
     assert not target.exists() and sorted(p.name for p in keys.iterdir()) == ["signing_cert.pem"]
+
+
+def test_a_copy_of_a_signed_message_that_ran_is_refused(redis_server, workers, tmp_path):
+    """Its bytes, read off the broker and pushed to the queue twice: the first runs, the copy is refused
+    by its spent nonce (its signature, name, id and age are all still good)."""
+    env = _signing_env(tmp_path / "keys")
+    (worker,) = workers(1, env=env)
+    held = subprocess.run(
+        [sys.executable, "-c", HOLD_MESSAGE, redis_server.url, "no-such-sweep"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert held.returncode == 0, held.stderr
+    message = json.loads(held.stdout)
+    message["properties"]["delivery_info"]["routing_key"] = "npuprof"
+    client = redis.Redis.from_url(redis_server.url)
+    client.lpush("npuprof:npuprof", json.dumps(message))
+    wait_until(lambda: "npuprof.watch_merge[copied-id] succeeded" in worker.log_text(), 30, "the message to run")
+    assert "already ran" not in worker.log_text()
+    client.lpush("npuprof:npuprof", json.dumps(message))
+    refused = "refused a message for npuprof.watch_merge[copied-id]: it already ran (a copy sent again)"
+    wait_until(lambda: refused in worker.log_text(), 30, "the copy refused")
+    assert worker.log_text().count("npuprof.watch_merge[copied-id] succeeded") == 1
