@@ -77,6 +77,16 @@ def aclnn(api: str, op: str, core: str, base_us: float, profile: str, shapes_in:
     )
 
 
+def scale_us(tokens: int, base: float, ref: int = 4096) -> float:
+    """A kernel's duration at this many tokens, from its duration ``base`` at ``ref`` tokens."""
+    return base * max(tokens, 1) / ref
+
+
+def vector_kernel(op: str, base_us: float, shapes_in: str, shapes_out: str, profile: str = "vector") -> Kernel:
+    """A vector-core aclnn kernel whose API is named like its op."""
+    return aclnn(op, op, "AI_VECTOR_CORE", base_us, profile, shapes_in, shapes_out)
+
+
 def hccl(op: str, group: str, base_us: float, transfer_mb: float) -> Kernel:
     """An HCCL collective / p2p op; name gets its group hash and sequence number when written."""
     return Kernel(

@@ -7,16 +7,19 @@ TopK, dispatch / GroupedMatmul / combine); the backward of each forward kernel.
 
 from __future__ import annotations
 
-import math
-
-from npuprof.synth.kernels import CALIBRATED_TFLOPS, CUBE_CORES, CUBE_RIDGE_ROWS, VECTOR_CORES, Kernel, aclnn, hccl
-from npuprof.synth.program import LAYER, Program, Workload, scale_us
-
-
-def vector_kernel(op: str, base_us: float, shapes_in: str, shapes_out: str, profile: str = "vector") -> Kernel:
-    """A vector-core aclnn kernel whose API is named like its op."""
-    return aclnn(op, op, "AI_VECTOR_CORE", base_us, profile, shapes_in, shapes_out)
-
+from npuprof.synth.faults import piece
+from npuprof.synth.kernels import (
+    CALIBRATED_TFLOPS,
+    CUBE_CORES,
+    CUBE_RIDGE_ROWS,
+    VECTOR_CORES,
+    Kernel,
+    aclnn,
+    hccl,
+    scale_us,
+    vector_kernel,
+)
+from npuprof.synth.program import LAYER, Program, Workload
 
 FULL_WIDTH_MIX = {"block_dim": CUBE_CORES, "mix_block_dim": VECTOR_CORES}  # a mixed kernel on every core
 
@@ -78,41 +81,18 @@ def _dense_attention(w: Workload) -> list[Kernel]:
 
 
 def _rms_norm(w: Workload) -> list[Kernel]:
-    """The FFN's input RmsNorm: one fused kernel, or (planted) the same arithmetic as six kernels, each
-    reading its input from and writing its result to memory — their times follow the bytes each moves
-    at the fused kernel's bandwidth (it moves the (t, h) input once and its result once: 2 t·h)."""
+    """The FFN's input RmsNorm: one fused kernel (the piece ``ffn_input_norm``)."""
     m, t = w.model, w.tokens
-    x, row = f"{t},{m.hidden}", f"{t},1"
-    if not w.planted("unfused_op_pattern"):
-        return [vector_kernel("RmsNorm", scale_us(t, 14), f"{x};{m.hidden}", f"{x};{row}")]
-    per_th = scale_us(t, 7)  # µs per t·h moved once
-    tiny = scale_us(t, 0.5)  # a (t, 1) vector: the launch's own time
-    return [
-        vector_kernel("Pow", 2 * per_th, x, x),
-        vector_kernel("ReduceMean", per_th, x, row),
-        vector_kernel("Adds", tiny, row, row),
-        vector_kernel("Rsqrt", tiny, row, row),
-        vector_kernel("Mul", 2 * per_th, f"{x};{row}", x),
-        vector_kernel("Mul", 2 * per_th, f"{x};{m.hidden}", x),
-    ]
+    x = f"{t},{m.hidden}"
+    return piece(w, "ffn_input_norm", [vector_kernel("RmsNorm", scale_us(t, 14), f"{x};{m.hidden}", f"{x};{t},1")])
 
 
 def _residual_add(w: Workload) -> list[Kernel]:
-    """A residual add of the FFN (the attention's before it, its own after it): one Add, or (planted) the
-    residual scaled, the block's output added and the sum scaled as three kernels (Muls, Add, Muls),
-    each reading its input from and writing its result to memory — their times follow the bytes each
-    moves at the Add's bandwidth (it moves 3 t·h: two inputs and the sum), so one kernel doing all three
-    (an Add with its scales) is the one Add."""
+    """A residual add of the FFN (the attention's before it, its own after it): one Add that moves 3 t·h,
+    two inputs and the sum (the piece ``ffn_residual_add``)."""
     m, t = w.model, w.tokens
-    x, add_us = f"{t},{m.hidden}", scale_us(t, 7)
-    if not w.planted("fusible_op_sequence"):
-        return [vector_kernel("Add", add_us, f"{x};{x}", x, "vector_mte")]
-    per_th = add_us / 3  # µs per t·h moved once
-    return [
-        vector_kernel("Muls", 2 * per_th, x, x, "elementwise"),
-        aclnn("Add", "Add", "AI_VECTOR_CORE", 3 * per_th, "elementwise", f"{x};{x}", x, input_dtypes="DT_BF16;DT_BF16"),
-        vector_kernel("Muls", 2 * per_th, x, x, "elementwise"),
-    ]
+    x = f"{t},{m.hidden}"
+    return piece(w, "ffn_residual_add", [vector_kernel("Add", scale_us(t, 7), f"{x};{x}", x, "vector_mte")])
 
 
 UNALIGNED_BY = 4  # a planted unaligned FFN is this much narrower than the model's (not a multiple of 16)
@@ -125,8 +105,6 @@ def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
     the aligned speed (the width's own FLOPs, a few per thousand, are left as they are)."""
     m, t = w.model, w.tokens
     ffn = m.ffn // w.tp * (2 if layer in w.wide_ffn_layers else 1)
-    # the down projection's work over fewer cube cores takes as much longer (a planted narrow launch)
-    narrow = math.prod(f.factor for f in w.planted("block_dim_underuse"))
     slow = 1.0
     if w.planted("operator_low_efficiency"):
         ffn, slow = ffn - UNALIGNED_BY, 1.0 / UNALIGNED_SPEED
@@ -139,11 +117,16 @@ def _dense_ffn(w: Workload, layer: int) -> list[Kernel]:
             f"{t},{2 * ffn}",
         ),
         vector_kernel("SwiGlu", scale_us(t, 25), f"{t},{2 * ffn}", f"{t},{ffn}"),
-        _matmul(
-            _matmul_us(w, scale_us(t, 110), t, m.hidden, ffn) * narrow * slow,
-            f"{t},{ffn};{m.hidden},{ffn}",
-            f"{t},{m.hidden}",
-            block_dim=round(CUBE_CORES / narrow),
+        *piece(
+            w,
+            "ffn_down_projection",
+            [
+                _matmul(
+                    _matmul_us(w, scale_us(t, 110), t, m.hidden, ffn) * slow,
+                    f"{t},{ffn};{m.hidden},{ffn}",
+                    f"{t},{m.hidden}",
+                )
+            ],
         ),
         *_tp_all_reduce(w),
         *_residual_add(w),

@@ -7,13 +7,12 @@ micro-batch, pipeline stages exchanging activations, gradient all-reduce, AdamW 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
-from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl
+from npuprof.synth.faults import piece
+from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl, scale_us
 from npuprof.synth.layers import backward_of, dense_layer, moe_layer
-from npuprof.synth.program import HEAD, LAYER, TAIL, Program, Workload, scale_us
+from npuprof.synth.program import HEAD, LAYER, TAIL, Program, Workload
 from npuprof.synth.vision import vision_stem, vision_stem_backward
 
 
@@ -94,104 +93,21 @@ def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
     return lm_head
 
 
-FUSED_LOSS_PASSES = 4  # a fused cross-entropy reads the bf16 logits 3 times and writes their gradient once
-
-
-def _eager_loss(w: Workload) -> list[Kernel]:
-    """The loss as Megatron's unfused vocab-parallel cross-entropy in fp32: the logits cast, their max
-    subtracted, exponentiated, summed and divided, the target's logit gathered; in the backward the
-    one-hot scattered into the softmax, scaled and cast back. The kernels over the whole (t, V) tensor take
-    the bytes each moves at the fused loss's bandwidth (it moves the bf16 logits ``FUSED_LOSS_PASSES``
-    times); the gather, scatter and (t,) arithmetic their launch's own time. The logits are seen 3-D
-    ([t, 1, V]) and 2-D ([t, V]), as torch_npu records them."""
-    m, t = w.model, w.tokens
-    vocab = m.vocab // w.tp
-    fused_us = scale_us(t, 120) + scale_us(t, 150)
-    per_element = fused_us / (FUSED_LOSS_PASSES * 2)  # µs per byte of every element of the logits, × t·V
-
-    def over_logits(op: str, moved: int, shapes_in: str, dtypes_in: str, dtype_out: str = "FLOAT") -> Kernel:
-        return aclnn(
-            op, op, "AI_VECTOR_CORE", moved * per_element, "vector_mte", shapes_in, f"{t},1,{vocab}",
-            input_dtypes=dtypes_in, output_dtypes=dtype_out,
-        )  # fmt: skip
-
-    def small(op: str, shapes_in: str, dtypes_in: str, shapes_out: str) -> Kernel:
-        return aclnn(
-            op, op, "AI_VECTOR_CORE", scale_us(t, 2), "vector", shapes_in, shapes_out,
-            input_dtypes=dtypes_in, output_dtypes="FLOAT",
-        )  # fmt: skip
-
-    logits, rows = f"{t},1,{vocab}", f"{t},1,1"
-    return [
-        over_logits("Cast", 6, logits, "DT_BF16"),
-        aclnn(
-            "MaxDim",
-            "ArgMaxWithValue",
-            "AI_VECTOR_CORE",
-            4 * per_element,
-            "vector_mte",
-            logits,
-            f"{rows};{rows}",
-            input_dtypes="FLOAT",
-            output_dtypes="FLOAT;INT32",
-        ),  # fmt: skip
-        over_logits("Sub", 8, f"{logits};{rows}", "FLOAT;FLOAT"),
-        small("Index", f"{t},{vocab};{t}", "FLOAT;INT64", f"{t}"),
-        over_logits("Exp", 8, logits, "FLOAT"),
-        aclnn(
-            "ReduceSum",
-            "ReduceSum",
-            "AI_VECTOR_CORE",
-            4 * per_element,
-            "vector_mte",
-            logits,
-            rows,
-            input_dtypes="FLOAT",
-            output_dtypes="FLOAT",
-        ),  # fmt: skip
-        small("Log", rows, "FLOAT", rows),
-        over_logits("RealDiv", 8, f"{logits};{rows}", "FLOAT;FLOAT"),
-        small("IndexPutV2", f"{t},{vocab};{t};{t}", "FLOAT;FLOAT;INT64", f"{t},{vocab}"),
-        over_logits("Mul", 8, f"{logits};{rows}", "FLOAT;FLOAT"),
-        over_logits("Cast", 6, logits, "FLOAT", "DT_BF16"),
-    ]
-
-
 def _loss_and_lm_head_backward(p: Program, w: Workload, mb: int, lm_head: Kernel) -> None:
+    """The loss (the piece ``loss``: the fused CrossEntropyLoss and its gradient), then the LM head's
+    backward."""
     m, t = w.model, w.tokens
-    if w.planted("unfused_loss_chain"):
-        for kernel in _eager_loss(w):
-            p.add(kernel, TAIL, micro_batch=mb)
-        for kernel in backward_of(lm_head):
-            p.add(kernel, TAIL, micro_batch=mb)
-        return
-    p.add(
+    fused = [
         aclnn(
-            "CrossEntropyLoss",
-            "CrossEntropyLoss",
-            "AI_VECTOR_CORE",
-            scale_us(t, 120),
-            "vector",
-            f"{t},{m.vocab};{t}",
-            f"{t}",
+            "CrossEntropyLoss", "CrossEntropyLoss", "AI_VECTOR_CORE", scale_us(t, 120), "vector",
+            f"{t},{m.vocab};{t}", f"{t}",
         ),
-        TAIL,
-        micro_batch=mb,
-    )
-    p.add(
         aclnn(
-            "CrossEntropyLossGrad",
-            "CrossEntropyLossGrad",
-            "AI_VECTOR_CORE",
-            scale_us(t, 150),
-            "vector",
-            f"{t};{t},{m.vocab}",
-            f"{t},{m.vocab}",
+            "CrossEntropyLossGrad", "CrossEntropyLossGrad", "AI_VECTOR_CORE", scale_us(t, 150), "vector",
+            f"{t};{t},{m.vocab}", f"{t},{m.vocab}",
         ),
-        TAIL,
-        micro_batch=mb,
-    )
-    for kernel in backward_of(lm_head):
+    ]  # fmt: skip
+    for kernel in (*piece(w, "loss", fused), *backward_of(lm_head)):
         p.add(kernel, TAIL, micro_batch=mb)
 
 
@@ -259,25 +175,16 @@ def _bucket_count(w: Workload) -> int:
     return min(4, len(w.stage_layers)) if w.overlap_gradients else 4
 
 
-MISALIGNED_BYTES = 256  # past a 512-byte multiple: the planted last bucket's last slice (the real CNN's offset)
-
-
 def _gradient_bucket(p: Program, w: Workload, last: bool = False) -> None:
     """One bucket's all-reduce over the data-parallel group (bf16 gradients), or its reduce-scatter under a
     distributed optimizer (half the bus traffic): during the backward on the communication stream when
     gradients overlap, else in line before the optimizer. The ``last`` bucket (the embedding's gradients)
-    is cut at a size that is not 512-byte aligned where sdma_misaligned is planted."""
+    is the piece ``last_gradient_bucket``."""
     bucket_bytes = _gradient_parameters(w)[0] * 2 / _bucket_count(w)
     op, traffic = ("reduceScatter", 0.5) if w.distributed_optimizer else ("allReduce", 1.0)
-    kernel = hccl(op, "dp", 200.0 + traffic * bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6)
-    if last and w.planted("sdma_misaligned"):
-        kernel = replace(kernel, misaligned_bytes=MISALIGNED_BYTES)
-    p.add(
-        kernel,
-        TAIL,
-        block="optimizer",
-        overlapped=w.overlap_gradients,
-    )
+    kernels = [hccl(op, "dp", 200.0 + traffic * bucket_bytes / GRADIENT_BYTES_PER_US, bucket_bytes / 1e6)]
+    for kernel in piece(w, "last_gradient_bucket", kernels) if last else kernels:
+        p.add(kernel, TAIL, block="optimizer", overlapped=w.overlap_gradients)
 
 
 def _parameter_gather(p: Program, w: Workload, region: str = TAIL) -> None:

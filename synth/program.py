@@ -115,8 +115,8 @@ class Workload:
     # matmuls sized from their FLOPs at one speed (kernels.CALIBRATED_TFLOPS) rather than each its own
     calibrated: bool = False
     vision_blocks: int = 0  # a vision encoder's conv + BatchNorm + ReLU blocks ahead of the decoder (synth/vision.py)
-    # the faults planted on this rank that change its kernels (synth/faults.py): a layer builder asks
-    # ``planted(kind)`` and plants its mechanism, so a new planting is its kind and its mechanism
+    # the faults planted on this rank that change its kernels (synth/faults/): a builder names the piece a
+    # fault may replace (``faults.piece``); the faults older than pieces are still asked ``planted(kind)``
     faults: tuple = ()
 
     def planted(self, kind: str) -> list:
@@ -146,8 +146,3 @@ class Workload:
     @property
     def last_stage(self) -> bool:
         return self.pp_stage == self.pp_size - 1
-
-
-def scale_us(tokens: int, base: float, ref: int = 4096) -> float:
-    """A kernel's duration at this many tokens, from its duration ``base`` at ``ref`` tokens."""
-    return base * max(tokens, 1) / ref

@@ -14,7 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
-from npuprof.synth.faults import FAULT_PARAMETERS, RDMA_TIMEOUT_EXPONENT, STEP_TOP, Fault
+from npuprof.synth.faults import (
+    PLANTABLE_FINDINGS,
+    RDMA_TIMEOUT_EXPONENT,
+    STEP_TOP,
+    UNCAPTURED,
+    findings_of_fault,
+)
 from npuprof.synth.groups import Topology
 from npuprof.synth.hccl_planes import plane_tasks
 from npuprof.synth.host_side import PLANTED_GAPS, RECORDED_ENV
@@ -36,40 +42,7 @@ from npuprof.synth.trace_export import write_trace_view
 FIRST_STEP_ID = 10
 EXPORTS = {"text": ("text",), "db": ("db",), "both": ("text", "db")}
 
-# A fault's kind is the finding it plants; these plant a second one too, and these are capture
-# conditions that no finding reports (segment and cross_rank measure them).
-ALSO_REPORTED = {
-    "aicore_freq_throttled": ("slow_rank_suspected",),  # late at every collective it is throttled in
-    "env_setting": ("host_launch_bound",),  # launches made blocking: the device waits for each
-    "device_idle_bubble": ("blocking_sync_in_step",),  # the planted host bubble is a blocking .item()
-    "rdma_retransmission": ("communication_collective_slow",),  # the op it holds is a slow collective
-    "sdma_misaligned": ("communication_collective_slow",),  # its slow slice holds the op: a slow collective
-}
-# ... and these plant a second one when they hit some ranks only: those ranks come last to every
-# collective (when every rank is hit, none is later than the others)
-ALSO_REPORTED_ON_SOME_RANKS = {
-    "host_launch_bound": ("slow_rank_suspected",),
-    "dataloader_stall": ("slow_rank_suspected",),  # (planted in every step: slow_dataloader_rank)
-}
 STALL_AFTER_START_NS = 2_000  # a stall at the step's top begins this soon after ProfilerStep#N
-CAPTURE_CONDITIONS = ("partial_capture", "clock_offset", "rank_not_captured", "warmup_step")
-UNCAPTURED = ("capture_incomplete_group", "rank_not_captured")  # faults whose ranks are not written
-# every finding type a synthetic root can plant, from the kinds of fault synth knows (not a hand list):
-# ground truth names the others as findings that must stay silent
-PLANTABLE_FINDINGS = tuple(
-    sorted(
-        {kind for kind in FAULT_PARAMETERS if kind not in CAPTURE_CONDITIONS}
-        | {also for alsos in (*ALSO_REPORTED.values(), *ALSO_REPORTED_ON_SOME_RANKS.values()) for also in alsos}
-    )
-)
-
-
-def findings_of_fault(fault: Fault) -> tuple[str, ...]:
-    """The finding types ``fault`` plants (none for a capture condition)."""
-    if fault.kind in CAPTURE_CONDITIONS:
-        return ()
-    extra = ALSO_REPORTED_ON_SOME_RANKS.get(fault.kind, ()) if fault.ranks else ()
-    return (fault.kind, *ALSO_REPORTED.get(fault.kind, ()), *extra)
 
 
 def topology_of(sc: Scenario) -> Topology:

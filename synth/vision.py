@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl
-from npuprof.synth.layers import vector_kernel
+from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl, vector_kernel
 from npuprof.synth.program import HEAD, Program, Workload
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from npuprof.pipeline.stages.diagnostics.context import (
     DiagnosisContext,
     with_composed_reads,
 )
-from npuprof.synth.root_writer import PLANTABLE_FINDINGS
+from npuprof.synth.faults import PLANTABLE_FINDINGS
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs
 
@@ -128,3 +128,38 @@ def test_every_detector_input_is_declared_on_the_context_with_its_type():
     declared = set(DiagnosisContext.__annotations__)
     known = DiagnosisContext.from_frames({}).known()
     assert declared == known, (sorted(known - declared), sorted(declared - known))
+
+
+def test_every_fault_module_mirrors_a_detector_and_every_finding_it_plants_has_a_test():
+    """synth/faults/<topic>.py mirrors the detector of the same name: the finding types a fault module
+    plants are the ones that detector reports (capture.py holds the capture conditions, which no finding
+    reports); every type is planted by some scenario, and a test module names it (or is the topic's own,
+    tests/test_<topic>.py) besides the tests that run every scenario."""
+    from pathlib import Path
+
+    from npuprof.synth import SCENARIOS
+    from npuprof.synth.faults import FAULT_TYPES
+
+    topic_of = {t: d.topic for d in registry.detectors() for t in d.finding_types}
+    tests = {path.name: path.read_text() for path in Path(__file__).parent.glob("test_*.py")}
+    planted = {fault.kind for scenario in SCENARIOS.values() for fault in scenario.faults}
+    for kind, fault_type in FAULT_TYPES.items():
+        assert fault_type.topic == ("capture" if fault_type.condition else topic_of.get(kind)), kind
+        assert kind in planted, f"no scenario plants {kind}"
+        if not fault_type.condition:
+            named = [name for name, text in tests.items() if f'"{kind}"' in text]
+            assert named or f"test_{fault_type.topic}.py" in tests, f"no test names {kind}"
+
+
+def test_a_piece_a_fault_replaces_is_one_the_capture_model_builds():
+    """A fault module changes the capture model only through pieces the layer builders name (``piece``):
+    one that names a piece nobody builds would plant nothing."""
+    import inspect
+
+    from npuprof.synth import layers, models, vision
+    from npuprof.synth.faults import FAULT_TYPES
+
+    built = " ".join(inspect.getsource(module) for module in (layers, models, vision))
+    for fault_type in FAULT_TYPES.values():
+        for name in fault_type.pieces:
+            assert f'"{name}"' in built, (fault_type.kind, name)

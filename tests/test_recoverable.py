@@ -17,7 +17,7 @@ from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.stages.diagnostics import retiming
 from npuprof.synth import SCENARIOS, generate
-from npuprof.synth.root_writer import CAPTURE_CONDITIONS
+from npuprof.synth.faults import CAPTURE_CONDITIONS
 from npuprof.synth.twins import TWINS, twin_of
 
 pytestmark = pytest.mark.xdist_group("planted")  # shares planted_outputs

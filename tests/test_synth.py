@@ -16,7 +16,7 @@ from npuprof.api import Analysis
 from npuprof.pipeline.runner import analyze
 from npuprof.pipeline.stage_range import StageRange
 from npuprof.synth import SCENARIOS, generate
-from npuprof.synth.root_writer import UNCAPTURED
+from npuprof.synth.faults import UNCAPTURED
 
 # what these tests read is the normalized events: the later stages are the planted outputs' to run
 EVENTS_ONLY = StageRange(to_stage="normalize")

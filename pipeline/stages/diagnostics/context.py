@@ -165,6 +165,7 @@ class DiagnosisContext:
     framework_launches: pd.DataFrame | None
     host_gaps: pd.DataFrame
     idle_by_cause: pd.DataFrame
+    kernel_calls: pd.DataFrame
     launch_floor: dict[int, float]
     launch_widths: pd.DataFrame
     layer_spans: pd.DataFrame

@@ -13,11 +13,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
+from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.distinct import map_distinct
 from npuprof.pipeline.io import int_ranks
 from npuprof.pipeline.kernel_categories import AICORE_OP_TYPES
 from npuprof.pipeline.memory import rank_input_bytes, ranks_at_once
+from npuprof.pipeline.stages.diagnostics.registry import derived_input
 
 if TYPE_CHECKING:
     from npuprof.pipeline.stages.base import RootContext
@@ -107,3 +109,39 @@ def _kernels(
         found &= pc.field("op_type").isin(list(op_types))
     found = found if where is None else found & where
     return ctx.read_table(schema.NORMALIZED_EVENTS, columns=columns, filter=found, dictionary=dictionary).to_pandas()
+
+
+# what ``kernel_calls`` holds of each call
+KERNEL_CALL_COLUMNS = [
+    "rank_id",
+    "name",
+    "type",
+    "start_ns",
+    "end_ns",
+    "input_shapes",
+    "input_dtypes",
+    "input_formats",
+    "output_formats",
+]
+
+
+@derived_input("kernel_calls")
+def kernel_calls(ctx: RootContext) -> pd.DataFrame:
+    """Every call inside the ranks' steps of the kernel types a finding's rules list under
+    ``kernel_types`` (TransData, say), one row each (KERNEL_CALL_COLUMNS): a detector that
+    prices the calls of a few kernel types names them in its rules rather than scanning the ranks with
+    an input of its own. A capture without the Type column names none of them."""
+    findings = knowledge.load("diagnosis_rules")["findings"]
+    types = sorted({kind for spec in findings.values() for kind in spec.get("kernel_types", ())})
+    if not types:
+        return pd.DataFrame(columns=KERNEL_CALL_COLUMNS)
+    parts = [
+        calls.assign(rank_id=rank)
+        for rank, calls in scan_kernels_in_steps(
+            ctx, KERNEL_CALL_COLUMNS[1:], lambda _, calls: calls, where=pc.field("type").isin(types)
+        )
+        if len(calls)
+    ]
+    return (
+        pd.concat(parts, ignore_index=True)[KERNEL_CALL_COLUMNS] if parts else pd.DataFrame(columns=KERNEL_CALL_COLUMNS)
+    )
