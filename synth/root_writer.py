@@ -32,6 +32,7 @@ from npuprof.synth.scenarios import scenario as named_scenario
 from npuprof.synth.text_export import (
     communication_records,
     step_trace_rows,
+    whole_capture_row,
     write_communication,
     write_kernel_details,
     write_step_trace_time,
@@ -285,6 +286,7 @@ class _Capture:
     kinds: tuple[str, ...]
     trace: bool
     host: str | None = None  # the machine's name in the capture; None: the capture does not say
+    serving: bool = False  # written as a capture without profiler steps (``generate``'s ``serving``)
 
 
 def _host_name(host: str, rank: int) -> str:
@@ -341,21 +343,22 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
     event_names = np.where(
         t.collective >= 0, hccl_names, np.array([k.name for k in t.kernels], dtype=object)[t.kernel_id]
     )
-    step_rows = step_trace_rows(t, step_ids, device_of(t.rank))
+    serving = capture.serving
+    step_rows = whole_capture_row(t, device_of(t.rank)) if serving else step_trace_rows(t, step_ids, device_of(t.rank))
     kept = set(int(o) for o in t.collective[t.collective >= 0])
     slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link_suspected"), None)
     communication, matrix = communication_records(
         t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept, sc.rdma_groups
     )
     if "text" in kinds:
-        write_kernel_details(
-            output / "kernel_details.csv", t, np.asarray(step_ids)[t.step], device_of(t.rank), hccl_names
-        )
+        step_of_event = None if serving else np.asarray(step_ids)[t.step]
+        write_kernel_details(output / "kernel_details.csv", t, step_of_event, device_of(t.rank), hccl_names)
         write_step_trace_time(output / "step_trace_time.csv", step_rows)
         write_communication(output, communication, matrix)
         if capture.trace:
             planes = plane_tasks(t, collectives, sc)
-            write_trace_view(output / "trace_view.json", t, event_names, step_ids, t.rank, _host_stalls(sc, t), planes)
+            marked = [] if serving else step_ids  # no ProfilerStep spans without a schedule
+            write_trace_view(output / "trace_view.json", t, event_names, marked, t.rank, _host_stalls(sc, t), planes)
     if "db" in kinds:
         group_of = np.array([c.group for c in collectives] + [None], dtype=object)
         write_profiler_db(
@@ -391,16 +394,23 @@ def generate(
     trace: bool = True,
     host: str | None = None,
     overwrite: bool = False,
+    serving: bool = False,
 ) -> dict:
     """Generate a synthetic root at ``out`` (written to a temp dir, then renamed into place).
 
     ``scale`` multiplies the tokens per step (so the kernel durations); ``steps`` and ``layers``
     set the row count (rows per rank ≈ steps × layers × kernels per layer); ``trace`` writes
     trace_view.json (the largest file); ``host`` names the machine the ranks ran on (8 cards per host, in
-    the CANN info.json files and the db's HOST_INFO). Returns a summary.
+    the CANN info.json files and the db's HOST_INFO); ``serving`` writes the layout of a capture without
+    profiler steps, as vLLM-Ascend's /start_profile … /stop_profile leaves it (no schedule, so no
+    ProfilerStep): kernel_details.csv without Step Id, step_trace_time.csv one whole-capture row per
+    device with an empty Step, trace_view.json without ProfilerStep spans; each step is then one forward
+    (text export only). Returns a summary.
     """
     if export not in EXPORTS:
         raise ValueError(f"unknown export {export!r}; choose one of {', '.join(EXPORTS)}")
+    if serving and export != "text":
+        raise ValueError("a serving layout is written as a text export only")
     sc = _scenario_of(scenario, scale, ranks=ranks, steps=steps, layers=layers)
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -409,7 +419,8 @@ def generate(
     topology = topology_of(sc)
     timelines, collectives = simulate(sc, seed, topology)
     step_ids = [FIRST_STEP_ID + s for s in range(sc.steps)]
-    capture = _Capture(sc, topology, collectives, _hccl_names(collectives), step_ids, EXPORTS[export], trace, host)
+    names = _hccl_names(collectives)
+    capture = _Capture(sc, topology, collectives, names, step_ids, EXPORTS[export], trace, host, serving)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -417,6 +428,8 @@ def generate(
         captured = [t for t in timelines if t.rank not in uncaptured]
         rows = sum(_write_rank(tmp, t, capture) for t in captured)
         truth = _ground_truth(sc, seed, captured, step_ids)
+        if serving:  # the steps are forwards the capture does not mark
+            truth["layout"] = "serving"
         (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)

@@ -123,9 +123,10 @@ def pmu_values(timeline: RankTimeline) -> dict[str, np.ndarray]:
 
 
 def write_kernel_details(
-    path: Path, timeline: RankTimeline, step_ids: np.ndarray, device_id: int, hccl_names: np.ndarray
+    path: Path, timeline: RankTimeline, step_ids: np.ndarray | None, device_id: int, hccl_names: np.ndarray
 ) -> int:
-    """kernel_details.csv (47 columns, CANN 8.3 layout) for one rank; returns the row count."""
+    """kernel_details.csv (47 columns, CANN 8.3 layout) for one rank; returns the row count. Without
+    ``step_ids`` (a capture without profiler steps: serving) there is no Step Id column."""
     attrs = _kernel_table(timeline, {})
     kid = pa.array(timeline.kernel_id)
     n = len(timeline.kernel_id)
@@ -134,7 +135,7 @@ def write_kernel_details(
     name = pc.if_else(pa.array(is_comm), pa.array(hccl_names, type=pa.string()), take("name"))
 
     columns: dict[str, pa.Array] = {
-        "Step Id": pa.array(step_ids).cast(pa.string()),
+        "Step Id": pa.array(step_ids if step_ids is not None else np.zeros(n, dtype=np.int64)).cast(pa.string()),
         "Device_id": pa.repeat(pa.scalar(str(device_id)), n),
         "Model ID": pa.repeat(pa.scalar("4294967295"), n),
         "Task ID": pc.if_else(pa.array(is_comm), pa.scalar("N/A"), pa.array(np.arange(n) + 30_000).cast(pa.string())),
@@ -173,11 +174,12 @@ def write_kernel_details(
             )
         columns[f"{core}_icache_miss_rate"] = _num_text(np.where(total > 0, icache_miss, 0.0), has_pmu)
     columns["cube_utilization(%)"] = _num_text(pmu["mac_share"] * 93.0, has_pmu)
+    header = [h for h in KERNEL_DETAILS_HEADER if step_ids is not None or h != "Step Id"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as handle:
-        handle.write((",".join(KERNEL_DETAILS_HEADER) + "\n").encode())
+        handle.write((",".join(header) + "\n").encode())
         for offset in range(0, n, BATCH_ROWS):
-            write_csv_lines(handle, [columns[h].slice(offset, BATCH_ROWS) for h in KERNEL_DETAILS_HEADER])
+            write_csv_lines(handle, [columns[h].slice(offset, BATCH_ROWS) for h in header])
     return n
 
 
@@ -240,6 +242,19 @@ def step_trace_rows(timeline: RankTimeline, step_ids: list[int], device_id: int)
         )
         rows.append(dict(zip(STEP_TRACE_COLUMNS, values)))
     return rows
+
+
+def whole_capture_row(timeline: RankTimeline, device_id: int) -> list[dict]:
+    """The one step_trace_time row of a capture without profiler steps (serving): the whole capture's
+    compute / communication / free time (µs), its Step empty."""
+    is_comm = timeline.collective >= 0
+    ends = timeline.start_ns + timeline.duration_ns
+    wall = float(ends.max() - timeline.start_ns.min()) / 1000
+    computing = timeline.duration_ns[~is_comm].sum() / 1000
+    communication = timeline.duration_ns[is_comm].sum() / 1000
+    free = max(wall - computing - communication, 0.0)
+    values = (device_id, "", computing, communication, 0.0, communication, free, wall, 0.0, communication, 0.0)
+    return [dict(zip(STEP_TRACE_COLUMNS, values))]
 
 
 def write_step_trace_time(path: Path, rows: list[dict]) -> None:

@@ -136,6 +136,19 @@ def test_a_step_trace_row_wider_than_its_header_is_named(tmp_path):
     assert read["compute_ms"].tolist() == [0.0055] and read["preparing_ms"].isna().all()
 
 
+def test_a_step_split_without_profiler_steps_holds_no_step_and_a_partly_blank_one_is_named(tmp_path):
+    """A serving capture (no ProfilerStep) exports one whole-capture row per device with an empty Step:
+    no step to split, not an unreadable file; a blank Step among numbered ones is still a broken file."""
+    path = tmp_path / "step_trace_time.csv"
+    header = "Device_id,Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Preparing"
+    path.write_text(f"{header}\n0,,5011.2,120.4,0,120.4,900.1,6031.7,0\n", "utf-8")
+    read = read_step_trace_time(path)
+    assert read.empty and list(read.columns)[:2] == ["step_id", "wall_ms"]
+    path.write_text(f"{header}\n0,1,5,2,0,2,3,10,0\n0,,5,2,0,2,3,10,0\n", "utf-8")
+    with pytest.raises(BadInput, match="Step: not a number: ''"):
+        read_step_trace_time(path)
+
+
 def test_many_ranks_map_in_the_pool_whatever_their_bytes(tmp_path):
     from npuprof.pipeline.execution import POOL_MIN_RANKS, _uses_process_pool
     from npuprof.pipeline.sources.discovery import RankInput, RootInputs

@@ -34,6 +34,12 @@ def add_parsers(commands) -> None:
     synth.add_argument(
         "--host", help="the machine the ranks ran on, written where CANN writes it (8 cards per host; default: unsaid)"
     )
+    synth.add_argument(
+        "--serving",
+        action="store_true",
+        help="write it as a serving capture without profiler steps (vLLM-Ascend's /start_profile: no Step Id, "
+        "an empty Step in step_trace_time.csv, no ProfilerStep spans); text export only",
+    )
     synth.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
 
     planted = commands.add_parser(
@@ -77,6 +83,7 @@ def run_synth(args: argparse.Namespace) -> int:
             export=args.export,
             host=args.host,
             overwrite=args.overwrite,
+            serving=args.serving,
         )
     except (ValueError, FileExistsError) as exc:
         raise UsageError(f"npuprof synth: {exc}") from None

@@ -5,6 +5,10 @@ Columns as the vendor publishes them: ``Stage`` is the step's wall, made of ``Co
 includes ``Overlapped``, compute beside communication), ``Communication(Not Overlapped)`` and
 ``Free`` (the device idle). ``Preparing`` (newer exports) is the time from the profiler's step start
 to the step's first device task: where each step starts (segment).
+
+A capture without profiler steps (a serving one: vLLM-Ascend's /start_profile … /stop_profile runs no
+schedule, so no ProfilerStep) exports one row per device with an empty ``Step``: the whole capture's
+split, no step's. It is read as no step rows — there is no step to split — not as an unreadable file.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ def read_step_trace_time(path: str | Path) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise BadInput(path, f"missing column(s) {', '.join(missing)}", line=1)
+    step = header.index("Step")
+    if all(step < len(row) and not row[step].strip() for _, row in rows):  # no profiler steps: serving
+        rows = []
     values = {name: _numbers(path, rows, header.index(column), column) for column, name in COLUMNS.items()}
     preparing = _numbers(path, rows, header.index("Preparing"), None) if "Preparing" in header else np.nan
     return pd.DataFrame(
