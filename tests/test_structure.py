@@ -318,6 +318,13 @@ def test_the_service_client_loads_no_data_stack():
     assert _heavy_modules_after(code, ("pandas", "numpy", "pyarrow", "scipy")) == []
 
 
+def test_a_sweep_worker_analyzes_roots_without_the_merges_statistics():
+    # each pool worker of a local sweep imports the sweep module to analyze its roots: ruptures and the
+    # scipy it loads (0.7 s) are the merge's trends' alone, imported when the trends run
+    code = "import npuprof.pipeline.sweep.local, npuprof.workers.tasks"
+    assert _heavy_modules_after(code, ("ruptures", "scipy")) == []
+
+
 def test_every_analyze_option_changes_what_is_computed():
     options = _long_options("analyze")
     # each option is an AnalyzeOptions field, a stage range, or how the run is driven

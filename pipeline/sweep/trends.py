@@ -15,7 +15,6 @@ import re
 
 import numpy as np
 import pandas as pd
-import ruptures
 
 from npuprof import knowledge
 from npuprof.pipeline.sweep.cohorts import MAD_TO_SIGMA, least_move_ms
@@ -70,6 +69,10 @@ def change_points(values: np.ndarray) -> list[int]:
     noise = MAD_TO_SIGMA * float(np.median(np.abs(np.diff(values) - np.median(np.diff(values))))) / np.sqrt(2)
     noise = max(noise, float(knowledge.load("sweep_rules")["outliers"]["spread_floor"]) * abs(median), 1e-9)
     penalty = float(rules["penalty"]) * np.log(n) * noise**2
+    # imported here: ruptures (and the scipy it loads) is 0.7 s of importing the sweep, which every sweep
+    # worker does to analyze roots; only the merge's trends need it
+    import ruptures
+
     algo = ruptures.KernelCPD(kernel="linear", min_size=int(rules["min_segment"])).fit(values.reshape(-1, 1))
     return [int(b) for b in algo.predict(pen=penalty)[:-1]]
 
