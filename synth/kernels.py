@@ -77,6 +77,9 @@ def aclnn(api: str, op: str, core: str, base_us: float, profile: str, shapes_in:
     )
 
 
+GRADIENT_BYTES_PER_US = 157e3  # the gradient all-reduce's bus speed beyond its 200 µs start (≈ 157 GB/s)
+
+
 def scale_us(tokens: int, base: float, ref: int = 4096) -> float:
     """A kernel's duration at this many tokens, from its duration ``base`` at ``ref`` tokens."""
     return base * max(tokens, 1) / ref

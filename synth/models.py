@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from npuprof.synth.faults import piece
-from npuprof.synth.kernels import CUBE_CORES, Kernel, aclnn, hccl, scale_us
+from npuprof.synth.kernels import CUBE_CORES, GRADIENT_BYTES_PER_US, Kernel, aclnn, hccl, scale_us
 from npuprof.synth.layers import backward_of, dense_layer, moe_layer
 from npuprof.synth.program import HEAD, LAYER, TAIL, Program, Workload
 from npuprof.synth.vision import vision_stem, vision_stem_backward
@@ -167,9 +167,6 @@ def _gradient_parameters(w: Workload) -> tuple[float, float]:
     return synced, synced + layers * own
 
 
-GRADIENT_BYTES_PER_US = 157e3  # the gradient all-reduce's bus speed beyond its 200 µs start (≈ 157 GB/s)
-
-
 def _bucket_count(w: Workload) -> int:
     """Gradient buckets: 4, or one per layer of the stage when it holds fewer and they overlap the backward."""
     return min(4, len(w.stage_layers)) if w.overlap_gradients else 4
@@ -212,34 +209,15 @@ def _bucket_layers(w: Workload) -> frozenset[int]:
 
 
 NORM_TENSORS_PER_LAYER = 9  # a dense layer's parameter tensors (norms, q / k / v / o, gate-up, down ...)
-NORM_BYTES = 4  # one fp32 norm
 
 
 def _gradient_norm(p: Program, w: Workload, tensors: int) -> None:
-    """Gradient clipping's norm over ``tensors`` parameter tensors: one LpNorm over all of them (the ranks
-    hold synced gradients: no communication), or (planted) each tensor's norm all-reduced on its own over
-    the data-parallel group — a per-tensor clip or overflow check: as many 4-byte all-reduces as tensors,
-    back to back behind their norms, each only the collective's 200 µs start."""
-    if not w.planted("small_packet_collective"):
-        p.add(
-            aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{tensors}", "1"),
-            TAIL,
-            block="optimizer",
-            joins=w.overlap_gradients,
-        )
-        return
-    for tensor in range(tensors):
-        p.add(
-            aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0 / tensors, "vector", "1", "1"),
-            TAIL,
-            block="optimizer",
-            joins=w.overlap_gradients and tensor == 0,
-        )
-        p.add(
-            hccl("allReduce", "dp", 200.0 + NORM_BYTES / GRADIENT_BYTES_PER_US, NORM_BYTES / 1e6),
-            TAIL,
-            block="optimizer",
-        )
+    """Gradient clipping's norm over ``tensors`` parameter tensors (the piece ``gradient_norm``): one
+    LpNorm over all of them (the ranks hold synced gradients: no communication). Its first kernel waits
+    for every overlapped bucket."""
+    norm = [aclnn("Norm", "LpNormV2", "MIX_AIV", 180.0, "vector", f"{tensors}", "1")]
+    for index, kernel in enumerate(piece(w, "gradient_norm", norm)):
+        p.add(kernel, TAIL, block="optimizer", joins=w.overlap_gradients and index == 0)
 
 
 def _optimizer(p: Program, w: Workload) -> None:
