@@ -109,6 +109,8 @@ class FaultType:
     check: Callable[[Scenario, Fault], str | None] | None = None
     # the pieces of the capture model it replaces, by the name the model builds them under
     pieces: dict[str, PieceEdit] = field(default_factory=dict)
+    # what torch_npu records of the environment on the ranks it hits (profiler_metadata.json ENV_VARIABLES)
+    environment: dict[str, str] = field(default_factory=dict)
     topic: str = ""  # the fault module that registered it (a detector topic, or "capture")
 
     def findings(self, fault: Fault) -> tuple[str, ...]:

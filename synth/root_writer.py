@@ -15,6 +15,7 @@ import numpy as np
 
 from npuprof.synth.db_export import CARDS_PER_HOST, device_of, write_analysis_db, write_profiler_db
 from npuprof.synth.faults import (
+    FAULT_TYPES,
     PLANTABLE_FINDINGS,
     RDMA_TIMEOUT_EXPONENT,
     STEP_TOP,
@@ -247,12 +248,11 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
 
 
 def _recorded_env(sc: Scenario, rank: int) -> dict[str, str]:
-    """The environment torch_npu records for ``rank``: a well-set job's, with ASCEND_LAUNCH_BLOCKING=1
-    where an env_setting fault makes its launches blocking, and HCCL_RDMA_TIMEOUT where groups cross
-    machines."""
-    blocking = any(f.kind == "env_setting" and (not f.ranks or rank in f.ranks) for f in sc.faults)
+    """The environment torch_npu records for ``rank``: a well-set job's, with what each fault planted on
+    the rank records (``FaultType.environment``), and HCCL_RDMA_TIMEOUT where groups cross machines."""
+    planted = [FAULT_TYPES[f.kind].environment for f in sc.faults if not f.ranks or rank in f.ranks]
     rdma = {"HCCL_RDMA_TIMEOUT": str(RDMA_TIMEOUT_EXPONENT)} if sc.rdma_groups else {}
-    return {**RECORDED_ENV, **({"ASCEND_LAUNCH_BLOCKING": "1"} if blocking else {}), **rdma}
+    return {**RECORDED_ENV, **{k: v for env in planted for k, v in env.items()}, **rdma}
 
 
 def _host_stalls(sc: Scenario, t: RankTimeline) -> list[tuple[int, int, str]]:

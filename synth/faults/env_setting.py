@@ -12,6 +12,7 @@ register(
         "``ranks``, every rank when empty, record ASCEND_LAUNCH_BLOCKING=1, so every compute kernel waits ``gap_us`` "
         "for its launch, as host_launch_bound",
         also_reported=("host_launch_bound",),
+        environment={"ASCEND_LAUNCH_BLOCKING": "1"},
     ),
     scenarios=(
         Scenario(
