@@ -381,6 +381,26 @@ def _scenario_of(scenario: str | Scenario, scale: float, **sizes: int | None) ->
     return sc if scale == 1.0 else replace(sc, tokens=max(1, int(round(sc.tokens * scale))))
 
 
+def _write_root(out: Path, capture: _Capture, captured: list[RankTimeline], seed: int) -> int:
+    """Write the ``captured`` ranks and ground_truth.json into a temp dir beside ``out``, then rename it into
+    place (nothing half-written is left at ``out``); returns the rows written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        rows = sum(_write_rank(tmp, t, capture) for t in captured)
+        truth = _ground_truth(capture.scenario, seed, captured, capture.step_ids)
+        if capture.serving:  # the steps are forwards the capture does not mark
+            truth["layout"] = "serving"
+        (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
 def generate(
     out: str | Path,
     scenario: str | Scenario = "clean",
@@ -421,22 +441,9 @@ def generate(
     step_ids = [FIRST_STEP_ID + s for s in range(sc.steps)]
     names = _hccl_names(collectives)
     capture = _Capture(sc, topology, collectives, names, step_ids, EXPORTS[export], trace, host, serving)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        uncaptured = {r for f in sc.faults if f.kind in UNCAPTURED for r in f.ranks}
-        captured = [t for t in timelines if t.rank not in uncaptured]
-        rows = sum(_write_rank(tmp, t, capture) for t in captured)
-        truth = _ground_truth(sc, seed, captured, step_ids)
-        if serving:  # the steps are forwards the capture does not mark
-            truth["layout"] = "serving"
-        (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    uncaptured = {r for f in sc.faults if f.kind in UNCAPTURED for r in f.ranks}
+    captured = [t for t in timelines if t.rank not in uncaptured]
+    rows = _write_root(out, capture, captured, seed)
     return {
         "status": "ok",
         "root": str(out),

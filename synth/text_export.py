@@ -215,46 +215,34 @@ STEP_TRACE_COLUMNS = (
 
 def step_trace_rows(timeline: RankTimeline, step_ids: list[int], device_id: int) -> list[dict]:
     """Per step on one rank: compute / communication / free time (µs), as step_trace_time defines them."""
-    rows = []
     is_comm = timeline.collective >= 0
+    rows = []
     for ordinal, step_id in enumerate(step_ids):
         in_step = timeline.step == ordinal
-        if not in_step.any():
-            continue
-        starts, durs = timeline.start_ns[in_step], timeline.duration_ns[in_step]
-        wall = float((starts + durs).max() - timeline.step_start_ns[ordinal]) / 1000
-        computing = durs[~is_comm[in_step]].sum() / 1000
-        communication = durs[is_comm[in_step]].sum() / 1000
-        free = max(wall - computing - communication, 0.0)
-        preparing = (starts.min() - timeline.step_start_ns[ordinal]) / 1000
-        values = (
-            device_id,
-            step_id,
-            computing,
-            communication,
-            0.0,
-            communication,
-            free,
-            wall,
-            0.0,
-            communication,
-            preparing,
-        )
-        rows.append(dict(zip(STEP_TRACE_COLUMNS, values)))
+        if in_step.any():
+            rows.append(_split_row(timeline, in_step, is_comm, timeline.step_start_ns[ordinal], device_id, step_id))
     return rows
 
 
 def whole_capture_row(timeline: RankTimeline, device_id: int) -> list[dict]:
     """The one step_trace_time row of a capture without profiler steps (serving): the whole capture's
-    compute / communication / free time (µs), its Step empty."""
-    is_comm = timeline.collective >= 0
-    ends = timeline.start_ns + timeline.duration_ns
-    wall = float(ends.max() - timeline.start_ns.min()) / 1000
-    computing = timeline.duration_ns[~is_comm].sum() / 1000
-    communication = timeline.duration_ns[is_comm].sum() / 1000
+    compute / communication / free time (µs) from its first event, its Step empty."""
+    every = np.ones(len(timeline.start_ns), dtype=bool)
+    return [_split_row(timeline, every, timeline.collective >= 0, timeline.start_ns.min(), device_id, "")]
+
+
+def _split_row(
+    timeline: RankTimeline, kept: np.ndarray, is_comm: np.ndarray, begin_ns: int, device_id: int, step: int | str
+) -> dict:
+    """One step_trace_time row over the ``kept`` events, from ``begin_ns`` (where the step began)."""
+    starts, durs, comm = timeline.start_ns[kept], timeline.duration_ns[kept], is_comm[kept]
+    wall = float((starts + durs).max() - begin_ns) / 1000
+    computing = durs[~comm].sum() / 1000
+    communication = durs[comm].sum() / 1000
     free = max(wall - computing - communication, 0.0)
-    values = (device_id, "", computing, communication, 0.0, communication, free, wall, 0.0, communication, 0.0)
-    return [dict(zip(STEP_TRACE_COLUMNS, values))]
+    preparing = (starts.min() - begin_ns) / 1000
+    values = (device_id, step, computing, communication, 0.0, communication, free, wall, 0.0, communication, preparing)
+    return dict(zip(STEP_TRACE_COLUMNS, values))
 
 
 def write_step_trace_time(path: Path, rows: list[dict]) -> None:

@@ -92,6 +92,15 @@ def test_the_python_api_is_sandboxed_alike(archive):
     assert not (archive.parent / "x.csv").exists()
 
 
+def test_the_clis_limits_are_the_querys_own_defaults():
+    """The CLI spells the defaults out (it starts without pandas, so it does not import them): the same."""
+    from npuprof.api.cli import build_parser
+    from npuprof.pipeline.sweep.sql_query import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+
+    args = build_parser().parse_args(["query", "ARCHIVE", "SELECT 1"])
+    assert (args.memory_limit, args.timeout) == (DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S)
+
+
 def test_query_help_lists_its_own_exit_codes_not_the_analysis_ones():
     run = run_cli("query", "--help")
     assert run.returncode == 0 and "is not a query (COPY, ATTACH" in run.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from npuprof.api.cli.options import (
@@ -110,8 +111,6 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    import sys
-
     from npuprof.pipeline import csv_formulas, io
     from npuprof.pipeline.sweep.sql_query import query
     from npuprof.pipeline.terminal_text import printable
@@ -138,8 +137,6 @@ def run_query(args: argparse.Namespace) -> int:
 def _print_result_rows(result) -> None:  # noqa: ANN001 - a DataFrame (pandas is imported lazily)
     """The query's JSON object on stdout, its rows written a slice at a time: the whole result as one
     JSON text, and then as Python objects, would take several times the memory the result does."""
-    import sys
-
     from npuprof.pipeline.json_text import json_text
 
     head = json_text({"status": "ok", "row_count": len(result), "columns": list(result.columns), "rows": []})
