@@ -59,9 +59,9 @@ def write_result(
             io.write_parquet(target, conformed)
         if written is not None:
             written[table.path] = conformed
-    if rows_only and rank_id is not None:  # every table the stage declares exists once it ran
+    if rows_only and rank_id is not None:  # every table the stage always writes exists once it ran
         for table in current.rank_tables():
-            if table not in result.tables:
+            if table not in result.tables and table in current.produces:
                 (out_dir / table.path).mkdir(parents=True, exist_ok=True)
     for view, frame in result.csv_views.items():
         io.write_csv(out_dir / view.file, frame)

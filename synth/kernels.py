@@ -67,6 +67,8 @@ class Kernel:
     misaligned_bytes: int = 0
     # the framework op the host launches this kernel inside (trace_view's cpu_op span), "" for none
     host_scope: str = ""
+    # the captured graph (ACL graph) a replayed kernel belongs to; None: launched eagerly
+    model_id: int | None = None
 
 
 def aclnn(api: str, op: str, core: str, base_us: float, profile: str, shapes_in: str, shapes_out: str, **kw) -> Kernel:
@@ -77,6 +79,7 @@ def aclnn(api: str, op: str, core: str, base_us: float, profile: str, shapes_in:
     )
 
 
+EAGER_MODEL_ID = 4294967295  # kernel_details' Model ID of a kernel launched eagerly (CANN's UINT32 "none")
 GRADIENT_BYTES_PER_US = 157e3  # the gradient all-reduce's bus speed beyond its 200 µs start (≈ 157 GB/s)
 
 

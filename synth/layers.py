@@ -20,6 +20,7 @@ from npuprof.synth.kernels import (
     vector_kernel,
 )
 from npuprof.synth.program import LAYER, Program, Workload
+from npuprof.synth.serving_kernels import fused_infer_attention
 
 FULL_WIDTH_MIX = {"block_dim": CUBE_CORES, "mix_block_dim": VECTOR_CORES}  # a mixed kernel on every core
 
@@ -42,8 +43,8 @@ def _fused(op: str, core: str, base_us: float, profile: str, shapes_in: str, sha
 
 
 def _tp_all_reduce(w: Workload) -> list[Kernel]:
-    """The row-parallel linear's all-reduce of inference with more than one rank."""
-    if w.training or w.world <= 1:
+    """The row-parallel linear's all-reduce of inference over more than one tensor-parallel rank."""
+    if w.training or w.tp <= 1:
         return []
     return [hccl("allReduce", "tp", scale_us(w.tokens, 30), w.tokens * w.model.hidden * 2 / 1e6)]
 
@@ -70,7 +71,9 @@ def _dense_attention(w: Workload) -> list[Kernel]:
             f"{t},{heads},{m.head_dim}",
             "vector_mte",
         ),
-        aclnn(flash, flash, "MIX_AIC", flash_us, "mix", f"{q};{kv};{kv}", q, **FULL_WIDTH_MIX),
+        fused_infer_attention(w, heads, kv_heads)
+        if w.requests
+        else aclnn(flash, flash, "MIX_AIC", flash_us, "mix", f"{q};{kv};{kv}", q, **FULL_WIDTH_MIX),
         _matmul(
             _matmul_us(w, scale_us(t, 60), t, m.hidden, heads * m.head_dim),
             f"{t},{heads * m.head_dim};{m.hidden},{heads * m.head_dim}",
@@ -235,8 +238,10 @@ def _moe_block(w: Workload) -> list[Kernel]:
 
 
 def moe_layer(p: Program, w: Workload, layer: int, mb: int) -> None:
-    """One MoE decoder layer's forward kernels (MLA attention, routed experts)."""
-    for block, kernels in (("attention", _mla_attention(w)), ("moe", _moe_block(w))):
+    """One MoE decoder layer's forward kernels (MLA attention, routed experts; a serving forward's attention
+    is GQA, as Qwen3's MoE models have it, through vLLM-Ascend's fused infer attention)."""
+    attention = _dense_attention(w) if w.requests else _mla_attention(w)
+    for block, kernels in (("attention", attention), ("moe", _moe_block(w))):
         for kernel in kernels:
             p.add(kernel, LAYER, layer, "forward", mb, block)
 

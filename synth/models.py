@@ -48,8 +48,8 @@ def _forward_layers(p: Program, w: Workload, mb: int) -> list[tuple[int, int, st
     return [(p.kernel_ids[i], p.layer_index[i], p.block[i]) for i in range(start, len(p.kernel_ids))]
 
 
-def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
-    """Final norm and LM head (and sampling in inference); returns the LM head kernel."""
+def _final_norm(p: Program, w: Workload, mb: int) -> None:
+    """The model's final RmsNorm."""
     m, t = w.model, w.tokens
     p.add(
         aclnn(
@@ -64,7 +64,14 @@ def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
         TAIL,
         micro_batch=mb,
     )
-    lm_tokens = t if w.training or w.phase == "decode" else max(1, t // 512)
+
+
+def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
+    """Final norm and LM head (and sampling in inference); returns the LM head kernel."""
+    m, t = w.model, w.tokens
+    _final_norm(p, w, mb)
+    # a serving forward's LM head computes each request's last position; a prefill scenario's one per 512
+    lm_tokens = w.requests or (t if w.training or w.phase == "decode" else max(1, t // 512))
     lm_head = aclnn(
         "Matmul",
         "MatMulV3",
@@ -260,7 +267,10 @@ def build_step(w: Workload) -> Program:
     if not w.training:
         _head(p, w, 0)
         _forward_layers(p, w, 0)
-        _tail_forward(p, w, 0)
+        if w.dummy:  # the model's final norm ends it: nothing samples its output
+            _final_norm(p, w, 0)
+        else:
+            _tail_forward(p, w, 0)
         return p
     if w.pp_size == 1:
         # Gradient accumulation: forward and backward of each micro-batch in turn.

@@ -49,6 +49,24 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Forward:
+    """One model forward of a serving capture (vLLM-Ascend's execute_model): its batch's kind, the tokens
+    it computes (T) and the requests they belong to (B). ``prefill``: every request's whole prompt,
+    attention over the fresh keys and values; ``decode``: one token per request (T = B) over the paged
+    KV cache; ``mixed``: a chunked-prefill batch, prompt chunks beside decodes, over the paged cache."""
+
+    phase: str  # prefill | decode | mixed
+    tokens: int
+    requests: int
+    # how it ran: eager (a launch per kernel), full (one replay of a captured ACL graph of the whole
+    # forward) or piecewise (graph pieces between the layers' attention, which runs eager)
+    graph: str = "eager"
+    # the data-parallel ranks without a request in it: each runs a dummy forward of as many tokens, one per
+    # padding request (vLLM's _dummy_run), so its expert exchanges stay in step with the ranks that serve
+    dummy_ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A workload plus the faults planted into it."""
 
@@ -83,6 +101,9 @@ class Scenario:
     # how a healthy router spreads the routed tokens in this capture: each rank's weight in its expert
     # group (empty: even); a hot rank's fault factor multiplies on top, the group's total stays the same
     routing_weights: tuple[float, ...] = ()
+    # a serving capture: the forward each step runs, one per step (``steps`` is their count); empty: every
+    # step runs the scenario's own phase and tokens
+    forwards: tuple[Forward, ...] = ()
 
 
 # a piece of the capture model a fault replaces: (the rank's workload, the fault, the neutral piece's

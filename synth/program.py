@@ -96,7 +96,7 @@ class Workload:
 
     model: ModelSpec
     training: bool
-    phase: str  # prefill | decode | train
+    phase: str  # prefill | decode | mixed | train
     tokens: int
     layers: int
     micro_batches: int = 1
@@ -118,6 +118,10 @@ class Workload:
     # the faults planted on this rank that change its kernels (synth/faults/): a builder names the piece a
     # fault may replace (``faults.piece``); the faults older than pieces are still asked ``planted(kind)``
     faults: tuple = ()
+    requests: int = 0  # a serving forward's requests (B; synth/serving.py): 0 = not a serving forward
+    # a DP rank without requests runs a dummy forward to keep its expert exchanges in step with the others:
+    # the model's layers on padding tokens, no LM head and no sampling (vLLM's _dummy_run)
+    dummy: bool = False
 
     def planted(self, kind: str) -> list:
         """The faults of ``kind`` planted on this rank."""

@@ -74,13 +74,13 @@ def with_warmup_broadcast(program: Program, arrays: dict[str, np.ndarray], scena
     return {k: np.insert(v, BROADCAST_ROW, values[k]) for k, v in arrays.items()}
 
 
-def warm_up_placeholders(scenario: Scenario, kernel_id: np.ndarray, n_step: int) -> np.ndarray:
-    """Per event of every step (``kernel_id``, ``n_step`` a step), whether it is the planted broadcast's
-    row (with_warmup_broadcast's, at BROADCAST_ROW of each step) in a step that is not a warm-up step (the
-    fault's ``steps``; its first step when none): a placeholder the timeline runs as nothing and drops."""
+def warm_up_placeholders(scenario: Scenario, step_of: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """Per event of every step (``step_of``: its step ordinal, ``position``: its place in its step), whether
+    it is the planted broadcast's row (with_warmup_broadcast's, at BROADCAST_ROW of each step) in a step
+    that is not a warm-up step (the fault's ``steps``; its first step when none): a placeholder the
+    timeline runs as nothing and drops."""
     fault = next((f for f in scenario.faults if f.kind == WARMUP), None)
     if fault is None:
-        return np.zeros(len(kernel_id), dtype=bool)
-    event = np.arange(len(kernel_id))
-    warm = np.isin(event // n_step, fault.steps or (0,))
-    return (event % n_step == BROADCAST_ROW) & ~warm
+        return np.zeros(len(step_of), dtype=bool)
+    warm = np.isin(step_of, fault.steps or (0,))
+    return (position == BROADCAST_ROW) & ~warm

@@ -186,11 +186,29 @@ def planted_config(sc: Scenario) -> dict:
     return config
 
 
+def _attention_of(sc: Scenario) -> str:
+    """The attention the scenario's layers run: MLA in the MoE model, except a serving forward's GQA
+    (synth/layers.py: ``moe_layer``), which with as many KV heads as query heads is MHA."""
+    if sc.model == "moe" and not sc.forwards:
+        return "mla"
+    spec = DENSE if sc.model == "dense" else MOE
+    return "gqa" if spec.kv_heads < spec.heads else "mha"
+
+
 def _step_walls_us(t: RankTimeline) -> list[float]:
     """Each step's wall on this rank, as step_trace_time.csv has it: the step's start to its last end."""
     ends = np.full(len(t.step_start_ns), np.iinfo(np.int64).min)
     np.maximum.at(ends, t.step, t.start_ns + t.duration_ns)
     return [round(float(e - s) / 1000, 3) for s, e in zip(t.step_start_ns, ends) if e > s]
+
+
+def _step_spans_us(t: RankTimeline) -> list[float]:
+    """Each step's device span on this rank: its first kernel's start to its last one's end."""
+    starts = np.full(len(t.step_start_ns), np.iinfo(np.int64).max)
+    ends = np.full(len(t.step_start_ns), np.iinfo(np.int64).min)
+    np.minimum.at(starts, t.step, t.start_ns)
+    np.maximum.at(ends, t.step, t.start_ns + t.duration_ns)
+    return [round(float(e - s) / 1000, 3) for s, e in zip(starts, ends) if e > s]
 
 
 def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int]) -> dict:
@@ -215,6 +233,8 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
             "layer_event_count": int(layer_rows.sum()),
             "clock_offset_us": t.clock_offset_ns / 1000,
             "step_wall_us": _step_walls_us(t),
+            # a serving capture's forwards: the device's span of each (no profiler step starts them)
+            **({"forward_span_us": _step_spans_us(t)} if sc.forwards else {}),
         }
     faults = []
     for fault in sc.faults:
@@ -227,11 +247,13 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
         "scenario": sc.name,
         "description": sc.description,
         "seed": seed,
-        "workload": {k: v for k, v in asdict(sc).items() if k not in ("faults", "name", "description")},
+        "workload": {
+            k: v for k, v in asdict(sc).items() if k not in ("faults", "name", "description") and (v or k != "forwards")
+        },
         "model": {
             "family": sc.model,
             "decoder_layers": sc.layers,
-            "attention": "mla" if sc.model == "moe" else "gqa",
+            "attention": _attention_of(sc),
             "config": planted_config(sc),
         },
         "ranks": ranks,

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from npuprof.synth.faults import FAULT_SCENARIOS, FAULT_TYPES
 from npuprof.synth.planting import Fault, Scenario
+from npuprof.synth.serving import dp_schedule, vllm_schedule
 
 __all__ = ["SCENARIOS", "Scenario", "scenario"]
 
@@ -19,6 +20,30 @@ _CLEAN = (
         training=False,
         phase="prefill",
         micro_batches=1,
+    ),
+    Scenario(
+        "serving",
+        "vLLM-Ascend serving on 2 tensor-parallel ranks, captured without profiler steps: a prefill of four "
+        "prompts, decodes, and chunked prefills beside decodes as requests arrive (synth/serving.py), eager",
+        training=False,
+        phase="decode",
+        ranks=2,
+        micro_batches=1,
+        forwards=(forwards := vllm_schedule()),
+        steps=len(forwards),
+    ),
+    Scenario(
+        "serving_dp",
+        "vLLM-Ascend serving of a MoE model (GQA attention, routed experts) on 2 data-parallel ranks sharing "
+        "their experts: rank 1 has no request for the first 10 forwards and runs a dummy forward in each, "
+        "without LM head or sampling, so its expert exchanges meet rank 0's; then both serve",
+        model="moe",
+        training=False,
+        phase="decode",
+        ranks=2,
+        micro_batches=1,
+        forwards=(dp_forwards := dp_schedule()),
+        steps=len(dp_forwards),
     ),
 )
 _COMBINED = (
@@ -56,6 +81,8 @@ def scenario(name: str, **overrides) -> Scenario:
     if name not in SCENARIOS:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     chosen = replace(SCENARIOS[name], **{k: v for k, v in overrides.items() if v is not None})
+    if chosen.forwards and chosen.steps != len(chosen.forwards):
+        raise ValueError(f"scenario {name}: runs {len(chosen.forwards)} forwards, one a step; steps cannot change")
     if chosen.pp > 1 and (not chosen.training or chosen.ranks % chosen.pp or chosen.layers % chosen.pp):
         raise ValueError(
             f"scenario {name}: pipeline parallel needs training, ranks and layers divisible by pp={chosen.pp}"

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from npuprof.synth.kernels import PROFILES, Kernel
+from npuprof.synth.kernels import EAGER_MODEL_ID, PROFILES, Kernel
 from npuprof.synth.timeline import Collective, RankTimeline
 
 KERNEL_DETAILS_HEADER = (
@@ -66,12 +66,14 @@ def _kernel_table(timeline: RankTimeline, hccl_names: dict[int, str]) -> dict[st
             "out_f",
             "profile",
             "is_comm",
+            "model",
         )
     }
     for k in timeline.kernels:
         comm = k.core == "COMMUNICATION" and k.name.startswith("hcom_")
         attrs["name"].append(k.name)
         attrs["type"].append(k.type)
+        attrs["model"].append(str(EAGER_MODEL_ID if k.model_id is None else k.model_id))
         attrs["core"].append(k.core)
         attrs["block"].append(str(k.block_dim))
         attrs["mix"].append("N/A" if comm else str(k.mix_block_dim))
@@ -137,12 +139,17 @@ def write_kernel_details(
     columns: dict[str, pa.Array] = {
         "Step Id": pa.array(step_ids if step_ids is not None else np.zeros(n, dtype=np.int64)).cast(pa.string()),
         "Device_id": pa.repeat(pa.scalar(str(device_id)), n),
-        "Model ID": pa.repeat(pa.scalar("4294967295"), n),
+        "Model ID": take("model"),
         "Task ID": pc.if_else(pa.array(is_comm), pa.scalar("N/A"), pa.array(np.arange(n) + 30_000).cast(pa.string())),
         "Stream ID": pc.if_else(pa.array(is_comm), pa.scalar("N/A"), pa.scalar("2")),
         "Name": name,
         "Type": take("type"),
-        "OP State": pc.if_else(pa.array(is_comm), pa.scalar("N/A"), pa.scalar("dynamic")),
+        # a replayed graph's kernels were compiled with their shapes: static; an eager launch's, dynamic
+        "OP State": pc.if_else(
+            pa.array(is_comm),
+            pa.scalar("N/A"),
+            pc.if_else(pc.equal(take("model"), str(EAGER_MODEL_ID)), pa.scalar("dynamic"), pa.scalar("static")),
+        ),
         "Accelerator Core": take("core"),
         "Start Time(us)": us_text(timeline.start_ns, tab=True),
         "Duration(us)": us_text(timeline.duration_ns),

@@ -10,7 +10,7 @@ each communication op is matched across its members by (communicator, sequence n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,9 +25,10 @@ from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.host_side import PLANTED_GAPS
 from npuprof.synth.kernels import Kernel
 from npuprof.synth.models import build_step
-from npuprof.synth.program import DENSE, LAYER, MOE, Program, Workload
+from npuprof.synth.program import DENSE, LAYER, MOE, Workload
 from npuprof.synth.program_edits import warm_up_placeholders, with_exposed_aicpu, with_warmup_broadcast
 from npuprof.synth.scenarios import Scenario
+from npuprof.synth.serving_kernels import as_run
 
 STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
 # ... of which this much falls inside the next step: the host enters ProfilerStep#N and launches its
@@ -105,6 +106,7 @@ def _tokens_factor(scenario: Scenario, rank: int, topology: Topology) -> float:
 
 
 def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
+    """What every step of ``rank`` computes (a serving scenario's forwards change its phase and tokens)."""
     tokens_factor = _tokens_factor(scenario, rank, topology)
     reduced = any(rank in f.ranks for f in _faults(scenario, "reduced_work_or_dummy_rank"))
     return Workload(
@@ -133,14 +135,15 @@ def _workload(scenario: Scenario, rank: int, topology: Topology) -> Workload:
 @dataclass
 class _RankPlan:
     rank: int
-    program: Program
-    arrays: dict[str, np.ndarray]  # one step
+    kernels: list[Kernel]
+    arrays: dict[str, np.ndarray]  # per event of every step: the programs' ground truth
     kernel_id: np.ndarray  # all steps
     dur_us: np.ndarray
     gap_us: np.ndarray
     comm_pos: np.ndarray  # indices of communication events
     comm_group: list[GroupInstance]
-    n_step: int
+    step_of: np.ndarray  # per event: its step ordinal
+    firsts: np.ndarray  # per step: its first event
     clock_factor: np.ndarray
     starved: np.ndarray  # per event: the device waits for its launch (host_launch_bound)
     overlapped: np.ndarray  # per event: a communication op the rank does not wait for
@@ -149,33 +152,62 @@ class _RankPlan:
     dropped: np.ndarray  # per event: a placeholder that runs as nothing and is not written (program_edits)
 
 
+def _step_program(scenario: Scenario, workload: Workload) -> tuple[list[Kernel], dict[str, np.ndarray]]:
+    """One step's kernels and per-event arrays, with the planted edits of every step (program_edits)."""
+    program = build_step(workload)
+    return program.kernels, with_warmup_broadcast(program, with_exposed_aicpu(program, scenario), scenario)
+
+
+def _steps(scenario: Scenario, rank: int, topology: Topology) -> tuple[list[Kernel], dict[str, np.ndarray], np.ndarray]:
+    """Every step's events of ``rank``: (the kernels, per-event arrays over every step, each event's step
+    ordinal). One program tiled over the steps, or a serving scenario's forwards each its own."""
+    workload = _workload(scenario, rank, topology)
+    if not scenario.forwards:
+        kernels, arrays = _step_program(scenario, workload)
+        n_step = len(arrays["kernel_id"])
+        step_of = np.repeat(np.arange(scenario.steps, dtype=np.int32), n_step)
+        return kernels, {name: np.tile(values, scenario.steps) for name, values in arrays.items()}, step_of
+    kernels: dict[Kernel, int] = {}  # one table for every forward's kernels
+    parts = []
+    for forward in scenario.forwards:
+        dummy = rank in forward.dummy_ranks
+        phase, requests = ("decode", forward.tokens) if dummy else (forward.phase, forward.requests)
+        own, arrays = _step_program(
+            scenario, replace(workload, phase=phase, tokens=forward.tokens, requests=requests, dummy=dummy)
+        )
+        ran = as_run(forward, own, arrays)
+        parts.append({**arrays, "kernel_id": np.array([kernels.setdefault(k, len(kernels)) for k in ran], np.int32)})
+    step_of = np.repeat(np.arange(len(parts), dtype=np.int32), [len(part["kernel_id"]) for part in parts])
+    return list(kernels), {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}, step_of
+
+
 def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
     S = scenario.steps
-    program = build_step(_workload(scenario, rank, topology))
-    arrays = with_warmup_broadcast(program, with_exposed_aicpu(program, scenario), scenario)
-    n_step = len(arrays["kernel_id"])
-    kid = np.tile(arrays["kernel_id"], S)
+    kernels, arrays, step_of = _steps(scenario, rank, topology)
+    kid = arrays["kernel_id"]
     n = len(kid)
+    firsts = np.flatnonzero(np.diff(step_of, prepend=-1))
     rng = np.random.default_rng([seed, rank])
-    dropped = warm_up_placeholders(scenario, kid, n_step)
-    is_comm = np.array([k.hccl_group is not None for k in program.kernels])[kid] & ~dropped
+    dropped = warm_up_placeholders(scenario, step_of, np.arange(n) - firsts[step_of])
+    is_comm = np.array([k.hccl_group is not None for k in kernels])[kid] & ~dropped
     slowed = [*_faults(scenario, "slow_rank_suspected"), *_faults(scenario, "capture_incomplete_group")]
     slow = np.prod([f.factor for f in slowed if rank in f.ranks] or [1.0])
     changed = dict(scenario.kernel_factors)
-    base_us = np.array([k.base_us * (1.0 if k.hccl_group else changed.get(k.type, 1.0)) for k in program.kernels])
-    clock_factor = _clock_factor(scenario, rank, n_step, is_comm)
+    base_us = np.array([k.base_us * (1.0 if k.hccl_group else changed.get(k.type, 1.0)) for k in kernels])
+    clock_factor = _clock_factor(scenario, rank, step_of, is_comm)
     dur = base_us[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow) * clock_factor
     first_of_step = np.zeros(n, dtype=bool)
-    first_of_step[::n_step] = True
-    gap = rng.uniform(*DEVICE_GAP_US, n) + np.tile(arrays["gap_before_us"], S) + first_of_step * STEP_PREP_US
+    first_of_step[firsts] = True
+    gap = rng.uniform(*DEVICE_GAP_US, n) + arrays["gap_before_us"] + first_of_step * STEP_PREP_US
     head_us = np.zeros(S)  # per step: the host stall at its top, before its first kernel
     for fault in [f for f in scenario.faults if f.kind in PLANTED_GAPS]:
-        rows = np.flatnonzero((arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer))
-        if fault.layer == STEP_TOP:
-            rows = np.zeros(1, dtype=np.int64)
-        if (rank in fault.ranks or not fault.ranks) and rows.size:
-            for s in fault.steps or range(S):
-                gap[s * n_step + rows[0]] += fault.gap_us
+        in_layer = (arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer)
+        if rank not in fault.ranks and fault.ranks:
+            continue
+        for s in fault.steps or range(S):
+            rows = firsts[s : s + 1] if fault.layer == STEP_TOP else np.flatnonzero(in_layer & (step_of == s))
+            if rows.size:
+                gap[rows[0]] += fault.gap_us
                 head_us[s] += fault.gap_us if fault.layer == STEP_TOP else 0.0
     starved = np.zeros(n, dtype=bool)
     # a launch-bound host, or launches made blocking (ASCEND_LAUNCH_BLOCKING=1, an env_setting fault)
@@ -185,19 +217,20 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
             gap += np.where(is_comm, 0.0, fault.gap_us)
     dur[dropped], gap[np.flatnonzero(dropped) + 1] = 0.0, 0.0  # the step's first kernel starts in its place
     comm_pos = np.flatnonzero(is_comm)
-    groups = [topology.instance(program.kernels[k].hccl_group, rank) for k in kid[comm_pos]]
-    overlapped = np.tile(arrays["overlapped"], S)
-    join_pos = np.flatnonzero(np.tile(arrays["joins"], S))
+    groups = [topology.instance(kernels[k].hccl_group, rank) for k in kid[comm_pos]]
+    overlapped = arrays["overlapped"].copy()
+    join_pos = np.flatnonzero(arrays["joins"])
     return _RankPlan(
         rank,
-        program,
+        kernels,
         arrays,
         kid,
         dur,
         gap,
         comm_pos,
         groups,
-        n_step,
+        step_of,
+        firsts,
         clock_factor,
         starved,
         overlapped,
@@ -207,10 +240,10 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     )
 
 
-def _clock_factor(scenario: Scenario, rank: int, n_step: int, is_comm: np.ndarray) -> np.ndarray:
-    """Per event: how much longer it runs for its cycles (throttled compute on throttled steps)."""
+def _clock_factor(scenario: Scenario, rank: int, step: np.ndarray, is_comm: np.ndarray) -> np.ndarray:
+    """Per event (``step``: its step ordinal): how much longer it runs for its cycles (throttled compute
+    on throttled steps)."""
     factor = np.ones(len(is_comm))
-    step = np.arange(len(is_comm)) // n_step
     for fault in _faults(scenario, "aicore_freq_throttled"):
         if rank in fault.ranks:
             factor[np.isin(step, fault.steps or range(scenario.steps)) & ~is_comm] *= fault.factor
@@ -323,12 +356,12 @@ class _Simulation:
         member_us = [plans[m].dur_us[pos_of[m]] for m in arrived]
         busiest = group.name == "exp"
         transfer = float(np.max(member_us) if busiest else np.mean(member_us)) * slow_link_factor(self.scenario, group)
-        kernel = plans[any_rank].program.kernels[plans[any_rank].kernel_id[pos_of[any_rank]]]
+        kernel = plans[any_rank].kernels[plans[any_rank].kernel_id[pos_of[any_rank]]]
         transfer = misaligned_transit(self.scenario, kernel, transfer)
         # an overlapped op starts when its stream is free; a blocking one when the rank arrives
         starts = {m: max(a, self.stream_free[m]) if overlapped else a for m, (a, _) in arrived.items()}
         last = max(starts.values())
-        step = int(pos_of[any_rank] // plans[any_rank].n_step)
+        step = int(plans[any_rank].step_of[pos_of[any_rank]])
         transfer += retransmission_wait(self.scenario, group, step, self.retransmitted)
         if overlapped:  # members at their join have finished computing; the others compute on
             compute_ends = max(self.clock[m] if self.blocked_at_join[m] else np.inf for m in arrived)
@@ -354,7 +387,7 @@ class _Simulation:
             Collective(
                 ordinal,
                 kernel,
-                int(pos // plan.n_step),
+                int(plan.step_of[pos]),
                 group,
                 key[1],
                 {m: int(round(a * 1000)) + BASE_CLOCK_NS for m, a in starts.items()},
@@ -381,36 +414,35 @@ def simulate(scenario: Scenario, seed: int, topology: Topology) -> tuple[list[Ra
         for plan in plans
     ]
     if _faults(scenario, "partial_capture"):
-        timelines = [_cut_edges(t, plans[t.rank].n_step) for t in timelines]
+        timelines = [_cut_edges(t, plans[t.rank].firsts) for t in timelines]
     return timelines, simulation.collectives
 
 
 def _timeline(scenario: Scenario, plan: _RankPlan, simulation: _Simulation, offset: int) -> RankTimeline:
     """One rank's simulated events in ns on its own clock (``offset`` added), with their ground truth, in
     the order they start (an overlapped op starts among the compute its stream runs beside)."""
-    r, n_step, S = plan.rank, plan.n_step, scenario.steps
+    r, firsts = plan.rank, plan.firsts
     start_ns = np.round(simulation.start_us[r] * 1000).astype(np.int64)
     duration_ns = np.round(plan.dur_us * 1000).astype(np.int64)
     end_ns = start_ns + duration_ns
-    firsts = np.arange(S) * n_step
+    lasts = np.append(firsts[1:], len(start_ns)) - 1
     # the step starts STEP_HEAD_US before its first kernel, and before any stall at its top
     head_ns = int(STEP_HEAD_US * 1000) + np.round(plan.head_us * 1000).astype(np.int64)
     step_start_ns = start_ns[firsts] - head_ns + offset
-    step_end_ns = end_ns[firsts + n_step - 1] + offset
-    tile = lambda name: np.tile(plan.arrays[name], S)  # noqa: E731
+    step_end_ns = end_ns[lasts] + offset
     timeline = RankTimeline(
         rank=r,
-        kernels=plan.program.kernels,
+        kernels=plan.kernels,
         kernel_id=plan.kernel_id,
         start_ns=start_ns + offset,
         duration_ns=duration_ns,
         wait_ns=np.zeros(len(start_ns), dtype=np.int64),
-        step=np.repeat(np.arange(S, dtype=np.int32), n_step),
-        region=tile("region"),
-        layer_index=tile("layer_index"),
-        layer_role=tile("layer_role"),
-        micro_batch=tile("micro_batch"),
-        block=tile("block"),
+        step=plan.step_of,
+        region=plan.arrays["region"],
+        layer_index=plan.arrays["layer_index"],
+        layer_role=plan.arrays["layer_role"],
+        micro_batch=plan.arrays["micro_batch"],
+        block=plan.arrays["block"],
         collective=simulation.ordinal_at[r],
         step_start_ns=step_start_ns,
         step_end_ns=step_end_ns,
@@ -453,12 +485,13 @@ def _keep(timeline: RankTimeline, index: np.ndarray) -> None:
         setattr(timeline, name, getattr(timeline, name)[index])
 
 
-def _cut_edges(timeline: RankTimeline, n_step: int, share: float = 0.4) -> RankTimeline:
-    """A capture that starts and stops inside a step: drop the first and last ``share`` of those steps."""
+def _cut_edges(timeline: RankTimeline, firsts: np.ndarray, share: float = 0.4) -> RankTimeline:
+    """A capture that starts and stops inside a step (``firsts``: each step's first event): drop the first
+    share of the first step's events and the last share of the last step's."""
     n = len(timeline.start_ns)
     keep = np.ones(n, dtype=bool)
-    keep[: int(n_step * share)] = False
-    keep[n - int(n_step * share) :] = False
+    keep[: int((np.append(firsts, n)[1] - firsts[0]) * share)] = False
+    keep[n - int((n - firsts[-1]) * share) :] = False
     _keep(timeline, keep)
     timeline.wait_ns[0] = 0
     return timeline

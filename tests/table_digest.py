@@ -26,6 +26,12 @@ def stage_tables(stage_names: tuple[str, ...]) -> list[Table]:
     return [t for s in STAGES if s.name in stage_names for t in s.produces if isinstance(t, Table)]
 
 
+def _optional_tables(out_dir: Path, stage_names: tuple[str, ...]) -> list[Table]:
+    """The Parquet tables the named stages write under some captures or options only, that they wrote."""
+    optional = [t for s in STAGES if s.name in stage_names for t in s.optional if isinstance(t, Table)]
+    return [t for t in optional if (out_dir / t.path).exists()]
+
+
 def _frame_digest(frame: pd.DataFrame) -> str:
     frame = frame[[c for c in frame.columns if c not in LOCAL_COLUMNS]]
     header = "|".join(f"{c}:{frame[c].dtype}" for c in frame.columns).encode()
@@ -34,11 +40,12 @@ def _frame_digest(frame: pd.DataFrame) -> str:
 
 
 def table_digests(out_dir: Path, stage_names: tuple[str, ...]) -> dict[str, str]:
-    """{table or table/rank_id=r: digest} of every Parquet table the stages wrote into ``out_dir``; a
+    """{table or table/rank_id=r: digest} of every Parquet table the stages wrote into ``out_dir`` (an
+    optional one, such as an inference capture's forward_summary, where it was written); a
     per-rank table has a digest for every rank any of the tables has a partition of, its rows as
     ``io.read_dataset`` reads them (a rank without device events writes no empty partitions: it reads
     as the empty table a written one held)."""
-    tables = stage_tables(stage_names)
+    tables = stage_tables(stage_names) + _optional_tables(out_dir, stage_names)
     ranks = sorted({r for t in tables if t.per_rank for r in io.partition_ranks(out_dir, t)})
     digests = {}
     for table in tables:

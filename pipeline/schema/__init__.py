@@ -145,6 +145,8 @@ from npuprof.pipeline.schema.normalize import (
     STRING_EVENT_COLUMNS,
 )
 from npuprof.pipeline.schema.segment import (
+    FORWARD_SUMMARY,
+    FORWARD_SUMMARY_CSV,
     LAYER_SEGMENTS,
     STEP_SEGMENTS,
     WINDOW_EVIDENCE,
@@ -270,6 +272,8 @@ __all__ = [
     "COMPARE_SUMMARY",
     "COMPARE_MD",
     "FLOPS_FIELDS",
+    "FORWARD_SUMMARY",
+    "FORWARD_SUMMARY_CSV",
     "HARDWARE_INSIGHTS",
     "HARDWARE_SUMMARY",
     "HARDWARE_SUMMARY_CSV",

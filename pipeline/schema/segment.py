@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from npuprof.pipeline.schema.table import Table
+from npuprof.pipeline.schema.table import CsvView, Table
+
+_S, _F, _I = pa.string(), pa.float64(), pa.int64()
 
 # Evidence of a window of events: source rows and exact times it spans.
 WINDOW_EVIDENCE: list[tuple[str, pa.DataType]] = [
@@ -76,3 +78,32 @@ LAYER_SEGMENTS = Table(
         ]
     ),
 )
+
+# per rank of an inference capture: each forward (a step) with what its attention calls say its batch was
+# (stages/model/forwards.py, knowledge/serving_rules.yaml)
+FORWARD_SUMMARY = Table(
+    "forward_summary",
+    pa.schema(
+        [
+            ("step_ordinal", _I),
+            ("step_id", _I),  # null in a serving capture: its forwards are found from the kernels
+            ("phase", _S),  # prefill | decode | mixed | dummy | unknown
+            ("tokens", _I),  # T: the tokens the forward computes
+            ("requests", _I),  # B: the requests they belong to
+            ("attention_type", _S),
+            ("attention_calls", _I),
+            ("evidence_row_start", _I),  # the attention calls' source rows
+            ("evidence_row_end", _I),
+            ("note", _S),  # why the phase is unknown
+            ("graph_mode", _S),  # full | piecewise | eager: how it ran (its kernels' Model ID)
+            ("graph_kernels", _I),  # its kernels replayed from a captured graph
+            ("row_start", _I),  # the forward's rows and span
+            ("row_end", _I),
+            ("start_ns", _I),
+            ("end_ns", _I),
+            ("wall_us", _F),
+            ("gap_before_us", _F),  # the device's time since the previous forward ended (null for the first)
+        ]
+    ),
+)
+FORWARD_SUMMARY_CSV = CsvView("forward_summary.csv", (FORWARD_SUMMARY,), ("rank_id", "step_ordinal"))

@@ -138,17 +138,20 @@ class Fingerprint:
             self.fields[name] = Field(value, confidence, method, [evidence_of(r) for r in evidence[key]], note)
 
     def _score_widths(self) -> list[tuple[int, int, pd.Series]]:
-        """(q width, k width, row) of flash-attention calls in a [T|B,S|S,B, N·D] layout."""
+        """(q width, k width, row) of flash-attention calls: N·D of a TND [T, N, D] tensor, else its last
+        dim ([T|B,S|S,B, N·D], and a paged KV cache's [blocks, block size, N·D])."""
         head_dims = set(knowledge.load("model_shapes")["head_dims"])
+
+        def width(shape: tuple[int, ...]) -> int:
+            tnd = len(shape) == 3 and shape[-1] in head_dims and shape[-2] <= 256
+            return shape[-2] * shape[-1] if tnd else shape[-1]
+
         found = []
         for _, row in of_field(self.ops, "attention_score").iterrows():
             q, k = (row["ins"] + [None, None])[:2]
             if q is None or k is None or len(q) != len(k) or len(q) not in (2, 3):
                 continue
-            if len(q) == 3 and q[-1] in head_dims and q[-2] <= 256:
-                found.append((q[-2] * q[-1], k[-2] * k[-1], row))  # TND
-            else:
-                found.append((q[-1], k[-1], row))
+            found.append((width(q), width(k), row))
         return found
 
     def _mla_attention(self) -> None:

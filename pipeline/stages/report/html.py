@@ -317,6 +317,7 @@ def html_report(inputs, summary: dict, bubbles: pd.DataFrame, offsets_us: dict, 
         "layers": _layers(inputs.layers, offsets, base_ns),
         "bubbles": _bubbles(bubbles, offsets, base_ns),
         "pp": pp_chart(inputs.pp_passes, inputs.pp_schedule, offsets, base_ns, events),
+        "serving": summary.get("serving"),  # an inference capture's forwards by phase
         "coarse": _coarse(events, start, end, span) if len(events) else {"bin_us": 1, "lanes": [], "busy": []},
         "op_classes": _op_classes(classes),
     }

@@ -14,6 +14,7 @@ from npuprof.pipeline.stages.report.advice import all_findings_together, fingerp
 from npuprof.pipeline.stages.report.glossary import glossary_markdown
 from npuprof.pipeline.stages.report.inputs import ReportInputs
 from npuprof.pipeline.stages.report.ledger_view import rank_ledgers
+from npuprof.pipeline.stages.report.serving_text import serving_markdown
 from npuprof.pipeline.stages.report.summary import closest_candidate
 from npuprof.pipeline.summaries.operators import by_kernel_total
 
@@ -188,7 +189,7 @@ def _timeline(inputs: ReportInputs, summary: dict) -> str:
         text = "No layers were found on any rank, so steps are not split into head, layers and tail.\n\n"
     else:
         text = "Anatomy means (ms): " + ", ".join(f"{cell(k)} {cell(v)}" for k, v in anatomy.items()) + "\n\n"
-    text += "Heaviest steps:\n\n"
+    text = serving_markdown(summary.get("serving")) + text + "Heaviest steps:\n\n"
     heavy = heavy.rename(columns={"underfeed_ratio": "idle_share"})
     text += table(heavy, ["rank_id", "step_id", "wall_ms", "busy_ms", "idle_share", "anomaly_tags"], TOP_HEAVY_STEPS)
     return text + "\n" + _idle_causes_table(inputs)

@@ -365,6 +365,8 @@ def analysis_summary(inputs: ReportInputs, status: str, artifacts: dict[str, str
         "identity": identity(inputs),
         "layer_validation": layer_validation(inputs),
         "kpis": kpis(inputs),
+        # an inference capture's forwards by phase (segment's serving view)
+        **({"serving": inputs.manifest("segment")["serving"]} if inputs.manifest("segment").get("serving") else {}),
         "clock": {
             "offsets_us": inputs.manifest("cross_rank").get("clock_offsets_us"),
             "match_rate": inputs.manifest("cross_rank").get("match_rate"),

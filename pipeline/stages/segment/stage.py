@@ -13,6 +13,7 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from npuprof import knowledge
 from npuprof.pipeline import io, schema
@@ -21,13 +22,17 @@ from npuprof.pipeline.segmentation.windows import window_evidence
 from npuprof.pipeline.sources.auxiliary import note_text
 from npuprof.pipeline.sources.profiler_steps import profiler_step_starts
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult
+from npuprof.pipeline.stages.rank_reads import step_of_events
 from npuprof.pipeline.stages.segment.expected import expected_model, layer_validation
+from npuprof.pipeline.stages.segment.forward_split import split_unsampled_forwards
+from npuprof.pipeline.stages.segment.forwards import forward_summary
 from npuprof.pipeline.stages.segment.layers import (
     Layer,
     choose_family,
     fallback_anchors,
     modal_gaps,
 )
+from npuprof.pipeline.stages.segment.serving_view import serving_view
 from npuprof.pipeline.stages.segment.step_memo import StepLayerMemo
 from npuprof.pipeline.stages.segment.steps import (
     StepWindow,
@@ -49,6 +54,8 @@ SEGMENT_INPUT_COLUMNS = [
     "categories",
     "roles",
     "primary_category",
+    "input_shapes",  # an inference rank's forwards: their attention calls' slots (forwards.py)
+    "model_id",  # ... and whether their kernels were replayed from a captured graph
 ]
 # a rank's note when it has no anchor to split layers at (also every rank without events)
 NO_LAYERS_NOTE = "no attention kernels: transformer layers cannot be identified"
@@ -205,11 +212,8 @@ def map_rank(ctx: RankContext) -> StageResult:
     memo = StepLayerMemo(anchors, features, family, gaps)  # repeating steps are worked out once
     layer_counts: dict = {}  # by step structure
     names = events.column("name").to_numpy(zero_copy_only=False)
-    evidence_arrays = {
-        "row_idx": events.column("row_idx").to_numpy(),
-        "start_ns": events.column("start_ns").to_numpy(),
-        "end_ns": events.column("end_ns").to_numpy(),
-    }
+    evidence_arrays = {key: events.column(key).to_numpy() for key in ("row_idx", "start_ns", "end_ns")}
+    steps = _forward_windows(steps, training, memo, evidence_arrays)
 
     step_rows, layer_rows, hard_errors = [], [], []
     for step in steps:
@@ -242,9 +246,30 @@ def map_rank(ctx: RankContext) -> StageResult:
     manifest["quarantine_notes"] = quarantine_notes  # rows the capture contradicts: a warning in the result
     manifest["unreadable_inputs"] = unreadable
     manifest["step_start_source"] = next((s for s in steps_frame["start_source"] if s), None)
-    return StageResult(
-        tables={schema.STEP_SEGMENTS: steps_frame, schema.LAYER_SEGMENTS: layers_frame}, manifest=manifest
-    )
+    return StageResult(tables=_rank_tables(events, steps_frame, layers_frame, features), manifest=manifest)
+
+
+def _forward_windows(steps: list[StepWindow], training: bool, memo: StepLayerMemo, arrays: dict) -> list[StepWindow]:
+    """An inference rank's steps found from structure with the forwards nothing sampled (dummy forwards)
+    cut out of the steps they joined (forward_split.py); any other rank's as they are."""
+    if training or not steps or steps[0].source != "structure":
+        return steps
+    probe = lambda window: memo.layers(window.start, window.end, {}).layers  # noqa: E731 (fresh templates)
+    return split_unsampled_forwards(steps, probe, arrays["start_ns"], arrays["end_ns"])
+
+
+def _rank_tables(events: pa.Table, steps: pd.DataFrame, layers: pd.DataFrame, features: EventFeatures) -> dict:
+    """The rank's steps and layers; on an inference rank (each step one forward) also its forwards with
+    what each one's batch was and how it ran (forwards.py; ``events`` in device order)."""
+    tables = {schema.STEP_SEGMENTS: steps, schema.LAYER_SEGMENTS: layers}
+    if not features.backward.any() and len(steps):
+        frame = events.select(["row_idx", "type", "input_shapes", "model_id"]).to_pandas()
+        frame["step_ordinal"] = step_of_events(len(frame), steps)
+        frame["samples"] = features.role_flags["selection"] | features.role_flags["sampling"]
+        forwards = forward_summary(frame, steps)
+        if forwards is not None:
+            tables[schema.FORWARD_SUMMARY] = forwards
+    return tables
 
 
 def _own_columns(table: schema.Table) -> list[str]:
@@ -326,7 +351,10 @@ def reduce_root(ctx: RootContext) -> StageResult:
         "rank_summaries": ranks,
         "unreadable_inputs": [note for m in ranks for note in m.get("unreadable_inputs", [])],
     }
-    return StageResult(manifest=manifest)
+    forwards = ctx.read_frame(schema.FORWARD_SUMMARY)  # an inference capture's: its serving view
+    manifest["serving"] = serving_view(forwards)
+    views = {schema.FORWARD_SUMMARY_CSV: schema.join_view(schema.FORWARD_SUMMARY_CSV, [forwards])}
+    return StageResult(csv_views=views if not forwards.empty else {}, manifest=manifest)
 
 
 def headline(manifest: dict) -> tuple[dict, list[str]]:

@@ -1,0 +1,131 @@
+"""Per rank of an inference capture: what each forward's batch was — prefill, decode, mixed or dummy, its
+tokens (T) and requests (B) — read from its attention calls' input slots (knowledge/serving_rules.yaml),
+with the rows that say so; how it ran — replayed from a captured graph or eager —, read from its
+kernels' Model ID; and the device's wall and the gap before it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from npuprof import knowledge
+from npuprof.pipeline.distinct import combined_codes
+from npuprof.pipeline.modelinfo.shapes import Shape, parse_shapes
+
+UNKNOWN = "unknown"
+
+
+def _slot(shapes: list[Shape | None], index: int) -> Shape | None:
+    return shapes[index] if index < len(shapes) else None
+
+
+def batch_of(input_shapes: object) -> tuple[str, int | None, int | None, str]:
+    """(phase, tokens, requests, note) one attention call's input shapes say; the phase ``unknown`` with
+    the note saying what is missing."""
+    rules = knowledge.load("serving_rules")["forward_labels"]
+    slots = rules["slots"]
+    shapes = parse_shapes(input_shapes)
+    query, lengths = _slot(shapes, slots["query"]), _slot(shapes, slots["actual_seq_lengths"])
+    if query is None or len(query) != 3:
+        return UNKNOWN, None, None, "no 3-D query shape"
+    head_dims = set(knowledge.load("model_shapes")["head_dims"])
+    tnd = query[-1] in head_dims and query[-2] <= rules["max_heads"]
+    tokens = query[0] if tnd else query[0] * query[1]
+    requests = (lengths[0] if lengths and len(lengths) == 1 else None) if tnd else query[0]
+    if requests is None:
+        return UNKNOWN, tokens, None, "no actual_seq_lengths slot: the requests are not in the shapes"
+    paged = _slot(shapes, slots["block_table"]) is not None
+    if not paged:
+        return "prefill", tokens, requests, ""
+    return ("decode" if tokens == requests else "mixed"), tokens, requests, ""
+
+
+def forward_summary(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame | None:
+    """One row per step of ``steps`` (a forward): its label from the attention calls among ``events``
+    (device order, with ``step_ordinal``, ``type``, ``input_shapes``, ``row_idx``, ``model_id``,
+    ``samples``), its span and the device's idle before it since the previous forward ended. None when
+    no forward calls such an attention (not a serving capture: a prefill benchmark, a CNN)."""
+    types = knowledge.load("serving_rules")["forward_labels"]["attention_types"]
+    in_step = events["step_ordinal"].notna().to_numpy()
+    is_call = events["type"].isin(types).to_numpy() & in_step
+    if not is_call.any():
+        return None
+    size = int(steps["step_ordinal"].max()) + 1
+    step = events["step_ordinal"].to_numpy()
+    frame = steps[["step_ordinal", "step_id", "row_start", "row_end", "start_ns", "end_ns"]].reset_index(drop=True)
+    ordinal = frame["step_ordinal"].to_numpy(np.int64)
+    labels = _labels(events.loc[is_call], size)
+    for column, values in labels.items():
+        frame[column] = values[ordinal]
+    samples = np.bincount(step[in_step].astype(np.int64), weights=events["samples"].to_numpy()[in_step], minlength=size)
+    replayed = events["model_id"].notna().to_numpy()
+    graph = np.bincount(step[in_step].astype(np.int64), weights=replayed[in_step], minlength=size).astype(np.int64)
+    attention_replayed = np.zeros(size, dtype=bool)
+    attention_replayed[step[is_call & replayed].astype(np.int64)] = True
+    frame["graph_kernels"] = graph[ordinal]
+    frame["graph_mode"] = np.where(
+        attention_replayed[ordinal], "full", np.where(frame["graph_kernels"] > 0, "piecewise", "eager")
+    )
+    _mark_dummies(frame, samples[ordinal] > 0)
+    frame["wall_us"] = (frame["end_ns"] - frame["start_ns"]) / 1e3
+    frame["gap_before_us"] = (frame["start_ns"] - frame["end_ns"].shift(1)) / 1e3
+    return frame
+
+
+def _labels(calls: pd.DataFrame, size: int) -> dict[str, np.ndarray]:
+    """Per step ordinal (``size`` of them): what its attention calls (``calls``, device order) say — the
+    first call's reading where every call reads the same, else ``unknown`` and why."""
+    codes, distinct = combined_codes([calls["input_shapes"]])  # each distinct shape text is read once
+    read = [batch_of(text) for (text,) in distinct]
+    reading = pd.factorize(pd.Series([r[:3] for r in read], dtype=object))[0][codes]
+    step = calls["step_ordinal"].to_numpy().astype(np.int64)
+    count = np.bincount(step, minlength=size)
+    first = np.full(size, -1, dtype=np.int64)
+    first[step[::-1]] = np.arange(len(step))[::-1]  # the first call of each step (device order)
+    has = count > 0
+    disagree = np.bincount(step, weights=reading != reading[first[step]], minlength=size) > 0
+    code = np.where(has, codes[np.maximum(first, 0)], 0)
+    phase = np.array([r[0] for r in read], dtype=object)[code]
+    note = np.array([r[3] for r in read], dtype=object)[code]
+    rows = calls["row_idx"].to_numpy(np.int64)
+    row_min, row_max = np.full(size, np.iinfo(np.int64).max), np.full(size, -1, dtype=np.int64)
+    np.minimum.at(row_min, step, rows)
+    np.maximum.at(row_max, step, rows)
+    known = has & ~disagree
+    return {
+        "phase": np.where(known, phase, UNKNOWN),
+        "tokens": _nullable([r[1] for r in read], code, known),
+        "requests": _nullable([r[2] for r in read], code, known),
+        "attention_type": np.where(has, calls["type"].to_numpy(object)[np.maximum(first, 0)], None),
+        "attention_calls": count.astype(np.int64),
+        "evidence_row_start": _present(row_min, has),
+        "evidence_row_end": _present(row_max, has),
+        "note": np.where(
+            ~has, "no attention call in the forward", np.where(disagree, "its attention calls disagree", note)
+        ),
+    }
+
+
+def _present(values: np.ndarray, has: np.ndarray) -> pd.array:
+    """``values`` where ``has``, null elsewhere."""
+    found = pd.array(values, dtype="Int64")
+    found[~has] = pd.NA
+    return found
+
+
+def _nullable(values: list[int | None], code: np.ndarray, known: np.ndarray) -> pd.array:
+    """Each step's value (``values`` by distinct shape, ``code`` per step), null where none is known."""
+    per_code = pd.array(values, dtype="Int64")
+    picked = per_code.take(code)
+    picked[~known] = pd.NA
+    return picked
+
+
+def _mark_dummies(frame: pd.DataFrame, sampled: np.ndarray) -> None:
+    """A forward that ran the layers and sampled nothing (no LM head's selection or sampling kernel) on a
+    rank whose other forwards sample is a ``dummy``: a data-parallel rank without requests keeping its
+    expert exchanges in step (vLLM's _dummy_run). Its tokens and requests stay as its shapes say (the
+    padding it ran); a rank that never samples (a pipeline stage before the last) has no dummies."""
+    dummy = ~sampled & sampled.any() & (frame["attention_calls"].to_numpy() > 0)
+    frame["phase"] = np.where(dummy, "dummy", frame["phase"])
+    frame["note"] = np.where(dummy, "no LM head or sampling: a dummy forward", frame["note"])
