@@ -71,7 +71,7 @@ def _tail_forward(p: Program, w: Workload, mb: int) -> Kernel:
     m, t = w.model, w.tokens
     _final_norm(p, w, mb)
     # a serving forward's LM head computes each request's last position; a prefill scenario's one per 512
-    lm_tokens = w.requests or (t if w.training or w.phase == "decode" else max(1, t // 512))
+    lm_tokens = w.sampled or w.requests or (t if w.training or w.phase == "decode" else max(1, t // 512))
     lm_head = aclnn(
         "Matmul",
         "MatMulV3",

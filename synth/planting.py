@@ -64,6 +64,9 @@ class Forward:
     # the data-parallel ranks without a request in it: each runs a dummy forward of as many tokens, one per
     # padding request (vLLM's _dummy_run), so its expert exchanges stay in step with the ranks that serve
     dummy_ranks: tuple[int, ...] = ()
+    # the batch size a full graph was captured for, which the forward's layers run padded to (0: no padding);
+    # the LM head and sampling after the replay run eager on the real requests
+    graph_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,7 @@ class Workload:
     # a DP rank without requests runs a dummy forward to keep its expert exchanges in step with the others:
     # the model's layers on padding tokens, no LM head and no sampling (vLLM's _dummy_run)
     dummy: bool = False
+    sampled: int = 0  # the requests its LM head and sampling run on, where the layers ran padded (0: requests)
 
     def planted(self, kind: str) -> list:
         """The faults of ``kind`` planted on this rank."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from npuprof.synth.planting import Forward
 
 MAX_CAPTURE_TOKENS = 1024  # the largest batch a piecewise graph was captured for: bigger ones run eager
+FULL_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the decode batches full graphs were captured for
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,9 @@ def vllm_schedule(
         phase = "decode" if not chunks else "prefill" if whole else "mixed"
         tokens = len(decodes) + sum(chunk for _, chunk, _ in chunks)
         graph = _graph(phase, tokens) if graphs else "eager"
-        schedule.append(Forward(phase, tokens, len(decodes) + len(chunks), graph))
+        # a full graph replays at the captured size next above the batch: the rest is padding
+        padded = min(size for size in FULL_GRAPH_SIZES if size >= tokens) if graph == "full" else 0
+        schedule.append(Forward(phase, tokens, len(decodes) + len(chunks), graph, graph_tokens=padded))
         for i in decodes:
             generated[i] += 1
         for i, chunk, _ in chunks:

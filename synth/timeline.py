@@ -171,9 +171,12 @@ def _steps(scenario: Scenario, rank: int, topology: Topology) -> tuple[list[Kern
     parts = []
     for forward in scenario.forwards:
         dummy = rank in forward.dummy_ranks
-        phase, requests = ("decode", forward.tokens) if dummy else (forward.phase, forward.requests)
+        # a full graph runs its layers on the captured batch size, one padding request per padding token
+        tokens = forward.graph_tokens or forward.tokens
+        phase, requests = ("decode", tokens) if dummy else (forward.phase, forward.requests + tokens - forward.tokens)
         own, arrays = _step_program(
-            scenario, replace(workload, phase=phase, tokens=forward.tokens, requests=requests, dummy=dummy)
+            scenario,
+            replace(workload, phase=phase, tokens=tokens, requests=requests, dummy=dummy, sampled=forward.requests),
         )
         ran = as_run(forward, own, arrays)
         parts.append({**arrays, "kernel_id": np.array([kernels.setdefault(k, len(kernels)) for k in ran], np.int32)})

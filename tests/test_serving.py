@@ -121,6 +121,11 @@ def test_every_forward_is_labelled_with_its_tokens_and_requests(serving_run):
         # how each ran, from its kernels' Model ID: FULL decodes, PIECEWISE small mixed batches, the rest eager
         assert own["graph_mode"].tolist() == planted["graph"].tolist()
         assert (own.loc[own["graph_mode"] == "eager", "graph_kernels"] == 0).all()
+        # a full graph ran its layers padded to its captured size: the real batch is what the LM head sampled
+        full = (planted["graph"] == "full").to_numpy()
+        padding = (planted["graph_tokens"] - planted["tokens"]).to_numpy()
+        assert own["padded_tokens"].to_numpy()[full].tolist() == padding[full].tolist()
+        assert own["padded_tokens"][~full].isna().all() and (padding[full] > 0).any()
         # the rows that say so are the forward's attention calls, one per layer, inside the forward
         assert (own["attention_calls"] == SCENARIOS["serving"].layers).all()
         assert (own["evidence_row_start"] >= own["row_start"]).all()
@@ -139,6 +144,10 @@ def test_wall_percentiles_per_phase_are_the_forwards_device_spans(serving_run):
         for q in (50, 99):
             assert view["phases"][phase][f"wall_p{q}_ms"] == pytest.approx(np.percentile(spans, q) / 1e3, rel=0.02)
     assert view["unlabelled"]["forwards"] == 0
+    full = [f for f in SCENARIOS["serving"].forwards if f.graph == "full"]
+    assert view["phases"]["decode"]["padded_tokens"] == len(truth["ranks"]) * sum(
+        f.graph_tokens - f.tokens for f in full
+    )
     report = (out / "report" / "report.md").read_text()
     assert "Forwards by phase" in report and "| decode |" in report
 
@@ -231,9 +240,10 @@ def test_dummy_forwards_are_labelled_on_the_rank_that_ran_them(dp_runs):
         own = found[found["rank_id"].astype(int) == rank].sort_values("step_ordinal")
         dummy = [rank in f.dummy_ranks for f in planted]
         assert own["phase"].tolist() == ["dummy" if d else f.phase for f, d in zip(planted, dummy)]
-        assert own["tokens"].tolist() == [f.tokens for f in planted]
-        # a dummy runs one padding request per token
-        assert own["requests"].tolist() == [f.tokens if d else f.requests for f, d in zip(planted, dummy)]
+        # a dummy runs one padding request per token, as many as its peers' graph runs (padding included)
+        ran = [(f.graph_tokens or f.tokens) if d else f.tokens for f, d in zip(planted, dummy)]
+        assert own["tokens"].tolist() == ran
+        assert own["requests"].tolist() == [t if d else f.requests for f, d, t in zip(planted, dummy, ran)]
         assert own["graph_mode"].tolist() == [f.graph for f in planted]
     view = json.loads((out / "report" / "analysis_summary.json").read_text())["serving"]
     assert view["phases"]["dummy"]["forwards"] == sum(1 in f.dummy_ranks for f in planted)

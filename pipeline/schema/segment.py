@@ -97,6 +97,8 @@ FORWARD_SUMMARY = Table(
             ("note", _S),  # why the phase is unknown
             ("graph_mode", _S),  # full | piecewise | eager: how it ran (its kernels' Model ID)
             ("graph_kernels", _I),  # its kernels replayed from a captured graph
+            ("sampled_requests", _I),  # the rows its selection / sampling ran on (the logits of each request)
+            ("padded_tokens", _I),  # a full-graph decode: the tokens it ran beyond its requests (graph padding)
             ("row_start", _I),  # the forward's rows and span
             ("row_end", _I),
             ("start_ns", _I),

@@ -67,6 +67,7 @@ def forward_summary(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame |
         attention_replayed[ordinal], "full", np.where(frame["graph_kernels"] > 0, "piecewise", "eager")
     )
     _mark_dummies(frame, samples[ordinal] > 0)
+    _unpad_full_graphs(frame, _sampled_requests(events.loc[in_step & events["samples"].to_numpy()], size)[ordinal])
     frame["wall_us"] = (frame["end_ns"] - frame["start_ns"]) / 1e3
     frame["gap_before_us"] = (frame["start_ns"] - frame["end_ns"].shift(1)) / 1e3
     return frame
@@ -119,6 +120,44 @@ def _nullable(values: list[int | None], code: np.ndarray, known: np.ndarray) -> 
     picked = per_code.take(code)
     picked[~known] = pd.NA
     return picked
+
+
+def _sampled_requests(sampling: pd.DataFrame, size: int) -> pd.array:
+    """Per step ordinal: the first dim of the first input of its first selection or sampling kernel (the
+    logits' rows: one per request sampled), null where it has none or its shape is missing."""
+    found = pd.array([pd.NA] * size, dtype="Int64")
+    if sampling.empty:
+        return found
+    codes, distinct = combined_codes([sampling["input_shapes"]])
+    shapes = [parse_shapes(text) for (text,) in distinct]
+    rows = pd.array([s[0][0] if s and s[0] else pd.NA for s in shapes], dtype="Int64")
+    step = sampling["step_ordinal"].to_numpy().astype(np.int64)
+    first = np.full(size, -1, dtype=np.int64)
+    first[step[::-1]] = np.arange(len(step))[::-1]
+    has = first >= 0
+    found[has] = rows.take(codes[first[has]])
+    return found
+
+
+def _unpad_full_graphs(frame: pd.DataFrame, sampled: pd.array) -> None:
+    """A decode replayed from a full graph runs its layers on the batch size the graph was captured for, so
+    its attention reads the padded batch (T = B = the captured size); the LM head and sampling run eager
+    after the replay on the real requests. Where they sample fewer than the attention read, the real
+    requests (one token each) are the sampled rows and the rest is ``padded_tokens``; 0 where the batch
+    was the captured size; null where it cannot be told (not a full-graph decode, no sampled rows)."""
+    tokens = frame["tokens"].array
+    told = (frame["graph_mode"].to_numpy() == "full") & (frame["phase"].to_numpy() == "decode")
+    told &= ~pd.isna(sampled) & ~pd.isna(tokens)
+    told = np.asarray(told, dtype=bool)
+    told[told] = np.asarray(sampled[told] <= tokens[told], dtype=bool)
+    padded = pd.array([pd.NA] * len(frame), dtype="Int64")
+    padded[told] = tokens[told] - sampled[told]
+    frame["sampled_requests"] = sampled
+    frame["padded_tokens"] = padded
+    for column in ("tokens", "requests"):
+        values = frame[column].array.copy()
+        values[told] = sampled[told]
+        frame[column] = values
 
 
 def _mark_dummies(frame: pd.DataFrame, sampled: np.ndarray) -> None:

@@ -25,6 +25,8 @@ def _phase_row(forwards: pd.DataFrame) -> dict:
         "requests_mean": round(float(forwards["requests"].mean()), 2),
         "graph_modes": {str(mode): int(n) for mode, n in forwards["graph_mode"].value_counts().sort_index().items()},
         "tokens": tokens,
+        # a full graph's padding, where it can be told: the tokens its layers ran beyond the requests
+        "padded_tokens": int(forwards["padded_tokens"].sum()) if forwards["padded_tokens"].notna().any() else None,
         **{f"wall_p{q}_ms": _ms(forwards["wall_us"], q) for q in PERCENTILES},
         # over each rank's own forwards: ranks of one tensor-parallel group each compute every token
         "device_us_per_token": round(wall_us / tokens, 3) if tokens else None,
