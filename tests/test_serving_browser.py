@@ -46,7 +46,8 @@ def test_the_forwards_by_phase_are_shown_as_the_summary_has_them(browser, report
         phase = view["phases"][row.get_attribute("data-phase")]
         cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
         assert cells[1] == str(phase["forwards"]) and cells[4] == str(phase["tokens"])
-        assert cells[5] == f"{phase['wall_p50_ms']:.3f} ms"
+        assert cells[5] == ("–" if phase["padded_tokens"] is None else str(phase["padded_tokens"]))
+        assert cells[6] == f"{phase['wall_p50_ms']:.3f} ms"
         assert cells[2] == ", ".join(f"{mode} {n}" for mode, n in phase["graph_modes"].items())
     assert console_errors(browser) == []
 

@@ -11,6 +11,7 @@ COLUMNS = [
     "forwards",
     "requests_mean",
     "tokens",
+    "padded_tokens",
     "wall_p50_ms",
     "wall_p90_ms",
     "wall_p99_ms",
@@ -28,7 +29,8 @@ def serving_markdown(serving: dict | None) -> str:
         f"Forwards by phase ({serving['forwards']} forwards over {serving['ranks']} ranks; each forward's "
         "batch read from its attention calls' input shapes; one row per forward in forward_summary.csv). "
         "Wall is the device's, from the forward's first kernel to its last; the gap is the device's idle "
-        "since the previous forward ended:\n\n"
+        "since the previous forward ended; padded tokens are what full graphs ran beyond the requests "
+        "(– where it cannot be told):\n\n"
     )
     text += table(rows, COLUMNS) if len(rows) else "_no forward's batch could be read from its shapes_\n"
     unlabelled = serving["unlabelled"]
