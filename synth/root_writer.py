@@ -195,20 +195,23 @@ def _attention_of(sc: Scenario) -> str:
     return "gqa" if spec.kv_heads < spec.heads else "mha"
 
 
-def _step_walls_us(t: RankTimeline) -> list[float]:
-    """Each step's wall on this rank, as step_trace_time.csv has it: the step's start to its last end."""
+def _spans_us(t: RankTimeline, starts: np.ndarray) -> list[float]:
+    """Each step's µs on this rank from ``starts`` (one per step) to its last event's end."""
     ends = np.full(len(t.step_start_ns), np.iinfo(np.int64).min)
     np.maximum.at(ends, t.step, t.start_ns + t.duration_ns)
-    return [round(float(e - s) / 1000, 3) for s, e in zip(t.step_start_ns, ends) if e > s]
+    return [round(float(e - s) / 1000, 3) for s, e in zip(starts, ends) if e > s]
+
+
+def _step_walls_us(t: RankTimeline) -> list[float]:
+    """Each step's wall on this rank, as step_trace_time.csv has it: the step's start to its last end."""
+    return _spans_us(t, t.step_start_ns)
 
 
 def _step_spans_us(t: RankTimeline) -> list[float]:
     """Each step's device span on this rank: its first kernel's start to its last one's end."""
     starts = np.full(len(t.step_start_ns), np.iinfo(np.int64).max)
-    ends = np.full(len(t.step_start_ns), np.iinfo(np.int64).min)
     np.minimum.at(starts, t.step, t.start_ns)
-    np.maximum.at(ends, t.step, t.start_ns + t.duration_ns)
-    return [round(float(e - s) / 1000, 3) for s, e in zip(starts, ends) if e > s]
+    return _spans_us(t, starts)
 
 
 def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int]) -> dict:

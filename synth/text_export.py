@@ -67,6 +67,7 @@ def _kernel_table(timeline: RankTimeline, hccl_names: dict[int, str]) -> dict[st
             "profile",
             "is_comm",
             "model",
+            "state",
         )
     }
     for k in timeline.kernels:
@@ -88,6 +89,8 @@ def _kernel_table(timeline: RankTimeline, hccl_names: dict[int, str]) -> dict[st
             attrs[key].append("N/A" if comm else value)
         attrs["profile"].append(k.profile)
         attrs["is_comm"].append(comm)
+        # a replayed graph's kernels were compiled with their shapes: static; an eager launch's, dynamic
+        attrs["state"].append("N/A" if comm else "dynamic" if k.model_id is None else "static")
     return attrs
 
 
@@ -144,12 +147,7 @@ def write_kernel_details(
         "Stream ID": pc.if_else(pa.array(is_comm), pa.scalar("N/A"), pa.scalar("2")),
         "Name": name,
         "Type": take("type"),
-        # a replayed graph's kernels were compiled with their shapes: static; an eager launch's, dynamic
-        "OP State": pc.if_else(
-            pa.array(is_comm),
-            pa.scalar("N/A"),
-            pc.if_else(pc.equal(take("model"), str(EAGER_MODEL_ID)), pa.scalar("dynamic"), pa.scalar("static")),
-        ),
+        "OP State": take("state"),
         "Accelerator Core": take("core"),
         "Start Time(us)": us_text(timeline.start_ns, tab=True),
         "Duration(us)": us_text(timeline.duration_ns),

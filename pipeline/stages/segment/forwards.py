@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
-from npuprof.pipeline.distinct import combined_codes
+from npuprof.pipeline.distinct import combined_codes, first_rows
 from npuprof.pipeline.modelinfo.shapes import Shape, parse_shapes
 
 UNKNOWN = "unknown"
@@ -57,9 +57,10 @@ def forward_summary(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame |
     labels = _labels(events.loc[is_call], size)
     for column, values in labels.items():
         frame[column] = values[ordinal]
-    samples = np.bincount(step[in_step].astype(np.int64), weights=events["samples"].to_numpy()[in_step], minlength=size)
+    own = step[in_step].astype(np.int64)
+    samples = np.bincount(own, weights=events["samples"].to_numpy()[in_step], minlength=size)
     replayed = events["model_id"].notna().to_numpy()
-    graph = np.bincount(step[in_step].astype(np.int64), weights=replayed[in_step], minlength=size).astype(np.int64)
+    graph = np.bincount(own, weights=replayed[in_step], minlength=size).astype(np.int64)
     attention_replayed = np.zeros(size, dtype=bool)
     attention_replayed[step[is_call & replayed].astype(np.int64)] = True
     frame["graph_kernels"] = graph[ordinal]
@@ -81,11 +82,10 @@ def _labels(calls: pd.DataFrame, size: int) -> dict[str, np.ndarray]:
     reading = pd.factorize(pd.Series([r[:3] for r in read], dtype=object))[0][codes]
     step = calls["step_ordinal"].to_numpy().astype(np.int64)
     count = np.bincount(step, minlength=size)
-    first = np.full(size, -1, dtype=np.int64)
-    first[step[::-1]] = np.arange(len(step))[::-1]  # the first call of each step (device order)
     has = count > 0
+    first = np.where(has, first_rows(step, size), 0)  # the first call of each step (device order)
     disagree = np.bincount(step, weights=reading != reading[first[step]], minlength=size) > 0
-    code = np.where(has, codes[np.maximum(first, 0)], 0)
+    code = codes[first]
     phase = np.array([r[0] for r in read], dtype=object)[code]
     note = np.array([r[3] for r in read], dtype=object)[code]
     rows = calls["row_idx"].to_numpy(np.int64)
@@ -95,9 +95,9 @@ def _labels(calls: pd.DataFrame, size: int) -> dict[str, np.ndarray]:
     known = has & ~disagree
     return {
         "phase": np.where(known, phase, UNKNOWN),
-        "tokens": _nullable([r[1] for r in read], code, known),
-        "requests": _nullable([r[2] for r in read], code, known),
-        "attention_type": np.where(has, calls["type"].to_numpy(object)[np.maximum(first, 0)], None),
+        "tokens": _present(pd.array([r[1] for r in read], dtype="Int64").take(code), known),
+        "requests": _present(pd.array([r[2] for r in read], dtype="Int64").take(code), known),
+        "attention_type": np.where(has, calls["type"].to_numpy(object)[first], None),
         "attention_calls": count.astype(np.int64),
         "evidence_row_start": _present(row_min, has),
         "evidence_row_end": _present(row_max, has),
@@ -107,19 +107,11 @@ def _labels(calls: pd.DataFrame, size: int) -> dict[str, np.ndarray]:
     }
 
 
-def _present(values: np.ndarray, has: np.ndarray) -> pd.array:
-    """``values`` where ``has``, null elsewhere."""
+def _present(values: np.ndarray | pd.api.extensions.ExtensionArray, has: np.ndarray) -> pd.array:
+    """``values`` (one per step) where ``has``, null elsewhere."""
     found = pd.array(values, dtype="Int64")
     found[~has] = pd.NA
     return found
-
-
-def _nullable(values: list[int | None], code: np.ndarray, known: np.ndarray) -> pd.array:
-    """Each step's value (``values`` by distinct shape, ``code`` per step), null where none is known."""
-    per_code = pd.array(values, dtype="Int64")
-    picked = per_code.take(code)
-    picked[~known] = pd.NA
-    return picked
 
 
 def _sampled_requests(sampling: pd.DataFrame, size: int) -> pd.array:
@@ -132,9 +124,8 @@ def _sampled_requests(sampling: pd.DataFrame, size: int) -> pd.array:
     shapes = [parse_shapes(text) for (text,) in distinct]
     rows = pd.array([s[0][0] if s and s[0] else pd.NA for s in shapes], dtype="Int64")
     step = sampling["step_ordinal"].to_numpy().astype(np.int64)
-    first = np.full(size, -1, dtype=np.int64)
-    first[step[::-1]] = np.arange(len(step))[::-1]
-    has = first >= 0
+    first = first_rows(step, size)
+    has = first < len(step)
     found[has] = rows.take(codes[first[has]])
     return found
 
