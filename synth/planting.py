@@ -107,6 +107,9 @@ class Scenario:
     # a serving capture: the forward each step runs, one per step (``steps`` is their count); empty: every
     # step runs the scenario's own phase and tokens
     forwards: tuple[Forward, ...] = ()
+    # the capture marks its steps (ProfilerStep, Step Id); False: a serving capture without them, as
+    # vLLM-Ascend's /start_profile leaves it, each step one forward (``generate``'s ``serving`` default)
+    step_marks: bool = True
 
 
 # a piece of the capture model a fault replaces: (the rank's workload, the fault, the neutral piece's

@@ -207,14 +207,31 @@ def _step_walls_us(t: RankTimeline) -> list[float]:
     return _spans_us(t, t.step_start_ns)
 
 
-def _step_spans_us(t: RankTimeline) -> list[float]:
-    """Each step's device span on this rank: its first kernel's start to its last one's end."""
+def _first_starts_ns(t: RankTimeline) -> np.ndarray:
     starts = np.full(len(t.step_start_ns), np.iinfo(np.int64).max)
     np.minimum.at(starts, t.step, t.start_ns)
+    return starts
+
+
+def _step_spans_us(t: RankTimeline) -> list[float]:
+    """Each step's device span on this rank: its first kernel's start to its last one's end."""
+    return _spans_us(t, _first_starts_ns(t))
+
+
+def _forward_walls_us(t: RankTimeline) -> list[float]:
+    """Each forward's wall in a capture without profiler steps: from the previous forward's end (the
+    device's idle between them is the host readying this one) to its last event's end; the first from
+    its first kernel."""
+    starts = _first_starts_ns(t)
+    ends = np.full(len(starts), np.iinfo(np.int64).min)
+    np.maximum.at(ends, t.step, t.start_ns + t.duration_ns)
+    starts[1:] = np.minimum(starts[1:], ends[:-1])
     return _spans_us(t, starts)
 
 
-def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int]) -> dict:
+def _ground_truth(
+    sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int], serving: bool = False
+) -> dict:
     partial = any(f.kind == "partial_capture" for f in sc.faults)
     complete = step_ids[1:-1] if partial else step_ids
     ranks = {}
@@ -235,7 +252,8 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
             "event_count": int(len(t.start_ns)),
             "layer_event_count": int(layer_rows.sum()),
             "clock_offset_us": t.clock_offset_ns / 1000,
-            "step_wall_us": _step_walls_us(t),
+            # without profiler steps a forward starts where the one before ended
+            "step_wall_us": _forward_walls_us(t) if serving else _step_walls_us(t),
             # a serving capture's forwards: the device's span of each (no profiler step starts them)
             **({"forward_span_us": _step_spans_us(t)} if sc.forwards else {}),
         }
@@ -251,7 +269,9 @@ def _ground_truth(sc: Scenario, seed: int, timelines: list[RankTimeline], step_i
         "description": sc.description,
         "seed": seed,
         "workload": {
-            k: v for k, v in asdict(sc).items() if k not in ("faults", "name", "description") and (v or k != "forwards")
+            k: v
+            for k, v in asdict(sc).items()
+            if k not in ("faults", "name", "description", "step_marks") and (v or k != "forwards")
         },
         "model": {
             "family": sc.model,
@@ -372,8 +392,9 @@ def _write_rank(tmp: Path, t: RankTimeline, capture: _Capture) -> int:
     step_rows = whole_capture_row(t, device_of(t.rank)) if serving else step_trace_rows(t, step_ids, device_of(t.rank))
     kept = set(int(o) for o in t.collective[t.collective >= 0])
     slow_link = next(((f.link, f.factor) for f in sc.faults if f.kind == "slow_link_suspected"), None)
+    recorded_steps = [None] * len(step_ids) if serving else step_ids  # a serving capture's records: no step
     communication, matrix = communication_records(
-        t.rank, collectives, names, step_ids, t.clock_offset_ns, slow_link, kept, sc.rdma_groups
+        t.rank, collectives, names, recorded_steps, t.clock_offset_ns, slow_link, kept, sc.rdma_groups
     )
     if "text" in kinds:
         step_of_event = None if serving else np.asarray(step_ids)[t.step]
@@ -413,7 +434,7 @@ def _write_root(out: Path, capture: _Capture, captured: list[RankTimeline], seed
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         rows = sum(_write_rank(tmp, t, capture) for t in captured)
-        truth = _ground_truth(capture.scenario, seed, captured, capture.step_ids)
+        truth = _ground_truth(capture.scenario, seed, captured, capture.step_ids, capture.serving)
         if capture.serving:  # the steps are forwards the capture does not mark
             truth["layout"] = "serving"
         (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=2), encoding="utf-8")
@@ -439,7 +460,7 @@ def generate(
     trace: bool = True,
     host: str | None = None,
     overwrite: bool = False,
-    serving: bool = False,
+    serving: bool | None = None,
 ) -> dict:
     """Generate a synthetic root at ``out`` (written to a temp dir, then renamed into place).
 
@@ -450,13 +471,14 @@ def generate(
     profiler steps, as vLLM-Ascend's /start_profile … /stop_profile leaves it (no schedule, so no
     ProfilerStep): kernel_details.csv without Step Id, step_trace_time.csv one whole-capture row per
     device with an empty Step, trace_view.json without ProfilerStep spans; each step is then one forward
-    (text export only). Returns a summary.
+    (text export only); None: as the scenario is captured (``Scenario.step_marks``). Returns a summary.
     """
     if export not in EXPORTS:
         raise ValueError(f"unknown export {export!r}; choose one of {', '.join(EXPORTS)}")
+    sc = _scenario_of(scenario, scale, ranks=ranks, steps=steps, layers=layers)
+    serving = not sc.step_marks if serving is None else serving
     if serving and export != "text":
         raise ValueError("a serving layout is written as a text export only")
-    sc = _scenario_of(scenario, scale, ranks=ranks, steps=steps, layers=layers)
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} is not empty")

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from npuprof.synth.faults import FAULT_SCENARIOS, FAULT_TYPES
 from npuprof.synth.planting import Fault, Scenario
-from npuprof.synth.serving import dp_schedule, vllm_schedule
+from npuprof.synth.serving import dp_schedule, tp_serving
 
 __all__ = ["SCENARIOS", "Scenario", "scenario"]
 
@@ -21,16 +21,10 @@ _CLEAN = (
         phase="prefill",
         micro_batches=1,
     ),
-    Scenario(
+    tp_serving(
         "serving",
         "vLLM-Ascend serving on 2 tensor-parallel ranks, captured without profiler steps: a prefill of four "
         "prompts, decodes, and chunked prefills beside decodes as requests arrive (synth/serving.py), eager",
-        training=False,
-        phase="decode",
-        ranks=2,
-        micro_batches=1,
-        forwards=(forwards := vllm_schedule()),
-        steps=len(forwards),
     ),
     Scenario(
         "serving_dp",
@@ -44,6 +38,7 @@ _CLEAN = (
         micro_batches=1,
         forwards=(dp_forwards := dp_schedule()),
         steps=len(dp_forwards),
+        step_marks=False,
     ),
 )
 _COMBINED = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from npuprof.synth.planting import Forward
+from npuprof.synth.planting import Fault, Forward, Scenario
 
 MAX_CAPTURE_TOKENS = 1024  # the largest batch a piecewise graph was captured for: bigger ones run eager
 FULL_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the decode batches full graphs were captured for
@@ -91,4 +91,22 @@ def dp_schedule(forwards: int = 24, idle_until: int = 10) -> tuple[Forward, ...]
     return tuple(
         replace(forward, dummy_ranks=(1,)) if index < idle_until else forward
         for index, forward in enumerate(vllm_schedule(forwards))
+    )
+
+
+def tp_serving(name: str, description: str, faults: tuple[Fault, ...] = ()) -> Scenario:
+    """A serving capture of the dense model on 2 tensor-parallel ranks: ``vllm_schedule``'s forwards,
+    written without profiler steps as vLLM-Ascend's /start_profile leaves it; ``faults`` planted."""
+    forwards = vllm_schedule()
+    return Scenario(
+        name,
+        description,
+        training=False,
+        phase="decode",
+        ranks=2,
+        micro_batches=1,
+        forwards=forwards,
+        steps=len(forwards),
+        step_marks=False,
+        faults=faults,
     )

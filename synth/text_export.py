@@ -308,19 +308,21 @@ def communication_records(
     rank: int,
     collectives: list[Collective],
     names: dict[int, str],
-    step_ids: list[int],
+    step_ids: list[int | None],
     clock_offset_ns: int,
     slow_link: tuple[tuple[int, int], float] | None,
     kept: set[int],
     rdma_groups: tuple[str, ...] = (),
 ) -> tuple[dict, dict]:
-    """The content of communication.json and communication_matrix.json of one rank (times in ms)."""
+    """The content of communication.json and communication_matrix.json of one rank (times in ms); a step
+    id None: the capture marks no step."""
     comm: dict = {}
     matrix: dict = {}
     for c in collectives:
         if c.ordinal not in kept or rank not in c.arrive_ns:
             continue
-        step_key = f"step{step_ids[c.step]}"
+        # a capture without steps has one "step" key: torch_npu re-splits CANN's records by a step it lacks
+        step_key = "step" if step_ids[c.step] is None else f"step{step_ids[c.step]}"
         section = "p2p" if c.group.name == "pp" else "collective"
         elapse_ms = (c.end_ns[rank] - c.arrive_ns[rank]) / 1e6
         wait_ms = (c.last_arrival_ns - c.arrive_ns[rank]) / 1e6

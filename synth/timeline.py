@@ -31,6 +31,9 @@ from npuprof.synth.scenarios import Scenario
 from npuprof.synth.serving_kernels import as_run
 
 STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
+# ... between a serving capture's forwards: a host that schedules and prepares forward N+1 while the device
+# runs forward N (vLLM's async scheduling) leaves the device only the next launch's latency
+SERVING_PREP_US = 20.0
 # ... of which this much falls inside the next step: the host enters ProfilerStep#N and launches its
 # first kernel at once, which starts a launch lead later (the rest ends the previous iteration)
 STEP_HEAD_US = 40.0
@@ -201,7 +204,11 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     dur = base_us[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow) * clock_factor
     first_of_step = np.zeros(n, dtype=bool)
     first_of_step[firsts] = True
-    gap = rng.uniform(*DEVICE_GAP_US, n) + arrays["gap_before_us"] + first_of_step * STEP_PREP_US
+    prep_us = SERVING_PREP_US if scenario.forwards else STEP_PREP_US
+    gap = rng.uniform(*DEVICE_GAP_US, n) + arrays["gap_before_us"] + first_of_step * prep_us
+    for fault in _faults(scenario, "serving_host_gap"):  # the host readies each forward only after the last
+        if rank in fault.ranks or not fault.ranks:
+            gap[firsts] += fault.gap_us
     head_us = np.zeros(S)  # per step: the host stall at its top, before its first kernel
     for fault in [f for f in scenario.faults if f.kind in PLANTED_GAPS]:
         in_layer = (arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer)

@@ -45,7 +45,24 @@ def test_the_serving_layout_is_what_vllm_ascend_leaves(both_layouts):
         split = pd.read_csv(output / "step_trace_time.csv", dtype=str, keep_default_na=False)
         assert len(split) == 1 and split["Step"].tolist() == [""]
         assert "ProfilerStep#" not in (output / "trace_view.json").read_text()
+        # torch_npu re-splits CANN's records by step: without one, everything sits under "step"
+        for name in ("communication.json", "communication_matrix.json"):
+            assert list(json.loads((output / name).read_text())) == ["step"]
     assert json.loads((root / "ground_truth.json").read_text())["layout"] == "serving"
+
+
+def test_the_collectives_of_a_capture_without_steps_are_split_as_the_marked_ones(both_layouts):
+    """communication.json's one "step" key is matched to the forwards' collectives by name: each exposed
+    all-reduce splits into transfer / wait / idle exactly as the same capture's with step markers (it
+    once failed the summarize stage on mismatched key types)."""
+    parts = {}
+    for layout in ("serving", "marked"):
+        ledger = pd.read_csv(both_layouts[layout][1] / schema.STEP_LEDGER_CSV.file)
+        comm = ledger[ledger["category"] == "communication"]
+        parts[layout] = comm.groupby(["rank_id", "line"])["ms"].sum()
+    assert not parts["serving"].index.get_level_values("line").str.endswith("unsplit").any()
+    assert parts["serving"].index.equals(parts["marked"].index)
+    np.testing.assert_allclose(parts["serving"].to_numpy(), parts["marked"].to_numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_a_capture_without_step_markers_is_ok_and_its_forwards_are_the_marked_steps(both_layouts):

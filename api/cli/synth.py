@@ -36,9 +36,11 @@ def add_parsers(commands) -> None:
     )
     synth.add_argument(
         "--serving",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="write it as a serving capture without profiler steps (vLLM-Ascend's /start_profile: no Step Id, "
-        "an empty Step in step_trace_time.csv, no ProfilerStep spans); text export only",
+        "an empty Step in step_trace_time.csv, no ProfilerStep spans; text export only), or with them "
+        "(--no-serving); default: as the scenario is captured (the serving scenarios without steps)",
     )
     synth.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
 

@@ -145,6 +145,7 @@ from npuprof.pipeline.schema.normalize import (
     STRING_EVENT_COLUMNS,
 )
 from npuprof.pipeline.schema.segment import (
+    AFTER_PREVIOUS_FORWARD,
     FORWARD_SUMMARY,
     FORWARD_SUMMARY_CSV,
     LAYER_SEGMENTS,
@@ -272,6 +273,7 @@ __all__ = [
     "COMPARE_SUMMARY",
     "COMPARE_MD",
     "FLOPS_FIELDS",
+    "AFTER_PREVIOUS_FORWARD",
     "FORWARD_SUMMARY",
     "FORWARD_SUMMARY_CSV",
     "HARDWARE_INSIGHTS",

@@ -23,6 +23,9 @@ WINDOW_EVIDENCE: list[tuple[str, pa.DataType]] = [
     ("start_us", pa.float64()),
     ("end_us", pa.float64()),
 ]
+# step_segments' start_source of an inference rank's forward found from structure: it starts where the
+# rank's previous forward ended (segment's steps.forward_heads), its head the device's idle between them
+AFTER_PREVIOUS_FORWARD = "previous forward"
 STEP_SEGMENTS = Table(
     "step_segments",
     pa.schema(

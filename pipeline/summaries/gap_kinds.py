@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.schema import AFTER_PREVIOUS_FORWARD
 
 IDLE_BY_GAP = "idle_by_gap"  # the accounting breakdown of these rows
 
@@ -42,3 +43,18 @@ def idle_by_gap(
     neighbour = idle & long & beside
     parts = [(rules["pipeline"], neighbour), (rules["dispatch"], idle & ~long)]
     return parts + [(name, idle & long & ~beside & in_window) for name, in_window in windows]
+
+
+def head_idle_name(steps: pd.DataFrame | None = None) -> str:
+    """The idle window before a step's first event (from where the profiler started the step); for
+    ``steps`` that are forwards each starting where the one before ended, the idle between forwards."""
+    rules = knowledge.load("summary_rules")
+    return rules["idle_between_forwards" if after_previous_forward(steps) else "idle_before_first_event"]
+
+
+def after_previous_forward(steps: pd.DataFrame | None) -> bool:
+    """Whether ``steps`` (one rank's step_segments) are forwards each starting where the one before
+    ended (segment's ``forward_heads``: an inference capture without profiler steps)."""
+    if steps is None or "start_source" not in steps:
+        return False
+    return bool((steps["start_source"] == AFTER_PREVIOUS_FORWARD).any())

@@ -9,9 +9,11 @@ confidence — the capture cannot say what a real step of the workload costs.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.schema import AFTER_PREVIOUS_FORWARD
 
 STEP_READS = ("rank_id", "step_ordinal", "step_id", "wall_ms", "busy_ms", "event_count")
 COMM_READS = ("rank_id", "step_ordinal", "kind", "duration_us")
@@ -28,11 +30,17 @@ def _words(kind: str, **values) -> str:
 
 def idle_steps(steps: pd.DataFrame) -> pd.DataFrame:
     """The rank-steps whose device is busy under ``busy_share_max`` of the wall, or that run fewer than
-    ``kernels_min`` kernels (rank_id, step_ordinal, step_id, wall_ms, busy_ms, event_count, busy_share)."""
+    ``kernels_min`` kernels (rank_id, step_ordinal, step_id, wall_ms, busy_ms, event_count, busy_share).
+    A serving forward's wall is taken without the idle before it (its head since the previous forward):
+    that is the host's turn between forwards, which serving_host_gap judges, not a fragment's idle."""
     rules = _rules()["idle_capture"]
     if not len(steps) or not {"busy_ms", "event_count"} <= set(steps.columns):
         return pd.DataFrame(columns=[*STEP_READS, "busy_share"])
-    wall = steps["wall_ms"].where(steps["wall_ms"] > 0)
+    wall = steps["wall_ms"]
+    if {"head_ms", "start_source"} <= set(steps.columns):
+        between = (steps["start_source"] == AFTER_PREVIOUS_FORWARD).to_numpy()
+        wall = wall - np.where(between, steps["head_ms"].fillna(0.0).to_numpy(float), 0.0)
+    wall = wall.where(wall > 0)
     frame = steps.assign(busy_share=(steps["busy_ms"] / wall).fillna(0.0))
     idle = (frame["busy_share"] < rules["busy_share_max"]) | (frame["event_count"] < rules["kernels_min"])
     return frame[idle].reset_index(drop=True)

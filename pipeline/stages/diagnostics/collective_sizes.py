@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from npuprof.pipeline.summaries.accounting import LINK_SIZE_COLUMNS, op_size_mb
+from npuprof.pipeline.summaries.op_parts import LINK_SIZE_COLUMNS, op_size_mb
 
 FAMILY = ["parallel_role", "kind"]  # the communicators' role and the op kind: what is compared with what
 # the alignment columns ``sized_ops`` keeps, and the communication_ops columns it reads sizes from
@@ -29,7 +29,7 @@ SIZE_COLUMNS = ("rank_id", "op_name", *LINK_SIZE_COLUMNS)
 
 def op_sizes(comm_ops: pd.DataFrame) -> pd.DataFrame:
     """Per rank and op name (``name``, as collective_alignment names it): ``size_mb`` and ``transport`` of
-    its busiest transport (accounting.op_size_mb)."""
+    its busiest transport (op_parts.op_size_mb)."""
     sizes = pd.concat([comm_ops[["rank_id", "op_name"]], op_size_mb(comm_ops)], axis=1)
     return sizes.drop_duplicates(["rank_id", "op_name"]).rename(columns={"op_name": "name"})
 

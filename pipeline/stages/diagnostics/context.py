@@ -163,6 +163,7 @@ class DiagnosisContext:
     data_moves: pd.DataFrame
     expert_calls: pd.DataFrame
     framework_launches: pd.DataFrame | None
+    forward_host_gaps: pd.DataFrame
     host_gaps: pd.DataFrame
     idle_by_cause: pd.DataFrame
     kernel_calls: pd.DataFrame

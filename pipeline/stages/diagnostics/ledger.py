@@ -54,9 +54,10 @@ def _uncovered(rows: pd.DataFrame, parts: list[pd.DataFrame], category: str) -> 
 
 
 def _unattributed(component: pd.Series) -> pd.Series:
-    """idle_by_gap components as ledger lines read them: a pipeline wait and dispatch gaps are what they
-    are; a long gap named only by its window is an unattributed one."""
-    named = {idle_gap_names()["pipeline"], idle_gap_names()["dispatch"]}
+    """idle_by_gap components as ledger lines read them: a pipeline wait, dispatch gaps and the idle
+    between forwards are what they are; a long gap named only by its window is an unattributed one."""
+    between = knowledge.load("summary_rules")["idle_between_forwards"]
+    named = {idle_gap_names()["pipeline"], idle_gap_names()["dispatch"], between}
     text = component.astype(str)
     return text.where(text.isin(named), "unattributed " + text)
 

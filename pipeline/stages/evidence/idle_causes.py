@@ -20,7 +20,7 @@ import pandas as pd
 from npuprof import knowledge
 from npuprof.pipeline.idle_cause_names import COPY, LAUNCH, QUEUED, UNATTRIBUTED, cause_column, cause_names
 from npuprof.pipeline.stages.evidence.attribution import covered_per_window, name_matches, overlap_pairs
-from npuprof.pipeline.summaries.accounting import head_idle_name
+from npuprof.pipeline.summaries.gap_kinds import after_previous_forward, head_idle_name
 
 
 def class_masks(host: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -104,12 +104,29 @@ def gap_causes(
     return frame
 
 
+def _between_forwards(split: pd.DataFrame, gaps: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """``split`` (µs per cause column of each gap) with the gaps before the forwards of ``steps`` that start
+    where the one before ended taken whole into a column of their own (``head_idle_name(steps)``): the
+    host's turn between forwards is one ledger line, whatever the host did in it (its causes stay in
+    host_idle_gaps, where serving_host_gap names them). Other steps' splits are returned as they are."""
+    if not after_previous_forward(steps):
+        return split
+    head = (gaps["window"] == head_idle_name()).to_numpy() if "window" in gaps else np.zeros(len(gaps), bool)
+    whole = split.sum(axis=1).to_numpy()
+    split = split.copy()
+    split.loc[head] = 0.0
+    split[head_idle_name(steps)] = np.where(head, whole, 0.0)
+    return split
+
+
 def idle_by_cause(gaps: pd.DataFrame, causes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per step and cause (rows in step_time_accounting's shape, breakdown ``idle_by_cause``): the
     ms of the step's idle time with that cause; causes with no time are left out."""
     columns = [cause_column(c) for c in cause_names()]
-    per_step = causes[columns].groupby(gaps["step_ordinal"].to_numpy()).sum() / 1000.0
-    long = per_step.rename(columns=dict(zip(columns, cause_names()))).stack().rename("ms").reset_index()
+    split = _between_forwards(causes[columns], gaps, steps)
+    per_step = split.groupby(gaps["step_ordinal"].to_numpy()).sum() / 1000.0
+    names = dict(zip(columns, cause_names())) | {head_idle_name(steps): head_idle_name(steps)}
+    long = per_step.rename(columns=names).stack().rename("ms").reset_index()
     long.columns = ["step_ordinal", "component", "ms"]
     long = long[long["ms"] > 0]
     step_info = steps.set_index("step_ordinal")[["step_id", "complete"]]

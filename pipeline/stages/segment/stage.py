@@ -36,6 +36,7 @@ from npuprof.pipeline.stages.segment.serving_view import serving_view
 from npuprof.pipeline.stages.segment.step_memo import StepLayerMemo
 from npuprof.pipeline.stages.segment.steps import (
     StepWindow,
+    forward_heads,
     profiler_heads,
     quarantine_step_ids,
     step_windows,
@@ -245,8 +246,9 @@ def map_rank(ctx: RankContext) -> StageResult:
     manifest["notes"] += quarantine_notes + start_notes
     manifest["quarantine_notes"] = quarantine_notes  # rows the capture contradicts: a warning in the result
     manifest["unreadable_inputs"] = unreadable
-    manifest["step_start_source"] = next((s for s in steps_frame["start_source"] if s), None)
-    return StageResult(tables=_rank_tables(events, steps_frame, layers_frame, features), manifest=manifest)
+    tables = _rank_tables(events, steps_frame, layers_frame, features)
+    manifest["step_start_source"] = next((s for s in tables[schema.STEP_SEGMENTS]["start_source"] if s), None)
+    return StageResult(tables=tables, manifest=manifest)
 
 
 def _forward_windows(steps: list[StepWindow], training: bool, memo: StepLayerMemo, arrays: dict) -> list[StepWindow]:
@@ -260,15 +262,20 @@ def _forward_windows(steps: list[StepWindow], training: bool, memo: StepLayerMem
 
 def _rank_tables(events: pa.Table, steps: pd.DataFrame, layers: pd.DataFrame, features: EventFeatures) -> dict:
     """The rank's steps and layers; on an inference rank (each step one forward) also its forwards with
-    what each one's batch was and how it ran (forwards.py; ``events`` in device order)."""
-    tables = {schema.STEP_SEGMENTS: steps, schema.LAYER_SEGMENTS: layers}
-    if not features.backward.any() and len(steps):
+    what each one's batch was and how it ran (forwards.py; ``events`` in device order), and forwards no
+    profiler step marks each start where the previous one ended (``forward_heads``)."""
+    inference = not features.backward.any() and len(steps)
+    tables = {schema.LAYER_SEGMENTS: layers}
+    if inference:
         frame = events.select(["row_idx", "type", "input_shapes", "model_id"]).to_pandas()
         frame["step_ordinal"] = step_of_events(len(frame), steps)
         frame["samples"] = features.role_flags["selection"] | features.role_flags["sampling"]
-        forwards = forward_summary(frame, steps)
+        forwards = forward_summary(frame, steps)  # over the device's spans
         if forwards is not None:
             tables[schema.FORWARD_SUMMARY] = forwards
+    if inference and (steps["source"] == "structure").all():
+        steps = forward_heads(steps)
+    tables[schema.STEP_SEGMENTS] = steps
     return tables
 
 

@@ -3,7 +3,8 @@
 A step is a contiguous window of the rank's events in device order. Edge steps with clearly
 fewer events than the rank's typical step are partial captures (PARTIAL_CAPTURE_BOUNDARY). A step
 starts where the profiler started it, before its first event when the export says when
-(``profiler_heads``).
+(``profiler_heads``); an inference rank's forward found from structure, where its previous forward
+ended (``forward_heads``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from npuprof import knowledge
+from npuprof.pipeline.schema import AFTER_PREVIOUS_FORWARD
 from npuprof.pipeline.segmentation.features import EventFeatures
 
 
@@ -207,3 +209,21 @@ def profiler_heads(steps: pd.DataFrame, starts: pd.DataFrame) -> np.ndarray:
     head[known] = recorded if preparing else first[known] - recorded
     previous_end = np.concatenate([[np.iinfo(np.int64).min // 2], steps["end_ns"].to_numpy(np.int64)[:-1]])
     return np.clip(np.minimum(head, first - previous_end), 0, None)
+
+
+def forward_heads(steps: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` (an inference rank's forwards found from structure, by ordinal) each starting where the
+    rank's previous forward ended: no profiler step starts a forward, and the device's idle between two
+    forwards is the host's turn — the next batch scheduled, its inputs prepared and copied, the previous
+    one's tokens sampled — which belongs to the forward it readies, as a training step's head holds its
+    batch's loading. head_ms is that idle; the first forward starts at its first kernel."""
+    first = steps["start_ns"].to_numpy(np.int64)
+    previous_end = np.concatenate([first[:1], steps["end_ns"].to_numpy(np.int64)[:-1]])
+    head = np.clip(first - previous_end, 0, None)
+    start_ns = first - head
+    return steps.assign(
+        start_ns=start_ns,
+        start_us=start_ns / 1000.0,
+        head_ms=head / 1e6,
+        start_source=np.where(np.arange(len(steps)) > 0, AFTER_PREVIOUS_FORWARD, None),
+    )

@@ -29,7 +29,7 @@ from npuprof.pipeline.sources.step_trace import read_step_trace_time
 from npuprof.pipeline.stages.base import RankContext, RootContext, StageResult, conformed
 from npuprof.pipeline.stages.rank_reads import add_block_columns, layer_spans, rank_steps, step_of_events
 from npuprof.pipeline.stages.summarize.ranks import rank_summary
-from npuprof.pipeline.summaries.accounting import communication_parts, step_time_accounting
+from npuprof.pipeline.summaries.accounting import step_time_accounting
 from npuprof.pipeline.summaries.classes import (
     block_class_ops,
     block_class_summary,
@@ -43,6 +43,7 @@ from npuprof.pipeline.summaries.communication import (
     communication_ops,
     parallel_roles,
 )
+from npuprof.pipeline.summaries.op_parts import communication_parts
 from npuprof.pipeline.summaries.operators import operator_class_summary, operator_summary
 from npuprof.pipeline.summaries.overlap import compute_beside_us
 from npuprof.pipeline.summaries.pp_schedule import pp_schedule

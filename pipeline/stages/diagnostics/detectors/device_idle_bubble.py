@@ -10,7 +10,7 @@ from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import close_windows
 from npuprof.pipeline.stages.diagnostics.step_tags import has_tag
-from npuprof.pipeline.summaries.accounting import head_idle_name
+from npuprof.pipeline.summaries.gap_kinds import head_idle_name
 
 
 def _heavy_steps(steps: pd.DataFrame, step_tags: pd.DataFrame, tags: list[str], bubbles: pd.DataFrame) -> pd.Series:

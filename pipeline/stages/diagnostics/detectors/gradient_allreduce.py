@@ -24,7 +24,7 @@ from npuprof.pipeline.stages.diagnostics.ledger_credit import line_parts
 from npuprof.pipeline.stages.diagnostics.registry import detector
 from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, scaled_transit
 from npuprof.pipeline.stages.diagnostics.savings import UNKNOWN_ROLE
-from npuprof.pipeline.summaries.accounting import LINK_TIME_COLUMNS, op_transfer_ms
+from npuprof.pipeline.summaries.op_parts import LINK_TIME_COLUMNS, op_transfer_ms
 
 LEDGER_READS = ("rank_id", "step_ordinal", "step_id", "complete", "wall_ms", "line", "ms", "explained_by")
 LINKS = tuple(LINK_TIME_COLUMNS)

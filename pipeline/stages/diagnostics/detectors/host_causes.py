@@ -38,12 +38,26 @@ FINDING_OF_CAUSE = {
 GAP_COLUMNS = ["rank_id", "step_ordinal", "start_ns", "after_name", *(cause_column(c) for c in FINDING_OF_CAUSE)]
 
 
+def read_host_gaps(ctx: RootContext) -> pd.DataFrame:
+    """The idle gaps the host caused, per rank (host_idle_gaps), with the µs of each cause, and whether
+    each is the gap before a forward that starts where the one before ended (``between_forwards``: the
+    host's turn between forwards, serving_host_gap's, not a gap inside a step)."""
+    if not (ctx.out_dir / schema.HOST_IDLE_GAPS.path).exists():
+        return pd.DataFrame(columns=[*GAP_COLUMNS, "between_forwards"]).astype({"between_forwards": bool})
+    gaps = int_ranks(ctx.read_table(schema.HOST_IDLE_GAPS, columns=GAP_COLUMNS).to_pandas())
+    keys = ["rank_id", "step_ordinal", "start_ns"]
+    steps = int_ranks(ctx.read_table(schema.STEP_SEGMENTS, columns=[*keys, "start_source"]).to_pandas())
+    forwards = steps.loc[steps["start_source"] == schema.AFTER_PREVIOUS_FORWARD, keys]
+    heads = pd.MultiIndex.from_frame(forwards.astype("int64"))
+    return gaps.assign(between_forwards=pd.MultiIndex.from_frame(gaps[keys].astype("int64")).isin(heads))
+
+
 @derived_input("host_gaps")
 def host_gaps(ctx: RootContext) -> pd.DataFrame:
-    """The idle gaps the host caused, per rank (host_idle_gaps), with the µs of each cause."""
-    if not (ctx.out_dir / schema.HOST_IDLE_GAPS.path).exists():
-        return pd.DataFrame(columns=GAP_COLUMNS)
-    return int_ranks(ctx.read_table(schema.HOST_IDLE_GAPS, columns=GAP_COLUMNS).to_pandas())
+    """The idle gaps the host caused inside the ranks' steps (``read_host_gaps`` without the gaps between
+    forwards), with the µs of each cause."""
+    gaps = read_host_gaps(ctx)
+    return gaps[~gaps["between_forwards"]].drop(columns="between_forwards")
 
 
 @derived_input("copies_in_steps")

@@ -1,0 +1,158 @@
+"""serving_host_gap: a serving capture's device idling between forwards while the host readies the next.
+
+An inference capture without profiler steps is a run of forwards, each starting where the rank's previous
+one ended (segment's ``forward_heads``): its head is the device's idle while the host applied the last
+forward's sampled tokens, scheduled the next batch, prepared its inputs and launched it. A host that does
+that while the device still runs the previous forward (vLLM's async scheduling) leaves only the first
+kernel's launch in flight (``gap_floor_us``); one that waits for each forward to end before it starts
+leaves the device idle for all of it. The finding names the ranks whose heads beyond that floor hold
+enough of their forwards' wall, says what the host did there where its trace tells (the head gaps'
+causes in host_idle_gaps), and is priced by replaying the forwards with each head cut to the floor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from npuprof.pipeline import schema
+from npuprof.pipeline.evidence_ids import step_evidence_id
+from npuprof.pipeline.idle_cause_names import cause_column, cause_names
+from npuprof.pipeline.stages.diagnostics.context import DiagnosisContext
+from npuprof.pipeline.stages.diagnostics.detectors.host_causes import read_host_gaps
+from npuprof.pipeline.stages.diagnostics.findings import Finding, priced, rule
+from npuprof.pipeline.stages.diagnostics.registry import derived_input, detector
+from npuprof.pipeline.stages.diagnostics.retiming import close_windows
+from npuprof.pipeline.summaries.gap_kinds import head_idle_name
+
+if TYPE_CHECKING:
+    from npuprof.pipeline.stages.base import RootContext
+
+STEP_READS = ("rank_id", "step_ordinal", "complete", "wall_ms", "start_us", "head_ms", "start_source")
+
+
+@derived_input("forward_host_gaps")
+def forward_host_gaps(ctx: RootContext) -> pd.DataFrame:
+    """The host-caused gaps before the forwards (host_idle_gaps' heads of forwards that start where the
+    one before ended), with the µs of each cause: empty without a host trace."""
+    gaps = read_host_gaps(ctx)
+    return gaps[gaps["between_forwards"]]
+
+
+def _forwards(steps: pd.DataFrame) -> pd.DataFrame:
+    """The forwards that start where their rank's previous one ended, complete ones where a rank has any."""
+    forwards = steps[steps["start_source"] == schema.AFTER_PREVIOUS_FORWARD]
+    complete = forwards["complete"].astype(bool)
+    return forwards[complete | ~complete.groupby(forwards["rank_id"]).transform("any")]
+
+
+def _cut_us(forwards: pd.DataFrame, spec: dict) -> np.ndarray:
+    """Per forward: the µs of its gap beyond the launch in flight (``gap_floor_us``); none for a gap longer
+    than ``waiting_gap_ms``, where the server had nothing to run (no request had arrived): no host
+    readies a forward faster for that."""
+    head_us = forwards["head_ms"].to_numpy(float) * 1000.0
+    waiting = head_us > float(spec["waiting_gap_ms"]) * 1000.0
+    return np.where(waiting, 0.0, np.clip(head_us - float(spec["gap_floor_us"]), 0.0, None))
+
+
+def _per_rank(forwards: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """Per rank: its forwards, their gap p50 (µs), wall (head included), the gap beyond the floor (ms)
+    and its share of the wall."""
+    head_us = forwards["head_ms"].to_numpy(float) * 1000.0
+    beyond = forwards.assign(beyond_ms=_cut_us(forwards, spec) / 1000.0, head_us=head_us)
+    per_rank = beyond.groupby("rank_id").agg(
+        forwards=("step_ordinal", "size"),
+        gap_p50_us=("head_us", "median"),
+        wall_ms=("wall_ms", "sum"),
+        beyond_ms=("beyond_ms", "sum"),
+    )
+    per_rank["device_p50_us"] = (beyond["wall_ms"] * 1000.0 - beyond["head_us"]).groupby(beyond["rank_id"]).median()
+    per_rank["share"] = per_rank["beyond_ms"] / per_rank["wall_ms"].where(per_rank["wall_ms"] > 0, np.nan)
+    return per_rank.fillna({"share": 0.0})
+
+
+def _host_doing(gaps: pd.DataFrame, spec: dict) -> tuple[str, str | None]:
+    """What the host did in the gaps (``gaps``: forward_host_gaps of the named ranks), in words, and the
+    cause holding most of their time (None without a host trace)."""
+    if gaps.empty:
+        return spec["host_unknown"], None
+    causes = [c for c in cause_names() if cause_column(c) in gaps]
+    held = pd.Series({c: float(gaps[cause_column(c)].sum()) for c in causes})
+    cause = str(held.idxmax())
+    share = held[cause] / held.sum() if held.sum() > 0 else 0.0
+    words = spec["host_words"].get(cause, spec["host_words"]["other"]).format(cause=cause)
+    return f"{words} ({share:.0%} of the gaps' time, host trace)", cause
+
+
+def _evidence(inputs: DiagnosisContext, forwards: pd.DataFrame, ranks: list[int]) -> list[str]:
+    """The longest gaps before forwards as idle windows, then the steps (forwards) they open."""
+    bubbles = inputs.bubbles
+    heads = bubbles[bubbles["rank_id"].isin(ranks) & (bubbles["kind"] == head_idle_name())]
+    windows = heads.sort_values("duration_us", ascending=False)["evidence_id"].tolist()
+    mine = forwards[forwards["rank_id"].isin(ranks)].sort_values("head_ms", ascending=False)
+    return windows + [step_evidence_id(r, o) for r, o in zip(mine["rank_id"], mine["step_ordinal"])]
+
+
+@detector(
+    finding_types=("serving_host_gap",),
+    reads={
+        "steps": STEP_READS,
+        "bubbles": ("rank_id", "kind", "duration_us", "evidence_id"),
+        "forward_host_gaps": (),
+        "step_model": (),
+    },
+)
+def serving_host_gap(inputs: DiagnosisContext) -> list[Finding]:
+    """One finding over the ranks whose gaps between forwards, beyond the launch in flight, hold at least
+    ``share_min`` of their forwards' wall."""
+    spec = rule("serving_host_gap")
+    if inputs.steps.empty or "start_source" not in inputs.steps:
+        return []
+    forwards = _forwards(inputs.steps)
+    floor_us = float(spec["gap_floor_us"])
+    per_rank = _per_rank(forwards, spec)
+    hit = (per_rank["share"] >= spec["share_min"]) & (per_rank["forwards"] >= spec["min_forwards"])
+    if not hit.any():
+        return []
+    ranks = [int(r) for r in per_rank.index[hit.to_numpy()]]
+    chosen = per_rank.loc[ranks]
+    mine = forwards[forwards["rank_id"].isin(ranks)]
+    windows = pd.DataFrame(
+        {
+            "rank_id": mine["rank_id"],
+            "start_us": mine["start_us"].to_numpy(float) + floor_us,
+            "duration_us": _cut_us(mine, spec),
+        }
+    )
+    waiting = int((mine["head_ms"] > float(spec["waiting_gap_ms"])).sum())
+    gaps = inputs.forward_host_gaps
+    doing, cause = _host_doing(gaps[gaps["rank_id"].isin(ranks)], spec)
+    return [
+        Finding(
+            finding_type="serving_host_gap",
+            scope="rank",
+            rank_ids=ranks,
+            evidence_ids=_evidence(inputs, forwards, ranks),
+            statistic={
+                "name": "idle_between_forwards_share",
+                "value": float(chosen["share"].min()),
+                "threshold": float(spec["share_min"]),
+                "test": f"idle between forwards beyond {floor_us:.0f} µs, share of the forwards' wall",
+            },
+            values={
+                "ranks": ", ".join(map(str, ranks)),
+                "forwards": int(chosen["forwards"].sum()),
+                "gap_p50_us": float(chosen["gap_p50_us"].median()),
+                "device_p50_us": float(chosen["device_p50_us"].median()),
+                "share": float(chosen["beyond_ms"].sum() / chosen["wall_ms"].sum()),
+                "floor_us": floor_us,
+                "host_doing": doing,
+                "host_cause": cause,
+            },
+            limitations=([] if cause else [spec["host_unknown_limitation"]])
+            + ([spec["waiting_limitation"].format(count=waiting, **spec)] if waiting else []),
+            **priced(inputs.step_model, close_windows(inputs.step_model, windows[windows["duration_us"] > 0])),
+        )
+    ]
