@@ -18,6 +18,15 @@ from npuprof import knowledge
 from npuprof.pipeline import schema
 
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal sample times this is its standard deviation
+# a serving root is scored per phase too (a step wall over prefills and decodes together describes
+# neither): each phase's forward wall p50 and the idle before its forwards p50, from the rollup's
+# <phase>_wall_p50_ms / <phase>_gap_p50_ms; a root that did not run a phase is not scored on it
+SERVING_PHASES = ("prefill", "mixed", "decode")
+PHASE_METRICS = {
+    f"{phase} {figure}": f"{phase}_{column}"
+    for phase in SERVING_PHASES
+    for figure, column in (("forward wall p50", "wall_p50_ms"), ("gap before forwards p50", "gap_p50_ms"))
+}
 # levels of "what moved", most specific first: sweep table, its key column, its value column
 MOVER_LEVELS = (
     ("operator", "operators", "name", "ms_per_step"),
@@ -32,6 +41,7 @@ MOVER_EVIDENCE = {
     "layer class": schema.LAYER_CLASS_SUMMARY_CSV.file,
     "step": schema.STEP_SUMMARY.file,
     "time split": schema.STEP_TIME_ACCOUNTING_CSV.file,
+    "forwards": schema.FORWARD_SUMMARY_CSV.file,  # a serving root's phase metrics: each forward's wall and gap
 }
 # which levels can explain a metric: compute time moves by operators and classes, exposed communication
 # by collectives, idle by neither (it is its own answer), the step wall by any
@@ -100,6 +110,10 @@ def root_metrics(rollup: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.Da
     capture while its time does not change; what moved inside compute is named by its operators."""
     walls = rollup[["slug", "top_step_class_wall_ms_mean"]].dropna()
     parts = [walls.rename(columns={"top_step_class_wall_ms_mean": "value"}).assign(metric="step wall")]
+    for metric, column in PHASE_METRICS.items():
+        if column in rollup:
+            found = rollup[["slug", column]].dropna()
+            parts.append(found.rename(columns={column: "value"}).assign(metric=metric))
     split = tables.get("time_split", pd.DataFrame())
     if len(split):
         named = split[split["breakdown"].isin(["primary", "comm_by_role_kind"])]
@@ -114,17 +128,20 @@ def root_metrics(rollup: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.Da
 def robust_scores(metrics: pd.DataFrame, cohorts: pd.DataFrame) -> pd.DataFrame:
     """Each root's metrics against its cohort: median, spread (floored), robust z, delta.
 
-    A metric a root lacks counts as 0 ms where its cohort has it (absent time is no time); cohorts
-    smaller than ``min_cohort_size`` are not scored.
+    A metric a root lacks counts as 0 ms where its cohort has it (absent time is no time), but for a phase
+    it did not run (``PHASE_METRICS``: not scored on it); cohorts smaller than ``min_cohort_size`` are not
+    scored.
     """
     rules = knowledge.load("sweep_rules")["outliers"]
     sized = cohorts.dropna(subset=["cohort_id"])
     sized = sized[sized["cohort_size"] >= int(rules["min_cohort_size"])]
     wide = metrics.pivot_table(index="slug", columns="metric", values="value", aggfunc="sum")
-    wide = wide.reindex(sized["slug"]).fillna(0.0)
+    wide = wide.reindex(sized["slug"])
+    timed = [metric for metric in wide.columns if metric not in PHASE_METRICS]
+    wide[timed] = wide[timed].fillna(0.0)
     if wide.empty:
         return pd.DataFrame(columns=["slug", "cohort_id", "metric", "value", "median", "spread", "z", "delta"])
-    long = wide.stack().rename("value").reset_index()
+    long = wide.stack().dropna().rename("value").reset_index()
     long = long.merge(sized[["slug", "cohort_id"]], on="slug")
     grouped = long.groupby(["cohort_id", "metric"])["value"]
     long["median"] = grouped.transform("median")
@@ -226,7 +243,8 @@ def explain_moves(found: pd.DataFrame, deltas: dict[str, pd.DataFrame]) -> pd.Da
         moved = np.where(hit, top * sign, moved)
     unexplained = pd.isna(level)
     step = unexplained & (metric == "step wall").to_numpy()
-    level = np.where(step, "step", np.where(unexplained, "time split", level))
+    phase = unexplained & metric.isin(list(PHASE_METRICS)).to_numpy()
+    level = np.where(step, "step", np.where(phase, "forwards", np.where(unexplained, "time split", level)))
     name = np.where(unexplained, metric.to_numpy(dtype=object), name)
     return pd.DataFrame({"level": level, "name": name, "moved": moved}, index=found.index)
 
@@ -248,7 +266,8 @@ def outlier_digest(outliers: pd.DataFrame) -> pd.DataFrame:
     others = outliers.groupby("slug")["metric"].apply(lambda m: ", ".join(m.iloc[1:]))
     first["also_off"] = first["slug"].map(others)
     level = first["what_moved_level"]
-    named = (level + " " + first["what_moved"]).where(level != "time split", first["what_moved"] + " itself")
+    itself = level.isin(["time split", "forwards"])  # the metric is its own answer
+    named = (level + " " + first["what_moved"]).where(~itself, first["what_moved"] + " itself")
     first["what_moved"] = named.where(level != "step", "the whole step (no narrower part moved enough)")
     median = first["cohort_median_ms"].where(first["cohort_median_ms"].abs() > 0)
     percent = (100 * first["delta_ms"] / median).map(

@@ -16,6 +16,7 @@ import pandas as pd
 from npuprof.pipeline import csv_formulas, io, schema
 from npuprof.pipeline.errors import no_space
 from npuprof.pipeline.stages.report.headline import headline_costs, top_cost
+from npuprof.pipeline.sweep.cohorts import SERVING_PHASES
 from npuprof.pipeline.sweep.intelligence import COHORT_COLUMNS, analyze_sweep, sweep_tables, write_sweep_findings
 from npuprof.pipeline.sweep.merge_state import forget_state, layout_key, previous_merge, write_state
 from npuprof.pipeline.sweep.root_tables import TABLE_COLUMNS, root_tables
@@ -29,6 +30,15 @@ PARALLEL_SIZES = {
     "ep_size": "expert_model_parallel_size",
     "cp_size": "context_parallel_size",
 }
+# a serving root's forwards per phase (segment's serving view): how many, their device wall p50, the
+# device's idle before them p50 and the device µs per token; a phase the root did not run stays empty
+SERVING_FIGURES = {
+    "forwards": "forwards",
+    "wall_p50_ms": "wall_p50_ms",
+    "gap_p50_ms": "gap_before_p50_ms",
+    "us_per_token": "device_us_per_token",
+}
+SERVING_COLUMNS = [f"{phase}_{column}" for phase in SERVING_PHASES for column in SERVING_FIGURES]
 ROLLUP_COLUMNS = [
     "root",
     "slug",
@@ -72,6 +82,8 @@ ROLLUP_COLUMNS = [
     "top_noncompute_cost_ms_per_step",
     "top_noncompute_cost_share",
     "top_noncompute_cost_ranks",
+    "workload",  # training | inference | serving (forwards labelled by phase: the columns below)
+    *SERVING_COLUMNS,
     *PARALLEL_SIZES,
     "cann_version",
     "torch_npu_version",
@@ -102,6 +114,7 @@ INTEGER_COLUMNS = (
     "layers_per_pass",
     "step_class_count",
     "top_step_class_members",
+    *(f"{phase}_forwards" for phase in SERVING_PHASES),
     *PARALLEL_SIZES,
     "hidden_size",
     "num_hidden_layers",
@@ -213,6 +226,22 @@ def _model(out_dir: Path) -> dict:
     }
 
 
+def _workload(segment: dict) -> dict:
+    """What the root ran — training, inference, or serving (forwards labelled by phase) — and a serving
+    root's figures per phase (segment's serving view)."""
+    if not segment:
+        return {}
+    phases = (segment.get("serving") or {}).get("phases")
+    if not phases:
+        training = any(rank.get("training") for rank in segment.get("rank_summaries", []))
+        return {"workload": "training" if training else "inference"}
+    row = {"workload": "serving"}
+    for phase, figures in phases.items():
+        if phase in SERVING_PHASES:
+            row.update({f"{phase}_{column}": figures.get(key) for column, key in SERVING_FIGURES.items()})
+    return row
+
+
 def _steps(out_dir: Path) -> dict:
     path = out_dir / schema.STEP_SUMMARY.file
     if not path.exists():
@@ -314,6 +343,7 @@ def _fresh_row(root: str, slug: str, out_dir: Path, status: str) -> dict:
         if inventory:  # the most common decoder-layer count per pass over the root's ranks
             row["layers_per_pass"] = int(max(inventory.items(), key=lambda kv: (kv[1], int(kv[0])))[0])
         row["layer_validation"] = segment.get("layer_validation", {}).get("status")
+    row.update(_workload(segment))
     row.update(_steps(out_dir))
     row.update(_blocks(out_dir))
     row.update(communication_figures(out_dir))
