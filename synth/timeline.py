@@ -172,7 +172,10 @@ def _steps(scenario: Scenario, rank: int, topology: Topology) -> tuple[list[Kern
         return kernels, {name: np.tile(values, scenario.steps) for name, values in arrays.items()}, step_of
     kernels: dict[Kernel, int] = {}  # one table for every forward's kernels
     parts = []
-    for forward in scenario.forwards:
+    fell_back = fallen_back(scenario, rank)
+    for ordinal, forward in enumerate(scenario.forwards):
+        if ordinal in fell_back:  # it runs eager on its own batch: no graph, no padding
+            forward = replace(forward, graph="eager", graph_tokens=0)
         dummy = rank in forward.dummy_ranks
         # a full graph runs its layers on the captured batch size, one padding request per padding token
         tokens = forward.graph_tokens or forward.tokens
@@ -185,6 +188,18 @@ def _steps(scenario: Scenario, rank: int, topology: Topology) -> tuple[list[Kern
         parts.append({**arrays, "kernel_id": np.array([kernels.setdefault(k, len(kernels)) for k in ran], np.int32)})
     step_of = np.repeat(np.arange(len(parts), dtype=np.int32), [len(part["kernel_id"]) for part in parts])
     return list(kernels), {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}, step_of
+
+
+def _fallback_forwards(scenario: Scenario, fault: Fault) -> set[int]:
+    """The forwards an eager_fallback ``fault`` runs eager: its ``steps``, else every full-graph decode."""
+    return set(fault.steps) or {i for i, forward in enumerate(scenario.forwards) if forward.graph == "full"}
+
+
+def fallen_back(scenario: Scenario, rank: int) -> set[int]:
+    """The forwards of ``rank`` the eager_fallback faults run eager though their graph was captured and
+    other forwards replay it."""
+    faults = [f for f in _faults(scenario, "eager_fallback") if rank in f.ranks or not f.ranks]
+    return set().union(*(_fallback_forwards(scenario, fault) for fault in faults))
 
 
 def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
@@ -225,6 +240,11 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
         if rank in fault.ranks or not fault.ranks:  # every compute kernel waits for its launch
             starved |= ~is_comm
             gap += np.where(is_comm, 0.0, fault.gap_us)
+    for fault in _faults(scenario, "eager_fallback"):  # ... in the forwards that run eager, kernel by kernel
+        if rank in fault.ranks or not fault.ranks:
+            eager = np.isin(step_of, list(_fallback_forwards(scenario, fault))) & ~is_comm
+            starved |= eager
+            gap += np.where(eager, fault.gap_us, 0.0)
     dur[dropped], gap[np.flatnonzero(dropped) + 1] = 0.0, 0.0  # the step's first kernel starts in its place
     comm_pos = np.flatnonzero(is_comm)
     groups = [topology.instance(kernels[k].hccl_group, rank) for k in kid[comm_pos]]

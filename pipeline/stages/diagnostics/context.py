@@ -163,7 +163,9 @@ class DiagnosisContext:
     data_moves: pd.DataFrame
     expert_calls: pd.DataFrame
     framework_launches: pd.DataFrame | None
+    forward_gaps: pd.DataFrame
     forward_host_gaps: pd.DataFrame
+    forwards: pd.DataFrame
     host_gaps: pd.DataFrame
     idle_by_cause: pd.DataFrame
     kernel_calls: pd.DataFrame

@@ -1,8 +1,11 @@
-"""The host's turn between a serving capture's forwards (issue 69): each forward of a capture without step
-marks starts where the rank's previous one ended, its head is the device's idle between them (the
-ledger's `idle between forwards`), and serving_host_gap names a host that readies each forward only after
-the last one ended — planted in synth as `serving_host_gap`, priced against its twin, silent on the clean
-`serving` capture whose host is ahead."""
+"""A serving capture's findings (issue 69), each planted in synth and silent on the clean `serving` capture.
+
+The host's turn between forwards: each forward of a capture without step marks starts where the rank's
+previous one ended, its head is the device's idle between them (the ledger's `idle between forwards`), and
+serving_host_gap names a host that readies each forward only after the last one ended.
+
+Forwards run eager though their graph was captured (eager_fallback): the planted fallbacks are the
+forwards found, priced from the gaps between their kernels beyond the replays' own."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.rediagnose import rediagnose
 from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.stages.diagnostics.detectors.serving import fallbacks
+from npuprof.pipeline.stages.diagnostics.findings import evidence_cap
 from npuprof.synth import SCENARIOS, generate
 
 PLANTED = SCENARIOS["serving_host_gap"]
@@ -38,6 +43,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
         "late": _run(base, "late", "serving_host_gap"),
         "late_untraced": _run(base, "late_untraced", "serving_host_gap", trace=False),
         "clean": _run(base, "clean", "serving"),
+        "eager": _run(base, "eager", "eager_fallback"),
     }
 
 
@@ -130,3 +136,54 @@ def test_a_host_ahead_of_the_device_leaves_only_the_launch_between_forwards(runs
     assert len(between) and between["explained_by"].str.startswith("expected:").all()
     # capture health measures a forward without the host's turn before it
     assert not json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text()).get("capture_health")
+
+
+# --- eager_fallback ------------------------------------------------------------------------------------
+
+FALLBACK = SCENARIOS["eager_fallback"].faults[0]
+
+
+def test_the_forwards_that_ran_eager_with_a_graph_are_the_planted_ones(runs):
+    _, out, _ = runs["eager"]
+    forwards = pd.read_parquet(out / schema.FORWARD_SUMMARY.path)
+    forwards["rank_id"] = forwards["rank_id"].astype(int)
+    fell = forwards[fallbacks(forwards)]
+    for rank in (0, 1):
+        assert sorted(fell.loc[fell["rank_id"] == rank, "step_ordinal"]) == list(FALLBACK.steps)
+    (finding,) = _findings(out, "eager_fallback")
+    assert finding["rank_ids"] == [0, 1] and finding["confidence"] == "medium"
+    planted = {f"r{rank}.step#{step}" for rank in (0, 1) for step in FALLBACK.steps}
+    cited = set(finding["evidence_ids"])  # the costliest first, as many as a finding cites
+    assert cited <= planted and len(cited) == min(len(planted), evidence_cap())
+    # forwards of 3, 4 or 5 requests, replayed elsewhere as the graphs of 4 and 8
+    assert finding["metrics"]["tokens"] == "3, 4, 5" and finding["metrics"]["count"] == 2 * len(FALLBACK.steps)
+
+
+def test_each_fallback_is_priced_at_the_launch_wait_planted_in_it(runs):
+    root, out, _ = runs["eager"]
+    (finding,) = _findings(out, "eager_fallback")
+    # the planted wait: gap_us before each compute kernel of the forwards that fell back
+    details = pd.read_csv(next(root.glob("*_ascend_pt")) / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    compute_per_forward = (~details["Type"].astype(str).str.startswith("hcom")).sum() / len(PLANTED.forwards)
+    planted_ms = FALLBACK.gap_us * compute_per_forward / 1000.0
+    assert finding["metrics"]["ms_per_forward"] == pytest.approx(planted_ms, rel=0.1)
+    per_step = planted_ms * len(FALLBACK.steps) / len(PLANTED.forwards)
+    assert finding["recoverable_ms_per_step"] == pytest.approx(per_step, rel=0.15)
+    ledger = pd.read_csv(out / schema.STEP_LEDGER_CSV.file)
+    credited = ledger[ledger["explained_by"] == finding["claim_id"]].groupby("line")["ms"].sum()
+    assert credited.get("idle launch", 0.0) >= 0.9 * credited.sum()  # the host launched each kernel late
+    # the host trace shows those forwards launch-bound: a symptom naming the fallback as its likely cause,
+    # which the ledger does not credit (the cause holds its ms)
+    (symptom,) = _findings(out, "host_launch_bound")
+    assert [c["finding_type"] for c in symptom["likely_causes"]] == ["eager_fallback"]
+    assert not (ledger["explained_by"] == symptom["claim_id"]).any()
+
+
+def test_eager_forwards_without_a_graph_of_their_size_are_no_fallback(runs):
+    _, out, _ = runs["clean"]
+    forwards = pd.read_parquet(out / schema.FORWARD_SUMMARY.path)
+    forwards["rank_id"] = forwards["rank_id"].astype(int)
+    eager = forwards[forwards["graph_mode"] == "eager"]
+    # the prefill and the mixed batches over the largest piecewise graph run eager by design
+    assert set(eager["phase"]) == {"prefill", "mixed"} and not fallbacks(forwards).any()
+    assert not _findings(out, "eager_fallback")
