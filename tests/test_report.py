@@ -491,6 +491,21 @@ def test_a_time_in_the_report_is_never_an_exponent(value, shown):
     )
 
 
+def test_a_finding_whose_replay_saves_nothing_says_so_not_zero_ms(sample_outputs):
+    """The CNN capture holds 2 of its all-reduce group's 8 members: fixing its blocking sync or its launch
+    gaps alone saves nothing the capture can show (its ranks would wait longer for the missing members).
+    The report said "recovers 0.00 ms/step"; it says it recovers nothing this capture can show, and why."""
+    out, _ = sample_outputs["text_level2"]
+    findings = json.loads((out / schema.DIAGNOSIS_FINDINGS).read_text())["diagnosis_findings"]
+    nothing = [
+        f for f in findings if f.get("recoverable_ms_per_step") is not None and f["recoverable_ms_per_step"] < 0.01
+    ]
+    assert {f["finding_type"] for f in nothing} >= {"blocking_sync_in_step"}
+    assert all("wait longer for the group members" in " ".join(f["limitations"]) for f in nothing)
+    report = (out / "report" / "report.md").read_text()
+    assert "recovers 0 ms/step" not in report and "recovers nothing this capture can show" in report
+
+
 def test_the_report_says_what_its_ledger_tables_leave_out_and_how_many_layers_a_rank_holds(sample_outputs):
     """report.md on Qwen3: each rank's costliest ledger lines end with how many more lines and ms the rest
     hold (read back from step_ledger.csv), the ranks in rank order; the capture table gives each stage's

@@ -15,6 +15,16 @@ from npuprof.pipeline.stages.diagnostics.ledger_credit import analytic_demand, l
 from npuprof.pipeline.stages.diagnostics.retiming import StepModel, WhatIf, recoverable_ms, summed
 from npuprof.pipeline.stages.diagnostics.savings import replay_savings
 
+# a replayed saving below this is none: the step is held by something the fix does not touch (a wait for
+# group members the capture lacks, a stream that ends the step later anyway)
+NOTHING_SAVED_MS = 0.01
+
+
+def saves_nothing(finding: dict) -> bool:
+    """Does a finding's replay save nothing this capture can show (its limitations say why)?"""
+    saved = finding.get("recoverable_ms_per_step")
+    return saved is not None and saved < NOTHING_SAVED_MS
+
 
 def rule(finding_type: str) -> dict:
     """The thresholds, severity, confidence and wording of one finding (or annotation) type

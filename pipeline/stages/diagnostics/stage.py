@@ -28,6 +28,7 @@ from npuprof.pipeline.stages.diagnostics.findings import (
     rank_by_cost,
     recoverable_by_rank,
     recoverable_together,
+    saves_nothing,
 )
 from npuprof.pipeline.stages.diagnostics.ledger import ledger_lines, step_ledger, unexplained_share
 from npuprof.pipeline.stages.diagnostics.ledger_credit import window_lines
@@ -130,9 +131,6 @@ def _findings_document(findings: list, together: dict, annotations: list, counts
     return document
 
 
-NOTHING_SAVED_MS = 0.01
-
-
 def _say_what_the_missing_members_absorb(model, findings: list[dict], changes: dict) -> None:
     """A replayed finding that saves nothing where the capture lacks members of its collectives' groups
     says why: its ranks would arrive sooner and wait longer for the members it does not hold."""
@@ -140,8 +138,7 @@ def _say_what_the_missing_members_absorb(model, findings: list[dict], changes: d
     if pinned is None or not (pinned == pinned).any():  # NaN != NaN: no instance is pinned
         return
     for finding in findings:
-        saved = finding.get("recoverable_ms_per_step")
-        if finding["claim_id"] in changes and saved is not None and saved < NOTHING_SAVED_MS:
+        if finding["claim_id"] in changes and saves_nothing(finding):
             finding["limitations"].append(
                 "fixing it alone saves nothing this capture can show: its ranks would reach their collectives "
                 "sooner and wait longer for the group members the capture does not hold"

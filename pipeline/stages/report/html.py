@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from npuprof.pipeline import schema
 from npuprof.pipeline.io import json_text
+from npuprof.pipeline.stages.diagnostics.findings import saves_nothing
 from npuprof.pipeline.stages.report.glossary import GLOSSARY
 from npuprof.pipeline.stages.report.ledger_view import ledger_bars
 from npuprof.pipeline.stages.report.notes import remedy
@@ -263,6 +264,7 @@ def _findings(findings: list[dict], evidence: pd.DataFrame, offsets, base_ns: in
                 "severity": finding["severity"],
                 "summary": finding["summary"],
                 "recoverable_ms": finding.get("recoverable_ms_per_step"),
+                "saves_nothing": saves_nothing(finding),  # the step is held by what the fix does not touch
                 "caused_ms": finding.get("caused_ms_per_step"),  # a cause the capture cannot recover
                 "ranks": finding["rank_ids"],
                 "window": window,

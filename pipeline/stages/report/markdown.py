@@ -10,6 +10,7 @@ import pandas as pd
 
 from npuprof.pipeline.idle_cause_names import cause_names
 from npuprof.pipeline.mdtext import cell, code, ms_text, share_text, table
+from npuprof.pipeline.stages.diagnostics.findings import saves_nothing
 from npuprof.pipeline.stages.report.advice import all_findings_together, fingerprint_hint
 from npuprof.pipeline.stages.report.glossary import glossary_markdown
 from npuprof.pipeline.stages.report.inputs import ReportInputs
@@ -142,6 +143,8 @@ def _saving(group: dict) -> str:
         return f"causes {ms_text(group['caused_ms_per_step'])} ms/step, not recoverable from this capture"
     if saved is None:
         return "recoverable time not estimated"
+    if saves_nothing(group):  # the step is held by something the fix does not touch: its limitations say what
+        return "recovers nothing this capture can show (its limitations say why)"
     return f"recovers {ms_text(saved)} ms/step" + (f" ({share:.0%})" if share is not None else "")
 
 
