@@ -123,6 +123,22 @@ def test_gaps_longer_than_the_server_waits_for_requests_are_not_the_hosts(runs):
         if f["finding_type"] == "serving_host_gap"
     ]
     assert kept["recoverable_ms_per_step"] == pytest.approx(_findings(out)[0]["recoverable_ms_per_step"])
+    # a bound at the median gap: the longer half is the server waiting, neither priced nor cited
+    steps = pd.read_parquet(out / schema.STEP_SEGMENTS.path)
+    heads_ms = steps.loc[steps["start_source"] == schema.AFTER_PREVIOUS_FORWARD, "head_ms"]
+    bound_ms = float(heads_ms.median())
+    (half,) = [
+        f
+        for f in rediagnose(out, {"findings.serving_host_gap.waiting_gap_ms": bound_ms}, write=False)[
+            "diagnosis_findings"
+        ]
+        if f["finding_type"] == "serving_host_gap"
+    ]
+    assert half["limitations"] and "left out" in half["limitations"][-1]
+    assert half["recoverable_ms_per_step"] < 0.6 * kept["recoverable_ms_per_step"]
+    bubbles = pd.read_parquet(out / schema.BUBBLE_WINDOWS.path).set_index("evidence_id")
+    cited = [e for e in half["evidence_ids"] if e in bubbles.index]
+    assert cited and (bubbles.loc[cited, "duration_us"] <= bound_ms * 1000.0).all()
 
 
 def test_a_host_ahead_of_the_device_leaves_only_the_launch_between_forwards(runs):

@@ -98,12 +98,15 @@ def _host_doing(gaps: pd.DataFrame, spec: dict) -> tuple[str, str | None]:
     return f"{words} ({share:.0%} of the gaps' time, host trace)", cause
 
 
-def _evidence(inputs: DiagnosisContext, forwards: pd.DataFrame, ranks: list[int]) -> list[str]:
-    """The longest gaps before forwards as idle windows, then the steps (forwards) they open."""
-    bubbles = inputs.bubbles
+def _evidence(inputs: DiagnosisContext, forwards: pd.DataFrame, ranks: list[int], spec: dict) -> list[str]:
+    """The longest gaps before forwards as idle windows, then the steps (forwards) they open; none the server
+    spent waiting for requests (``waiting_gap_ms``), which the finding does not claim."""
+    bubbles, most_us = inputs.bubbles, float(spec["waiting_gap_ms"]) * 1000.0
     heads = bubbles[bubbles["rank_id"].isin(ranks) & (bubbles["kind"] == head_idle_name())]
+    heads = heads[heads["duration_us"] <= most_us]
     windows = heads.sort_values("duration_us", ascending=False)["evidence_id"].tolist()
-    mine = forwards[forwards["rank_id"].isin(ranks)].sort_values("head_ms", ascending=False)
+    mine = forwards[forwards["rank_id"].isin(ranks) & (forwards["head_ms"] * 1000.0 <= most_us)]
+    mine = mine.sort_values("head_ms", ascending=False)
     return windows + [step_evidence_id(r, o) for r, o in zip(mine["rank_id"], mine["step_ordinal"])]
 
 
@@ -146,7 +149,7 @@ def serving_host_gap(inputs: DiagnosisContext) -> list[Finding]:
             finding_type="serving_host_gap",
             scope="rank",
             rank_ids=ranks,
-            evidence_ids=_evidence(inputs, forwards, ranks),
+            evidence_ids=_evidence(inputs, forwards, ranks, spec),
             statistic={
                 "name": "idle_between_forwards_share",
                 "value": float(chosen["share"].min()),
