@@ -30,6 +30,7 @@ from npuprof.synth.layers import UNALIGNED_BY
 from npuprof.synth.program import DENSE, LAYER, MOE
 from npuprof.synth.scenarios import Scenario
 from npuprof.synth.scenarios import scenario as named_scenario
+from npuprof.synth.step_walls import device_spans_us, step_walls_us
 from npuprof.synth.text_export import (
     communication_records,
     step_trace_rows,
@@ -195,40 +196,6 @@ def _attention_of(sc: Scenario) -> str:
     return "gqa" if spec.kv_heads < spec.heads else "mha"
 
 
-def _spans_us(t: RankTimeline, starts: np.ndarray) -> list[float]:
-    """Each step's µs on this rank from ``starts`` (one per step) to its last event's end."""
-    ends = np.full(len(t.step_start_ns), np.iinfo(np.int64).min)
-    np.maximum.at(ends, t.step, t.start_ns + t.duration_ns)
-    return [round(float(e - s) / 1000, 3) for s, e in zip(starts, ends) if e > s]
-
-
-def _step_walls_us(t: RankTimeline) -> list[float]:
-    """Each step's wall on this rank, as step_trace_time.csv has it: the step's start to its last end."""
-    return _spans_us(t, t.step_start_ns)
-
-
-def _first_starts_ns(t: RankTimeline) -> np.ndarray:
-    starts = np.full(len(t.step_start_ns), np.iinfo(np.int64).max)
-    np.minimum.at(starts, t.step, t.start_ns)
-    return starts
-
-
-def _step_spans_us(t: RankTimeline) -> list[float]:
-    """Each step's device span on this rank: its first kernel's start to its last one's end."""
-    return _spans_us(t, _first_starts_ns(t))
-
-
-def _forward_walls_us(t: RankTimeline) -> list[float]:
-    """Each forward's wall in a capture without profiler steps: from the previous forward's end (the
-    device's idle between them is the host readying this one) to its last event's end; the first from
-    its first kernel."""
-    starts = _first_starts_ns(t)
-    ends = np.full(len(starts), np.iinfo(np.int64).min)
-    np.maximum.at(ends, t.step, t.start_ns + t.duration_ns)
-    starts[1:] = np.minimum(starts[1:], ends[:-1])
-    return _spans_us(t, starts)
-
-
 def _ground_truth(
     sc: Scenario, seed: int, timelines: list[RankTimeline], step_ids: list[int], serving: bool = False
 ) -> dict:
@@ -252,10 +219,9 @@ def _ground_truth(
             "event_count": int(len(t.start_ns)),
             "layer_event_count": int(layer_rows.sum()),
             "clock_offset_us": t.clock_offset_ns / 1000,
-            # without profiler steps a forward starts where the one before ended
-            "step_wall_us": _forward_walls_us(t) if serving else _step_walls_us(t),
+            "step_wall_us": step_walls_us(t, serving),
             # a serving capture's forwards: the device's span of each (no profiler step starts them)
-            **({"forward_span_us": _step_spans_us(t)} if sc.forwards else {}),
+            **({"forward_span_us": device_spans_us(t)} if sc.forwards else {}),
         }
     faults = []
     for fault in sc.faults:

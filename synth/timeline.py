@@ -24,6 +24,7 @@ from npuprof.synth.faults import STEP_TOP, Fault
 from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.host_side import PLANTED_GAPS
 from npuprof.synth.kernels import Kernel
+from npuprof.synth.launch_waits import fallen_back, forward_waits, launch_waits
 from npuprof.synth.models import build_step
 from npuprof.synth.program import DENSE, LAYER, MOE, Workload
 from npuprof.synth.program_edits import warm_up_placeholders, with_exposed_aicpu, with_warmup_broadcast
@@ -31,9 +32,6 @@ from npuprof.synth.scenarios import Scenario
 from npuprof.synth.serving_kernels import as_run
 
 STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
-# ... between a serving capture's forwards: a host that schedules and prepares forward N+1 while the device
-# runs forward N (vLLM's async scheduling) leaves the device only the next launch's latency
-SERVING_PREP_US = 20.0
 # ... of which this much falls inside the next step: the host enters ProfilerStep#N and launches its
 # first kernel at once, which starts a launch lead later (the rest ends the previous iteration)
 STEP_HEAD_US = 40.0
@@ -190,18 +188,6 @@ def _steps(scenario: Scenario, rank: int, topology: Topology) -> tuple[list[Kern
     return list(kernels), {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}, step_of
 
 
-def _fallback_forwards(scenario: Scenario, fault: Fault) -> set[int]:
-    """The forwards an eager_fallback ``fault`` runs eager: its ``steps``, else every full-graph decode."""
-    return set(fault.steps) or {i for i, forward in enumerate(scenario.forwards) if forward.graph == "full"}
-
-
-def fallen_back(scenario: Scenario, rank: int) -> set[int]:
-    """The forwards of ``rank`` the eager_fallback faults run eager though their graph was captured and
-    other forwards replay it."""
-    faults = [f for f in _faults(scenario, "eager_fallback") if rank in f.ranks or not f.ranks]
-    return set().union(*(_fallback_forwards(scenario, fault) for fault in faults))
-
-
 def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _RankPlan:
     S = scenario.steps
     kernels, arrays, step_of = _steps(scenario, rank, topology)
@@ -217,13 +203,9 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
     base_us = np.array([k.base_us * (1.0 if k.hccl_group else changed.get(k.type, 1.0)) for k in kernels])
     clock_factor = _clock_factor(scenario, rank, step_of, is_comm)
     dur = base_us[kid] * rng.lognormal(0.0, 0.03, n) * np.where(is_comm, 1.0, slow) * clock_factor
-    first_of_step = np.zeros(n, dtype=bool)
-    first_of_step[firsts] = True
-    prep_us = SERVING_PREP_US if scenario.forwards else STEP_PREP_US
-    gap = rng.uniform(*DEVICE_GAP_US, n) + arrays["gap_before_us"] + first_of_step * prep_us
-    for fault in _faults(scenario, "serving_host_gap"):  # the host readies each forward only after the last
-        if rank in fault.ranks or not fault.ranks:
-            gap[firsts] += fault.gap_us
+    gap = rng.uniform(*DEVICE_GAP_US, n) + arrays["gap_before_us"]
+    gap[firsts] += 0.0 if scenario.forwards else STEP_PREP_US  # a serving capture's forwards: forward_waits
+    forward_waits(scenario, rank, firsts, gap)
     head_us = np.zeros(S)  # per step: the host stall at its top, before its first kernel
     for fault in [f for f in scenario.faults if f.kind in PLANTED_GAPS]:
         in_layer = (arrays["region"] == LAYER) & (arrays["layer_index"] == fault.layer)
@@ -234,17 +216,7 @@ def _plan(scenario: Scenario, rank: int, topology: Topology, seed: int) -> _Rank
             if rows.size:
                 gap[rows[0]] += fault.gap_us
                 head_us[s] += fault.gap_us if fault.layer == STEP_TOP else 0.0
-    starved = np.zeros(n, dtype=bool)
-    # a launch-bound host, or launches made blocking (ASCEND_LAUNCH_BLOCKING=1, an env_setting fault)
-    for fault in [*_faults(scenario, "host_launch_bound"), *_faults(scenario, "env_setting")]:
-        if rank in fault.ranks or not fault.ranks:  # every compute kernel waits for its launch
-            starved |= ~is_comm
-            gap += np.where(is_comm, 0.0, fault.gap_us)
-    for fault in _faults(scenario, "eager_fallback"):  # ... in the forwards that run eager, kernel by kernel
-        if rank in fault.ranks or not fault.ranks:
-            eager = np.isin(step_of, list(_fallback_forwards(scenario, fault))) & ~is_comm
-            starved |= eager
-            gap += np.where(eager, fault.gap_us, 0.0)
+    starved = launch_waits(scenario, rank, step_of, is_comm, gap)
     dur[dropped], gap[np.flatnonzero(dropped) + 1] = 0.0, 0.0  # the step's first kernel starts in its place
     comm_pos = np.flatnonzero(is_comm)
     groups = [topology.instance(kernels[k].hccl_group, rank) for k in kid[comm_pos]]
