@@ -16,7 +16,9 @@ from dataclasses import dataclass, replace
 from npuprof.synth.planting import Fault, Forward, Scenario
 
 MAX_CAPTURE_TOKENS = 1024  # the largest batch a piecewise graph was captured for: bigger ones run eager
-FULL_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the decode batches full graphs were captured for
+# the decode batches full graphs were captured for: vLLM's default capture list up to 256 (1, 2, 4, then
+# every 8)
+FULL_GRAPH_SIZES = (1, 2, 4, *range(8, 257, 8))
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,13 @@ REQUESTS = (
     Request(27, 256, 9),
 )
 TOKEN_BUDGET = 2048  # max_num_batched_tokens
+# a busier stretch: a dozen requests, then 30 and 50 more arrive at once, so the decode batch grows to 92
+# and shrinks back as they finish
+BURST_REQUESTS = (
+    *[Request(0, 48, 45)] * 12,
+    *[Request(8, 40, 25)] * 30,
+    *[Request(16, 32, 20)] * 50,
+)
 
 
 def _graph(phase: str, tokens: int) -> str:
@@ -84,6 +93,25 @@ def vllm_schedule(
     return tuple(schedule)
 
 
+def captured_size(tokens: int, factor: float) -> int:
+    """The batch size a full graph replays ``tokens`` at when graphs were captured only for the powers of
+    ``factor`` (1, factor, factor², …): the smallest at or above ``tokens``; ``tokens`` itself for a factor
+    of 1 (a graph for every batch size)."""
+    size = 1
+    while factor > 1.0 and size < tokens:
+        size = max(round(size * factor), size + 1)
+    return max(size, tokens)
+
+
+def padded_as_captured(scenario: Scenario, rank: int, forward: Forward) -> Forward:
+    """``forward`` as ``rank`` replays it: a full graph at the captured size its graph_padding_waste fault
+    allows (graphs captured only for the powers of its ``factor``), else at the schedule's own."""
+    for fault in scenario.faults:
+        if fault.kind == "graph_padding_waste" and forward.graph == "full" and (not fault.ranks or rank in fault.ranks):
+            return replace(forward, graph_tokens=captured_size(forward.tokens, fault.factor))
+    return forward
+
+
 def dp_schedule(forwards: int = 24, idle_until: int = 10) -> tuple[Forward, ...]:
     """Two data-parallel ranks of a MoE model: rank 0 serves ``vllm_schedule``'s forwards; rank 1 has no
     request for the first ``idle_until`` of them and runs a dummy forward of as many tokens in each (its
@@ -94,16 +122,24 @@ def dp_schedule(forwards: int = 24, idle_until: int = 10) -> tuple[Forward, ...]
     )
 
 
-def tp_serving(name: str, description: str, faults: tuple[Fault, ...] = ()) -> Scenario:
-    """A serving capture of the dense model on 2 tensor-parallel ranks: ``vllm_schedule``'s forwards,
-    written without profiler steps as vLLM-Ascend's /start_profile leaves it; ``faults`` planted."""
-    forwards = vllm_schedule()
+def tp_serving(
+    name: str,
+    description: str,
+    faults: tuple[Fault, ...] = (),
+    requests: tuple[Request, ...] = REQUESTS,
+    layers: int = 4,
+) -> Scenario:
+    """A serving capture of the dense model of ``layers`` decoder layers on 2 tensor-parallel ranks:
+    ``vllm_schedule``'s forwards of ``requests``, written without profiler steps as vLLM-Ascend's
+    /start_profile leaves it; ``faults`` planted."""
+    forwards = vllm_schedule(60, requests)
     return Scenario(
         name,
         description,
         training=False,
         phase="decode",
         ranks=2,
+        layers=layers,
         micro_batches=1,
         forwards=forwards,
         steps=len(forwards),

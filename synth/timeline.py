@@ -29,6 +29,7 @@ from npuprof.synth.models import build_step
 from npuprof.synth.program import DENSE, LAYER, MOE, Workload
 from npuprof.synth.program_edits import warm_up_placeholders, with_exposed_aicpu, with_warmup_broadcast
 from npuprof.synth.scenarios import Scenario
+from npuprof.synth.serving import padded_as_captured
 from npuprof.synth.serving_kernels import as_run
 
 STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
@@ -174,6 +175,7 @@ def _steps(scenario: Scenario, rank: int, topology: Topology) -> tuple[list[Kern
     for ordinal, forward in enumerate(scenario.forwards):
         if ordinal in fell_back:  # it runs eager on its own batch: no graph, no padding
             forward = replace(forward, graph="eager", graph_tokens=0)
+        forward = padded_as_captured(scenario, rank, forward)
         dummy = rank in forward.dummy_ranks
         # a full graph runs its layers on the captured batch size, one padding request per padding token
         tokens = forward.graph_tokens or forward.tokens

@@ -476,6 +476,28 @@ def test_each_finding_says_what_to_try_where_a_person_reads_it(sample_outputs):
     assert remedy("no_such_finding") is None
 
 
+def test_a_note_of_several_sections_gives_each_finding_its_own_remedy():
+    """A note written for several finding types, one section each (serving.md), gives each type the bullet
+    its ``remedy_bullets`` names, in whichever section's "What to try" it stands: the eager fallback is
+    told to find why the runner skipped its graph, not the host gap's async scheduling (the first
+    section's, which every type of the note got before). Every label of every note names a bullet."""
+    from npuprof.pipeline.stages.report.notes import remedy
+
+    assert remedy("serving_host_gap")["text"].startswith("Let the host ready the next forward")
+    assert remedy("eager_fallback")["text"].startswith("Find why the runner skipped the graph")
+    assert remedy("graph_padding_waste")["text"].startswith("Capture graphs at the batch sizes the server runs")
+    for note in knowledge.notes():
+        bullets = [
+            line.removeprefix("- ")
+            for section in note["body"].split("\n\n")
+            if section.startswith("**What to try.**")
+            for line in section.splitlines()
+            if line.startswith("- ")
+        ]
+        for finding_type, label in note["remedy_bullets"].items():
+            assert any(b.startswith((f"*{label}:*", label)) for b in bullets), (note["ref"], finding_type)
+
+
 @pytest.mark.parametrize(
     "value, shown",
     [(2846.3, "2,846"), (28.46, "28.5"), (2.846, "2.85"), (0.2846, "0.285"), (0.0, "0"), (0.0004, "<0.001")],

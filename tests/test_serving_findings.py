@@ -5,7 +5,11 @@ previous one ended, its head is the device's idle between them (the ledger's `id
 serving_host_gap names a host that readies each forward only after the last one ended.
 
 Forwards run eager though their graph was captured (eager_fallback): the planted fallbacks are the
-forwards found, priced from the gaps between their kernels beyond the replays' own."""
+forwards found, priced from the gaps between their kernels beyond the replays' own.
+
+Decodes replayed from graphs captured for bigger batches (graph_padding_waste): the padding found is the
+planted one, priced from the capture's own replays of each size against what the twin without padding
+measures forward by forward."""
 
 from __future__ import annotations
 
@@ -20,17 +24,21 @@ from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.rediagnose import rediagnose
 from npuprof.pipeline.runner import analyze
+from npuprof.pipeline.stages.diagnostics.detectors.graph_padding import padding_cost
 from npuprof.pipeline.stages.diagnostics.detectors.serving import fallbacks
 from npuprof.pipeline.stages.diagnostics.findings import evidence_cap
 from npuprof.synth import SCENARIOS, generate
+from npuprof.synth.serving import captured_size
+from npuprof.synth.twins import twin_of
 
 PLANTED = SCENARIOS["serving_host_gap"]
 LATE_US = PLANTED.faults[0].gap_us
 
 
-def _run(base: Path, label: str, name: str, trace: bool = True) -> tuple[Path, Path, dict]:
+def _run(base: Path, label: str, name: str, trace: bool = True, twin: str = "") -> tuple[Path, Path, dict]:
+    """Scenario ``name`` (without the fault planting ``twin``, where given) generated and analyzed."""
     root, out = base / f"{label}_root", base / f"{label}_out"
-    generate(root, SCENARIOS[name], seed=5, trace=trace)
+    generate(root, twin_of(name, twin) if twin else SCENARIOS[name], seed=5, trace=trace)
     analyze(root, out, jobs=1)
     return root, out, json.loads((root / "ground_truth.json").read_text())
 
@@ -44,6 +52,8 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
         "late_untraced": _run(base, "late_untraced", "serving_host_gap", trace=False),
         "clean": _run(base, "clean", "serving"),
         "eager": _run(base, "eager", "eager_fallback"),
+        "padded": _run(base, "padded", "graph_padding_waste"),
+        "unpadded": _run(base, "unpadded", "graph_padding_waste", twin="graph_padding_waste"),
     }
 
 
@@ -203,3 +213,88 @@ def test_eager_forwards_without_a_graph_of_their_size_are_no_fallback(runs):
     # the prefill and the mixed batches over the largest piecewise graph run eager by design
     assert set(eager["phase"]) == {"prefill", "mixed"} and not fallbacks(forwards).any()
     assert not _findings(out, "eager_fallback")
+
+
+PADDING = SCENARIOS["graph_padding_waste"]
+
+
+def test_the_padding_found_is_the_planted_padding(runs):
+    _, out, truth = runs["padded"]
+    forwards = pd.read_parquet(out / schema.FORWARD_SUMMARY.path)
+    forwards["rank_id"] = forwards["rank_id"].astype(int)
+    factor = PADDING.faults[0].factor
+    full = [i for i, f in enumerate(PADDING.forwards) if f.graph == "full"]
+    padded = [i for i in full if captured_size(PADDING.forwards[i].tokens, factor) > PADDING.forwards[i].tokens]
+    for rank in (0, 1):
+        own = forwards[forwards["rank_id"] == rank].set_index("step_ordinal").loc[full]
+        assert own["tokens"].tolist() == [PADDING.forwards[i].tokens for i in full]
+        assert own["padded_tokens"].tolist() == [
+            captured_size(PADDING.forwards[i].tokens, factor) - PADDING.forwards[i].tokens for i in full
+        ]
+    (finding,) = _findings(out, "graph_padding_waste")
+    assert [e["type"] for e in truth["expected_findings"]] == ["graph_padding_waste"]
+    assert finding["rank_ids"] == [0, 1] and finding["metrics"]["count"] == 2 * len(padded)
+    assert set(finding["evidence_ids"]) <= {f"r{r}.step#{i}" for r in (0, 1) for i in padded}
+    assert finding["metrics"]["sizes"] == "16 (12), 64 (42, 62), 256 (92)"
+
+
+def test_each_padded_forward_is_priced_at_what_its_unpadded_twin_saves(runs):
+    """The padding's cost per forward against the twin's forwards (a graph for every batch size, no padding),
+    forward by forward from the two ground truths: within 15 % though the yardstick reads the batches below
+    the smallest size replayed (12 of the graph of 16) as free; the ledger credits what the replay removes,
+    on the compute lines of the blocks it ran in and the all-reduces' transfer."""
+    _, out, truth = runs["padded"]
+    _, _, twin = runs["unpadded"]
+    (finding,) = _findings(out, "graph_padding_waste")
+    factor = PADDING.faults[0].factor
+    padded = [
+        i for i, f in enumerate(PADDING.forwards) if f.graph == "full" and captured_size(f.tokens, factor) > f.tokens
+    ]
+    spans = [(truth["ranks"][r]["forward_span_us"], twin["ranks"][r]["forward_span_us"]) for r in ("0", "1")]
+    saved_us = [np.subtract(padded_us, unpadded_us)[padded] for padded_us, unpadded_us in spans]
+    assert finding["metrics"]["us_per_forward"] == pytest.approx(np.mean(saved_us), rel=0.15)
+    ledger = pd.read_csv(out / schema.STEP_LEDGER_CSV.file)
+    credited = ledger[ledger["explained_by"] == finding["claim_id"]]
+    by_line = credited.groupby("line")["ms"].sum()
+    own = by_line.index.str.startswith("compute ") | (by_line.index == "communication TP allreduce transfer")
+    assert by_line["communication TP allreduce transfer"] > 0.05 * by_line.sum()  # the padded rows' bytes
+    # the rest: the all-reduce waits the replay shifts between the ranks (their padding is not the same µs)
+    assert by_line[own].sum() >= 0.99 * by_line.sum()
+    assert set(by_line.index[~own]) <= {"communication TP allreduce wait", "communication TP allreduce idle"}
+    per_step = credited["ms"].sum() / ledger.groupby(["rank_id", "step_ordinal"]).ngroups
+    assert per_step == pytest.approx(finding["recoverable_ms_per_step"], abs=0.0006)  # it is rounded to the µs
+    assert "Capture graphs at the batch sizes the server runs" in (out / schema.REPORT_MD).read_text()
+
+
+def test_padding_of_small_decodes_is_nearly_free_and_not_reported(runs):
+    """The clean serving capture pads its decodes of 3 and 5 requests to the graphs of 4 and 8 (a third of
+    their tokens), but its replays show kernels that hardly grow with the batch there: nothing to report.
+    The twin without padding has none either."""
+    for label in ("clean", "unpadded"):
+        forwards = pd.read_parquet(runs[label][1] / schema.FORWARD_SUMMARY.path)
+        assert not _findings(runs[label][1], "graph_padding_waste")
+    assert (forwards["padded_tokens"].fillna(0) == 0).all()
+    clean = pd.read_parquet(runs["clean"][1] / schema.FORWARD_SUMMARY.path)
+    assert clean["padded_tokens"].sum() > 0.2 * clean.loc[clean["padded_tokens"].notna(), "tokens"].sum()
+
+
+def _replays(sizes: list[int], tokens: list[int], us: list[list[float]]) -> pd.DataFrame:
+    """One rank's replays: a forward per size (its real batch ``tokens``), each kernel position's µs."""
+    rows = [
+        {"rank_id": 0, "step_ordinal": f, "tokens": t, "size": s, "position": p, "type": "MatMulV2", "duration_us": d}
+        for f, (s, t, kernels) in enumerate(zip(sizes, tokens, us))
+        for p, d in enumerate(kernels)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_the_yardstick_reads_between_the_sizes_replayed_and_never_below_the_smallest():
+    # a kernel of 1 µs + 0.1 µs a token and one that does not grow: graphs of 16, 64 and 256
+    durations = [[2.6, 5], [7.4, 5], [26.6, 5], [7.4, 5], [2.6, 5]]
+    kernels = _replays([16, 64, 256, 64, 16], [16, 40, 256, 64, 10], durations)
+    cost = padding_cost(kernels)
+    # the batch of 40 in the graph of 64: 24 tokens at 0.1 µs; the batch of 10 reads the graph of 16's own
+    np.testing.assert_allclose(cost["waste_us"].to_numpy(), [0, 0, 2.4, 0, 0, 0, 0, 0, 0, 0], atol=1e-9)
+    np.testing.assert_allclose(cost["at_real_us"].to_numpy()[2], 5.0)
+    # one size replayed: no yardstick, nothing priced
+    assert (padding_cost(_replays([64, 64], [40, 64], [[7.4], [7.4]]))["waste_us"] == 0).all()

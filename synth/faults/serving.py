@@ -1,5 +1,5 @@
 """The faults whose findings the serving detector reports (pipeline/stages/diagnostics/detectors/serving.py):
-serving_host_gap."""
+serving_host_gap, eager_fallback."""
 
 from __future__ import annotations
 

@@ -166,6 +166,7 @@ class DiagnosisContext:
     forward_gaps: pd.DataFrame
     forward_host_gaps: pd.DataFrame
     forwards: pd.DataFrame
+    graph_replays: pd.DataFrame
     host_gaps: pd.DataFrame
     idle_by_cause: pd.DataFrame
     kernel_calls: pd.DataFrame
@@ -176,6 +177,7 @@ class DiagnosisContext:
     matmul_shapes: pd.DataFrame
     micro_batch_size: dict
     model_fields: dict[str, float]
+    padded_forwards: pd.DataFrame
     pp_schedule: pd.DataFrame
     rank_env: dict[int, dict[str, str]]
     sequence_windows: SequenceWindows

@@ -79,20 +79,22 @@ _TRY = "**What to try.**"
 
 def remedy(finding_type: str) -> dict | None:
     """What to try for a finding type, from the "What to try" paragraph of the note written for it (its
-    bullet, where the note's ``remedy_bullets`` names one): {"text", "ref"}, the text cut at a sentence
+    bullet, where the note's ``remedy_bullets`` names one, in whichever of the note's sections holds it:
+    ``*Label:*`` or a bullet opening with the label's words): {"text", "ref"}, the text cut at a sentence
     or clause end near ``REMEDY_CHARS`` with "…" where the note says more; None without such a note."""
     for note in knowledge.notes():
         if finding_type not in note["finding_types"]:
             continue
-        paragraph = next((p for p in note["body"].split("\n\n") if p.startswith(_TRY)), None)
-        if paragraph is None:
+        paragraphs = [p[len(_TRY) :] for p in note["body"].split("\n\n") if p.startswith(_TRY)]
+        if not paragraphs:
             continue
-        text = paragraph[len(_TRY) :]
+        text = paragraphs[0]
         label = note["remedy_bullets"].get(finding_type)
         if label:
-            bullets = re.split(r"\n- ", "\n" + text.strip())
-            text = next((b for b in bullets if b.startswith(f"*{label}:*")), text).removeprefix(f"*{label}:*")
-        text = " ".join(text.split())
+            bullets = [b for p in paragraphs for b in re.split(r"\n- ", "\n" + p.strip())]
+            marked = next((b.removeprefix(f"*{label}:*") for b in bullets if b.startswith(f"*{label}:*")), None)
+            text = marked or next((b for b in bullets if b.startswith(label)), text)
+        text = " ".join(text.split()).removeprefix("- ")  # a paragraph of bullets: its first opens the text
         return {"text": _cut(text[:1].upper() + text[1:]), "ref": note["ref"]}
     return None
 
