@@ -18,6 +18,10 @@ from npuprof.pipeline.runner import analyze
 from npuprof.pipeline.sweep.rollup import root_rollup
 from npuprof.synth import generate
 
+# one worker runs the module: its module fixture is built once (xdist would build it again on each
+# worker a test of it lands on, and again whenever modules interleave there)
+pytestmark = pytest.mark.xdist_group("auxiliary_inputs")
+
 
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory) -> dict[str, Path]:

@@ -26,6 +26,10 @@ from npuprof.pipeline.sources.step_trace import read_step_trace_time
 from npuprof.pipeline.stages import STAGES
 from npuprof.pipeline.stages.base import RankContext
 
+# one worker runs the module: its module fixture is built once (xdist would build it again on each
+# worker a test of it lands on, and again whenever modules interleave there)
+pytestmark = pytest.mark.xdist_group("eventless_ranks")
+
 EVENTLESS = (1, 3)
 
 

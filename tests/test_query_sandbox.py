@@ -17,6 +17,10 @@ from npuprof.pipeline.errors import UsageError
 from npuprof.pipeline.sweep.local import run_sweep
 from npuprof.synth import generate
 
+# one worker runs the module: its module fixture is built once (xdist would build it again on each
+# worker a test of it lands on, and again whenever modules interleave there)
+pytestmark = pytest.mark.xdist_group("query_sandbox")
+
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory) -> Path:

@@ -22,6 +22,10 @@ from npuprof.pipeline import schema
 from npuprof.pipeline.runner import analyze
 from npuprof.synth import generate
 
+# one worker runs the module: its module fixture is built once (xdist would build it again on each
+# worker a test of it lands on, and again whenever modules interleave there)
+pytestmark = pytest.mark.xdist_group("rediagnose")
+
 SLOW = "slow_rank_suspected"
 
 

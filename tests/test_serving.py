@@ -20,6 +20,10 @@ from npuprof.synth import SCENARIOS, generate
 from npuprof.synth.scenarios import scenario
 from npuprof.synth.serving import TOKEN_BUDGET
 
+# one worker runs the module: its module fixture is built once (xdist would build it again on each
+# worker a test of it lands on, and again whenever modules interleave there)
+pytestmark = pytest.mark.xdist_group("serving")
+
 # a clean eager decode with tensor parallel all-reduces: launch_bound without its fault
 DECODE = replace(SCENARIOS["launch_bound"], name="serving_decode", faults=())
 

@@ -31,6 +31,10 @@ from npuprof.synth import SCENARIOS, generate
 from npuprof.synth.serving import captured_size
 from npuprof.synth.twins import twin_of
 
+# one worker runs the module: its module fixture is built once (xdist would build it again on each
+# worker a test of it lands on, and again whenever modules interleave there)
+pytestmark = pytest.mark.xdist_group("serving_findings")
+
 PLANTED = SCENARIOS["serving_host_gap"]
 LATE_US = PLANTED.faults[0].gap_us
 

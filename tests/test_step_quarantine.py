@@ -14,6 +14,10 @@ from conftest import run_cli
 
 from npuprof.synth import generate
 
+# one worker runs the module: its module fixture is built once (xdist would build it again on each
+# worker a test of it lands on, and again whenever modules interleave there)
+pytestmark = pytest.mark.xdist_group("step_quarantine")
+
 LATE_US = 5e9  # 5,000 s: one kernel's timestamp gone wrong
 
 
