@@ -8,7 +8,9 @@ own venv (created on first use, as the peer tests do).
 does not read and npuprof does: the same comparison on the files both read.
 
 The runs are interleaved (npuprof, vendor, npuprof, vendor …, ``--repeat`` pairs, 3 by default), so a
-machine that slows down mid-run slows both sides alike; the speedup is the median of the pairs' ratios.
+machine that slows down mid-run slows both sides alike; the speedup is the median of the pairs' ratios,
+in wall and in CPU (each tool's whole process tree under ``perf stat``: npuprof's pool workers and the
+vendor's counted, which time and farm-bench miss).
 Each run's outputs are checked — npuprof's status and event count, the vendor's step trace and
 communication tables non-empty — so a tool that fails fast is not timed as a fast one.
 Usage: ``python bench/peer.py [--ranks 4] [--steps 800] [--repeat 3] [--no-trace]``.
@@ -20,25 +22,19 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from peer_tool import peer_executable, run_cluster  # noqa: E402
+sys.path.insert(0, str(REPO / "bench"))
+from _measure import run_measured  # noqa: E402
+from peer_tool import peer_executable  # noqa: E402
 
 from npuprof.synth import generate  # noqa: E402
 
 TARGET = 3.0
 NPUPROF = shutil.which("npuprof") or str(Path(sys.executable).parent / "npuprof")  # the installed CLI
-
-
-def _timed(fn) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
 
 
 def check_npuprof(out: Path) -> None:
@@ -75,18 +71,23 @@ def main() -> None:
     out = args.work / "peer_npuprof_out"
     vendor_out = root / "cluster_analysis_output"
 
-    def npuprof_run() -> None:
+    def npuprof_run() -> dict:
         shutil.rmtree(out, ignore_errors=True)
-        command = [NPUPROF, "analyze", str(root), "-o", str(out), "--progress", "none"]
-        subprocess.run(command, check=True, capture_output=True, timeout=1800)
+        run = run_measured([NPUPROF, "analyze", str(root), "-o", str(out), "--progress", "none"])
         check_npuprof(out)
+        return run
 
-    def vendor_run() -> None:
+    def vendor_run() -> dict:
         shutil.rmtree(vendor_out, ignore_errors=True)
-        run_cluster(exe, root)
+        # as tests/peer_tool.run_cluster runs it, from the root's parent
+        command = [str(exe), "cluster", "-d", str(root), "-m", "all", "--export_type", "text"]
+        run = run_measured(command, cwd=root.parent)
         check_vendor(vendor_out)
+        return run
 
-    pairs = [(_timed(npuprof_run), _timed(vendor_run)) for _ in range(args.repeat)]
+    runs = [(npuprof_run(), vendor_run()) for _ in range(args.repeat)]
+    pairs = [(n["seconds"], v["seconds"]) for n, v in runs]
+    cpu_pairs = [(n["cpu_s"], v["cpu_s"]) for n, v in runs]
     npuprof_s = statistics.median(n for n, _ in pairs)
     vendor_s = statistics.median(v for _, v in pairs)
     events = json.loads((out / "normalize_manifest.json").read_text())["event_count"]
@@ -101,6 +102,10 @@ def main() -> None:
                 "msprof_analyze_cluster_all_s": round(vendor_s, 3),
                 "speedup": round(statistics.median(v / n for n, v in pairs), 2),
                 "pair_speedups": [round(v / n, 2) for n, v in pairs],
+                "npuprof_analyze_cpu_s": round(statistics.median(n for n, _ in cpu_pairs), 3),
+                "msprof_analyze_cluster_all_cpu_s": round(statistics.median(v for _, v in cpu_pairs), 3),
+                "cpu_speedup": round(statistics.median(v / n for n, v in cpu_pairs), 2),
+                "cpu_counted_by": runs[0][0]["cpu_counted_by"],
                 "target_speedup": f">= {TARGET}",
                 "repeat": args.repeat,
             },
