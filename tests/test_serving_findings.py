@@ -24,7 +24,7 @@ from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.rediagnose import rediagnose
 from npuprof.pipeline.runner import analyze
-from npuprof.pipeline.stages.diagnostics.detectors.graph_padding import padding_cost
+from npuprof.pipeline.stages.diagnostics.detectors.graph_padding import padding_cost, same_graph
 from npuprof.pipeline.stages.diagnostics.detectors.serving import fallbacks
 from npuprof.pipeline.stages.diagnostics.findings import evidence_cap
 from npuprof.synth import SCENARIOS, generate
@@ -282,12 +282,16 @@ def test_padding_of_small_decodes_is_nearly_free_and_not_reported(runs):
     assert clean["padded_tokens"].sum() > 0.2 * clean.loc[clean["padded_tokens"].notna(), "tokens"].sum()
 
 
-def _replays(sizes: list[int], tokens: list[int], us: list[list[float]]) -> pd.DataFrame:
-    """One rank's replays: a forward per size (its real batch ``tokens``), each kernel position's µs."""
+def _replays(
+    sizes: list[int], tokens: list[int], us: list[list[float]], types: list[list[str]] | None = None
+) -> pd.DataFrame:
+    """One rank's replays: a forward per size (its real batch ``tokens``), each kernel position's µs (and
+    type, MatMulV2 where not given)."""
+    types = types or [["MatMulV2"] * len(kernels) for kernels in us]
     rows = [
-        {"rank_id": 0, "step_ordinal": f, "tokens": t, "size": s, "position": p, "type": "MatMulV2", "duration_us": d}
-        for f, (s, t, kernels) in enumerate(zip(sizes, tokens, us))
-        for p, d in enumerate(kernels)
+        {"rank_id": 0, "step_ordinal": f, "tokens": t, "size": s, "position": p, "type": k, "duration_us": d}
+        for f, (s, t, kernels, named) in enumerate(zip(sizes, tokens, us, types))
+        for p, (d, k) in enumerate(zip(kernels, named))
     ]
     return pd.DataFrame(rows)
 
@@ -302,3 +306,11 @@ def test_the_yardstick_reads_between_the_sizes_replayed_and_never_below_the_smal
     np.testing.assert_allclose(cost["at_real_us"].to_numpy()[2], 5.0)
     # one size replayed: no yardstick, nothing priced
     assert (padding_cost(_replays([64, 64], [40, 64], [[7.4], [7.4]]))["waste_us"] == 0).all()
+
+
+def test_a_forward_that_replayed_another_kernel_sequence_is_never_compared():
+    """A size whose graph holds other kernels in the same number (a compiler's choice per batch size) names
+    other kernels at the same positions: its forward is left out, not read against the others."""
+    usual, other = ["MatMulV2", "RmsNorm"], ["RmsNorm", "MatMulV2"]
+    kernels = _replays([16, 64, 64, 256], [16, 40, 64, 200], [[2, 1]] * 4, [usual, usual, other, usual])
+    assert sorted(same_graph(kernels)["step_ordinal"].unique()) == [0, 1, 3]

@@ -96,12 +96,18 @@ def graph_replays(ctx: RootContext) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[REPLAY_COLUMNS] if parts else pd.DataFrame(columns=REPLAY_COLUMNS)
 
 
-def _same_graph(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The kernels of the forwards that replayed as many kernels as most of their rank's (one graph's
-    sequence; a forward with more or fewer ran something else and is no yardstick of it)."""
-    count = kernels.groupby(["rank_id", "step_ordinal"])["position"].transform("size")
-    usual = count.groupby(kernels["rank_id"]).transform(lambda c: c.mode().iloc[0])
-    return kernels[count == usual]
+def same_graph(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The kernels of the forwards that replayed the kernel types most of their rank's forwards replayed, in
+    the same order: one graph's sequence at every size. A forward of another sequence (a size whose graph
+    the compiler built from other kernels) is no yardstick of it, and the position of a kernel in it names
+    another kernel: it is left out, never compared."""
+    codes = pd.Series(pd.factorize(kernels["type"])[0], index=kernels.index)
+    keys = [kernels["rank_id"], kernels["step_ordinal"]]
+    signature = codes.groupby(keys).agg(lambda forward: hash(tuple(forward)))  # a loop over forwards
+    usual = signature.groupby(level="rank_id").agg(lambda forward: forward.mode().iloc[0])
+    same = signature == usual.reindex(signature.index.get_level_values("rank_id")).to_numpy()
+    kept = pd.MultiIndex.from_frame(kernels[["rank_id", "step_ordinal"]]).isin(signature.index[same.to_numpy()])
+    return kernels[kept]
 
 
 def padding_cost(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -128,7 +134,7 @@ def padding_cost(kernels: pd.DataFrame) -> pd.DataFrame:
 
 def _costs(kernels: pd.DataFrame, spec: dict) -> pd.DataFrame:
     """padding_cost over every rank, the kernels the batch does not drive (``kv_bound_types``) at 0."""
-    kernels = _same_graph(kernels)
+    kernels = same_graph(kernels)
     costed = pd.concat([padding_cost(part) for _, part in kernels.groupby("rank_id")], ignore_index=True)
     kv_bound = costed["type"].isin(spec["kv_bound_types"]).to_numpy()
     return costed.assign(waste_us=np.where(kv_bound, 0.0, costed["waste_us"].to_numpy(float)))
@@ -175,6 +181,13 @@ def _sizes_text(costed: pd.DataFrame) -> str:
     )
 
 
+def _other_graphs(forwards: pd.DataFrame, compared: pd.DataFrame, ranks: list[int], spec: dict) -> list[str]:
+    """The limitation naming the padded forwards of ``ranks`` left out for replaying another sequence."""
+    padded = forwards[forwards["rank_id"].isin(ranks) & (forwards["size"] > forwards["tokens"])]
+    left_out = len(padded) - len(padded.merge(compared[["rank_id", "step_ordinal"]]))
+    return [spec["other_graph_limitation"].format(count=left_out)] if left_out else []
+
+
 def _kernel_windows(kernels: pd.DataFrame) -> pd.DataFrame:
     """The padding's time of each costed kernel as a window at its start (rank_id, start_us, duration_us)."""
     kernels = kernels[kernels["waste_us"] > 0]
@@ -219,7 +232,8 @@ def graph_padding_waste(inputs: DiagnosisContext) -> list[Finding]:
     measured = kernels.groupby("rank_id")["size"].nunique()
     ranks = [int(r) for r in measured.index[measured >= 2]]
     kernels = kernels[kernels["rank_id"].isin(ranks)]
-    collectives = _collective_costs(model, inputs.padded_forwards, ranks)
+    compared = inputs.padded_forwards.merge(kernels[["rank_id", "step_ordinal"]].drop_duplicates())
+    collectives = _collective_costs(model, compared, ranks)
     padded = _padded_forwards(kernels, collectives)
     wall = inputs.steps.groupby("rank_id")["wall_ms"].sum()
     per_rank = padded.groupby("rank_id")["waste_us"].sum() / 1000.0
@@ -256,7 +270,8 @@ def graph_padding_waste(inputs: DiagnosisContext) -> list[Finding]:
                 "us_per_forward": float(padded["waste_us"].mean()),
                 "share": float(per_rank[ranks].sum() / wall[ranks].sum()),
             },
-            limitations=[spec["kept_out_limitation"].format(types=", ".join(spec["kv_bound_types"]))],
+            limitations=[spec["kept_out_limitation"].format(types=", ".join(spec["kv_bound_types"]))]
+            + _other_graphs(inputs.padded_forwards, compared, ranks, spec),
             **priced(model, change),
         )
     ]
