@@ -13,7 +13,7 @@ import pytest
 from npuprof.pipeline import schema
 from npuprof.pipeline.sweep.cohorts import PHASE_METRICS
 from npuprof.pipeline.sweep.local import run_sweep
-from npuprof.synth import generate
+from npuprof.synth import SCENARIOS, generate
 
 pytestmark = pytest.mark.xdist_group("sweep")
 
@@ -56,6 +56,12 @@ def test_each_serving_root_has_its_phases_in_the_rollup(archive):
             assert row[f"{phase}_us_per_token"] == pytest.approx(figures["device_us_per_token"])
         # the late host's decodes wait 500 µs more before them; their device time is the clean ones'
         assert row["decode_gap_p50_ms"] == pytest.approx(0.524 if slug == "late_host" else 0.024, abs=0.004)
+        # the planted padding: each full-graph decode's captured size less its batch, over the decodes' tokens
+        decodes = [f for f in SCENARIOS["serving"].forwards if f.phase == "decode"]
+        padding = sum(f.graph_tokens - f.tokens for f in decodes if f.graph == "full")
+        computed = sum(f.tokens for f in decodes) + padding
+        assert row["decode_padded_share"] == pytest.approx(padding / computed, abs=1e-4)
+    assert pd.isna(rollup.loc["training", "decode_padded_share"])
 
 
 def test_serving_roots_are_a_cohort_apart_from_training_ones(archive):

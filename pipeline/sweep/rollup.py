@@ -38,7 +38,11 @@ SERVING_FIGURES = {
     "gap_p50_ms": "gap_before_p50_ms",
     "us_per_token": "device_us_per_token",
 }
-SERVING_COLUMNS = [f"{phase}_{column}" for phase in SERVING_PHASES for column in SERVING_FIGURES]
+# and of the decodes replayed from full graphs, the share of the tokens they computed that was the graphs'
+# padding (a deployment whose capture sizes miss the batches it runs stands out across a fleet)
+SERVING_COLUMNS = [f"{phase}_{column}" for phase in SERVING_PHASES for column in SERVING_FIGURES] + [
+    "decode_padded_share"
+]
 ROLLUP_COLUMNS = [
     "root",
     "slug",
@@ -239,7 +243,16 @@ def _workload(segment: dict) -> dict:
     for phase, figures in phases.items():
         if phase in SERVING_PHASES:
             row.update({f"{phase}_{column}": figures.get(key) for column, key in SERVING_FIGURES.items()})
-    return row
+    return row | {"decode_padded_share": _padded_share(phases.get("decode") or {})}
+
+
+def _padded_share(decode: dict) -> float | None:
+    """The padding's share of the tokens the decodes computed (real tokens plus padding), where the serving
+    view tells the padding (full-graph decodes whose sampled rows it read); None elsewhere."""
+    padded, tokens = decode.get("padded_tokens"), decode.get("tokens")
+    if padded is None or not tokens:
+        return None
+    return round(padded / (tokens + padded), 4)
 
 
 def _steps(out_dir: Path) -> dict:
