@@ -24,7 +24,7 @@ from npuprof import knowledge
 from npuprof.pipeline import schema
 from npuprof.pipeline.rediagnose import rediagnose
 from npuprof.pipeline.runner import analyze
-from npuprof.pipeline.stages.diagnostics.detectors.graph_padding import padding_cost, same_graph
+from npuprof.pipeline.stages.diagnostics.detectors.graph_padding import padding_cost, same_graph, sizes_text
 from npuprof.pipeline.stages.diagnostics.detectors.serving import fallbacks
 from npuprof.pipeline.stages.diagnostics.findings import evidence_cap
 from npuprof.synth import SCENARIOS, generate
@@ -314,3 +314,9 @@ def test_a_forward_that_replayed_another_kernel_sequence_is_never_compared():
     usual, other = ["MatMulV2", "RmsNorm"], ["RmsNorm", "MatMulV2"]
     kernels = _replays([16, 64, 64, 256], [16, 40, 64, 200], [[2, 1]] * 4, [usual, usual, other, usual])
     assert sorted(same_graph(kernels)["step_ordinal"].unique()) == [0, 1, 3]
+
+
+def test_a_size_with_many_real_batches_is_said_as_their_range():
+    """A real server runs dozens of batch sizes under one graph: the finding names their range, not each."""
+    costed = pd.DataFrame({"size": [16, 16] + [256] * 37, "tokens": [12, 16] + list(range(129, 166))})
+    assert sizes_text(costed) == "16 (12, 16), 256 (129–165, 37 batch sizes)"

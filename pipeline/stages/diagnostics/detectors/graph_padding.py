@@ -173,12 +173,22 @@ def _transit_change(model: StepModel, collectives: pd.DataFrame) -> WhatIf:
     return scaled_transit(model, pd.Series(factor, index=ids, dtype=float))
 
 
-def _sizes_text(costed: pd.DataFrame) -> str:
-    """Each replayed size with the real batches padded to it: '16 (12), 64 (42, 62), 256 (92)'."""
+# a size's real batches are listed up to this many, else given as their range: a real server runs dozens
+# of batch sizes under one graph, which would make the finding's sentence a list of numbers
+BATCHES_LISTED = 4
+
+
+def sizes_text(costed: pd.DataFrame) -> str:
+    """Each replayed size with the real batches padded to it: '16 (12), 64 (42, 62), 256 (92)'; a size with
+    more than BATCHES_LISTED of them as their range: '256 (129–250, 37 batch sizes)'."""
     pairs = costed[["size", "tokens"]].drop_duplicates().sort_values(["size", "tokens"])
-    return ", ".join(
-        f"{size} ({', '.join(map(str, group['tokens']))})" for size, group in pairs.groupby("size", sort=True)
-    )
+    texts = []
+    for size, group in pairs.groupby("size", sort=True):  # a loop over the sizes replayed
+        batches = group["tokens"].tolist()
+        listed = ", ".join(map(str, batches))
+        ranged = f"{batches[0]}–{batches[-1]}, {len(batches)} batch sizes"
+        texts.append(f"{size} ({listed if len(batches) <= BATCHES_LISTED else ranged})")
+    return ", ".join(texts)
 
 
 def _other_graphs(forwards: pd.DataFrame, compared: pd.DataFrame, ranks: list[int], spec: dict) -> list[str]:
@@ -265,7 +275,7 @@ def graph_padding_waste(inputs: DiagnosisContext) -> list[Finding]:
             values={
                 "ranks": ", ".join(map(str, ranks)),
                 "count": int(len(padded)),
-                "sizes": _sizes_text(kernels[kernels["rank_id"].isin(ranks)]),
+                "sizes": sizes_text(kernels[kernels["rank_id"].isin(ranks)]),
                 "padded_share": float((padded["size"] - padded["tokens"]).sum() / padded["size"].sum()),
                 "us_per_forward": float(padded["waste_us"].mean()),
                 "share": float(per_rank[ranks].sum() / wall[ranks].sum()),
