@@ -5,9 +5,12 @@ launches made blocking), and in the forwards that ran eager though their graph w
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from npuprof.synth.planting import Fault, Scenario
+from npuprof.synth.planting import Fault, Forward, Scenario
+from npuprof.synth.serving import captured_size
 
 
 def _hitting(scenario: Scenario, kinds: tuple[str, ...], rank: int) -> list[Fault]:
@@ -25,6 +28,22 @@ def fallen_back(scenario: Scenario, rank: int) -> set[int]:
     other forwards replay it."""
     faults = _hitting(scenario, ("eager_fallback",), rank)
     return set().union(*(_fallback_forwards(scenario, fault) for fault in faults))
+
+
+def forwards_as_run(scenario: Scenario, rank: int) -> list[Forward]:
+    """A serving scenario's forwards as ``rank`` runs them: those eager_fallback runs eager on their own
+    batch (no graph, no padding); a full graph at the size its graph_padding_waste fault captured (graphs
+    only for the powers of its ``factor``), else at the schedule's own."""
+    fell_back = fallen_back(scenario, rank)
+    padding = _hitting(scenario, ("graph_padding_waste",), rank)
+    ran = []
+    for ordinal, forward in enumerate(scenario.forwards):
+        if ordinal in fell_back:
+            forward = replace(forward, graph="eager", graph_tokens=0)
+        elif padding and forward.graph == "full":
+            forward = replace(forward, graph_tokens=captured_size(forward.tokens, padding[0].factor))
+        ran.append(forward)
+    return ran
 
 
 # between a serving capture's forwards: a host that schedules and prepares forward N+1 while the device

@@ -103,15 +103,6 @@ def captured_size(tokens: int, factor: float) -> int:
     return max(size, tokens)
 
 
-def padded_as_captured(scenario: Scenario, rank: int, forward: Forward) -> Forward:
-    """``forward`` as ``rank`` replays it: a full graph at the captured size its graph_padding_waste fault
-    allows (graphs captured only for the powers of its ``factor``), else at the schedule's own."""
-    for fault in scenario.faults:
-        if fault.kind == "graph_padding_waste" and forward.graph == "full" and (not fault.ranks or rank in fault.ranks):
-            return replace(forward, graph_tokens=captured_size(forward.tokens, fault.factor))
-    return forward
-
-
 def dp_schedule(forwards: int = 24, idle_until: int = 10) -> tuple[Forward, ...]:
     """Two data-parallel ranks of a MoE model: rank 0 serves ``vllm_schedule``'s forwards; rank 1 has no
     request for the first ``idle_until`` of them and runs a dummy forward of as many tokens in each (its

@@ -24,12 +24,11 @@ from npuprof.synth.faults import STEP_TOP, Fault
 from npuprof.synth.groups import GroupInstance, Topology
 from npuprof.synth.host_side import PLANTED_GAPS
 from npuprof.synth.kernels import Kernel
-from npuprof.synth.launch_waits import fallen_back, forward_waits, launch_waits
+from npuprof.synth.launch_waits import forward_waits, forwards_as_run, launch_waits
 from npuprof.synth.models import build_step
 from npuprof.synth.program import DENSE, LAYER, MOE, Workload
 from npuprof.synth.program_edits import warm_up_placeholders, with_exposed_aicpu, with_warmup_broadcast
 from npuprof.synth.scenarios import Scenario
-from npuprof.synth.serving import padded_as_captured
 from npuprof.synth.serving_kernels import as_run
 
 STEP_PREP_US = 350.0  # host work between steps (the optimizer's bookkeeping, sampling, the next batch)
@@ -171,11 +170,7 @@ def _steps(scenario: Scenario, rank: int, topology: Topology) -> tuple[list[Kern
         return kernels, {name: np.tile(values, scenario.steps) for name, values in arrays.items()}, step_of
     kernels: dict[Kernel, int] = {}  # one table for every forward's kernels
     parts = []
-    fell_back = fallen_back(scenario, rank)
-    for ordinal, forward in enumerate(scenario.forwards):
-        if ordinal in fell_back:  # it runs eager on its own batch: no graph, no padding
-            forward = replace(forward, graph="eager", graph_tokens=0)
-        forward = padded_as_captured(scenario, rank, forward)
+    for forward in forwards_as_run(scenario, rank):
         dummy = rank in forward.dummy_ranks
         # a full graph runs its layers on the captured batch size, one padding request per padding token
         tokens = forward.graph_tokens or forward.tokens

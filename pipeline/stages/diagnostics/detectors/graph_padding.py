@@ -80,10 +80,7 @@ def padded_forwards(ctx: RootContext) -> pd.DataFrame:
 def graph_replays(ctx: RootContext) -> pd.DataFrame:
     """The replayed compute kernels of every rank's full-graph decodes whose padding forward_summary tells
     (REPLAY_COLUMNS): empty for a capture without such forwards."""
-    forwards = ctx.read_frame(schema.FORWARD_SUMMARY)
-    if forwards.empty or "padded_tokens" not in forwards:
-        return pd.DataFrame(columns=REPLAY_COLUMNS)
-    replays = padded_replays(int_ranks(forwards))
+    replays = padded_forwards(ctx)
     if replays.empty:
         return pd.DataFrame(columns=REPLAY_COLUMNS)
     scanned = scan_kernels_in_steps(
